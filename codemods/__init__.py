@@ -1,0 +1,1 @@
+"""porter rules, one per file, grouped by target. Installed as ``porter.codemods``."""

@@ -1,0 +1,1 @@
+"""Rules for porting PyTorch GPU code to PyTorch/XLA (torch_xla 2.9 API)."""

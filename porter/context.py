@@ -1,0 +1,146 @@
+"""Per-file facts the rules share: import aliases, name resolution and the ancestor stack.
+
+Name resolution follows imports rather than spelling (``import torch as t``, ``from torch
+import cuda``, ``from torch.optim import SGD``) without LibCST's scope analysis, which costs
+several times a parse: one pass over import statements, then a dictionary lookup per name.
+"""
+from __future__ import annotations
+
+import builtins
+from typing import Iterable, Optional
+
+import libcst as cst
+
+# The local name porter uses when it has to import a module itself.
+PREFERRED_ALIASES = {
+    "torch_xla.core.xla_model": "xm",
+    "torch_xla.distributed.parallel_loader": "pl",
+    "torch_xla.distributed.xla_multiprocessing": "xmp",
+    "torch_xla.runtime": "xr",
+    "torch_xla.debug.metrics": "met",
+    "torch.distributed": "dist",
+    "torch.utils.data.distributed": None,
+}
+
+_BUILTINS = frozenset(dir(builtins))
+
+
+def dotted_name(node: cst.CSTNode) -> Optional[str]:
+    """``a.b.c`` for a Name/Attribute chain, else None (no resolution)."""
+    parts: list[str] = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if isinstance(node, cst.Name):
+        parts.append(node.value)
+        return ".".join(reversed(parts))
+    return None
+
+
+class FileContext:
+    def __init__(self, module: cst.Module, path: str = "<string>") -> None:
+        self.module = module
+        self.path = path
+        # local name -> fully qualified name it is bound to by an import
+        self.aliases: dict[str, str] = {}
+        # fully qualified module -> local name it is imported as (``import a.b as c`` -> c)
+        self.module_names: dict[str, str] = {}
+        self.ancestors: list[cst.CSTNode] = []
+        for stmt in _top_level_statements(module.body):
+            self.add_import(stmt)
+
+    # Imports -------------------------------------------------------------------------
+    def add_import(self, node: cst.CSTNode) -> None:
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                full = dotted_name(alias.name)
+                if full is None:
+                    continue
+                if alias.asname is not None:
+                    local = dotted_name(alias.asname.name)
+                    if local:
+                        self.aliases[local] = full
+                        self.module_names.setdefault(full, local)
+                else:
+                    top = full.split(".")[0]
+                    self.aliases[top] = top
+                    self.module_names.setdefault(full, full)
+        elif isinstance(node, cst.ImportFrom):
+            if node.relative or node.module is None:
+                return
+            mod = dotted_name(node.module)
+            if mod is None or isinstance(node.names, cst.ImportStar):
+                return
+            for alias in node.names:
+                name = dotted_name(alias.name)
+                if name is None:
+                    continue
+                local = dotted_name(alias.asname.name) if alias.asname else name
+                if local:
+                    self.aliases[local] = f"{mod}.{name}"
+                    self.module_names.setdefault(f"{mod}.{name}", local)
+
+    def qualname(self, node: cst.CSTNode) -> Optional[str]:
+        """The fully qualified name an expression refers to, through the file's imports.
+
+        ``t.cuda.is_available`` with ``import torch as t`` -> ``torch.cuda.is_available``;
+        a builtin -> ``builtins.print``; anything else (locals, calls, subscripts) -> None.
+        """
+        dotted = dotted_name(node)
+        if dotted is None:
+            return None
+        head, _, rest = dotted.partition(".")
+        full = self.aliases.get(head)
+        if full is None:
+            if head in _BUILTINS and not rest:
+                return f"builtins.{head}"
+            return None
+        return f"{full}.{rest}" if rest else full
+
+    def matches(self, node: cst.CSTNode, *names: str) -> bool:
+        return self.qualname(node) in names
+
+    def module_alias(self, module: str) -> str:
+        """The expression text to reach ``module`` in this file, importing it if needed.
+
+        Uses the file's own alias when it already imports the module; otherwise porter's
+        preferred alias (``xm``, ``pl``, ``xr``...) or the full dotted name. The caller lists
+        ``module`` in its Fix's ``imports`` so the engine adds the import.
+        """
+        if module in self.module_names:
+            return self.module_names[module]
+        preferred = PREFERRED_ALIASES.get(module)
+        return preferred or module
+
+    # Tree ----------------------------------------------------------------------------
+    @property
+    def parent(self) -> Optional[cst.CSTNode]:
+        return self.ancestors[-2] if len(self.ancestors) >= 2 else None
+
+    def enclosing(self, *types: type) -> Optional[cst.CSTNode]:
+        """The innermost ancestor (excluding the current node) of one of ``types``."""
+        for node in reversed(self.ancestors[:-1]):
+            if isinstance(node, types):
+                return node
+        return None
+
+    def inside(self, *types: type) -> bool:
+        return self.enclosing(*types) is not None
+
+
+def _top_level_statements(body: Iterable[cst.CSTNode]) -> Iterable[cst.CSTNode]:
+    """Import statements at module level, also inside top-level if/try blocks."""
+    for stmt in body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, (cst.Import, cst.ImportFrom)):
+                    yield small
+        elif isinstance(stmt, (cst.If, cst.Try, cst.TryStar)):
+            yield from _top_level_statements(stmt.body.body)
+            for handler in getattr(stmt, "handlers", ()):
+                yield from _top_level_statements(handler.body.body)
+            orelse = getattr(stmt, "orelse", None)
+            if isinstance(orelse, cst.If):
+                yield from _top_level_statements([orelse])
+            elif orelse is not None:
+                yield from _top_level_statements(orelse.body.body)

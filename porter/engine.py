@@ -1,0 +1,287 @@
+"""The pure core: source text in, findings and fixed text out. No I/O, no printing.
+
+One parse per pass; every enabled rule runs in a single traversal (a dispatch table from
+node type to the rules' ``visit_*``/``leave_*`` methods). Fixes are applied by node identity,
+the imports they need are added through LibCST's ``AddImportsVisitor``, the result is parsed
+again and re-checked until nothing more changes. A file whose fixes do not converge, or whose
+output does not parse, is reported as failed and left as it was.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional, Sequence, Union
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor, ImportItem
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from porter.context import PREFERRED_ALIASES, FileContext
+from porter.rules import Edit, Finding, Fix, Position, Rule, Safety
+
+MAX_PASSES = 8
+_SUPPRESS = re.compile(r"#\s*porter:\s*ignore(?:\[([A-Za-z0-9_,\s]+)\])?")
+
+
+class PorterError(Exception):
+    """A file porter cannot process; the message is one line, for the user."""
+
+
+@dataclass(frozen=True)
+class Options:
+    rules: tuple[type[Rule], ...]
+    unsafe_fixes: bool = False
+
+
+@dataclass
+class CheckResult:
+    findings: list[Finding]
+    module: cst.Module
+
+
+@dataclass
+class FixResult:
+    source: str  # the new text ("" when unchanged is signalled by changed=False)
+    changed: bool
+    fixed: dict[str, int]  # rule code -> number of fixes applied
+    remaining: list[Finding]  # findings left for a human (with positions in the new text)
+
+
+# --------------------------------------------------------------------------------------
+# Parsing
+# --------------------------------------------------------------------------------------
+def parse(source: str) -> cst.Module:
+    try:
+        return cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        raise PorterError(_syntax_message(source, exc)) from None
+    except (RecursionError, MemoryError) as exc:
+        raise PorterError(f"cannot parse: {type(exc).__name__}") from None
+    except Exception as exc:  # LibCST's native parser raises a few other kinds on odd input
+        raise PorterError(f"cannot parse: {exc}".splitlines()[0]) from None
+
+
+_PY2 = re.compile(r"^\s*(print\s+[^\s(=]|exec\s+[\"'\w]|raise\s+\w+\s*,)|\bur[\"']|^\s*except\s+\w+\s*,\s*\w+\s*:|[^\w.]0[0-7]+\b|<>", re.M)
+
+
+def _syntax_message(source: str, exc: cst.ParserSyntaxError) -> str:
+    where = f"line {exc.raw_line}, column {exc.raw_column + 1}"
+    if _PY2.search(source):
+        return f"syntax error at {where}: this looks like Python 2 code; porter reads Python 3"
+    first = str(exc.message).splitlines()[0] if exc.message else "invalid syntax"
+    return f"syntax error at {where}: {first}"
+
+
+# --------------------------------------------------------------------------------------
+# Traversal
+# --------------------------------------------------------------------------------------
+_SKIP_FIELD = re.compile(
+    r"^(whitespace.*|lpar|rpar|comma|semicolon|header|footer|leading_lines|lines_after_decorators"
+    r"|newline|equal|colon|dot|lbracket|rbracket|lbrace|rbrace|operator|star|asynchronous"
+    r"|first_line|trailing_whitespace|default_indent|default_newline|encoding|has_trailing_newline)$"
+)
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(kind: type) -> tuple[str, ...]:
+    fields = _FIELDS.get(kind)
+    if fields is None:
+        fields = tuple(
+            f.name for f in dataclasses.fields(kind) if not _SKIP_FIELD.match(f.name)
+        )
+        _FIELDS[kind] = fields
+    return fields
+
+
+Handler = Callable[[cst.CSTNode], object]
+
+
+class _Dispatcher:
+    """One walk of the tree calling every rule's visit_/leave_ methods for each node."""
+
+    def __init__(self, rules: Sequence[Rule], ctx: FileContext) -> None:
+        self.ctx = ctx
+        self.visit: dict[str, list[Handler]] = {}
+        self.leave: dict[str, list[Handler]] = {}
+        for rule in rules:
+            for attr in dir(type(rule)):
+                if attr.startswith("visit_"):
+                    self.visit.setdefault(attr[6:], []).append(getattr(rule, attr))
+                elif attr.startswith("leave_"):
+                    self.leave.setdefault(attr[6:], []).append(getattr(rule, attr))
+
+    def walk(self, node: cst.CSTNode) -> None:
+        stack = self.ctx.ancestors
+        name = type(node).__name__
+        stack.append(node)
+        if isinstance(node, (cst.Import, cst.ImportFrom)) and len(stack) > 2:
+            self.ctx.add_import(node)
+        for handler in self.visit.get(name, ()):
+            handler(node)
+        for fname in _child_fields(type(node)):
+            value = getattr(node, fname)
+            if isinstance(value, cst.CSTNode):
+                self.walk(value)
+            elif isinstance(value, (tuple, list)):
+                for item in value:
+                    if isinstance(item, cst.CSTNode):
+                        self.walk(item)
+        for handler in self.leave.get(name, ()):
+            handler(node)
+        stack.pop()
+
+
+def applicable_rules(rules: Iterable[type[Rule]], source: str) -> list[type[Rule]]:
+    """Rules whose cheap text pre-filter matches this file."""
+    return [r for r in rules if not r.needs_text or any(w in source for w in r.needs_text)]
+
+
+def run_rules(module: cst.Module, rules: Sequence[type[Rule]], path: str = "<string>") -> list[Finding]:
+    if not rules:
+        return []
+    ctx = FileContext(module, path)
+    instances = [rule(ctx) for rule in rules]
+    _Dispatcher(instances, ctx).walk(module)
+    findings: list[Finding] = []
+    for rule in instances:
+        findings.extend(rule.findings)
+    return findings
+
+
+def attach_positions(module: cst.Module, findings: list[Finding]) -> None:
+    if not findings:
+        return
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    for f in findings:
+        rng = positions.get(f.node)
+        if rng is not None:
+            f.position = Position(rng.start.line, rng.start.column, rng.end.line, rng.end.column)
+    findings.sort(key=lambda f: (f.position.line, f.position.column, f.code) if f.position else (0, 0, f.code))
+
+
+def drop_suppressed(source: str, findings: list[Finding]) -> list[Finding]:
+    """Honour ``# porter: ignore`` and ``# porter: ignore[CODE, ...]`` on a finding's lines."""
+    if "porter:" not in source or not findings:
+        return findings
+    lines = source.splitlines()
+    kept = []
+    for f in findings:
+        if f.position is not None and _suppressed(lines, f):
+            continue
+        kept.append(f)
+    return kept
+
+
+def _suppressed(lines: list[str], f: Finding) -> bool:
+    assert f.position is not None
+    for lineno in {f.position.line, f.position.end_line}:
+        if 0 < lineno <= len(lines):
+            m = _SUPPRESS.search(lines[lineno - 1])
+            if m and (m.group(1) is None or f.code in {c.strip() for c in m.group(1).split(",")}):
+                return True
+    return False
+
+
+def check(source: str, options: Options, path: str = "<string>") -> CheckResult:
+    """All findings of the enabled rules, with positions, suppressions honoured."""
+    module = parse(source)
+    findings = run_rules(module, applicable_rules(options.rules, source), path)
+    attach_positions(module, findings)
+    return CheckResult(drop_suppressed(source, findings), module)
+
+
+# --------------------------------------------------------------------------------------
+# Fixing
+# --------------------------------------------------------------------------------------
+class _ApplyEdits(cst.CSTTransformer):
+    def __init__(self, edits: Sequence[Edit]) -> None:
+        super().__init__()
+        self.edits: dict[int, list[Edit]] = {}
+        for e in edits:
+            self.edits.setdefault(id(e.target), []).append(e)
+        self.applied = 0
+
+    def on_leave(self, original_node, updated_node):  # type: ignore[override]
+        edits = self.edits.get(id(original_node))
+        if not edits:
+            return updated_node
+        result: Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel] = updated_node
+        for edit in edits:
+            if isinstance(result, (cst.RemovalSentinel, cst.FlattenSentinel)):
+                break  # a removal/flatten wins; the other edits are found again next pass
+            rep = edit.replacement
+            result = rep(result) if callable(rep) and not isinstance(rep, cst.CSTNode) else rep
+            self.applied += 1
+        return result
+
+
+def apply_fixes(module: cst.Module, fixes: Sequence[Fix], ctx: Optional[FileContext] = None) -> cst.Module:
+    """Apply the edits of ``fixes`` and add the imports they need. Pure."""
+    edits = [e for fix in fixes for e in fix.edits]
+    new = module.visit(_ApplyEdits(edits))
+    assert isinstance(new, cst.Module)
+    modules = sorted({m for fix in fixes for m in fix.imports})
+    if modules:
+        new = add_imports(new, modules, ctx or FileContext(module))
+    return new
+
+
+def add_imports(module: cst.Module, modules: Sequence[str], ctx: FileContext) -> cst.Module:
+    items = []
+    for mod in modules:
+        if mod in ctx.module_names:
+            continue  # already imported; the rule used the file's own name for it
+        alias = PREFERRED_ALIASES.get(mod)
+        if alias:
+            items.append(ImportItem(mod, None, alias))
+        else:
+            items.append(ImportItem(mod))
+    if not items:
+        return module
+    context = CodemodContext()
+    return AddImportsVisitor(context, items).transform_module(module)
+
+
+def _selected_fixes(findings: Iterable[Finding], unsafe: bool) -> list[Fix]:
+    out = []
+    for f in findings:
+        if f.fix is not None and (unsafe or f.fix.safety is Safety.SAFE):
+            out.append(f.fix)
+    return out
+
+
+def fix(source: str, options: Options, path: str = "<string>") -> FixResult:
+    """Apply every selected fix until nothing changes; then verify a pass changes nothing."""
+    rules = applicable_rules(options.rules, source)
+    module = parse(source)
+    counts: dict[str, int] = {}
+    current = source
+    for _ in range(MAX_PASSES):
+        findings = run_rules(module, rules, path)
+        if "porter:" in current:
+            attach_positions(module, findings)
+            findings = drop_suppressed(current, findings)
+        chosen = [f for f in findings if f.fix is not None and (options.unsafe_fixes or f.fix.safety is Safety.SAFE)]
+        if not chosen:
+            break
+        new_module = apply_fixes(module, [f.fix for f in chosen if f.fix], FileContext(module))
+        new_source = new_module.code
+        if new_source == current:
+            break
+        for f in chosen:
+            counts[f.code] = counts.get(f.code, 0) + 1
+        try:
+            module = cst.parse_module(new_source)
+        except Exception as exc:
+            codes = ", ".join(sorted({f.code for f in chosen}))
+            raise PorterError(f"internal error: the fixes of {codes} produced code that does not parse ({exc})".splitlines()[0]) from None
+        current = new_source
+    else:
+        codes = ", ".join(sorted(counts))
+        raise PorterError(f"fixes did not converge after {MAX_PASSES} passes (rules {codes}); file left unchanged")
+    remaining = run_rules(module, rules, path)
+    attach_positions(module, remaining)
+    remaining = drop_suppressed(current, remaining)
+    return FixResult(current, current != source, counts, remaining)

@@ -1,0 +1,79 @@
+"""Discovers the rules: every module under ``codemods/<target>/`` defines its Rule classes.
+
+The rule file is the single source of truth; a rule module that fails to import is an error,
+never a silently missing rule. Codes are unique across all targets.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import lru_cache
+
+from porter._layout import mapped_package
+from porter.rules import Rule, RuleInfo
+
+TARGETS = ("torch-xla",)
+_PACKAGES = {"torch-xla": "porter.codemods.torch_xla"}
+
+
+class RegistryError(Exception):
+    pass
+
+
+@lru_cache(maxsize=None)
+def rules_for(target: str) -> tuple[type[Rule], ...]:
+    if target not in _PACKAGES:
+        raise RegistryError(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
+    mapped_package("porter.codemods", "codemods")
+    package = importlib.import_module(_PACKAGES[target])
+    found: list[type[Rule]] = []
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        name = f"{package.__name__}.{info.name}"
+        try:
+            module = importlib.import_module(name)
+        except Exception as exc:
+            raise RegistryError(f"rule module {name} failed to import: {exc}") from exc
+        for obj in vars(module).values():
+            if isinstance(obj, type) and issubclass(obj, Rule) and obj is not Rule and obj.__module__ == name:
+                if getattr(obj, "target", None) != target:
+                    raise RegistryError(f"{obj.__name__} in {name} declares target {getattr(obj, 'target', None)!r}, not {target!r}")
+                found.append(obj)
+    seen: dict[str, type[Rule]] = {}
+    for rule in found:
+        if rule.code in seen:
+            raise RegistryError(f"rule code {rule.code} used by both {seen[rule.code].__name__} and {rule.__name__}")
+        seen[rule.code] = rule
+    return tuple(sorted(found, key=lambda r: r.code))
+
+
+def all_rules() -> tuple[type[Rule], ...]:
+    return tuple(r for t in TARGETS for r in rules_for(t))
+
+
+def find(code: str) -> type[Rule]:
+    for rule in all_rules():
+        if rule.code.upper() == code.upper() or rule.name == code:
+            return rule
+    raise RegistryError(f"no rule {code!r}; `porter rules` lists them")
+
+
+def select(target: str, select: tuple[str, ...] = (), ignore: tuple[str, ...] = ()) -> tuple[type[Rule], ...]:
+    """Rules of ``target`` enabled by select/ignore (codes or code prefixes, e.g. ``TX4``)."""
+    chosen = []
+    for rule in rules_for(target):
+        if select:
+            on = any(rule.code.startswith(s.upper()) or rule.name == s for s in select)
+        else:
+            on = rule.default_enabled
+        if any(rule.code.startswith(i.upper()) or rule.name == i for i in ignore):
+            on = False
+        if on:
+            chosen.append(rule)
+    return tuple(chosen)
+
+
+def infos(target: str | None = None) -> list[RuleInfo]:
+    rules = rules_for(target) if target else all_rules()
+    return [RuleInfo.of(r) for r in rules]

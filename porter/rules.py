@@ -1,0 +1,179 @@
+"""The rule model: what a rule reports, how a fix is described, and how rules are declared.
+
+Everything here is plain data. A rule never edits text: it reports a :class:`Finding` on a
+LibCST node, optionally with a :class:`Fix` made of node-level :class:`Edit` s and the imports
+the new code needs. The engine (``porter.engine``) applies fixes, adds imports and re-checks.
+"""
+from __future__ import annotations
+
+import enum
+import textwrap
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, ClassVar, Optional, Sequence, Union
+
+import libcst as cst
+
+if TYPE_CHECKING:  # pragma: no cover
+    from porter.context import FileContext
+
+
+class Safety(str, enum.Enum):
+    """How much a fix can be trusted without review (decided per fix, not per rule)."""
+
+    SAFE = "safe"  # behaviour-preserving on XLA; applied by default
+    UNSAFE = "unsafe"  # may change numerics or semantics; applied with --unsafe-fixes
+
+
+class Severity(str, enum.Enum):
+    ERROR = "error"  # the code will not run, or not correctly, on the target
+    WARNING = "warning"  # runs, but slowly or with host syncs / recompilations
+    INFO = "info"
+
+
+Replacement = Union[
+    cst.CSTNode,
+    cst.RemovalSentinel,
+    cst.FlattenSentinel,
+    Callable[[cst.CSTNode], Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]],
+]
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace ``target`` (a node of the tree the rule saw) by ``replacement``.
+
+    ``replacement`` may be a node, ``cst.RemoveFromParent()``, a ``cst.FlattenSentinel`` (to
+    insert statements around a statement), or a callable that receives the node *after* the
+    edits inside it were applied and returns its replacement. Callables compose with edits on
+    descendants, so a rule that appends a statement to a loop body does not undo another
+    rule's edit inside that body.
+    """
+
+    target: cst.CSTNode
+    replacement: Replacement
+
+
+@dataclass(frozen=True)
+class Fix:
+    edits: tuple[Edit, ...]
+    safety: Safety = Safety.SAFE
+    # Modules the new code refers to, by the local name the rule used (see
+    # FileContext.module_alias). "torch_xla.core.xla_model" -> `import torch_xla.core.xla_model as xm`.
+    imports: tuple[str, ...] = ()
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Position:
+    line: int  # 1-based
+    column: int  # 0-based, in code points
+    end_line: int
+    end_column: int
+
+
+@dataclass
+class Finding:
+    code: str
+    message: str
+    node: cst.CSTNode
+    severity: Severity
+    fix: Optional[Fix] = None
+    position: Optional[Position] = None
+
+    @property
+    def fixable(self) -> bool:
+        return self.fix is not None
+
+
+@dataclass(frozen=True)
+class Example:
+    """A before/after pair. ``after`` None means: reported, no automatic fix."""
+
+    before: str
+    after: Optional[str] = None
+    unsafe: bool = False  # the fix needs --unsafe-fixes
+    title: str = ""
+
+    def dedented(self) -> "Example":
+        return Example(
+            textwrap.dedent(self.before).lstrip("\n"),
+            None if self.after is None else textwrap.dedent(self.after).lstrip("\n"),
+            self.unsafe,
+            self.title,
+        )
+
+
+class Rule:
+    """Base class of every rule. One rule per file under ``codemods/<target>/``.
+
+    Subclasses set the class attributes and define ``visit_<Node>`` / ``leave_<Node>`` methods
+    (LibCST node class names) that call :meth:`report`. The class docstring is the rule's
+    documentation (What it does / Why / Fix safety); ``examples`` generate its tests and docs.
+    A new instance is made for every file, so instance state never leaks between files.
+    """
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    target: ClassVar[str]  # "torch-xla", "jax", ...
+    summary: ClassVar[str]  # one line, for `porter rules`
+    severity: ClassVar[Severity] = Severity.WARNING
+    default_enabled: ClassVar[bool] = True
+    # Cheap pre-filter: the rule only runs on files whose text contains one of these words.
+    needs_text: ClassVar[tuple[str, ...]] = ("torch",)
+    examples: ClassVar[Sequence[Example]] = ()
+    valid: ClassVar[Sequence[str]] = ()  # code that must produce no finding
+
+    def __init__(self, ctx: "FileContext") -> None:
+        self.ctx = ctx
+        self.findings: list[Finding] = []
+
+    def report(
+        self,
+        node: cst.CSTNode,
+        message: str,
+        fix: Optional[Fix] = None,
+        severity: Optional[Severity] = None,
+    ) -> None:
+        self.findings.append(
+            Finding(self.code, message, node, severity or self.severity, fix)
+        )
+
+    # Convenience constructors -------------------------------------------------------
+    @staticmethod
+    def replace(target: cst.CSTNode, replacement: Replacement) -> Edit:
+        return Edit(target, replacement)
+
+    @staticmethod
+    def remove(target: cst.CSTNode) -> Edit:
+        return Edit(target, cst.RemoveFromParent())
+
+    @classmethod
+    def doc(cls) -> str:
+        return textwrap.dedent(cls.__doc__ or "").strip()
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    """What the front ends need to know about a rule, without instantiating it."""
+
+    code: str
+    name: str
+    target: str
+    summary: str
+    severity: Severity
+    default_enabled: bool
+    doc: str
+    examples: tuple[Example, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def of(cls, rule: type[Rule]) -> "RuleInfo":
+        return cls(
+            rule.code,
+            rule.name,
+            rule.target,
+            rule.summary,
+            rule.severity,
+            rule.default_enabled,
+            rule.doc(),
+            tuple(e.dedented() for e in rule.examples),
+        )

@@ -1,0 +1,1 @@
+"""Running programs side by side and measuring XLA health."""

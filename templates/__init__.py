@@ -1,0 +1,1 @@
+"""Jinja2 templates (reports, rule docs). Installed as ``porter.templates``."""
