@@ -1,0 +1,155 @@
+"""Small, pure helpers over LibCST nodes shared by the rules."""
+from __future__ import annotations
+
+from typing import Iterator, Optional, Sequence
+
+import libcst as cst
+
+from porter.context import FileContext, dotted_name
+
+
+def arg(call: cst.Call, keyword: str, position: Optional[int] = None) -> Optional[cst.Arg]:
+    """The argument passed as ``keyword=`` or at ``position`` (0-based), else None."""
+    for a in call.args:
+        if a.keyword is not None and a.keyword.value == keyword:
+            return a
+    if position is not None:
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        if position < len(positional):
+            return positional[position]
+    return None
+
+
+def method_name(call: cst.CSTNode) -> Optional[str]:
+    """``x.foo(...)`` -> "foo"."""
+    if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute):
+        return call.func.attr.value
+    return None
+
+
+def string_value(node: cst.CSTNode) -> Optional[str]:
+    if isinstance(node, cst.SimpleString):
+        try:
+            value = node.evaluated_value
+        except Exception:
+            return None
+        return value if isinstance(value, str) else None
+    return None
+
+
+def walk(node: cst.CSTNode, into_functions: bool = False) -> Iterator[cst.CSTNode]:
+    """Every node below ``node`` (pre-order), not descending into nested defs/lambdas/classes."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        if current is not node and not into_functions and isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            continue
+        stack.extend(reversed(current.children))
+
+
+def calls_in(node: cst.CSTNode) -> Iterator[cst.Call]:
+    for n in walk(node):
+        if isinstance(n, cst.Call):
+            yield n
+
+
+def loop_kind(loop: cst.CSTNode, ctx: Optional[FileContext] = None) -> Optional[str]:
+    """"train" for a loop whose body runs a backward pass or an optimizer step itself (not in
+    a nested loop), "eval" for a loop over batches under ``torch.no_grad()``/``inference_mode``
+    (or containing one) that calls a model, None otherwise."""
+    if not isinstance(loop, (cst.For, cst.While)):
+        return None
+    methods = set()
+    for n in walk(loop.body):
+        if isinstance(n, (cst.For, cst.While)) and n is not loop:
+            continue
+        m = method_name(n)
+        if m:
+            methods.add(m)
+    if "backward" in methods:
+        return "train"
+    if isinstance(loop, cst.For) and (_under_no_grad(loop, ctx) or _has_no_grad(loop.body)):
+        return "eval"
+    return None
+
+
+_NO_GRAD = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.set_grad_enabled")
+
+
+def _is_no_grad_item(item: cst.WithItem, ctx: Optional[FileContext]) -> bool:
+    expr = item.item
+    if isinstance(expr, cst.Call):
+        expr = expr.func
+    name = ctx.qualname(expr) if ctx else dotted_name(expr)
+    return bool(name) and (name in _NO_GRAD or name.endswith(("no_grad", "inference_mode")))
+
+
+def _under_no_grad(loop: cst.CSTNode, ctx: Optional[FileContext]) -> bool:
+    if ctx is None:
+        return False
+    for anc in reversed(ctx.ancestors):
+        if isinstance(anc, cst.With) and any(_is_no_grad_item(i, ctx) for i in anc.items):
+            return True
+        if isinstance(anc, cst.FunctionDef):
+            return any(
+                isinstance(d.decorator, (cst.Name, cst.Attribute, cst.Call))
+                and (dotted_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) or "").endswith(("no_grad", "inference_mode"))
+                for d in anc.decorators
+            )
+    return False
+
+
+def _has_no_grad(body: cst.CSTNode) -> bool:
+    for n in walk(body):
+        if isinstance(n, cst.With) and any(_is_no_grad_item(i, None) for i in n.items):
+            return True
+    return False
+
+
+def enclosing_loop(ctx: FileContext) -> Optional[cst.CSTNode]:
+    """The innermost for/while loop around the current node, not crossing a function."""
+    for anc in reversed(ctx.ancestors[:-1]):
+        if isinstance(anc, (cst.For, cst.While)):
+            return anc
+        if isinstance(anc, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return None
+    return None
+
+
+def enclosing_statement(ctx: FileContext) -> Optional[cst.CSTNode]:
+    """The statement (simple line or compound) that contains the current node."""
+    for anc in reversed(ctx.ancestors[:-1]):
+        if isinstance(anc, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return anc
+    return None
+
+
+def statement(code: str) -> cst.BaseStatement:
+    return cst.parse_statement(code)
+
+
+def append_to_body(node: cst.CSTNode, statements: Sequence[cst.BaseStatement]):
+    """An Edit replacement callable that appends ``statements`` to a compound's indented body."""
+
+    def apply(updated: cst.CSTNode) -> cst.CSTNode:
+        body = updated.body  # type: ignore[attr-defined]
+        return updated.with_changes(body=body.with_changes(body=[*body.body, *statements]))
+
+    return apply
+
+
+def insert_after(statements: Sequence[cst.BaseStatement]):
+    """An Edit replacement callable for a statement: itself followed by ``statements``."""
+
+    def apply(updated: cst.CSTNode):
+        return cst.FlattenSentinel([updated, *statements])
+
+    return apply
+
+
+def insert_before(statements: Sequence[cst.BaseStatement]):
+    def apply(updated: cst.CSTNode):
+        return cst.FlattenSentinel([*statements, updated])
+
+    return apply
