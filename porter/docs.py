@@ -18,3 +18,35 @@ def rule_markdown(rule) -> str:
 
 def catalogue_markdown(rules) -> str:
     return _TEMPLATE.get_template("rules_index.md.j2").render(rules=[RuleInfo.of(r) for r in rules])
+
+
+def render_all() -> dict[str, str]:
+    """Relative path under docs/rules -> text, for every rule and the index."""
+    from porter import registry
+
+    rules = registry.all_rules()
+    pages = {f"{r.code}.md": rule_markdown(r) for r in rules}
+    pages["index.md"] = catalogue_markdown(rules)
+    return pages
+
+
+def main() -> None:
+    """Write docs/rules/ from the rule classes (run after adding or changing a rule)."""
+    import sys
+    from pathlib import Path
+
+    from porter._layout import REPO
+
+    out = REPO / "docs" / "rules"
+    out.mkdir(parents=True, exist_ok=True)
+    pages = render_all()
+    for old in out.glob("*.md"):
+        if old.name not in pages:
+            old.unlink()
+    for name, text in pages.items():
+        (out / name).write_text(text, encoding="utf-8")
+    print(f"wrote {len(pages)} pages to {out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -244,14 +244,6 @@ def add_imports(module: cst.Module, modules: Sequence[str], ctx: FileContext) ->
     return AddImportsVisitor(context, items).transform_module(module)
 
 
-def _selected_fixes(findings: Iterable[Finding], unsafe: bool) -> list[Fix]:
-    out = []
-    for f in findings:
-        if f.fix is not None and (unsafe or f.fix.safety is Safety.SAFE):
-            out.append(f.fix)
-    return out
-
-
 def fix(source: str, options: Options, path: str = "<string>") -> FixResult:
     """Apply every selected fix until nothing changes; then verify a pass changes nothing."""
     rules = applicable_rules(options.rules, source)

@@ -1,0 +1,19 @@
+"""The rule docs in docs/rules are generated from the rule classes and must not be stale."""
+from porter import docs
+from porter._layout import REPO
+
+
+def test_rule_docs_are_current():
+    pages = docs.render_all()
+    folder = REPO / "docs" / "rules"
+    stale = [name for name, text in pages.items() if not (folder / name).is_file() or (folder / name).read_text(encoding="utf-8") != text]
+    extra = [p.name for p in folder.glob("*.md") if p.name not in pages]
+    assert not stale and not extra, f"run `python -m porter.docs` (stale: {stale}, extra: {extra})"
+
+
+def test_explain_prints_examples():
+    from porter import registry
+
+    rule = registry.find("TX201")
+    text = docs.rule_markdown(rule)
+    assert "xm.optimizer_step(optimizer)" in text and "## Why" in text

@@ -1,0 +1,168 @@
+"""The engine's contract, with small rules defined here (independent of the shipped rules)."""
+import libcst as cst
+import pytest
+
+from porter import engine
+from porter.context import FileContext
+from porter.rules import Edit, Fix, Rule, Safety, Severity
+
+
+class RenameCuda(Rule):
+    """## What it does\nx\n## Why\ny\n## Fix safety\nz"""
+
+    code = "T001"
+    name = "t-rename"
+    target = "test"
+    summary = "torch.cuda.synchronize() -> xm.wait_device_ops()"
+    needs_text = ("torch",)
+
+    def visit_Call(self, node):
+        if self.ctx.qualname(node.func) == "torch.cuda.synchronize":
+            xm = self.ctx.module_alias("torch_xla.core.xla_model")
+            self.report(node, "sync", Fix((Edit(node, cst.parse_expression(f"{xm}.wait_device_ops()")),),
+                                          imports=("torch_xla.core.xla_model",)))
+
+
+class AppendMarker(Rule):
+    code = "T002"
+    name = "t-append"
+    target = "test"
+    summary = "append a marker call to every for loop"
+    needs_text = ()
+
+    def visit_For(self, node):
+        last = node.body.body[-1]
+        if isinstance(last, cst.SimpleStatementLine) and "marker" in cst.Module([]).code_for_node(last):
+            return
+        self.report(node, "no marker", Fix((Edit(node, lambda n: n.with_changes(
+            body=n.body.with_changes(body=[*n.body.body, cst.parse_statement("marker()")]))),)))
+
+
+class Unsafe(Rule):
+    code = "T003"
+    name = "t-unsafe"
+    target = "test"
+    summary = "unsafe rename of f()"
+    needs_text = ()
+
+    def visit_Call(self, node):
+        if isinstance(node.func, cst.Name) and node.func.value == "f":
+            self.report(node, "f", Fix((Edit(node.func, cst.Name("g")),), safety=Safety.UNSAFE))
+
+
+class NeverConverges(Rule):
+    code = "T004"
+    name = "t-loop"
+    target = "test"
+    summary = "wraps every call in another call, forever"
+    needs_text = ()
+
+    def visit_Call(self, node):
+        if isinstance(node.func, cst.Name) and node.func.value == "h":
+            self.report(node, "h", Fix((Edit(node, cst.Call(cst.Name("h"), [cst.Arg(node)])),)))
+
+
+class BreaksSyntax(Rule):
+    code = "T005"
+    name = "t-bad"
+    target = "test"
+    summary = "produces code that does not parse"
+    needs_text = ()
+
+    def visit_Name(self, node):
+        if node.value == "boom":
+            self.report(node, "boom", Fix((Edit(node, cst.Name("lambda")),)))
+
+
+def opts(*rules, unsafe=False):
+    return engine.Options(tuple(rules), unsafe)
+
+
+def test_names_resolve_through_imports_not_spelling():
+    src = "import torch as t\nfrom torch import cuda\nt.cuda.synchronize()\ncuda.synchronize()\ntorch.cuda.synchronize()\n"
+    found = engine.check(src, opts(RenameCuda)).findings
+    # the third call spells torch but `torch` is not bound in this file
+    assert [f.position.line for f in found] == [3, 4]
+
+
+def test_imports_added_once_and_existing_alias_reused():
+    out = engine.fix("import torch\ntorch.cuda.synchronize()\ntorch.cuda.synchronize()\n", opts(RenameCuda)).source
+    assert out == "import torch\nimport torch_xla.core.xla_model as xm\n\nxm.wait_device_ops()\nxm.wait_device_ops()\n"
+    own = "import torch\nimport torch_xla.core.xla_model as xmod\ntorch.cuda.synchronize()\n"
+    assert engine.fix(own, opts(RenameCuda)).source == "import torch\nimport torch_xla.core.xla_model as xmod\nxmod.wait_device_ops()\n"
+
+
+def test_callable_edits_compose_with_inner_edits():
+    src = "import torch\nfor i in x:\n    torch.cuda.synchronize()\n"
+    result = engine.fix(src, opts(RenameCuda, AppendMarker))
+    assert result.source.endswith("for i in x:\n    xm.wait_device_ops()\n    marker()\n")
+    assert result.fixed == {"T001": 1, "T002": 1}
+    assert engine.fix(result.source, opts(RenameCuda, AppendMarker)).changed is False
+
+
+def test_unsafe_fixes_only_on_request():
+    assert engine.fix("f()\n", opts(Unsafe)).changed is False
+    assert engine.fix("f()\n", opts(Unsafe, unsafe=True)).source == "g()\n"
+    left = engine.fix("f()\n", opts(Unsafe)).remaining
+    assert [f.code for f in left] == ["T003"] and left[0].fix.safety is Safety.UNSAFE
+
+
+def test_suppression_comments():
+    src = "import torch\ntorch.cuda.synchronize()  # porter: ignore[T001]\ntorch.cuda.synchronize()  # porter: ignore\ntorch.cuda.synchronize()  # porter: ignore[T999]\n"
+    assert [f.position.line for f in engine.check(src, opts(RenameCuda)).findings] == [4]
+    out = engine.fix(src, opts(RenameCuda)).source
+    assert out.count("torch.cuda.synchronize()") == 2 and out.count("wait_device_ops") == 1
+
+
+def test_fixes_that_never_converge_fail_the_file():
+    with pytest.raises(engine.PorterError, match="did not converge"):
+        engine.fix("h()\n", opts(NeverConverges))
+
+
+def test_fix_producing_invalid_code_fails_the_file():
+    with pytest.raises(engine.PorterError, match="does not parse"):
+        engine.fix("boom\n", opts(BreaksSyntax))
+
+
+def test_untouched_source_is_returned_identically():
+    src = "# nothing here\r\nx = 1\r\n"
+    result = engine.fix(src, opts(RenameCuda, Unsafe))
+    assert not result.changed and result.source == src
+
+
+def test_crlf_kept_in_inserted_statements():
+    src = "import torch\r\nfor i in x:\r\n    torch.cuda.synchronize()\r\n"
+    out = engine.fix(src, opts(RenameCuda, AppendMarker)).source
+    assert "\n" not in out.replace("\r\n", "")
+
+
+@pytest.mark.parametrize("src,needle", [
+    ("print 'hello'\n", "Python 2"),
+    ("def f(:\n", "syntax error at line 1"),
+    ("x = (\n", "syntax error"),
+])
+def test_parse_errors_are_one_line(src, needle):
+    with pytest.raises(engine.PorterError) as info:
+        engine.check(src, opts(RenameCuda))
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_prefilter_skips_rules():
+    assert engine.applicable_rules([RenameCuda, Unsafe], "x = 1") == [Unsafe]
+
+
+def test_ancestors_available_during_visit():
+    seen = []
+
+    class Probe(Rule):
+        code = "T006"
+        name = "t-probe"
+        target = "test"
+        summary = "records the parent of every call"
+        needs_text = ()
+
+        def visit_Call(self, node):
+            seen.append(type(self.ctx.parent).__name__)
+
+    engine.check("f(g())\n", opts(Probe))
+    assert seen == ["Expr", "Arg"]
