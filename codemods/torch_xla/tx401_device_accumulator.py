@@ -1,0 +1,241 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from porter.astutil import insert_after, method_name
+from porter.rules import Example, Fix, Rule, Safety, Severity
+
+from ._host_sync import ReadChecker, calls_to, enclosing_scope, loads, parent_map, read_outside, step_loop
+
+
+class DeviceAccumulator(Rule):
+    """
+    ## What it does
+    Finds running metrics summed on the host inside a training or evaluation loop
+    (`total_loss += loss.item()`, `correct += pred.eq(target).sum().item()`) and keeps the sum
+    on the device instead (`total_loss += loss.detach()`, `correct += pred.eq(target).sum()`).
+    When the accumulator is read after the loop, one statement after the loop turns it back
+    into a Python number:
+
+        if isinstance(total_loss, torch.Tensor):
+            total_loss = total_loss.item()
+
+    so the code after the loop sees the same Python type as before, also when the loop ran
+    zero times and the accumulator is still its initial `0`.
+
+    Reads of the accumulator inside the loop (the language-model pattern
+    `cur_loss = total_loss / log_interval; print('{:5.2f}'.format(cur_loss, math.exp(cur_loss)))`)
+    are allowed when every one of them prints the same for a 0-dim tensor as for a number:
+    arithmetic, then a format spec (f-string, `str.format`, numeric `%`), `math.*`, `float()`,
+    `int()`, or a step closure doing the same. Such a read transfers only in the steps that
+    reach it (the logging steps). Any other read (`print(acc)`, `str(acc)`, `round(acc, 2)`,
+    a comparison, a call of unknown code) leaves the statement reported but unchanged.
+
+    ## Why
+    On XLA `.item()` executes the pending graph and copies the value to the host: inside the
+    step that is an extra graph execution (and often an extra compilation) and a device-to-host
+    transfer every step. Summing on the device costs nothing; the value is read once.
+
+    ## Fix safety
+    Safe for counts (`.sum().item()` of a comparison): integer sums are exact, and the
+    accumulator is not read in the loop. Unsafe otherwise: a float sum accumulates in float32
+    on the device instead of Python's float64, so printed metrics can differ in their last
+    digits (and in-loop reads are computed in float32).
+    """
+
+    code = "TX401"
+    name = "device-accumulator"
+    target = "torch-xla"
+    summary = "acc += x.item() in the step -> accumulate on the device, read once after the loop"
+    severity = Severity.WARNING
+    needs_text = (".item(",)
+    examples = [
+        Example(
+            """
+            import torch
+
+            def test(model, loader):
+                correct = 0
+                with torch.no_grad():
+                    for data, target in loader:
+                        output = model(data)
+                        pred = output.argmax(dim=1, keepdim=True)
+                        correct += pred.eq(target.view_as(pred)).sum().item()
+                print(correct / len(loader.dataset))
+            """,
+            """
+            import torch
+
+            def test(model, loader):
+                correct = 0
+                with torch.no_grad():
+                    for data, target in loader:
+                        output = model(data)
+                        pred = output.argmax(dim=1, keepdim=True)
+                        correct += pred.eq(target.view_as(pred)).sum()
+                    if isinstance(correct, torch.Tensor):
+                        correct = correct.item()
+                print(correct / len(loader.dataset))
+            """,
+            title="a count: exact, safe",
+        ),
+        Example(
+            """
+            import torch
+
+            def train(model, loader, optimizer, criterion):
+                running_loss = 0.0
+                for inputs, labels in loader:
+                    optimizer.zero_grad()
+                    loss = criterion(model(inputs), labels)
+                    loss.backward()
+                    optimizer.step()
+                    running_loss += loss.item() * inputs.size(0)
+                return running_loss / len(loader.dataset)
+            """,
+            """
+            import torch
+
+            def train(model, loader, optimizer, criterion):
+                running_loss = 0.0
+                for inputs, labels in loader:
+                    optimizer.zero_grad()
+                    loss = criterion(model(inputs), labels)
+                    loss.backward()
+                    optimizer.step()
+                    running_loss += loss.detach() * inputs.size(0)
+                if isinstance(running_loss, torch.Tensor):
+                    running_loss = running_loss.item()
+                return running_loss / len(loader.dataset)
+            """,
+            unsafe=True,
+            title="a float sum: float32 on the device, unsafe",
+        ),
+        Example(
+            """
+            import math
+            import torch
+
+            def train(model, data, criterion, epoch, log_interval):
+                total_loss = 0.
+                for batch, (x, y) in enumerate(data):
+                    model.zero_grad()
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    total_loss += loss.item()
+                    if batch % log_interval == 0 and batch > 0:
+                        cur_loss = total_loss / log_interval
+                        print('| epoch {:3d} | loss {:5.2f} | ppl {:8.2f}'.format(epoch, cur_loss, math.exp(cur_loss)))
+                        total_loss = 0
+            """,
+            """
+            import math
+            import torch
+
+            def train(model, data, criterion, epoch, log_interval):
+                total_loss = 0.
+                for batch, (x, y) in enumerate(data):
+                    model.zero_grad()
+                    loss = criterion(model(x), y)
+                    loss.backward()
+                    total_loss += loss.detach()
+                    if batch % log_interval == 0 and batch > 0:
+                        cur_loss = total_loss / log_interval
+                        print('| epoch {:3d} | loss {:5.2f} | ppl {:8.2f}'.format(epoch, cur_loss, math.exp(cur_loss)))
+                        total_loss = 0
+            """,
+            unsafe=True,
+            title="read only in logging steps, through a format spec; not read after the loop",
+        ),
+        Example(
+            """
+            import torch
+
+            def train(model, loader, optimizer):
+                total = 0
+                for x, y in loader:
+                    loss = model(x, y)
+                    loss.backward()
+                    optimizer.step()
+                    total += loss.item()
+                    print(total)
+            """,
+            None,
+            title="printed with print(total): a tensor would print as tensor(...), so reported only",
+        ),
+    ]
+    valid = [
+        # outside a training loop
+        "import torch\ntotal = 0\nfor x in xs:\n    total += x.item()\n",
+        # already on the device
+        "import torch\nfor x, y in loader:\n    loss = f(x, y)\n    loss.backward()\n    total += loss.detach()\n",
+        # not a running sum
+        "import torch\nfor x, y in loader:\n    loss = f(x, y)\n    loss.backward()\n    step += 1\n",
+    ]
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if not isinstance(node.operator, cst.AddAssign) or not isinstance(node.target, cst.Name):
+            return
+        items = [c for c in calls_to(node.value, ("item",)) if not c.args]
+        if not items:
+            return
+        loop = step_loop(self.ctx)
+        if loop is None:
+            return
+        name = node.target.value
+        scope = enclosing_scope(self.ctx)
+        checker = ReadChecker(self.ctx, loop, scope)
+        reads_ok = checker.name_reads_safe(name, loop)
+        msg = (
+            f"`{name} += ....item()` in the step copies a value to the host every step; "
+            f"accumulate on the device and read `{name}` once after the loop"
+        )
+        if not reads_ok:
+            self.report(node, f"{msg} (not fixed: `{name}` is used in the loop as {checker.reason})")
+            return
+        edits = [self.replace(c, _without_item(c)) for c in items]
+        imports: tuple[str, ...] = ()
+        if read_outside(scope, loop, name):
+            torch = self.ctx.module_alias("torch")
+            convert = cst.parse_statement(
+                f"if isinstance({name}, {torch}.Tensor):\n    {name} = {name}.item()\n"
+            )
+            edits.append(self.replace(loop, insert_after([convert])))
+            imports = ("torch",)
+        read_in_loop = bool(_loads_in(loop, name))
+        exact = all(_is_count(c) for c in items) and not read_in_loop
+        safety = Safety.SAFE if exact else Safety.UNSAFE
+        if not exact:
+            msg += " (unsafe fix: a float sum runs in float32 on the device)"
+        self.report(node, msg, Fix(tuple(edits), safety, imports=imports))
+
+
+def _loads_in(loop: cst.CSTNode, name: str) -> list[cst.Name]:
+    parents = parent_map(loop)
+    return [n for n in loads(loop, name, parents) if not isinstance(parents.get(id(n)), cst.AugAssign)]
+
+
+def _is_count(item: cst.Call) -> bool:
+    """``<bool tensor>.sum().item()``: an exact integer count."""
+    recv = item.func.value  # type: ignore[attr-defined]
+    if not (isinstance(recv, cst.Call) and method_name(recv) == "sum" and not recv.args):
+        return False
+    inner = recv.func.value  # type: ignore[attr-defined]
+    return _is_bool(inner)
+
+
+def _is_bool(expr: cst.CSTNode) -> bool:
+    if isinstance(expr, cst.Comparison):
+        return True
+    if isinstance(expr, cst.Call) and method_name(expr) in ("eq", "ne", "gt", "lt", "ge", "le", "isnan", "isinf", "isfinite", "bool"):
+        return True
+    return False
+
+
+def _without_item(call: cst.Call) -> cst.BaseExpression:
+    """``x.item()`` -> ``x`` for a count (no gradient), else ``x.detach()`` (keeps the
+    accumulator from holding every step's autograd graph)."""
+    recv = call.func.value  # type: ignore[attr-defined]
+    if _is_count(call):
+        return recv.with_changes(lpar=call.lpar, rpar=call.rpar) if call.lpar else recv
+    return call.with_changes(func=call.func.with_changes(attr=cst.Name("detach")))  # type: ignore[attr-defined]
