@@ -1,0 +1,841 @@
+"""Shared analysis of the training-loop (TX2xx) and data-loading (TX3xx) rules.
+
+* :func:`kinds_of` tells what a name or attribute is bound to in this file (an optimizer, a
+  scheduler, a GradScaler, a DataLoader, an XLA device loader, a function parameter...), by
+  following its assignments from constructor calls resolved through the file's imports.
+* :func:`loop_source` finds the loader a ``for`` loop iterates (through ``enumerate``,
+  ``tqdm``, ``zip``) and :func:`plan_loader_wrap` decides whether TX301 can wrap it in
+  ``pl.MpDeviceLoader`` and which per-batch device moves then go away. TX202 asks the same
+  question so that a loop gets either a device loader or an explicit step marker, never both.
+* :func:`has_step_marker` finds an existing ``torch_xla.sync()``/``xm.mark_step()``/
+  ``with torch_xla.step()``.
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Optional, Sequence
+
+import libcst as cst
+
+from porter import astutil
+from porter.context import FileContext, dotted_name
+
+# Binding kinds -------------------------------------------------------------------------
+OPTIMIZER = "optimizer"
+SCHEDULER = "scheduler"
+SCALER = "scaler"
+DATALOADER = "dataloader"
+DEVICE_LOADER = "device_loader"
+PARAM = "param"
+OTHER = "other"
+
+DATALOADER_NAMES = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
+DEVICE_LOADER_NAMES = (
+    "torch_xla.distributed.parallel_loader.MpDeviceLoader",
+    "torch_xla.distributed.parallel_loader.ParallelLoader",
+)
+SCALER_NAMES = (
+    "torch.cuda.amp.GradScaler",
+    "torch.amp.GradScaler",
+    "torch.cpu.amp.GradScaler",
+    "torch.amp.grad_scaler.GradScaler",
+    "torch.cuda.amp.grad_scaler.GradScaler",
+    "torch_xla.amp.GradScaler",
+)
+STEP_MARKERS = (
+    "torch_xla.sync",
+    "torch_xla.step",
+    "torch_xla.core.xla_model.mark_step",
+    "torch_xla.torch_xla.sync",
+    "torch_xla.torch_xla.step",
+)
+MULTIPROCESS_CALLS = (
+    "torch_xla.launch",
+    "torch_xla.distributed.xla_multiprocessing.spawn",
+    "torch.multiprocessing.spawn",
+    "torch.multiprocessing.start_processes",
+    "torch.distributed.init_process_group",
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+)
+DISTRIBUTED_SAMPLER_NAMES = (
+    "torch.utils.data.distributed.DistributedSampler",
+    "torch.utils.data.DistributedSampler",
+)
+_SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+
+
+def classify_value(value: cst.CSTNode, ctx: FileContext, optimizer_classes: frozenset[str] = frozenset()) -> str:
+    """The kind of object an assignment's right-hand side builds."""
+    if isinstance(value, cst.Call):
+        if astutil.method_name(value) == "per_device_loader":
+            return DEVICE_LOADER
+        q = ctx.qualname(value.func) or ""
+        if q.startswith(("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")):
+            return SCHEDULER
+        if q in SCALER_NAMES:
+            return SCALER
+        if q.startswith("torch.optim.") and q.rsplit(".", 1)[1][:1].isupper() and q.rsplit(".", 1)[1] != "Optimizer":
+            return OPTIMIZER
+        if dotted_name(value.func) in optimizer_classes:
+            return OPTIMIZER
+        if q in DATALOADER_NAMES:
+            return DATALOADER
+        if q in DEVICE_LOADER_NAMES:
+            return DEVICE_LOADER
+    return OTHER
+
+
+@dataclass
+class Index:
+    """Assignments of the file, per scope and file-wide."""
+
+    # id(scope node) -> name -> kinds bound in that scope (Names only)
+    scoped: dict[int, dict[str, set[str]]] = field(default_factory=dict)
+    # dotted key ("optimizer", "self.optimizer", "optimizers[]") -> kinds, anywhere in the file
+    filewide: dict[str, set[str]] = field(default_factory=dict)
+    # id(function node) -> parameter names
+    params: dict[int, set[str]] = field(default_factory=dict)
+    # keys bound to dict literals (for **kwargs analysis): key -> list of dict nodes or None
+    dicts: dict[str, list] = field(default_factory=dict)
+    # names called as functions anywhere (qualnames), for "is this script multi-process"
+    calls: set[str] = field(default_factory=set)
+    set_epoch_called: bool = False
+
+
+_CACHE: "weakref.WeakKeyDictionary[FileContext, tuple[cst.Module, Index]]" = weakref.WeakKeyDictionary()
+
+
+def index(ctx: FileContext) -> Index:
+    cached = _CACHE.get(ctx)
+    if cached is not None and cached[0] is ctx.module:
+        return cached[1]
+    idx = _build(ctx)
+    _CACHE[ctx] = (ctx.module, idx)
+    return idx
+
+
+def _optimizer_classes(ctx: FileContext) -> frozenset[str]:
+    names = set()
+    for node in astutil.walk(ctx.module, into_functions=True):
+        if isinstance(node, cst.ClassDef):
+            for base in node.bases:
+                q = ctx.qualname(base.value) or ""
+                if (q.startswith("torch.optim.") and not q.startswith(("torch.optim.lr_scheduler", "torch.optim.swa_utils"))) or dotted_name(base.value) in names:
+                    names.add(node.name.value)
+    return frozenset(names)
+
+
+def _build(ctx: FileContext) -> Index:
+    idx = Index()
+    opt_classes = _optimizer_classes(ctx)
+
+    def bind(scope: cst.CSTNode, target: cst.CSTNode, kind: str, value: Optional[cst.CSTNode] = None) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            values = None
+            if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(target.elements):
+                values = [e.value for e in value.elements]
+            for i, el in enumerate(target.elements):
+                if values is not None:
+                    bind(scope, el.value, classify_value(values[i], ctx, opt_classes), values[i])
+                else:
+                    bind(scope, el.value, OTHER)
+            return
+        if isinstance(target, cst.StarredElement):
+            target = target.value
+        key = dotted_name(target)
+        if key is None:
+            return
+        idx.filewide.setdefault(key, set()).add(kind)
+        if isinstance(target, cst.Name):
+            idx.scoped.setdefault(id(scope), {}).setdefault(key, set()).add(kind)
+        idx.dicts.setdefault(key, []).append(value if isinstance(value, cst.Dict) else None)
+        if value is not None:
+            if isinstance(value, (cst.List, cst.Tuple)) and value.elements:
+                kinds = {classify_value(e.value, ctx, opt_classes) for e in value.elements}
+                if len(kinds) == 1:
+                    idx.filewide.setdefault(key + "[]", set()).update(kinds)
+
+    def visit(node: cst.CSTNode, scope: cst.CSTNode) -> None:
+        if isinstance(node, (cst.FunctionDef, cst.Lambda)):
+            names = {p.name.value for p in _all_params(node.params)}
+            idx.params[id(node)] = names
+            for child in node.children:
+                visit(child, node)
+            return
+        if isinstance(node, cst.ClassDef):
+            for child in node.children:
+                visit(child, node)
+            return
+        if isinstance(node, cst.Assign):
+            for t in node.targets:
+                bind(scope, t.target, classify_value(node.value, ctx, opt_classes), node.value)
+        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+            bind(scope, node.target, classify_value(node.value, ctx, opt_classes), node.value)
+        elif isinstance(node, cst.AugAssign):
+            bind(scope, node.target, OTHER)
+        elif isinstance(node, (cst.For, cst.CompFor)):
+            bind(scope, node.target, OTHER)
+        elif isinstance(node, cst.WithItem) and node.asname is not None:
+            bind(scope, node.asname.name, OTHER)
+        elif isinstance(node, cst.NamedExpr):
+            bind(scope, node.target, classify_value(node.value, ctx, opt_classes), node.value)
+        elif isinstance(node, cst.Call):
+            q = ctx.qualname(node.func)
+            if q:
+                idx.calls.add(q)
+            if astutil.method_name(node) == "set_epoch":
+                idx.set_epoch_called = True
+            if astutil.method_name(node) == "update" and isinstance(node.func, cst.Attribute):
+                key = dotted_name(node.func.value)
+                if key is not None:
+                    a = node.args[0].value if len(node.args) == 1 and node.args[0].keyword is None and not node.args[0].star else None
+                    idx.dicts.setdefault(key, []).append(("update", a, node))
+        for child in node.children:
+            visit(child, scope)
+
+    visit(ctx.module, ctx.module)
+    return idx
+
+
+def _all_params(params: cst.Parameters) -> Iterator[cst.Param]:
+    yield from params.posonly_params
+    yield from params.params
+    yield from params.kwonly_params
+    if isinstance(params.star_arg, cst.Param):
+        yield params.star_arg
+    if params.star_kwarg is not None:
+        yield params.star_kwarg
+
+
+def kinds_of(expr: cst.CSTNode, ctx: FileContext) -> tuple[set[str], set[str]]:
+    """(kinds bound in the nearest scope that binds ``expr``, kinds bound anywhere in the file).
+
+    The nearest scope's set contains PARAM when the name is a parameter of that function.
+    Attributes (``self.loader``) and subscripts (``optimizers[0]``, key ``optimizers[]``)
+    only have file-wide bindings.
+    """
+    idx = index(ctx)
+    if isinstance(expr, cst.Subscript):
+        key = dotted_name(expr.value)
+        return set(), set(idx.filewide.get(key + "[]", ())) if key else set()
+    key = dotted_name(expr)
+    if key is None:
+        return set(), set()
+    filewide = set(idx.filewide.get(key, ()))
+    if not isinstance(expr, cst.Name):
+        return set(), filewide
+    for scope in [a for a in reversed(ctx.ancestors) if isinstance(a, _SCOPES)] + [ctx.module]:
+        local = set(idx.scoped.get(id(scope), {}).get(key, ()))
+        if key in idx.params.get(id(scope), ()):
+            local.add(PARAM)
+        if local:
+            return local, filewide
+    return set(), filewide
+
+
+def looks_like_optimizer_name(node: cst.CSTNode) -> bool:
+    if isinstance(node, cst.Subscript):
+        node = node.value
+    if isinstance(node, cst.Attribute):
+        node = node.attr
+    if not isinstance(node, cst.Name):
+        return False
+    name = node.value.lower()
+    return "opt" in name and "sched" not in name and "scaler" not in name and "option" not in name
+
+
+def optimizer_resolution(expr: cst.CSTNode, ctx: FileContext) -> Optional[str]:
+    """"resolved" (built by a torch.optim constructor), "param" (a parameter named like an
+    optimizer, nothing else known), "name" (only the name suggests it) or None."""
+    local, filewide = kinds_of(expr, ctx)
+    bad = {SCHEDULER, SCALER, DEVICE_LOADER, DATALOADER}
+    if local & bad:
+        return None
+    if OPTIMIZER in local:
+        return "resolved"
+    if local - {PARAM}:
+        # bound locally to something we do not know: only the name speaks for it
+        return "name" if looks_like_optimizer_name(expr) else None
+    if filewide & bad:
+        return None
+    if OPTIMIZER in filewide:
+        return "resolved"
+    if PARAM in local and looks_like_optimizer_name(expr):
+        return "param"
+    if looks_like_optimizer_name(expr):
+        return "name"
+    return None
+
+
+def _says_loader(expr: cst.CSTNode) -> bool:
+    return isinstance(expr, cst.Name) and "loader" in expr.value.lower()
+
+
+def loader_resolution(expr: cst.CSTNode, ctx: FileContext) -> Optional[str]:
+    """DATALOADER, DEVICE_LOADER or None for an iterated expression."""
+    if isinstance(expr, cst.Call):
+        q = ctx.qualname(expr.func)
+        if q in DATALOADER_NAMES:
+            return DATALOADER
+        if q in DEVICE_LOADER_NAMES or astutil.method_name(expr) == "per_device_loader":
+            return DEVICE_LOADER
+        return None
+    local, filewide = kinds_of(expr, ctx)
+    if DEVICE_LOADER in local:
+        return DEVICE_LOADER
+    rest = local - {PARAM}
+    if rest:
+        return DATALOADER if rest == {DATALOADER} else None
+    if DEVICE_LOADER in filewide:
+        return DEVICE_LOADER
+    if filewide and filewide == {DATALOADER}:
+        return DATALOADER
+    if PARAM in local and _says_loader(expr):
+        return DATALOADER
+    return None
+
+
+def has_step_marker(loop: cst.CSTNode, ctx: FileContext) -> bool:
+    for n in astutil.walk(loop.body):  # type: ignore[attr-defined]
+        if isinstance(n, cst.Call):
+            q = ctx.qualname(n.func)
+            if q in STEP_MARKERS:
+                return True
+            if q == "torch_xla.core.xla_model.optimizer_step":
+                barrier = astutil.arg(n, "barrier", 1)
+                if barrier is not None and not (isinstance(barrier.value, cst.Name) and barrier.value.value in ("False", "None")):
+                    return True
+    return False
+
+
+# Loop sources ----------------------------------------------------------------------------
+@dataclass
+class LoopSource:
+    loader: cst.BaseExpression  # the expression to wrap (or already a device loader)
+    kind: Optional[str]  # DATALOADER, DEVICE_LOADER or None (an iterable we do not know)
+    batch_target: Optional[cst.BaseExpression]  # the part of the loop target bound to a batch
+    key: Optional[str]  # dotted name of the loader, for linking loops to DataLoader bindings
+    zipped: bool = False
+
+
+def _is_tqdm(func: cst.CSTNode, ctx: FileContext) -> bool:
+    q = ctx.qualname(func) or dotted_name(func) or ""
+    return q == "tqdm" or q.endswith(".tqdm") or q in ("tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm")
+
+
+def loop_source(loop: cst.For, ctx: FileContext) -> list[LoopSource]:
+    """What a for loop iterates: one LoopSource, several under ``zip``, or none."""
+    it: cst.BaseExpression = loop.iter
+    target: Optional[cst.BaseExpression] = loop.target
+    for _ in range(4):
+        if not isinstance(it, cst.Call) or not it.args or it.args[0].keyword is not None or it.args[0].star:
+            break
+        q = ctx.qualname(it.func)
+        if q == "builtins.enumerate":
+            it = it.args[0].value
+            if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+                target = target.elements[1].value
+            else:
+                target = None
+        elif _is_tqdm(it.func, ctx):
+            it = it.args[0].value
+        elif q == "builtins.zip":
+            out = []
+            elements = target.elements if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == len(it.args) else None
+            for i, a in enumerate(it.args):
+                if a.keyword is not None or a.star:
+                    continue
+                sub = loop_source(loop.with_changes(iter=a.value, target=elements[i].value if elements else cst.Name("_")), ctx)
+                for s in sub:
+                    out.append(LoopSource(s.loader, s.kind, s.batch_target if elements else None, s.key, True))
+            return out
+        else:
+            break
+    kind = loader_resolution(it, ctx)
+    key = dotted_name(it)
+    if kind == DEVICE_LOADER and isinstance(it, cst.Call) and it.args:
+        key = dotted_name(it.args[0].value)  # the CPU loader inside MpDeviceLoader(...)
+    return [LoopSource(it, kind, target, key)]
+
+
+# Per-batch device moves -----------------------------------------------------------------
+_DTYPES = {
+    "float", "float32", "float64", "double", "half", "float16", "bfloat16", "int", "int32",
+    "int64", "long", "int8", "int16", "short", "uint8", "bool", "complex64", "complex128",
+}
+
+
+def _to_arg_kind(expr: cst.BaseExpression, ctx: FileContext) -> str:
+    """"xla" (the default accelerator: cuda strings/indices), "device" (a device value to
+    reuse), "dtype", "cpu" or "unknown"."""
+    s = astutil.string_value(expr)
+    if s is not None:
+        if s.startswith(("cuda", "xla")):
+            return "xla"
+        return "cpu" if s == "cpu" else "unknown"
+    if isinstance(expr, cst.Integer):
+        return "xla"
+    if isinstance(expr, cst.Call):
+        q = ctx.qualname(expr.func)
+        if q in ("torch_xla.device", "torch_xla.core.xla_model.xla_device", "torch_xla.torch_xla.device"):
+            return "xla"
+        if q == "torch.device":
+            a = expr.args[0].value if expr.args else None
+            if a is not None and astutil.string_value(a) == "cpu":
+                return "cpu"
+            return "xla"
+        return "unknown"
+    q = ctx.qualname(expr)
+    if q and q.startswith("torch.") and q.split(".", 1)[1] in _DTYPES:
+        return "dtype"
+    name = dotted_name(expr)
+    if name is None:
+        return "unknown"
+    last = name.rsplit(".", 1)[-1].lower()
+    if "dtype" in last:
+        return "dtype"
+    if "device" in last or last in ("dev", "rank", "local_rank", "gpu", "gpu_id", "device_id"):
+        return "device"
+    return "unknown"
+
+
+@dataclass
+class Move:
+    call: cst.Call
+    device: Optional[cst.BaseExpression]  # a reusable device expression, None: torch_xla.device()
+
+
+def as_device_move(call: cst.CSTNode, ctx: FileContext) -> Optional[Move]:
+    """``x.to(device)``, ``x.to(device, non_blocking=True)``, ``x.cuda()``, ``x.to('cuda')``."""
+    m = astutil.method_name(call)
+    if not isinstance(call, cst.Call) or m not in ("to", "cuda"):
+        return None
+    if any(a.star for a in call.args):
+        return None
+    if m == "cuda":
+        return Move(call, None)
+    dev = astutil.arg(call, "device")
+    positional = [a for a in call.args if a.keyword is None]
+    if dev is None and positional:
+        kind = _to_arg_kind(positional[0].value, ctx)
+        if kind not in ("xla", "device"):
+            return None
+        dev = positional[0]
+    if dev is None:
+        return None
+    kind = _to_arg_kind(dev.value, ctx)
+    if kind not in ("xla", "device"):
+        return None
+    return Move(call, dev.value if kind == "device" else None)
+
+
+def strip_move(call: cst.CSTNode) -> cst.CSTNode:
+    """``x.to(device[, dtype])`` -> ``x`` (or ``x.to(dtype)``); ``x.cuda()`` -> ``x``.
+
+    Works on the node after other rules' edits (``.cuda()`` already rewritten to
+    ``.to(torch_xla.device())``): anything but a ``.to``/``.cuda`` call is returned as it is.
+    """
+    if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)):
+        return call
+    receiver = call.func.value
+    m = call.func.attr.value
+    if m == "cuda":
+        return receiver
+    if m != "to":
+        return call
+    keep = []
+    positional_seen = 0
+    for a in call.args:
+        if a.keyword is None:
+            positional_seen += 1
+            if positional_seen == 1 and astutil.arg(call, "device") is None:
+                continue  # the device
+            keep.append(a.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+        elif a.keyword.value in ("device", "non_blocking"):
+            continue
+        else:
+            keep.append(a.with_changes(comma=cst.MaybeSentinel.DEFAULT))
+    if not any(a.keyword is None or a.keyword.value == "dtype" for a in keep):
+        return receiver
+    return call.with_changes(args=keep)
+
+
+def _root(expr: cst.CSTNode) -> Optional[str]:
+    """The variable a value is taken from: ``batch['x'][0]`` -> batch, ``x.view(-1).float()`` -> x."""
+    while True:
+        if isinstance(expr, cst.Subscript):
+            expr = expr.value
+        elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+            expr = expr.func.value
+        elif isinstance(expr, cst.Name):
+            return expr.value
+        else:
+            return None
+
+
+def _names(target: cst.CSTNode) -> Iterator[str]:
+    if isinstance(target, cst.Name):
+        yield target.value
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for e in target.elements:
+            yield from _names(e.value)
+    elif isinstance(target, cst.StarredElement):
+        yield from _names(target.value)
+
+
+@dataclass
+class WrapPlan:
+    loader: cst.BaseExpression
+    device: Optional[str]  # code of the device expression; None -> torch_xla.device()
+    drop_calls: list[cst.Call] = field(default_factory=list)  # moves replaced by their receiver
+    drop_statements: list[cst.CSTNode] = field(default_factory=list)  # whole statements removed
+    problem: Optional[str] = None  # why it cannot be wrapped safely (report only)
+
+
+def _structural(expr: cst.CSTNode, pristine: set[str], ctx: FileContext) -> bool:
+    """A value that is (part of) a batch: a batch name, an index into it, a method chain on
+    it (``x.view(-1)``, ``x.float()``), or a device move of those; tuples of those."""
+    if isinstance(expr, (cst.Tuple, cst.List)):
+        return bool(expr.elements) and all(_structural(e.value, pristine, ctx) for e in expr.elements)
+    r = _root(expr)
+    return r is not None and r in pristine
+
+
+def _comprehension_move(value: cst.CSTNode, target_name: str, ctx: FileContext) -> bool:
+    """``{k: v.to(device) for k, v in batch.items()}`` / ``tuple(t.to(device) for t in batch)``
+    / ``[t.to(device) for t in batch]`` rebinding ``batch``."""
+    comp = value
+    if isinstance(value, cst.Call) and ctx.qualname(value.func) in ("builtins.tuple", "builtins.list") and len(value.args) == 1:
+        comp = value.args[0].value
+    if isinstance(comp, cst.DictComp):
+        elt = comp.value
+        key_ok = isinstance(comp.key, cst.Name)
+    elif isinstance(comp, (cst.GeneratorExp, cst.ListComp)):
+        elt = comp.elt
+        key_ok = True
+    else:
+        return False
+    f = comp.for_in
+    if not key_ok or f.inner_for_in is not None or f.ifs:
+        return False
+    it = f.iter
+    if isinstance(comp, cst.DictComp):
+        if not (astutil.method_name(it) == "items" and isinstance(it.func.value, cst.Name) and it.func.value.value == target_name):  # type: ignore[union-attr]
+            return False
+        if not (isinstance(f.target, cst.Tuple) and len(f.target.elements) == 2):
+            return False
+        var = f.target.elements[1].value
+    else:
+        if not (isinstance(it, cst.Name) and it.value == target_name):
+            return False
+        var = f.target
+    move = as_device_move(elt, ctx)
+    return (
+        move is not None
+        and isinstance(var, cst.Name)
+        and isinstance(move.call.func, cst.Attribute)
+        and isinstance(move.call.func.value, cst.Name)
+        and move.call.func.value.value == var.value
+    )
+
+
+def plan_loader_wrap(loop: cst.For, ctx: FileContext) -> Optional[WrapPlan]:
+    """How TX301 ports this loop, or None when it does not apply (not a DataLoader, already a
+    device loader, or the loop already has an explicit step marker)."""
+    sources = loop_source(loop, ctx)
+    if len(sources) != 1 or sources[0].kind != DATALOADER:
+        if any(s.kind == DATALOADER for s in sources) and not has_step_marker(loop, ctx):
+            names = ", ".join(dotted_name(s.loader) or "loader" for s in sources if s.kind == DATALOADER)
+            return WrapPlan(sources[0].loader, None, problem=(
+                f"this loop zips loaders ({names}): porter does not wrap them; wrap each in "
+                "pl.MpDeviceLoader(loader, device) and drop the per-batch .to(device) by hand "
+                "(a torch_xla.sync() at the end of the body keeps it correct meanwhile)"))
+        return None
+    if has_step_marker(loop, ctx):
+        return None
+    src = sources[0]
+    plan = WrapPlan(src.loader, None)
+    pristine: set[str] = set(_names(src.batch_target)) if src.batch_target is not None else set()
+    batch_names = set(pristine)
+    parents: dict[str, set[str]] = {n: set() for n in pristine}
+    covered: set[str] = set()
+    used: dict[str, cst.CSTNode] = {}
+    devices: list[Optional[str]] = []
+    rebound_in_body: set[str] = set()
+    for n in astutil.walk(loop.body):
+        if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
+            for t in targets:
+                rebound_in_body.update(_names(t))
+
+    def note_move(move: Move) -> None:
+        if move.device is None:
+            devices.append(None)
+        else:
+            devices.append(cst.Module([]).code_for_node(move.device))
+
+    def scan(node: cst.CSTNode) -> None:
+        """Loads in ``node``: drop moves of batch values, record other uses."""
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return
+        move = as_device_move(node, ctx)
+        if move is not None and _root(move.call.func.value) in pristine:  # type: ignore[union-attr]
+            root = _root(move.call.func.value)  # type: ignore[union-attr]
+            covered.add(root)  # type: ignore[arg-type]
+            plan.drop_calls.append(move.call)
+            note_move(move)
+            inner = move.call.func.value  # type: ignore[union-attr]
+            if not isinstance(inner, cst.Name):
+                scan_children(inner)
+            for a in move.call.args:
+                scan(a.value)
+            return
+        if isinstance(node, cst.Name):
+            if node.value in pristine and node.value not in used:
+                used[node.value] = node
+            return
+        scan_children(node)
+
+    def scan_children(node: cst.CSTNode) -> None:
+        if isinstance(node, cst.Attribute):
+            scan(node.value)
+            return
+        if isinstance(node, cst.Arg):
+            scan(node.value)
+            return
+        for c in node.children:
+            scan(c)
+
+    def statement(stmt: cst.CSTNode, line: Optional[cst.SimpleStatementLine]) -> None:
+        if isinstance(stmt, cst.Assign) and len(stmt.targets) == 1:
+            target = stmt.targets[0].target
+            names = list(_names(target))
+            if isinstance(target, cst.Name) and target.value in pristine and _comprehension_move(stmt.value, target.value, ctx):
+                covered.add(target.value)
+                devices.append(_comp_device(stmt.value, ctx))
+                plan.drop_statements.append(line if line is not None and len(line.body) == 1 else stmt)
+                return
+            structural = _structural(stmt.value, pristine, ctx)
+            before = len(plan.drop_calls)
+            scan(stmt.value)
+            if structural:
+                sources = {r for r in _roots(stmt.value) if r in pristine}
+                for name in names:
+                    parents.setdefault(name, set()).update(sources - {name})
+                pristine.update(names)
+                # `a, b = a.to(d), b.to(d)` / `x = x.to(d)`: nothing left once the moves go
+                if len(plan.drop_calls) > before and _identity_after_drop(target, stmt.value, set(plan.drop_calls[before:])):
+                    del plan.drop_calls[before:]
+                    plan.drop_statements.append(line if line is not None and len(line.body) == 1 else stmt)
+                    for name in names:
+                        if used.get(name) is not None and _inside(used[name], stmt.value):
+                            del used[name]
+            else:
+                pristine.difference_update(names)
+            return
+        if isinstance(stmt, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+            scan(stmt)
+            targets = [t.target for t in stmt.targets] if isinstance(stmt, cst.Assign) else [stmt.target]
+            for t in targets:
+                pristine.difference_update(_names(t))
+            return
+        scan(stmt)
+
+    def block(body: Sequence[cst.CSTNode]) -> None:
+        for stmt in body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    statement(small, stmt)
+            elif isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                continue
+            else:
+                compound(stmt)
+
+    def compound(stmt: cst.CSTNode) -> None:
+        for c in stmt.children:
+            if isinstance(c, (cst.IndentedBlock,)):
+                block(c.body)
+            elif isinstance(c, cst.SimpleStatementSuite):
+                for small in c.body:
+                    statement(small, None)
+            elif isinstance(c, (cst.BaseSuite,)):
+                continue
+            elif isinstance(c, (cst.If, cst.Else, cst.ExceptHandler, cst.Finally, cst.ExceptStarHandler)):
+                compound(c)
+            elif isinstance(c, cst.BaseExpression) or isinstance(c, cst.WithItem):
+                scan(c)
+
+    block(loop.body.body if isinstance(loop.body, cst.IndentedBlock) else [])
+    if isinstance(loop.body, cst.SimpleStatementSuite):
+        for small in loop.body.body:
+            statement(small, None)
+
+    def is_covered(name: str, seen: frozenset = frozenset()) -> bool:
+        if name in covered:
+            return True
+        return any(p not in seen and is_covered(p, seen | {name}) for p in parents.get(name, ()))
+
+    def has_covered_child(name: str) -> bool:
+        return any(name in ps and (c in covered or has_covered_child(c)) for c, ps in parents.items() if c != name)
+
+    if plan.drop_calls or plan.drop_statements:
+        cpu = sorted(n for n in used if not is_covered(n) and not has_covered_child(n))
+        if cpu:
+            return WrapPlan(src.loader, None, problem=(
+                f"batch value{'s' if len(cpu) > 1 else ''} {', '.join(cpu)} "
+                f"{'are' if len(cpu) > 1 else 'is'} used without a move to the device, so "
+                "pl.MpDeviceLoader, which moves every tensor of the batch, could change what "
+                "runs on the CPU: wrap the loader in pl.MpDeviceLoader(loader, device) by hand "
+                "once those values may live on the XLA device"))
+    distinct = {d for d in devices if d is not None}
+    device = None
+    if len(distinct) == 1:
+        (device,) = distinct
+        root = device.split(".")[0].split("(")[0]
+        if root in rebound_in_body or root in batch_names:
+            device = None
+    plan.device = device
+    return plan
+
+
+def _comp_device(value: cst.CSTNode, ctx: FileContext) -> Optional[str]:
+    for n in astutil.walk(value):
+        m = as_device_move(n, ctx)
+        if m is not None:
+            return None if m.device is None else cst.Module([]).code_for_node(m.device)
+    return None
+
+
+def _roots(expr: cst.CSTNode) -> Iterator[str]:
+    if isinstance(expr, (cst.Tuple, cst.List)):
+        for e in expr.elements:
+            yield from _roots(e.value)
+    else:
+        r = _root(expr)
+        if r is not None:
+            yield r
+
+
+def _identity_after_drop(target: cst.CSTNode, value: cst.CSTNode, dropped: set) -> bool:
+    """After replacing the dropped moves by their receivers, is ``target = value`` a no-op?"""
+    if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)):
+        return len(target.elements) == len(value.elements) and all(
+            _identity_after_drop(t.value, v.value, dropped) for t, v in zip(target.elements, value.elements)
+        )
+    if isinstance(target, cst.Name) and isinstance(value, cst.Call) and value in dropped:
+        stripped = strip_move(value)
+        return isinstance(stripped, cst.Name) and stripped.value == target.value
+    return False
+
+
+def _inside(node: cst.CSTNode, container: cst.CSTNode) -> bool:
+    return any(n is node for n in astutil.walk(container, into_functions=True))
+
+
+# Loop-body edits -----------------------------------------------------------------------
+def own_continues(loop: cst.CSTNode) -> list[tuple[cst.Continue, Optional[cst.SimpleStatementLine]]]:
+    """``continue`` statements of this loop (not of nested loops), with the line holding them
+    when it holds nothing else (else None: the continue sits in a one-line suite)."""
+    out: list = []
+
+    def visit(node: cst.CSTNode, line: Optional[cst.SimpleStatementLine]) -> None:
+        if isinstance(node, (cst.For, cst.While)) and node is not loop:
+            # a nested loop's body continues that loop; its else-clause belongs to ours
+            if node.orelse is not None:
+                visit(node.orelse, None)
+            return
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return
+        if isinstance(node, cst.Continue):
+            out.append((node, line))
+            return
+        if isinstance(node, cst.SimpleStatementLine):
+            for small in node.body:
+                visit(small, node if len(node.body) == 1 else None)
+            return
+        for c in node.children:
+            visit(c, None)
+
+    visit(loop.body, None)  # type: ignore[attr-defined]
+    return out
+
+
+def sync_statement(ctx: FileContext) -> cst.SimpleStatementLine:
+    return cst.parse_statement(f"{ctx.module_alias('torch_xla')}.sync()")  # type: ignore[return-value]
+
+
+def sync_before(ctx: FileContext) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """Replacement callable for a ``continue``: ``torch_xla.sync(); continue``."""
+    expr = cst.Expr(cst.parse_expression(f"{ctx.module_alias('torch_xla')}.sync()"))
+
+    def apply(updated: cst.CSTNode):
+        return cst.FlattenSentinel([expr, updated])
+
+    return apply
+
+
+def dataloader_binding_key(ctx: FileContext) -> Optional[str]:
+    """For a DataLoader(...) call being visited: the name it is assigned to, if any."""
+    parent = ctx.parent
+    node = ctx.ancestors[-1]
+    if isinstance(parent, cst.Assign) and parent.value is node and len(parent.targets) == 1:
+        return dotted_name(parent.targets[0].target)
+    if isinstance(parent, cst.AnnAssign) and parent.value is node:
+        return dotted_name(parent.target)
+    return None
+
+
+def kwargs_keys(call: cst.Call, ctx: FileContext) -> Optional[set[str]]:
+    """The keyword names a call may receive, including those of ``**name`` when ``name`` is
+    only ever bound to dict literals and updated with dict literals (or such names); None
+    when unknown."""
+    keys = {a.keyword.value for a in call.args if a.keyword is not None}
+    idx = index(ctx)
+    for a in call.args:
+        if a.star == "**":
+            more = _dict_keys(a.value, idx, depth=0)
+            if more is None:
+                return None
+            keys |= more
+    return keys
+
+
+def _dict_keys(expr: cst.CSTNode, idx: Index, depth: int) -> Optional[set[str]]:
+    if depth > 3:
+        return None
+    if isinstance(expr, cst.Dict):
+        keys = set()
+        for el in expr.elements:
+            if isinstance(el, cst.StarredDictElement):
+                return None
+            k = astutil.string_value(el.key)
+            if k is None:
+                return None
+            keys.add(k)
+        return keys
+    if isinstance(expr, cst.Call) and dotted_name(expr.func) == "dict" and not expr.args:
+        return set()
+    if isinstance(expr, cst.Call) and dotted_name(expr.func) == "dict":
+        if all(a.keyword is not None for a in expr.args):
+            return {a.keyword.value for a in expr.args}  # type: ignore[union-attr]
+        return None
+    key = dotted_name(expr)
+    if key is None or key not in idx.dicts:
+        return None
+    keys: set[str] = set()
+    for entry in idx.dicts[key]:
+        if entry is None:
+            return None
+        if isinstance(entry, tuple):
+            _, arg_value, _call = entry
+            if arg_value is None:
+                return None
+            more = _dict_keys(arg_value, idx, depth + 1)
+        else:
+            more = _dict_keys(entry, idx, depth + 1)
+        if more is None:
+            return None
+        keys |= more
+    return keys
