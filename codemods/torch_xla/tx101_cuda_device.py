@@ -1,0 +1,159 @@
+import libcst as cst
+
+from porter.astutil import arg
+from porter.rules import Example, Fix, Rule, Severity
+
+from ._tables import TORCH_XLA, choice_replacement, device_choice, is_cuda_string, xla_device_expr
+
+
+class CudaDevice(Rule):
+    """
+    ## What it does
+    Rewrites CUDA device objects to the XLA device:
+    `torch.device('cuda')`, `torch.device('cuda:0')`, `torch.device('cuda', rank)` and
+    `torch.device(f'cuda:{rank}')` become `torch_xla.device()`. The idiom
+    `torch.device('cuda' if torch.cuda.is_available() else 'cpu')` (or the same choice between
+    two strings) becomes `torch_xla.device()`; when the condition also holds a user's choice
+    (`'cuda' if use_cuda else 'cpu'`) the choice is kept:
+    `torch_xla.device() if use_cuda else torch.device('cpu')`.
+
+    ## Why
+    There is no CUDA device on a TPU host; the port must run on the XLA device. Under PJRT
+    every process owns its device(s), so a CUDA index or rank is not needed: inside a process
+    started by `torch_xla.launch`, `torch_xla.device()` is that process's device. Importing
+    torch_xla always selects a PJRT device (TPU, NEURON or, failing those, CPU; measured: with
+    `PJRT_DEVICE` unset `xr.device_type()` is `'CPU'` after import), so an availability test
+    alone has nothing left to decide.
+
+    ## Fix safety
+    Safe. Code that only chose between CUDA and CPU by availability now always takes the XLA
+    device (on a host without TPU that is XLA:CPU). A choice that includes a user flag is kept.
+    Note that `torch_xla.device()` initializes the XLA runtime: at module level of a script that
+    later calls `torch_xla.launch`, move the device line into the launched function.
+    """
+
+    code = "TX101"
+    name = "cuda-device"
+    target = "torch-xla"
+    summary = "torch.device('cuda'...) and 'cuda' if available else 'cpu' -> torch_xla.device()"
+    severity = Severity.ERROR
+    needs_text = ("cuda",)
+    examples = [
+        Example(
+            """
+            import torch
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            """,
+            """
+            import torch
+            import torch_xla
+
+            device = torch_xla.device()
+            """,
+            title="availability only",
+        ),
+        Example(
+            """
+            import torch
+
+            def main(args):
+                use_cuda = args.use_cuda
+                device = torch.device("cuda" if use_cuda else "cpu")
+            """,
+            """
+            import torch
+            import torch_xla
+
+            def main(args):
+                use_cuda = args.use_cuda
+                device = torch_xla.device() if use_cuda else torch.device("cpu")
+            """,
+            title="the user's choice is kept",
+        ),
+        Example(
+            """
+            import torch
+
+            def worker(rank):
+                a = torch.device("cuda", rank)
+                b = torch.device(f"cuda:{rank}")
+                c = torch.device("cuda:0")
+            """,
+            """
+            import torch
+            import torch_xla
+
+            def worker(rank):
+                a = torch_xla.device()
+                b = torch_xla.device()
+                c = torch_xla.device()
+            """,
+        ),
+        Example(
+            """
+            import torch
+
+            DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+            x = torch.zeros(3).to("cpu" if args.cpu else "cuda")
+            """,
+            """
+            import torch
+            import torch_xla
+
+            DEVICE = torch_xla.device()
+            x = torch.zeros(3).to("cpu" if args.cpu else torch_xla.device())
+            """,
+            title="a choice between two strings",
+        ),
+    ]
+    valid = [
+        "import torch\ndevice = torch.device('cpu')\n",
+        "import torch\ndevice = torch.device(args.device)\n",
+        "import torch_xla\ndevice = torch_xla.device()\n",
+        "device = torch.device('cuda')\n",  # `torch` not imported: not resolved
+        "import torch\nmode = 'cuda' if fast else 'slow'\n",
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.ctx.qualname(node.func) != "torch.device":
+            return
+        first = arg(node, "type", 0)
+        if first is None:
+            return
+        if is_cuda_string(first.value):
+            self.report(
+                node,
+                "CUDA device on XLA: use torch_xla.device() (each XLA process owns its device; no index needed)",
+                Fix((self.replace(node, xla_device_expr(self.ctx)),), imports=(TORCH_XLA,)),
+            )
+            return
+        choice = device_choice(first.value, self.ctx)
+        if choice is None:
+            return
+        cpu_string = choice.node.orelse if choice.cuda_first else choice.node.body
+        cpu = node.with_changes(args=[cst.Arg(cpu_string)])
+        new = choice_replacement(choice, self.ctx, cpu)
+        self.report(node, self._choice_message(choice), Fix((self.replace(node, new),), imports=(TORCH_XLA,)))
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        choice = device_choice(node, self.ctx)
+        if choice is None:
+            return
+        parent = self.ctx.parent
+        grand = self.ctx.ancestors[-3] if len(self.ctx.ancestors) >= 3 else None
+        if isinstance(parent, cst.Arg) and isinstance(grand, cst.Call) and self.ctx.qualname(grand.func) == "torch.device":
+            return  # handled as a whole in visit_Call
+        if not any(v == "torch" or v.startswith("torch.") for v in self.ctx.aliases.values()):
+            return
+        cpu = choice.node.orelse if choice.cuda_first else choice.node.body
+        new = choice_replacement(choice, self.ctx, cpu)
+        if not choice.availability_only and (node.lpar or isinstance(parent, (cst.IfExp, cst.BinaryOperation, cst.Comparison, cst.UnaryOperation, cst.BooleanOperation))):
+            new = new.with_changes(lpar=node.lpar or [cst.LeftParen()], rpar=node.rpar or [cst.RightParen()])
+        self.report(node, self._choice_message(choice), Fix((self.replace(node, new),), imports=(TORCH_XLA,)))
+
+    @staticmethod
+    def _choice_message(choice) -> str:
+        if choice.availability_only:
+            return "CUDA-or-CPU by availability: on XLA use torch_xla.device() (torch_xla always provides a device)"
+        return "CUDA-or-CPU by a user's choice: the CUDA branch becomes torch_xla.device(), the choice is kept"
