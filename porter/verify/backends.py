@@ -1,0 +1,64 @@
+"""Backends: how to run one side of a verification. One plug-in per framework.
+
+A backend names the interpreter and the side module that runs a file of its framework; the
+side reads a JSON request and writes the .npz + JSON protocol of ``side_torch``. Sides of
+different frameworks live in different interpreters (the MXNet original needs its own venv),
+so nothing but files crosses between them.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    module: str  # run as `python -m module REQUEST.json`
+    device: str
+    python: str = sys.executable
+    env: dict = field(default_factory=dict)
+
+    def environment(self) -> dict:
+        env = dict(os.environ)
+        env.update(self.env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        # the side must import the same porter as this process
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        return env
+
+
+BACKENDS = {
+    # the original's reference run: eager PyTorch on the CPU, CUDA calls served by the CPU
+    "torch": Backend("torch", "porter.verify.side_torch", "cpu", env={"CUDA_VISIBLE_DEVICES": ""}),
+    # the port on the XLA backend (CPU here; a TPU VM sets PJRT_DEVICE=TPU)
+    "torch-xla": Backend("torch-xla", "porter.verify.side_torch", "xla",
+                         env={"PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}),
+}
+
+_IMPORTS = re.compile(r"^\s*(?:import|from)\s+([\w.]+)", re.M)
+
+
+def imported_modules(source: str) -> set[str]:
+    return {m.split(".")[0] for m in _IMPORTS.findall(source)}
+
+
+def original_backend(path: Path) -> Backend:
+    mods = imported_modules(path.read_text(encoding="utf-8", errors="replace"))
+    if "mxnet" in mods:
+        raise ValueError(f"{path}: MXNet originals are not supported yet")
+    return BACKENDS["torch"]
+
+
+def port_backend(path: Path) -> Backend:
+    mods = imported_modules(path.read_text(encoding="utf-8", errors="replace"))
+    if "torch_xla" in mods:
+        return BACKENDS["torch-xla"]
+    if mods & {"jax", "flax"}:
+        raise ValueError(f"{path}: JAX ports are not supported yet")
+    # a port that needed no torch_xla-specific code still runs on the XLA device
+    return BACKENDS["torch-xla"]

@@ -1,0 +1,259 @@
+"""One side of a model-level verification, run in its own interpreter:
+``python -m porter.verify.side_torch REQUEST.json``.
+
+It loads a user's file as a module (its ``__main__`` block does not run), builds the model
+from an expression, takes or exports the initial weights and inputs, and records forward
+outputs (every submodule's output, in execution order), gradients, and the loss, parameters
+and buffers after each of K optimizer steps, into an .npz file plus a JSON of metadata.
+On the XLA device, nothing is read back until all steps ran, and torch_xla's metrics give
+the compilations, transfers and CPU fallbacks of each step.
+"""
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+
+def _load_namespace(path: str) -> dict:
+    folder = str(Path(path).resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return runpy.run_path(path, run_name="__porter_verify__")
+
+
+def _to_numpy(t):
+    import torch
+
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    return t.cpu().numpy().copy()  # never a view of a tensor that training updates in place
+
+
+def _flatten(obj, prefix: str, out: list):
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        out.append((prefix, obj))
+    elif isinstance(obj, (tuple, list)):
+        for i, item in enumerate(obj):
+            _flatten(item, f"{prefix}.{i}" if prefix else str(i), out)
+    elif isinstance(obj, dict):
+        for k, item in obj.items():
+            _flatten(item, f"{prefix}.{k}" if prefix else str(k), out)
+    elif hasattr(obj, "_asdict"):
+        _flatten(obj._asdict(), prefix, out)
+
+
+def run(request: dict) -> dict:
+    import torch
+
+    device_kind = request["device"]
+    meta: dict = {"notes": [], "health": None}
+    if device_kind == "cpu" and request.get("cuda_shim"):
+        try:
+            from porter.verify import cuda_shim
+
+            cuda_shim.install()
+            meta["notes"].append("CUDA calls of the original served by the CPU")
+        except ImportError:
+            pass
+    torch.manual_seed(request["seed"])
+    if device_kind == "xla":
+        import torch_xla
+        import torch_xla.debug.metrics as met
+
+        try:
+            import torch_xla.backends
+
+            torch_xla.backends.set_mat_mul_precision("highest")
+        except Exception:  # older torch_xla: the default is already highest on CPU
+            pass
+        device = torch_xla.device()
+        sync = torch_xla.sync
+    else:
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        device = torch.device("cpu")
+        sync = lambda: None  # noqa: E731
+        met = None
+
+    ns = _load_namespace(request["file"])
+    try:
+        model = eval(request["model"], ns)  # the user's expression, in the user's namespace
+    except Exception as exc:
+        raise RuntimeError(f"--model {request['model']!r} failed in {request['file']}: {exc}") from exc
+    if not isinstance(model, torch.nn.Module):
+        raise RuntimeError(f"--model {request['model']!r} gave a {type(model).__name__}, not a torch.nn.Module")
+
+    dropouts = []
+    for name, mod in model.named_modules():
+        if isinstance(mod, torch.nn.modules.dropout._DropoutNd) and mod.p > 0:
+            mod.p = 0.0
+            dropouts.append(name)
+        elif isinstance(mod, (torch.nn.MultiheadAttention,)) and mod.dropout > 0:
+            mod.dropout = 0.0
+            dropouts.append(name)
+        elif isinstance(mod, (torch.nn.RNNBase,)) and mod.dropout > 0:
+            mod.dropout = 0.0
+            dropouts.append(name)
+    if dropouts:
+        meta["notes"].append(f"dropout switched off for the comparison in: {', '.join(dropouts)}")
+
+    tensors: dict[str, np.ndarray] = {}
+    shared = request.get("shared")
+    if shared:
+        data = np.load(shared)
+        state = {k[len("init/"):]: torch.from_numpy(data[k]) for k in data.files if k.startswith("init/")}
+        own = model.state_dict()
+        missing = sorted(set(own) - set(state))
+        extra = sorted(set(state) - set(own))
+        if missing or extra:
+            meta["mismatch"] = {"missing": missing, "unexpected": extra}
+            return meta
+        bad = [k for k in own if tuple(own[k].shape) != tuple(state[k].shape)]
+        if bad:
+            meta["mismatch"] = {"shape": {k: [list(state[k].shape), list(own[k].shape)] for k in bad}}
+            return meta
+        model.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()})
+        inputs_np = [data[f"input/{i}"] for i in range(int(data["n_inputs"]))]
+    else:
+        for k, v in model.state_dict().items():
+            tensors[f"init/{k}"] = _to_numpy(v)
+        if request.get("inputs"):
+            from porter.verify.specs import InputSpec
+
+            rng = np.random.default_rng(request["seed"])
+            inputs_np = [InputSpec.parse(s).generate(rng) for s in request["inputs"]]
+        elif callable(ns.get("example_inputs")):
+            inputs_np = [_to_numpy(t) if isinstance(t, torch.Tensor) else np.asarray(t) for t in _as_tuple(ns["example_inputs"]())]
+        else:
+            raise RuntimeError("no --input given and the original defines no example_inputs()")
+        for i, x in enumerate(inputs_np):
+            tensors[f"input/{i}"] = x
+        tensors["n_inputs"] = np.array(len(inputs_np))
+
+    model = model.to(device)
+    model.train()
+    inputs = [torch.from_numpy(np.ascontiguousarray(x)).to(device) for x in inputs_np]
+
+    # every submodule's output of the first forward, in execution order
+    layer_out: list[tuple[str, object]] = []
+    names = {id(m): n for n, m in model.named_modules() if n}
+    hooks = [m.register_forward_hook(lambda mod, _i, out: layer_out.append((names[id(mod)], out)))
+             for m in model.modules() if id(m) in names]
+
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    opt_name = request["optimizer"]
+    if opt_name == "adam":
+        opt = torch.optim.Adam([p for _, p in params], lr=request["lr"])
+    else:
+        opt = torch.optim.SGD([p for _, p in params], lr=request["lr"], momentum=0.9)
+
+    projection = None
+    kept: list[tuple[str, object]] = []  # device tensors, read back at the end
+    health_steps = []
+    t0 = time.perf_counter()
+
+    def snapshot():
+        if met is None:
+            return None
+        compiles = met.metric_data("CompileTime")
+        transfers = met.metric_data("TransferFromDeviceTime")
+        execs = met.metric_data("ExecuteTime")
+        return {
+            "compiles": compiles[0] if compiles else 0,
+            "transfers": transfers[0] if transfers else 0,
+            "executions": execs[0] if execs else 0,
+            "fallbacks": sorted(met.executed_fallback_ops()),
+        }
+
+    if met is not None:
+        met.clear_all()
+    before = snapshot()
+    for step in range(1, request["steps"] + 1):
+        # optimizer step k: forward, loss, backward (the first one also records every layer's
+        # output and the gradients), update; then the parameters and buffers it produced
+        opt.zero_grad(set_to_none=True)
+        out = model(*inputs)
+        flat: list = []
+        _flatten(out, "", flat)
+        if not any(t.is_floating_point() for _, t in flat):
+            raise RuntimeError("the model returned no floating-point tensor")
+        if projection is None:
+            if shared:
+                projection = [torch.from_numpy(data[f"projection/{i}"]).to(device) for i in range(len(flat))]
+            else:
+                rng = np.random.default_rng(request["seed"] + 1)
+                projection_np = [rng.standard_normal(tuple(t.shape)).astype("float32") for _, t in flat]
+                for i, p in enumerate(projection_np):
+                    tensors[f"projection/{i}"] = p
+                projection = [torch.from_numpy(p).to(device) for p in projection_np]
+        # a fixed random projection of every output, so every output element gets a gradient
+        loss = sum((t.float() * w).sum() / max(t.numel(), 1) for (_, t), w in zip(flat, projection) if t.is_floating_point())
+        loss.backward()
+        if step == 1:
+            for h in hooks:
+                h.remove()
+            for name, o in layer_out:
+                sub: list = []
+                _flatten(o, "", sub)
+                for suffix, t in sub:
+                    kept.append((f"layer/{name}{'.' + suffix if suffix else ''}", t.detach().clone()))
+            for suffix, t in flat:
+                kept.append((f"output/{suffix or '0'}", t.detach().clone()))
+            for n, p in params:
+                if p.grad is not None:
+                    kept.append((f"grad/{n}", p.grad.detach().clone()))
+        kept.append((f"step{step}/loss", loss.detach().clone()))
+        opt.step()
+        for n, p in model.named_parameters():
+            kept.append((f"step{step}/param/{n}", p.detach().clone()))
+        for n, b in model.named_buffers():
+            if b.is_floating_point():
+                kept.append((f"step{step}/buffer/{n}", b.detach().clone()))
+        sync()
+        after = snapshot()
+        if after is not None:
+            health_steps.append({k: (after[k] - before[k]) if k != "fallbacks" else after[k] for k in after})
+            before = after
+    elapsed = time.perf_counter() - t0
+    order = []
+    for key, t in kept:
+        tensors[key] = _to_numpy(t)
+        order.append(key)
+    meta["order"] = order
+    meta["seconds"] = elapsed
+    if met is not None:
+        meta["health"] = {"steps": health_steps}
+    np.savez(request["out"], **tensors)
+    return meta
+
+
+def _as_tuple(x):
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def main() -> None:
+    request = json.loads(Path(sys.argv[1]).read_text())
+    meta_path = request["meta"]
+    try:
+        meta = run(request)
+        meta["ok"] = True
+    except BaseException as exc:  # report every failure of the user's code, with its traceback
+        meta = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        Path(meta_path).write_text(json.dumps(meta))
+        sys.stderr.write(meta["traceback"])
+        sys.exit(3)
+    Path(meta_path).write_text(json.dumps(meta))
+
+
+if __name__ == "__main__":
+    main()
