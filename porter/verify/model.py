@@ -65,6 +65,7 @@ class Report:
     health: Optional[dict] = None
     notes: list = field(default_factory=list)
     settings: dict = field(default_factory=dict)
+    steps: list = field(default_factory=list)  # script level: per-step losses of both sides
 
     def as_dict(self) -> dict:
         return asdict(self)
