@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from porter.astutil import insert_after, method_name
+from porter.astutil import method_name, walk
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
 from ._host_sync import ReadChecker, calls_to, enclosing_scope, loads, parent_map, read_outside, step_loop
@@ -173,41 +173,80 @@ class DeviceAccumulator(Rule):
         "import torch\nfor x, y in loader:\n    loss = f(x, y)\n    loss.backward()\n    step += 1\n",
     ]
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        # id(loop) -> names whose sums this rule moves to the device and that are read after it
+        self._converted: dict[int, list[str]] = {}
+
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        if not isinstance(node.operator, cst.AddAssign) or not isinstance(node.target, cst.Name):
-            return
-        items = [c for c in calls_to(node.value, ("item",)) if not c.args]
-        if not items:
+        if not _is_host_sum(node):
             return
         loop = step_loop(self.ctx)
         if loop is None:
             return
-        name = node.target.value
+        name = node.target.value  # type: ignore[attr-defined]
         scope = enclosing_scope(self.ctx)
         checker = ReadChecker(self.ctx, loop, scope)
-        reads_ok = checker.name_reads_safe(name, loop)
         msg = (
             f"`{name} += ....item()` in the step copies a value to the host every step; "
             f"accumulate on the device and read `{name}` once after the loop"
         )
-        if not reads_ok:
+        if not checker.name_reads_safe(name, loop):
             self.report(node, f"{msg} (not fixed: `{name}` is used in the loop as {checker.reason})")
             return
+        items = [c for c in calls_to(node.value, ("item",)) if not c.args]
         edits = [self.replace(c, _without_item(c)) for c in items]
         imports: tuple[str, ...] = ()
         if read_outside(scope, loop, name):
-            torch = self.ctx.module_alias("torch")
-            convert = cst.parse_statement(
-                f"if isinstance({name}, {torch}.Tensor):\n    {name} = {name}.item()\n"
-            )
-            edits.append(self.replace(loop, insert_after([convert])))
+            edits.append(self.replace(loop, self._convert_after(loop, scope)))
             imports = ("torch",)
-        read_in_loop = bool(_loads_in(loop, name))
-        exact = all(_is_count(c) for c in items) and not read_in_loop
-        safety = Safety.SAFE if exact else Safety.UNSAFE
+        exact = all(_is_count(c) for c in items) and not _loads_in(loop, name)
         if not exact:
             msg += " (unsafe fix: a float sum runs in float32 on the device)"
-        self.report(node, msg, Fix(tuple(edits), safety, imports=imports))
+        self.report(node, msg, Fix(tuple(edits), Safety.SAFE if exact else Safety.UNSAFE, imports=imports))
+
+    def _convert_after(self, loop: cst.CSTNode, scope: cst.CSTNode):
+        """The edit after ``loop``: for every running sum of the loop that ends up on the
+        device once the selected fixes are applied, convert it back to a number. Decided on
+        the updated loop, so it is right whichever of the loop's fixes were chosen (the
+        engine applies one such edit per node and pass)."""
+        names = self._converted.get(id(loop))
+        if names is None:
+            names = []
+            for n in walk(loop):
+                if isinstance(n, cst.AugAssign) and _is_host_sum(n) and n.target.value not in names:  # type: ignore[attr-defined]
+                    name = n.target.value  # type: ignore[attr-defined]
+                    if read_outside(scope, loop, name) and ReadChecker(self.ctx, loop, scope).name_reads_safe(name, loop):
+                        names.append(name)
+            self._converted[id(loop)] = names
+        torch = self.ctx.module_alias("torch")
+
+        def apply(updated: cst.CSTNode):
+            on_device = [n for n in names if _sums_on_device(updated, n)]
+            if not on_device:
+                return updated
+            return cst.FlattenSentinel([updated, *(
+                cst.parse_statement(f"if isinstance({n}, {torch}.Tensor):\n    {n} = {n}.item()\n")
+                for n in on_device
+            )])
+
+        return apply
+
+
+def _is_host_sum(node: cst.AugAssign) -> bool:
+    return (
+        isinstance(node.operator, cst.AddAssign)
+        and isinstance(node.target, cst.Name)
+        and any(not c.args for c in calls_to(node.value, ("item",)))
+    )
+
+
+def _sums_on_device(loop: cst.CSTNode, name: str) -> bool:
+    sums = [
+        n for n in walk(loop)
+        if isinstance(n, cst.AugAssign) and isinstance(n.target, cst.Name) and n.target.value == name
+    ]
+    return bool(sums) and not any(calls_to(n.value, ("item",)) for n in sums)
 
 
 def _loads_in(loop: cst.CSTNode, name: str) -> list[cst.Name]:

@@ -1,0 +1,181 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from porter.astutil import method_name
+from porter.context import FileContext, dotted_name
+from porter.rules import Example, Fix, Rule, Severity
+
+from ._host_sync import backward_receivers, bound_names, free_reads, outermost_loop, reads_tensor_value, step_loop
+
+_LOG_METHODS = ("debug", "info", "warning", "warn", "error", "critical", "exception", "log")
+_PROGRESS_METHODS = ("set_postfix", "set_postfix_str", "set_description", "set_description_str")
+_SCALAR_METHODS = ("add_scalar", "add_scalars")
+
+
+def is_logging_call(call: cst.Call, ctx: FileContext) -> bool:
+    """``print(...)``, ``logger.info(...)``/``logging.info(...)``, a tqdm bar's
+    ``set_postfix``/``set_description``, ``tqdm.write``, TensorBoard's ``add_scalar``,
+    ``wandb.log``."""
+    q = ctx.qualname(call.func) or ""
+    if q in ("builtins.print", "wandb.log", "tqdm.tqdm.write", "tqdm.write", "tqdm.auto.tqdm.write"):
+        return True
+    m = method_name(call)
+    if m in _PROGRESS_METHODS or m in _SCALAR_METHODS:
+        return True
+    if m in _LOG_METHODS:
+        receiver = dotted_name(call.func.value) or ""  # type: ignore[attr-defined]
+        return "log" in receiver.rsplit(".", 1)[-1].lower()
+    return False
+
+
+class LogInStepClosure(Rule):
+    """
+    ## What it does
+    Wraps a logging call in the training/evaluation step that reads tensor values
+    (`print(f'... {loss.item():.4f}')`, `logger.info(...)`, `pbar.set_postfix(loss=loss.item())`,
+    `writer.add_scalar(...)`) in `xm.add_step_closure`, so that it runs after the step's graph
+    has executed:
+
+        xm.add_step_closure(lambda epoch, batch_idx, loss: print(...), args=(epoch, batch_idx, loss))
+
+    The message text is unchanged. Names the loop rebinds (the loop variables, the loss, the
+    batch, counters) are passed as `args`, so the closure sees this step's values even though
+    it runs later; names the loop does not rebind are read from the enclosing scope. The
+    wrapped call sits inside a lambda, outside the step, so porter does not wrap it again.
+
+    A call under `if batch_idx % log_interval == 0:` stays under it: only logging steps
+    register a closure, and only they transfer.
+
+    ## Why
+    On XLA, `.item()` or formatting a tensor inside the step executes the pending graph early
+    and copies to the host: an extra graph execution, often an extra compilation, and a
+    device-to-host transfer. A step closure runs at `torch_xla.sync()`, when the values
+    already exist on the device: the only cost left is the copy of the values printed.
+
+    ## Fix safety
+    Safe: the same message is printed with the same values, once the step's graph has run.
+    The closure runs at the next `torch_xla.sync()` (or `MpDeviceLoader` step), so the line
+    appears after the step rather than in the middle of it; a loop that never syncs (no
+    step marker yet) prints nothing until its next sync.
+    """
+
+    code = "TX402"
+    name = "log-in-step-closure"
+    target = "torch-xla"
+    summary = "print/log of tensor values in the step -> xm.add_step_closure(...)"
+    severity = Severity.WARNING
+    needs_text = (".item(", "print", "log", "set_postfix", "set_description", "add_scalar")
+    examples = [
+        Example(
+            """
+            import torch
+
+            def train(model, loader, optimizer, epoch, log_interval):
+                for batch_idx, (data, target) in enumerate(loader):
+                    optimizer.zero_grad()
+                    loss = model(data, target)
+                    loss.backward()
+                    optimizer.step()
+                    if batch_idx % log_interval == 0:
+                        print(f'Train Epoch: {epoch} [{batch_idx * len(data)}/{len(loader.dataset)}]\\tLoss: {loss.item():.6f}')
+            """,
+            """
+            import torch
+            import torch_xla.core.xla_model as xm
+
+            def train(model, loader, optimizer, epoch, log_interval):
+                for batch_idx, (data, target) in enumerate(loader):
+                    optimizer.zero_grad()
+                    loss = model(data, target)
+                    loss.backward()
+                    optimizer.step()
+                    if batch_idx % log_interval == 0:
+                        xm.add_step_closure(lambda batch_idx, data, loss: print(f'Train Epoch: {epoch} [{batch_idx * len(data)}/{len(loader.dataset)}]\\tLoss: {loss.item():.6f}'), args=(batch_idx, data, loss))
+            """,
+        ),
+        Example(
+            """
+            import logging
+            import torch
+
+            logger = logging.getLogger(__name__)
+
+            def train(model, loader, optimizer, pbar):
+                for step, (x, y) in enumerate(loader):
+                    loss = model(x, y)
+                    loss.backward()
+                    optimizer.step()
+                    pbar.set_postfix(loss=loss.item())
+                    logger.info('step %d loss %.4f', step, loss)
+            """,
+            """
+            import logging
+            import torch
+            import torch_xla.core.xla_model as xm
+
+            logger = logging.getLogger(__name__)
+
+            def train(model, loader, optimizer, pbar):
+                for step, (x, y) in enumerate(loader):
+                    loss = model(x, y)
+                    loss.backward()
+                    optimizer.step()
+                    xm.add_step_closure(lambda loss: pbar.set_postfix(loss=loss.item()), args=(loss,))
+                    xm.add_step_closure(lambda step, loss: logger.info('step %d loss %.4f', step, loss), args=(step, loss))
+            """,
+        ),
+    ]
+    valid = [
+        # no tensor value read
+        "import torch\nfor x, y in loader:\n    loss = f(x, y)\n    loss.backward()\n    print('step', i, loss.shape)\n",
+        # outside a training loop
+        "import torch\nprint(loss.item())\n",
+        # already in a step closure
+        "import torch\nimport torch_xla.core.xla_model as xm\nfor x, y in loader:\n    loss = f(x, y)\n    loss.backward()\n"
+        "    xm.add_step_closure(lambda loss: print(loss.item()), args=(loss,))\n",
+        # a value, not a statement
+        "import torch\nfor x, y in loader:\n    loss = f(x, y)\n    loss.backward()\n    line = print(loss.item()) or 1\n",
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not is_logging_call(node, self.ctx):
+            return
+        parent = self.ctx.parent
+        if not isinstance(parent, cst.Expr):
+            return
+        loop = step_loop(self.ctx)
+        if loop is None:
+            return
+        tensors = backward_receivers(loop)
+        if not any(reads_tensor_value(a.value, self.ctx, tensors) for a in node.args):
+            return
+        outer = outermost_loop(self.ctx) or loop
+        varying = bound_names(outer)
+        names = [n for n in free_reads(node) if n in varying]
+        xm = self.ctx.module_alias("torch_xla.core.xla_model")
+
+        def wrap(updated: cst.CSTNode) -> cst.CSTNode:
+            return _closure(xm, names, updated)
+
+        self.report(
+            node,
+            "this log line reads tensor values inside the step (a graph execution and a host "
+            "transfer mid-step): run it after the step with xm.add_step_closure",
+            Fix((self.replace(node, wrap),), imports=("torch_xla.core.xla_model",)),
+        )
+
+
+def _closure(xm: str, names: list[str], call: cst.CSTNode) -> cst.Call:
+    params = cst.Parameters(params=[cst.Param(cst.Name(n)) for n in names])
+    fn = cst.Lambda(params=params, body=call)  # type: ignore[arg-type]
+    if not names:
+        fn = fn.with_changes(colon=cst.Colon(whitespace_after=cst.SimpleWhitespace(" ")))
+    args: list[cst.Arg] = [cst.Arg(fn)]
+    if names:
+        tup = cst.Tuple([cst.Element(cst.Name(n)) for n in names])
+        args.append(cst.Arg(tup, keyword=cst.Name("args"), equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
+    template = cst.parse_expression(f"{xm}.add_step_closure()")
+    assert isinstance(template, cst.Call)
+    return template.with_changes(args=args)

@@ -1,0 +1,150 @@
+"""End to end: a training loop with host syncs in the step, ported by the TX4xx rules alone,
+run on torch_xla (PJRT_DEVICE=CPU) beside the original.
+
+The program already puts its model and batches on the XLA device and marks the step with
+``torch_xla.sync()`` by hand, so that only the host-sync rules are exercised. A probe in the
+program records, after every step's sync, how many device-to-host transfers and compilations
+torch_xla's metrics have counted so far.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from porter import engine, registry
+
+STEPS = 20
+LOG_EVERY = 5
+WARMUP = 2  # steps whose graphs may be new: step 0 (accumulators start as Python numbers) and step 1
+
+PROGRAM = textwrap.dedent(
+    """
+    import json
+    import sys
+
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    import torch_xla
+    import torch_xla.debug.metrics as met
+    from torch.utils.data import DataLoader, TensorDataset
+
+    PROBES = []
+
+
+    def probe():
+        transfers = met.metric_data('TransferFromDeviceTime')
+        compiles = met.metric_data('CompileTime')
+        PROBES.append([transfers[0] if transfers else 0, compiles[0] if compiles else 0])
+
+
+    def main():
+        torch.manual_seed(0)
+        device = torch_xla.device()
+        inputs = torch.randn(STEPS * 16, 10)
+        labels = (inputs.sum(dim=1) > 0).long()
+        loader = DataLoader(TensorDataset(inputs, labels), batch_size=16, shuffle=False)
+        model = nn.Sequential(nn.Linear(10, 32), nn.ReLU(), nn.Linear(32, 2)).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        total_loss = 0.0
+        correct = 0
+        met.clear_all()
+        for step, (data, target) in enumerate(loader):
+            data, target = data.to(device), target.to(device)
+            optimizer.zero_grad()
+            output = model(data)
+            loss = F.cross_entropy(output, target)
+            loss.backward()
+            optimizer.step()
+            total_loss += loss.item()
+            pred = output.argmax(dim=1)
+            correct += pred.eq(target).sum().item()
+            if step % LOG_EVERY == 0:
+                print(f'step {step} loss {loss.item():.4f}')
+            torch_xla.sync()
+            probe()
+        print(f'mean loss {total_loss / len(loader):.4f} accuracy {correct}/{len(loader.dataset)} {type(total_loss).__name__} {type(correct).__name__}')
+        probe()
+        with open(sys.argv[1], 'w') as f:
+            json.dump(PROBES, f)
+
+
+    if __name__ == '__main__':
+        main()
+    """
+).replace("STEPS", str(STEPS)).replace("LOG_EVERY", str(LOG_EVERY))
+
+
+def port(source: str) -> str:
+    rules = registry.select("torch-xla", ("TX4",))
+    result = engine.fix(source, engine.Options(rules, unsafe_fixes=True))
+    assert result.changed
+    return result.source
+
+
+def run(path, probes):
+    env = dict(os.environ, PJRT_DEVICE="CPU")
+    proc = subprocess.run([sys.executable, str(path), str(probes)], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(probes) as f:
+        return proc.stdout, json.load(f)
+
+
+def per_step(counts):
+    """Increments of a cumulative counter: one number per step, then the part after the loop."""
+    values = [0] + [c for c in counts]
+    return [b - a for a, b in zip(values, values[1:])]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    pytest.importorskip("torch_xla")
+    tmp = tmp_path_factory.mktemp("hostsync")
+    ported = port(PROGRAM)
+    (tmp / "original.py").write_text(PROGRAM)
+    (tmp / "ported.py").write_text(ported)
+    return ported, run(tmp / "original.py", tmp / "original.json"), run(tmp / "ported.py", tmp / "ported.json")
+
+
+def test_port_is_what_the_rules_say(runs):
+    ported, _, _ = runs
+    assert "total_loss += loss.detach()" in ported
+    assert "correct += pred.eq(target).sum()\n" in ported
+    assert "xm.add_step_closure(lambda step, loss: print(f'step {step} loss {loss.item():.4f}'), args=(step, loss))" in ported
+    assert "if isinstance(total_loss, torch.Tensor):\n        total_loss = total_loss.item()" in ported
+    assert "if isinstance(correct, torch.Tensor):\n        correct = correct.item()" in ported
+    # a second run changes nothing
+    assert engine.fix(ported, engine.Options(registry.select("torch-xla", ("TX4",)), unsafe_fixes=True)).changed is False
+
+
+def test_same_printed_numbers(runs):
+    _, (original_out, _), (ported_out, _) = runs
+    assert original_out.count("\n") == STEPS // LOG_EVERY + 1
+    assert ported_out == original_out
+    assert original_out.rstrip().endswith("float int")
+
+
+def test_transfers_only_in_logging_steps_and_once_after_the_loop(runs):
+    _, (_, original), (_, ported) = runs
+    orig_transfers = per_step([p[0] for p in original])
+    port_transfers = per_step([p[0] for p in ported])
+    assert len(port_transfers) == STEPS + 1
+    logging = [s % LOG_EVERY == 0 for s in range(STEPS)]
+    # the original copies to the host every step (loss and count), and once more to log
+    assert orig_transfers[:STEPS] == [3 if log else 2 for log in logging]
+    # the port: one copy per logging step (the printed loss), none otherwise
+    assert port_transfers[:STEPS] == [1 if log else 0 for log in logging]
+    # and once after the loop for each accumulator
+    assert port_transfers[STEPS] == 2
+
+
+def test_no_compilation_after_warmup(runs):
+    _, (_, original), (_, ported) = runs
+    port_compiles = per_step([p[1] for p in ported])
+    assert sum(port_compiles[:WARMUP]) >= 1
+    assert port_compiles[WARMUP:] == [0] * (STEPS + 1 - WARMUP)
+    orig_compiles = per_step([p[1] for p in original])
+    assert orig_compiles[WARMUP:] == [0] * (STEPS + 1 - WARMUP)
