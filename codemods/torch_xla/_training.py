@@ -101,6 +101,8 @@ class Index:
     dicts: dict[str, list] = field(default_factory=dict)
     # names called as functions anywhere (qualnames), for "is this script multi-process"
     calls: set[str] = field(default_factory=set)
+    # dotted key -> values assigned to it (None for bindings without a plain value)
+    values: dict[str, list] = field(default_factory=dict)
     set_epoch_called: bool = False
 
 
@@ -151,6 +153,7 @@ def _build(ctx: FileContext) -> Index:
         if isinstance(target, cst.Name):
             idx.scoped.setdefault(id(scope), {}).setdefault(key, set()).add(kind)
         idx.dicts.setdefault(key, []).append(value if isinstance(value, cst.Dict) else None)
+        idx.values.setdefault(key, []).append(value)
         if value is not None:
             if isinstance(value, (cst.List, cst.Tuple)) and value.elements:
                 kinds = {classify_value(e.value, ctx, opt_classes) for e in value.elements}
@@ -839,3 +842,182 @@ def _dict_keys(expr: cst.CSTNode, idx: Index, depth: int) -> Optional[set[str]]:
             return None
         keys |= more
     return keys
+
+
+# DataLoader roles (TX302-TX305) ------------------------------------------------------------
+_RANDOM_SAMPLERS = (
+    "torch.utils.data.RandomSampler",
+    "torch.utils.data.SubsetRandomSampler",
+    "torch.utils.data.WeightedRandomSampler",
+    "torch.utils.data.sampler.RandomSampler",
+    "torch.utils.data.sampler.SubsetRandomSampler",
+    "torch.utils.data.sampler.WeightedRandomSampler",
+)
+
+
+def is_false(node: Optional[cst.CSTNode]) -> bool:
+    return isinstance(node, cst.Name) and node.value == "False"
+
+
+def is_true(node: Optional[cst.CSTNode]) -> bool:
+    return isinstance(node, cst.Name) and node.value == "True"
+
+
+@dataclass
+class LoaderCall:
+    call: cst.Call
+    key: Optional[str]  # the name it is assigned to
+    role: Optional[str] = None  # "train", "eval" or None (unknown)
+
+
+class LoaderUsage:
+    """Mixin for rules about DataLoader constructions: records the DataLoader calls of the
+    file and the loaders iterated by training / evaluation loops, then calls
+    ``self.check_loaders(loaders)`` once the module has been walked."""
+
+    def _usage(self) -> tuple[set, set, list]:
+        state = self.__dict__.get("_loader_usage")
+        if state is None:
+            state = (set(), set(), [])
+            self.__dict__["_loader_usage"] = state
+        return state
+
+    def visit_For(self, node: cst.For) -> None:
+        ctx = self.ctx  # type: ignore[attr-defined]
+        kind = astutil.loop_kind(node, ctx)
+        if kind not in ("train", "eval"):
+            return
+        train, evals, _ = self._usage()
+        for s in loop_source(node, ctx):
+            if s.key:
+                (train if kind == "train" else evals).add(s.key)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx  # type: ignore[attr-defined]
+        if ctx.qualname(node.func) in DATALOADER_NAMES:
+            self._usage()[2].append(LoaderCall(node, dataloader_binding_key(ctx)))
+
+    def leave_Module(self, node: cst.Module) -> None:
+        train, evals, calls = self._usage()
+        for lc in calls:
+            lc.role = _role(lc, train, evals, self.ctx)  # type: ignore[attr-defined]
+        self.check_loaders(calls)
+
+    def check_loaders(self, loaders: list[LoaderCall]) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+def _role(lc: LoaderCall, train: set, evals: set, ctx: FileContext) -> Optional[str]:
+    if lc.key in train:
+        return "train"
+    if lc.key in evals:
+        return "eval"
+    shuffle = astutil.arg(lc.call, "shuffle", 2)
+    if shuffle is not None and is_true(shuffle.value):
+        return "train"
+    sampler = astutil.arg(lc.call, "sampler", 3)
+    if sampler is not None and sampler_shuffles(sampler.value, ctx):
+        return "train"
+    return None
+
+
+def sampler_shuffles(expr: cst.CSTNode, ctx: FileContext) -> bool:
+    """A sampler built here (or bound to a name built here) that draws in random order."""
+    values = [expr]
+    key = dotted_name(expr)
+    if key is not None:
+        values = [v for v in index(ctx).values.get(key, ()) if v is not None]
+    for v in values:
+        if not isinstance(v, cst.Call):
+            continue
+        q = ctx.qualname(v.func)
+        if q in _RANDOM_SAMPLERS:
+            return True
+        if q in DISTRIBUTED_SAMPLER_NAMES:
+            s = astutil.arg(v, "shuffle", 3)
+            if s is None or not is_false(s.value):
+                return True
+    return False
+
+
+def batches(call: cst.Call, ctx: FileContext) -> bool:
+    """The loader yields batches of more than one sample (so the last one can be ragged)."""
+    bs = astutil.arg(call, "batch_size", 1)
+    if bs is not None:
+        v = bs.value
+        if isinstance(v, cst.Integer) and v.evaluated_value <= 1:
+            return False
+        if isinstance(v, cst.Name) and v.value == "None":
+            return False
+        return True
+    if astutil.arg(call, "batch_sampler", 4) is not None:
+        return False
+    keys = kwargs_keys(call, ctx)
+    return keys is None or "batch_size" in keys
+
+
+def append_kwarg(name: str, value_code: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    """Edit callable: ``f(a, b=1)`` -> ``f(a, b=1, name=value)``, keeping a multi-line layout."""
+
+    def apply(updated: cst.CSTNode) -> cst.CSTNode:
+        if not isinstance(updated, cst.Call):
+            return updated
+        if any(a.keyword is not None and a.keyword.value == name for a in updated.args):
+            return updated
+        new = cst.Arg(
+            cst.parse_expression(value_code),
+            keyword=cst.Name(name),
+            equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+        )
+        args = list(updated.args)
+        if not args:
+            return updated.with_changes(args=[new])
+        last = args[-1]
+        new = new.with_changes(comma=last.comma)
+        between = args[-2].comma if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma) else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        if isinstance(last.comma, cst.Comma) and len(args) < 2:
+            ws = updated.whitespace_before_args
+            between = cst.Comma(whitespace_after=ws) if isinstance(ws, cst.ParenthesizedWhitespace) else last.comma
+        args[-1] = last.with_changes(comma=between)
+        args.append(new)
+        return updated.with_changes(args=args)
+
+    return apply
+
+
+def remove_kwarg(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    def apply(updated: cst.CSTNode) -> cst.CSTNode:
+        if not isinstance(updated, cst.Call):
+            return updated
+        args = list(updated.args)
+        for i, a in enumerate(args):
+            if a.keyword is not None and a.keyword.value == name:
+                if i == len(args) - 1 and i > 0:
+                    args[i - 1] = args[i - 1].with_changes(comma=a.comma)
+                del args[i]
+                return updated.with_changes(args=args)
+        return updated
+
+    return apply
+
+
+def compose(*fns: Callable[[cst.CSTNode], cst.CSTNode]) -> Callable[[cst.CSTNode], cst.CSTNode]:
+    def apply(updated: cst.CSTNode) -> cst.CSTNode:
+        for fn in fns:
+            updated = fn(updated)
+        return updated
+
+    return apply
+
+
+def multiprocess(ctx: FileContext) -> bool:
+    return bool(index(ctx).calls & set(MULTIPROCESS_CALLS))
+
+
+def distributed_sampler_name(ctx: FileContext) -> tuple[str, tuple[str, ...]]:
+    """The expression naming DistributedSampler here, and the import it needs."""
+    for full in DISTRIBUTED_SAMPLER_NAMES:
+        if full in ctx.module_names:
+            return ctx.module_names[full], ()
+    mod = "torch.utils.data.distributed"
+    return f"{ctx.module_alias(mod)}.DistributedSampler", (mod,)

@@ -1,0 +1,265 @@
+import libcst as cst
+
+from porter import astutil
+from porter.rules import Edit, Example, Fix, Rule, Severity
+
+from . import _training as tr
+
+
+class MpDeviceLoader(Rule):
+    """
+    ## What it does
+    A training or evaluation loop over a `torch.utils.data.DataLoader` is rewritten to
+    iterate `pl.MpDeviceLoader(loader, device)`, and the per-batch moves of the loop's batch
+    variables are dropped: `data, target = data.to(device), target.to(device)` and
+    `images = images.cuda(non_blocking=True)` go away, `x = batch['x'].to(device)` becomes
+    `x = batch['x']`, `model(x.to(device))` becomes `model(x)`,
+    `batch = {k: v.to(device) for k, v in batch.items()}` goes away, and
+    `x.to(device, dtype=torch.float32)` keeps its conversion: `x.to(dtype=torch.float32)`.
+
+    The device is the one of those moves (`.to(device)`, `.to(args.device)`); `.cuda()`,
+    `.to('cuda')` or no move at all give `torch_xla.device()`. Loops through `enumerate(...)`
+    (with a start), `tqdm(...)` and both nestings are handled; the loop is wrapped, never the
+    DataLoader's construction, so `len(loader)`, `loader.dataset` and
+    `loader.sampler.set_epoch(epoch)` keep working, and each loop over the loader gets its
+    own wrapper.
+
+    Only loaders the file builds with `torch.utils.data.DataLoader(...)` (or a function
+    parameter whose name says loader, when the file binds that name to nothing else) are
+    wrapped. Reported without a fix: a loop whose batch holds values used without a device
+    move (say the `lengths` that `pack_padded_sequence` wants on the CPU), since the device
+    loader moves every tensor of the batch; and `zip(loader_a, loader_b)` (TX202 adds a
+    sync there instead). Loops that already call `torch_xla.sync()`/`xm.mark_step()` are
+    left as they are.
+
+    ## Why
+    `MpDeviceLoader` uploads the next batches to the device in background threads while
+    the current step runs, and it marks the step (`torch_xla.sync()`) at each iteration, so
+    each iteration is one graph, compiled once. A per-batch `.to(device)` in the loop body
+    uploads synchronously and leaves the loop without a step marker.
+
+    ## Fix safety
+    Safe: the loop sees the same batches in the same order, already on the XLA device;
+    only the batch values that the loop moved anyway change place.
+    """
+
+    code = "TX301"
+    name = "xla-mp-device-loader"
+    target = "torch-xla"
+    summary = "loop over a DataLoader -> iterate pl.MpDeviceLoader(loader, device), drop per-batch .to(device)"
+    severity = Severity.WARNING
+    needs_text = ("loader", "Loader")
+    examples = [
+        Example(
+            """
+            import torch
+            import torch.nn.functional as F
+
+            def train(args, model, device, train_loader, optimizer, epoch):
+                model.train()
+                for batch_idx, (data, target) in enumerate(train_loader):
+                    data, target = data.to(device), target.to(device)
+                    optimizer.zero_grad()
+                    output = model(data)
+                    loss = F.nll_loss(output, target)
+                    loss.backward()
+                    optimizer.step()
+            """,
+            """
+            import torch
+            import torch.nn.functional as F
+            import torch_xla.distributed.parallel_loader as pl
+
+            def train(args, model, device, train_loader, optimizer, epoch):
+                model.train()
+                for batch_idx, (data, target) in enumerate(pl.MpDeviceLoader(train_loader, device)):
+                    optimizer.zero_grad()
+                    output = model(data)
+                    loss = F.nll_loss(output, target)
+                    loss.backward()
+                    optimizer.step()
+            """,
+            title="the mnist training loop",
+        ),
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            from tqdm import tqdm
+
+            val_loader = DataLoader(val_set, batch_size=64)
+
+            @torch.no_grad()
+            def validate(model):
+                correct = 0
+                for images, labels in tqdm(val_loader, desc="val"):
+                    images = images.cuda(non_blocking=True)
+                    labels = labels.cuda(non_blocking=True)
+                    correct += (model(images).argmax(1) == labels).sum()
+                return correct
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            from tqdm import tqdm
+            import torch_xla
+            import torch_xla.distributed.parallel_loader as pl
+
+            val_loader = DataLoader(val_set, batch_size=64)
+
+            @torch.no_grad()
+            def validate(model):
+                correct = 0
+                for images, labels in tqdm(pl.MpDeviceLoader(val_loader, torch_xla.device()), desc="val"):
+                    correct += (model(images).argmax(1) == labels).sum()
+                return correct
+            """,
+            title="an eval loop with .cuda() moves",
+        ),
+        Example(
+            """
+            import torch
+
+            def fit(model, dataloader, opt, device):
+                for step, batch in enumerate(dataloader, 1):
+                    x = batch["x"].to(device, dtype=torch.float32)
+                    y = batch["y"].to(device)
+                    loss = model(x, y)
+                    loss.backward()
+                    opt.step()
+            """,
+            """
+            import torch
+            import torch_xla.distributed.parallel_loader as pl
+
+            def fit(model, dataloader, opt, device):
+                for step, batch in enumerate(pl.MpDeviceLoader(dataloader, device), 1):
+                    x = batch["x"].to(dtype=torch.float32)
+                    y = batch["y"]
+                    loss = model(x, y)
+                    loss.backward()
+                    opt.step()
+            """,
+            title="dict batches, a dtype conversion kept",
+        ),
+        Example(
+            """
+            import torch
+
+            def train(model, train_loader, opt, device):
+                for batch in train_loader:
+                    batch = {k: v.to(device) for k, v in batch.items()}
+                    model(**batch).loss.backward()
+                    opt.step()
+            """,
+            """
+            import torch
+            import torch_xla.distributed.parallel_loader as pl
+
+            def train(model, train_loader, opt, device):
+                for batch in pl.MpDeviceLoader(train_loader, device):
+                    model(**batch).loss.backward()
+                    opt.step()
+            """,
+            title="a dict comprehension move",
+        ),
+        Example(
+            """
+            import torch
+            from torch.nn.utils.rnn import pack_padded_sequence
+
+            def train(model, train_loader, opt, device):
+                for x, y, lengths in train_loader:
+                    x, y = x.to(device), y.to(device)
+                    out = model(pack_padded_sequence(x, lengths, batch_first=True))
+                    loss = out.sum()
+                    loss.backward()
+                    opt.step()
+            """,
+            None,
+            title="a batch value kept on the CPU: reported",
+        ),
+    ]
+    valid = [
+        # already a device loader
+        """
+        import torch
+        import torch_xla.distributed.parallel_loader as pl
+        def train(model, train_loader, device, opt):
+            for x, y in pl.MpDeviceLoader(train_loader, device):
+                model(x, y).backward()
+                opt.step()
+        """,
+        # an iterable the file does not build as a DataLoader
+        """
+        import torch
+        def train(model, batches, opt):
+            for x, y in batches:
+                model(x, y).backward()
+                opt.step()
+        """,
+        # a name bound to something else than a DataLoader
+        """
+        import torch
+        loader = make_batches()
+        for x, y in loader:
+            model(x, y).backward()
+        """,
+        # not a training or evaluation loop
+        """
+        import torch
+        loader = torch.utils.data.DataLoader(ds)
+        for x, y in loader:
+            print(x.shape)
+        """,
+        # ported by hand with an explicit step marker
+        """
+        import torch
+        import torch_xla
+        loader = torch.utils.data.DataLoader(ds)
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            model(x, y).backward()
+            torch_xla.sync()
+        """,
+    ]
+
+    def visit_For(self, node: cst.For) -> None:
+        kind = astutil.loop_kind(node, self.ctx)
+        if kind not in ("train", "eval"):
+            return
+        plan = tr.plan_loader_wrap(node, self.ctx)
+        if plan is None:
+            return
+        if plan.problem is not None:
+            self.report(node.iter, plan.problem, severity=Severity.INFO)
+            return
+        pl = self.ctx.module_alias("torch_xla.distributed.parallel_loader")
+        imports = ["torch_xla.distributed.parallel_loader"]
+        if plan.device is None:
+            device_code = f"{self.ctx.module_alias('torch_xla')}.device()"
+            imports.append("torch_xla")
+        else:
+            device_code = plan.device
+        edits = [Edit(plan.loader, _wrap(pl, device_code))]
+        for call in plan.drop_calls:
+            edits.append(Edit(call, tr.strip_move))
+        for stmt in plan.drop_statements:
+            edits.append(Edit(stmt, cst.RemoveFromParent()))
+        what = "training" if kind == "train" else "evaluation"
+        self.report(
+            plan.loader,
+            f"this {what} loop iterates a DataLoader: iterate pl.MpDeviceLoader(loader, device), "
+            "which uploads batches in the background and marks each step, and drop the "
+            "per-batch .to(device)",
+            Fix(tuple(edits), imports=tuple(imports)),
+        )
+
+
+def _wrap(pl: str, device_code: str):
+    def apply(updated: cst.CSTNode) -> cst.CSTNode:
+        call = cst.parse_expression(f"{pl}.MpDeviceLoader(_, {device_code})")
+        assert isinstance(call, cst.Call)
+        return call.with_changes(args=[call.args[0].with_changes(value=updated), call.args[1]])
+
+    return apply
