@@ -346,6 +346,35 @@ def _pass_line(line: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
     return line.with_changes(body=[cst.Pass()], trailing_whitespace=cst.TrailingWhitespace())
 
 
+def removal_edits(ctx: FileContext, small: cst.CSTNode) -> Optional[tuple[Edit, ...]]:
+    """The edits deleting ``small`` (on the ancestor stack): a block it would leave empty gets
+    ``pass``; blank lines above a removed line move to the next statement, so the layout
+    stays. None when ``small`` is not a removable statement."""
+    edit = removal_edit(ctx, small)
+    if edit is None:
+        return None
+    line = edit.target
+    if not (isinstance(line, cst.SimpleStatementLine) and isinstance(edit.replacement, cst.RemovalSentinel)):
+        return (edit,)
+    blank = [e for e in line.leading_lines if e.comment is None]
+    anc = ctx.ancestors
+    idx = next((i for i in range(len(anc) - 1, -1, -1) if anc[i] is line), None)
+    siblings = list(getattr(anc[idx - 1], "body", ())) if idx else []
+    pos = next((i for i, s in enumerate(siblings) if s is line), None)
+    if not blank or pos is None or (pos > 0 and _removable_line(siblings[pos - 1], ctx)):
+        return (edit,)  # in a run of removed lines only the first one's blank lines move
+    nxt = next((s for s in siblings[pos + 1:] if not _removable_line(s, ctx)), None)
+    if nxt is None:
+        return (edit,)
+
+    def carry(updated: cst.CSTNode) -> cst.CSTNode:
+        if not hasattr(updated, "leading_lines"):
+            return updated
+        return updated.with_changes(leading_lines=[*blank, *updated.leading_lines])  # type: ignore[attr-defined]
+
+    return (edit, Edit(nxt, carry))
+
+
 def removal_edit(ctx: FileContext, small: cst.CSTNode) -> Optional[Edit]:
     """The edit deleting ``small`` (on the ancestor stack); a block it would leave empty gets
     ``pass``. None when ``small`` is not a removable statement."""

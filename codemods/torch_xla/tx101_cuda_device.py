@@ -121,6 +121,9 @@ class CudaDevice(Rule):
         first = arg(node, "type", 0)
         if first is None:
             return
+        parent = self.ctx.parent
+        if isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "map_location":
+            return  # TX105: torch.load cannot map onto an XLA device
         if is_cuda_string(first.value):
             self.report(
                 node,
