@@ -291,6 +291,61 @@ def is_number_literal(node: cst.CSTNode, ctx: FileContext) -> bool:
 
 
 # --------------------------------------------------------------------------------------
+# Statements the TX4xx rules own
+# --------------------------------------------------------------------------------------
+_LOG_METHODS = ("debug", "info", "warning", "warn", "error", "critical", "exception", "log")
+_PROGRESS_METHODS = ("set_postfix", "set_postfix_str", "set_description", "set_description_str")
+_SCALAR_METHODS = ("add_scalar", "add_scalars")
+
+
+def is_logging_call(call: cst.Call, ctx: FileContext) -> bool:
+    """``print(...)``, ``logger.info(...)``/``logging.info(...)``, a tqdm bar's
+    ``set_postfix``/``set_description``, ``tqdm.write``, TensorBoard's ``add_scalar``,
+    ``wandb.log``."""
+    q = ctx.qualname(call.func) or ""
+    if q in ("builtins.print", "wandb.log", "tqdm.tqdm.write", "tqdm.write", "tqdm.auto.tqdm.write"):
+        return True
+    m = method_name(call)
+    if m in _PROGRESS_METHODS or m in _SCALAR_METHODS:
+        return True
+    if m in _LOG_METHODS:
+        receiver = dotted_name(call.func.value) or ""  # type: ignore[attr-defined]
+        return "log" in receiver.rsplit(".", 1)[-1].lower()
+    return False
+
+
+def in_logging_statement(ctx: FileContext) -> bool:
+    """Whether the current node is inside a logging call that is a statement of its own
+    (TX402 moves those into a step closure)."""
+    stack = ctx.ancestors
+    for i in range(len(stack) - 2, 0, -1):
+        anc = stack[i]
+        if isinstance(anc, SCOPES):
+            return False
+        if isinstance(anc, cst.Call) and isinstance(stack[i - 1], cst.Expr) and is_logging_call(anc, ctx):
+            return True
+    return False
+
+
+def in_test(ctx: FileContext) -> Optional[cst.CSTNode]:
+    """The if/elif/while/assert/conditional expression whose condition holds the current node."""
+    for kind in (cst.If, cst.While, cst.IfExp, cst.Assert):
+        found = under(ctx, kind, "test")
+        if found is not None:
+            return found
+    return None
+
+
+def is_host_sum(node: cst.AugAssign) -> bool:
+    """`name += <expr with .item()>`: a running sum kept on the host (TX401)."""
+    return (
+        isinstance(node.operator, cst.AddAssign)
+        and isinstance(node.target, cst.Name)
+        and any(not c.args for c in calls_to(node.value, ("item",)))
+    )
+
+
+# --------------------------------------------------------------------------------------
 # How a value is used (the running-metric rule)
 # --------------------------------------------------------------------------------------
 _ARITH = (cst.Add, cst.Subtract, cst.Multiply, cst.Divide, cst.FloorDivide, cst.Power)

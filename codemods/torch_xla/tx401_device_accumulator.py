@@ -5,7 +5,9 @@ import libcst as cst
 from porter.astutil import method_name, walk
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
-from ._host_sync import ReadChecker, calls_to, enclosing_scope, loads, parent_map, read_outside, step_loop
+from ._host_sync import (
+    ReadChecker, calls_to, enclosing_scope, is_host_sum, loads, parent_map, read_outside, step_loop,
+)
 
 
 class DeviceAccumulator(Rule):
@@ -179,7 +181,7 @@ class DeviceAccumulator(Rule):
         self._converted: dict[int, list[str]] = {}
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        if not _is_host_sum(node):
+        if not is_host_sum(node):
             return
         loop = step_loop(self.ctx)
         if loop is None:
@@ -214,7 +216,7 @@ class DeviceAccumulator(Rule):
         if names is None:
             names = []
             for n in walk(loop):
-                if isinstance(n, cst.AugAssign) and _is_host_sum(n) and n.target.value not in names:  # type: ignore[attr-defined]
+                if isinstance(n, cst.AugAssign) and is_host_sum(n) and n.target.value not in names:  # type: ignore[attr-defined]
                     name = n.target.value  # type: ignore[attr-defined]
                     if read_outside(scope, loop, name) and ReadChecker(self.ctx, loop, scope).name_reads_safe(name, loop):
                         names.append(name)
@@ -231,14 +233,6 @@ class DeviceAccumulator(Rule):
             )])
 
         return apply
-
-
-def _is_host_sum(node: cst.AugAssign) -> bool:
-    return (
-        isinstance(node.operator, cst.AddAssign)
-        and isinstance(node.target, cst.Name)
-        and any(not c.args for c in calls_to(node.value, ("item",)))
-    )
 
 
 def _sums_on_device(loop: cst.CSTNode, name: str) -> bool:

@@ -2,31 +2,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from porter.astutil import method_name
-from porter.context import FileContext, dotted_name
 from porter.rules import Example, Fix, Rule, Severity
 
-from ._host_sync import backward_receivers, bound_names, free_reads, outermost_loop, reads_tensor_value, step_loop
-
-_LOG_METHODS = ("debug", "info", "warning", "warn", "error", "critical", "exception", "log")
-_PROGRESS_METHODS = ("set_postfix", "set_postfix_str", "set_description", "set_description_str")
-_SCALAR_METHODS = ("add_scalar", "add_scalars")
-
-
-def is_logging_call(call: cst.Call, ctx: FileContext) -> bool:
-    """``print(...)``, ``logger.info(...)``/``logging.info(...)``, a tqdm bar's
-    ``set_postfix``/``set_description``, ``tqdm.write``, TensorBoard's ``add_scalar``,
-    ``wandb.log``."""
-    q = ctx.qualname(call.func) or ""
-    if q in ("builtins.print", "wandb.log", "tqdm.tqdm.write", "tqdm.write", "tqdm.auto.tqdm.write"):
-        return True
-    m = method_name(call)
-    if m in _PROGRESS_METHODS or m in _SCALAR_METHODS:
-        return True
-    if m in _LOG_METHODS:
-        receiver = dotted_name(call.func.value) or ""  # type: ignore[attr-defined]
-        return "log" in receiver.rsplit(".", 1)[-1].lower()
-    return False
+from ._host_sync import (
+    backward_receivers, bound_names, free_reads, is_logging_call, outermost_loop, reads_tensor_value, step_loop,
+)
 
 
 class LogInStepClosure(Rule):

@@ -1,0 +1,144 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from porter.astutil import method_name, string_value
+from porter.rules import Example, Rule, Severity
+
+from ._host_sync import (
+    HOST_READ_METHODS, backward_receivers, in_logging_statement, in_test, is_host_sum, reads_tensor_value, step_loop,
+    under,
+)
+
+_ADVICE = {
+    "item": "keep the value on the device (`.detach()`) and read it after the loop or in "
+            "`xm.add_step_closure`",
+    "tolist": "collect the tensors on the device (`.detach()`, then `torch.cat`/`torch.stack` after "
+              "the loop) and convert once",
+    "cpu": "collect the tensors on the device and move them once after the loop, or read them in "
+           "`xm.add_step_closure`",
+    "numpy": "collect the tensors on the device and convert once after the loop, or read them in "
+             "`xm.add_step_closure`",
+}
+
+
+class HostReadInStep(Rule):
+    """
+    ## What it does
+    Reports the reads of tensor values on the host inside a training or evaluation step that
+    the other TX4xx rules do not rewrite: `x.item()`, `x.tolist()`, `x.cpu()`, `x.numpy()`,
+    `x.to('cpu')`, and `float(t)` / `int(t)` / `bool(t)` of a tensor (the loss, or an
+    expression with `.sum()`, `.max()`, ... in it). Running sums (TX401), logging calls (TX402)
+    and conditions (TX404) have rules of their own.
+
+    ## Why
+    Each of these executes the step's pending graph before the step ends and copies to the
+    host: an extra graph execution (often a compilation), then a device-to-host transfer, in
+    every step. Typical cases and their static alternatives:
+
+    - `losses.append(loss.item())` -> `losses.append(loss.detach())`, and
+      `torch.stack(losses).tolist()` after the loop;
+    - `meter.update(loss.item(), n)` -> read the value every N steps, in a step closure;
+    - `preds.extend(out.argmax(1).cpu().numpy())` -> `preds.append(out.argmax(1))`, then
+      `torch.cat(preds).cpu().numpy()` after the loop.
+
+    ## Fix safety
+    No automatic fix: what the host value is used for (a list, a meter, a library call)
+    decides the rewrite, and the Python types change.
+    """
+
+    code = "TX403"
+    name = "host-read-in-step"
+    target = "torch-xla"
+    summary = "x.item()/.cpu()/.numpy()/.tolist()/float(t) in the step: reported with the static alternative"
+    severity = Severity.WARNING
+    needs_text = (".item(", ".cpu(", ".numpy(", ".tolist(", "float(", "int(", "bool(", ".to(")
+    examples = [
+        Example(
+            """
+            import torch
+
+            def train(model, loader, optimizer):
+                losses = []
+                for x, y in loader:
+                    loss = model(x, y)
+                    loss.backward()
+                    optimizer.step()
+                    losses.append(loss.item())
+                return losses
+            """,
+            None,
+            title="a per-step list of losses",
+        ),
+        Example(
+            """
+            import torch
+
+            def evaluate(model, loader):
+                preds = []
+                with torch.no_grad():
+                    for x, _ in loader:
+                        preds.extend(model(x).argmax(1).cpu().numpy())
+                return preds
+            """,
+            None,
+            title="predictions copied to the host every batch",
+        ),
+        Example(
+            """
+            import torch
+
+            def train(model, loader, optimizer, history):
+                for x, y in loader:
+                    loss = model(x, y)
+                    loss.backward()
+                    optimizer.step()
+                    history.record(float(loss))
+            """,
+            None,
+            title="float() of the loss",
+        ),
+    ]
+    valid = [
+        # outside a step
+        "import torch\nvalues = [t.item() for t in ts]\nlast = loss.item()\n",
+        # owned by TX401 / TX402 / TX404
+        "import torch\nfor x, y in loader:\n    loss = f(x, y)\n    loss.backward()\n    total += loss.item()\n"
+        "    print(loss.item())\n    if loss.item() > 10:\n        break\n",
+        # in a step closure: runs after the step
+        "import torch\nimport torch_xla.core.xla_model as xm\nfor x, y in loader:\n    loss = f(x, y)\n    loss.backward()\n"
+        "    xm.add_step_closure(lambda loss: history.append(loss.item()), args=(loss,))\n",
+        # float() of a plain number
+        "import torch\nfor x, y in loader:\n    loss = f(x, y)\n    loss.backward()\n    lr = float(args.lr)\n",
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        what = self._host_read(node)
+        if what is None:
+            return
+        loop = step_loop(self.ctx)
+        if loop is None or self._owned_elsewhere():
+            return
+        if what in HOST_READ_METHODS or what == "to":
+            key = "cpu" if what == "to" else what
+            self.report(node, f"`.{what}()` in the step executes the graph and copies to the host every step: {_ADVICE[key]}")
+            return
+        if reads_tensor_value(node.args[0].value, self.ctx, backward_receivers(loop)):
+            self.report(node, f"`{what}()` of a tensor in the step executes the graph and copies to the host every step: {_ADVICE['item']}")
+
+    def _host_read(self, node: cst.Call):
+        m = method_name(node)
+        if m in HOST_READ_METHODS and not node.args:
+            return m
+        if m == "to" and len(node.args) == 1 and string_value(node.args[0].value) == "cpu":
+            return "to"
+        q = self.ctx.qualname(node.func)
+        if q in ("builtins.float", "builtins.int", "builtins.bool") and len(node.args) == 1 and not node.args[0].star:
+            return q.split(".")[1]
+        return None
+
+    def _owned_elsewhere(self) -> bool:
+        summed = under(self.ctx, cst.AugAssign, "value")
+        if summed is not None and is_host_sum(summed):  # type: ignore[arg-type]
+            return True
+        return in_test(self.ctx) is not None or in_logging_statement(self.ctx)
