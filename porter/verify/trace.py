@@ -1,0 +1,573 @@
+"""Run a training script unmodified and record what it did, step by step.
+
+    python -m porter.verify.trace --out RESULT.json [--cuda-shim] [--host-random] \\
+        [--seed N] SCRIPT.py -- [script args...]
+
+SCRIPT runs as ``__main__`` (``runpy.run_path``; ``sys.argv = [SCRIPT, *args]``; the
+script's folder first on ``sys.path``; the working directory unchanged). The harness:
+
+* keeps a ``.detach()`` reference to every tensor ``backward`` is called on
+  (``torch.autograd.backward``, which ``Tensor.backward`` calls). Values are NOT read
+  during the run: reading an XLA tensor is a device-to-host transfer and would distort
+  the measurement. Everything is converted to floats at exit, after the last metrics
+  snapshot. A non-scalar backward tensor is recorded as the sum of its elements.
+* counts an optimizer step at every ``optimizer.step()``, through
+  ``torch.optim.optimizer.register_optimizer_step_post_hook`` (``xm.optimizer_step`` calls
+  ``optimizer.step()`` too). Each step gets the losses of the backward calls since the
+  previous step and the index (creation order) of the optimizer that stepped.
+* when the script imports torch_xla, takes host-side snapshots of the cumulative
+  torch_xla metrics: compilations (``CompileTime`` count), device-to-host transfers
+  (``TransferFromDeviceTime`` count), graph executions launched (counters
+  ``CachedCompile + UncachedCompile``) and executed CPU-fallback ops
+  (``met.executed_fallback_ops()``; note that ``.item()`` shows up there as
+  ``aten::_local_scalar_dense``). Reading these counters causes no transfer. A step's graph is compiled
+  and run at the sync that FOLLOWS ``optimizer.step()`` (``torch_xla.sync()``,
+  ``xm.mark_step()``, or the next batch of ``pl.MpDeviceLoader``), and step closures run
+  there too, so the snapshot that closes step k is taken right after the first sync that
+  follows step k's ``optimizer.step()`` (after its step closures); when no sync comes
+  before the next ``optimizer.step()``, at that next step; for the last step, at exit.
+  Per-step deltas are differences of consecutive closing snapshots (the first step's
+  delta counts from zero, so it includes work done before training).
+
+``--host-random`` aligns random numbers between a run on the CPU (the original under
+``--cuda-shim``) and a run on an XLA device (the port): random tensors are drawn on the
+CPU default generator and then moved to the requested device, so both runs consume the
+same numbers in the same order (see ``HostRandomMode``). ``--seed N`` seeds
+``torch``/``random``/``numpy`` before the script runs.
+
+Python API: ``trace_script(...)`` runs this in a fresh subprocess with a timeout and
+returns the record; ``compare_losses(a, b, rtol, atol)`` finds the first differing step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import time
+import traceback
+import weakref
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+__all__ = ["trace_script", "compare_losses", "HostRandomMode", "main"]
+
+_METRIC_KEYS = ("compiles", "transfers", "executions", "fallback_ops")
+
+
+# --- host random ---------------------------------------------------------------------
+
+
+def _off_host(device: Any) -> bool:
+    if device is None:
+        return False
+    return torch.device(device).type != "cpu"
+
+
+class HostRandomMode(TorchFunctionMode):
+    """Draw random numbers on the CPU default generator, then move them to the device.
+
+    Two kinds of rewrites, so that a CPU run and an XLA run draw identical numbers:
+
+    * Sampling with scalar parameters (``torch.randn/rand/randint/randperm``,
+      ``torch.normal(float, float, size)``, ``randn_like/rand_like/randint_like``, and the
+      in-place ``normal_/uniform_/random_/exponential_/bernoulli_(float p)``) is done by the
+      same CPU kernel as on a CPU run and the result moved (or copied in place) to the
+      tensor's device. On the CPU these calls are left alone, so the CPU run is unchanged.
+    * Sampling whose parameters are tensors (``torch.bernoulli(p)``, ``Tensor.bernoulli()``,
+      ``bernoulli_(p_tensor)``, ``torch.normal(mean_tensor, std)``) and dropout
+      (``F.dropout`` with ``training=True``, used by ``nn.Dropout`` and
+      ``nn.MultiheadAttention``) cannot read their parameters on the host without a
+      transfer, so they are rewritten on EVERY device, the CPU included, in terms of
+      standard noise drawn on the host: ``bernoulli(p) = (rand(shape) < p)``,
+      ``normal(m, s) = m + s * randn(shape)``, ``dropout(x) = x * (rand(shape) >= p) / (1 - p)``.
+      The CPU run's random stream therefore differs from a plain CPU run, but it is the
+      same in both traced runs.
+
+    Not covered (they keep the device's own generator): ``dropout1d/2d/3d``,
+    ``alpha_dropout``, ``scaled_dot_product_attention(dropout_p>0)``, ``multinomial``,
+    and calls with an explicit non-CPU ``generator``. An XLA program under this mode uploads
+    its random tensors each step (host-to-device) instead of generating them in the graph.
+    """
+
+    _FACTORIES = {torch.randn, torch.rand, torch.randint, torch.randperm}
+    _LIKE = {torch.randn_like: torch.randn, torch.rand_like: torch.rand}
+    _INPLACE = {"normal_", "uniform_", "random_", "exponential_", "bernoulli_"}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        name = getattr(func, "__name__", "")
+        if "out" in kwargs:
+            return func(*args, **kwargs)
+        if func in self._FACTORIES or (func is torch.normal and not _has_tensor(args, kwargs)):
+            device = kwargs.get("device")
+            if _off_host(device):
+                return _to_device(func(*args, **{**kwargs, "device": "cpu", "requires_grad": False}), device, kwargs)
+            return func(*args, **kwargs)
+        if func in self._LIKE or func is torch.randint_like:
+            return self._like(func, args, kwargs)
+        if func is torch.normal:
+            return self._normal(*args, **kwargs)
+        if name == "bernoulli" and args and isinstance(args[0], torch.Tensor):
+            return self._bernoulli(*args, **kwargs)
+        if name in self._INPLACE and args and isinstance(args[0], torch.Tensor):
+            return self._inplace(func, name, args, kwargs)
+        if func is torch.nn.functional.dropout:
+            return self._dropout(*args, **kwargs)
+        return func(*args, **kwargs)
+
+    @staticmethod
+    def _like(func, args, kwargs):
+        source, bounds = args[0], tuple(args[1:])
+        device = kwargs.get("device")
+        device = source.device if device is None else device
+        if not _off_host(device):
+            return func(*args, **kwargs)
+        layout = {
+            "dtype": kwargs.get("dtype") or source.dtype,
+            "device": "cpu",
+            "generator": kwargs.get("generator"),
+        }
+        if func is torch.randint_like:
+            if "high" in kwargs:
+                bounds = (bounds[0] if bounds else kwargs.get("low", 0), kwargs["high"])
+            value = torch.randint(*bounds, tuple(source.shape), **layout)
+        else:
+            value = HostRandomMode._LIKE[func](tuple(source.shape), **layout)
+        return _to_device(value, device, kwargs)
+
+    @staticmethod
+    def _inplace(func, name, args, kwargs):
+        target = args[0]
+        if name == "bernoulli_" and (
+            (len(args) > 1 and isinstance(args[1], torch.Tensor)) or isinstance(kwargs.get("p"), torch.Tensor)
+        ):
+            p = args[1] if len(args) > 1 else kwargs["p"]
+            noise = _host_noise(torch.rand, target.shape, torch.promote_types(p.dtype, torch.float32), target.device, kwargs.get("generator"))
+            with torch.no_grad():
+                return target.copy_((noise < p).to(target.dtype))
+        if not _off_host(target.device):
+            return func(*args, **kwargs)
+        sample = func(torch.empty(target.shape, dtype=target.dtype), *args[1:], **kwargs)
+        with torch.no_grad():
+            return target.copy_(sample)
+
+    @staticmethod
+    def _bernoulli(source, p=None, *, generator=None, **kwargs):
+        probs = source if p is None else p
+        if not isinstance(probs, torch.Tensor):
+            probs = torch.tensor(probs, dtype=source.dtype, device=source.device)
+        noise = _host_noise(torch.rand, source.shape, probs.dtype, source.device, generator)
+        return (noise < probs).to(source.dtype)
+
+    @staticmethod
+    def _normal(mean, std=1.0, *args, generator=None, **kwargs):
+        like = mean if isinstance(mean, torch.Tensor) else std
+        shape = torch.broadcast_shapes(
+            tuple(mean.shape) if isinstance(mean, torch.Tensor) else (),
+            tuple(std.shape) if isinstance(std, torch.Tensor) else (),
+        )
+        noise = _host_noise(torch.randn, shape, like.dtype, like.device, generator)
+        return mean + std * noise
+
+    @staticmethod
+    def _dropout(input, p=0.5, training=True, inplace=False):
+        if not training or p == 0.0:
+            return input
+        if p == 1.0:
+            return input.mul_(0.0) if inplace else input * 0.0
+        noise = _host_noise(torch.rand, input.shape, input.dtype, input.device, None)
+        keep = (noise >= p).to(input.dtype)
+        if inplace:
+            return input.mul_(keep).div_(1.0 - p)
+        return input * keep / (1.0 - p)
+
+
+def _has_tensor(args: Sequence[Any], kwargs: dict) -> bool:
+    return any(isinstance(a, torch.Tensor) for a in list(args) + list(kwargs.values()))
+
+
+def _host_noise(sampler, shape, dtype, device, generator) -> torch.Tensor:
+    noise = sampler(tuple(shape), dtype=dtype, device="cpu", generator=generator)
+    return noise if not _off_host(device) else noise.to(device)
+
+
+def _to_device(value: torch.Tensor, device: Any, kwargs: dict) -> torch.Tensor:
+    value = value.to(device)
+    if kwargs.get("requires_grad"):
+        value.requires_grad_(True)
+    return value
+
+
+# --- recording ---------------------------------------------------------------------
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.pending: list[torch.Tensor] = []
+        self.steps: list[dict[str, Any]] = []
+        self.optimizers: list[weakref.ref] = []
+        self.met: Any = None
+        self.xla_seen = False
+
+    # -- torch_xla metrics (host-side counters only) --
+    def xla(self) -> Any:
+        """The torch_xla metrics module once the script has imported torch_xla, else None."""
+        if self.met is None and sys.modules.get("torch_xla.core.xla_model") is not None:
+            import torch_xla.core.xla_model as xm
+            import torch_xla.debug.metrics as met
+
+            original = xm._run_step_closures
+
+            def _run_step_closures(*args: Any, **kwargs: Any) -> Any:
+                result = original(*args, **kwargs)
+                self.on_sync()
+                return result
+
+            xm._run_step_closures = _run_step_closures
+            self.met = met
+        return self.met
+
+    def snapshot(self) -> dict[str, int] | None:
+        met = self.xla()
+        if met is None:
+            return None
+        compile_time = met.metric_data("CompileTime")
+        transfers = met.metric_data("TransferFromDeviceTime")
+        return {
+            "compiles": compile_time[0] if compile_time else 0,
+            "transfers": transfers[0] if transfers else 0,
+            # Graphs launched: every launch first looks its graph up in the compile cache.
+            # (The ExecuteTime metric is recorded when an asynchronous execution ends, so
+            # it can land after the sync that launched it.)
+            "executions": (met.counter_value("CachedCompile") or 0) + (met.counter_value("UncachedCompile") or 0),
+            "fallback_ops": len(met.executed_fallback_ops()),
+        }
+
+    def close_open_step(self) -> None:
+        if self.steps and self.steps[-1]["xla"] is None:
+            self.steps[-1]["xla"] = self.snapshot()
+
+    def on_sync(self) -> None:
+        self.close_open_step()
+
+    # -- hooks --
+    def on_backward(self, tensors: Any) -> None:
+        self.xla()
+        if isinstance(tensors, torch.Tensor):
+            tensors = (tensors,)
+        for tensor in tensors:
+            if isinstance(tensor, torch.Tensor):
+                self.pending.append(tensor.detach())
+
+    def on_optimizer_created(self, optimizer: Any) -> None:
+        self.optimizers.append(weakref.ref(optimizer))
+
+    def optimizer_index(self, optimizer: Any) -> int:
+        for index, ref in enumerate(self.optimizers):
+            if ref() is optimizer:
+                return index
+        self.optimizers.append(weakref.ref(optimizer))
+        return len(self.optimizers) - 1
+
+    def on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.close_open_step()  # no sync since the previous step: it ends here
+        self.steps.append(
+            {
+                "optimizer": self.optimizer_index(optimizer),
+                "losses": self.pending,
+                "time_s": time.perf_counter() - self.t0,
+                "xla": None,
+            }
+        )
+        self.pending = []
+
+    # -- result --
+    def finish(self) -> dict[str, Any]:
+        self.close_open_step()
+        final = self.snapshot()
+        notes: list[str] = []
+        tensors = [t for step in self.steps for t in step["losses"]] + self.pending
+        try:
+            values = _to_floats(tensors)
+        except Exception as error:  # a broken device must not lose the rest of the record
+            notes.append(f"loss values could not be read: {type(error).__name__}: {error}")
+            values = [None] * len(tensors)
+        steps: list[dict[str, Any]] = []
+        previous = dict.fromkeys(_METRIC_KEYS, 0)
+        position = 0
+        for index, step in enumerate(self.steps):
+            count = len(step["losses"])
+            record = {
+                "step": index,
+                "optimizer": step["optimizer"],
+                "losses": values[position : position + count],
+                "time_s": step["time_s"],
+            }
+            position += count
+            if step["xla"] is not None:
+                record["xla"] = step["xla"]
+                record["xla_delta"] = {k: step["xla"][k] - previous[k] for k in _METRIC_KEYS}
+                previous = step["xla"]
+            steps.append(record)
+        result: dict[str, Any] = {
+            "num_steps": len(steps),
+            "steps": steps,
+            "losses": [s["losses"] for s in steps],
+            "unstepped_losses": values[position:],
+            "notes": notes,
+        }
+        if final is not None:
+            with_xla = [s for s in steps if "xla_delta" in s]
+            execute_time = self.met.metric_data("ExecuteTime")
+            result["xla"] = {
+                "final": final,
+                "execute_time_count": execute_time[0] if execute_time else 0,
+                "fallback_ops": list(self.met.executed_fallback_ops()),
+            }
+            for key in _METRIC_KEYS:
+                result[f"{key}_per_step"] = [s["xla_delta"][key] for s in with_xla]
+        else:
+            result["xla"] = None
+        return result
+
+
+def _to_floats(tensors: list[torch.Tensor]) -> list[float]:
+    off_host = [t for t in tensors if t.device.type != "cpu"]
+    on_host: dict[int, torch.Tensor] = {}
+    if off_host:
+        try:
+            import torch_xla.core.xla_model as xm
+
+            converted = xm._maybe_convert_to_cpu(off_host)
+        except Exception:
+            converted = [t.cpu() for t in off_host]
+        on_host = {id(t): c for t, c in zip(off_host, converted)}
+    values = []
+    for tensor in tensors:
+        host = on_host.get(id(tensor), tensor)
+        values.append(float(host.double().sum()) if host.numel() != 1 else float(host.reshape(())))
+    return values
+
+
+# --- running -----------------------------------------------------------------------
+
+
+def _script_traceback(error: BaseException, script: str) -> str:
+    tb = error.__traceback__
+    cursor = tb
+    while cursor is not None and os.path.abspath(cursor.tb_frame.f_code.co_filename) != script:
+        cursor = cursor.tb_next
+    return "".join(traceback.format_exception(type(error), error, cursor if cursor is not None else tb))
+
+
+def run(script: str, args: Sequence[str], *, cuda_shim: bool = False, host_random: bool = False, seed: int | None = None) -> tuple[dict[str, Any], int]:
+    """Run SCRIPT in this process and return (record, exit code)."""
+    script = os.path.abspath(script)
+    recorder = _Recorder()
+    import torch.autograd
+    import torch.optim.optimizer as optim_mod
+
+    original_backward = torch.autograd.backward
+
+    def backward(tensors: Any, *b_args: Any, **b_kwargs: Any) -> Any:
+        recorder.on_backward(tensors)
+        return original_backward(tensors, *b_args, **b_kwargs)
+
+    original_init = optim_mod.Optimizer.__init__
+
+    def optimizer_init(self: Any, *o_args: Any, **o_kwargs: Any) -> None:
+        original_init(self, *o_args, **o_kwargs)
+        recorder.on_optimizer_created(self)
+
+    torch.autograd.backward = backward
+    optim_mod.Optimizer.__init__ = optimizer_init
+    optim_mod.register_optimizer_step_post_hook(recorder.on_step)
+
+    host_mode = None
+    if host_random:
+        host_mode = HostRandomMode()
+        host_mode.__enter__()
+    shim = None
+    if cuda_shim:
+        from porter.verify import cuda_shim as shim
+
+        shim.install()
+    if seed is not None:
+        import random
+
+        torch.manual_seed(seed)
+        random.seed(seed)
+        try:
+            import numpy
+
+            numpy.random.seed(seed)
+        except ImportError:
+            pass
+
+    sys.argv = [script, *args]
+    sys.path.insert(0, os.path.dirname(script))
+    status, exit_code, exception = "ok", 0, None
+    start = time.perf_counter()
+    recorder.t0 = start
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as error:
+        code = error.code
+        if code is None or code == 0:
+            status, exit_code = "ok", 0
+        else:
+            status = "exit"
+            exit_code = code if isinstance(code, int) else 1
+            exception = {"type": "SystemExit", "message": str(code), "traceback": _script_traceback(error, script)}
+    except BaseException as error:  # the record must say what happened, whatever it was
+        status, exit_code = "error", 1
+        exception = {"type": type(error).__name__, "message": str(error), "traceback": _script_traceback(error, script)}
+    wall = time.perf_counter() - start
+    record = recorder.finish()
+    record.update(
+        {
+            "script": script,
+            "args": list(args),
+            "cuda_shim": cuda_shim,
+            "host_random": host_random,
+            "seed": seed,
+            "status": status,
+            "exit_code": exit_code,
+            "exception": exception,
+            "wall_time_s": wall,
+            "torch_xla_imported": sys.modules.get("torch_xla") is not None,
+        }
+    )
+    if shim is not None:
+        record["notes"] = shim.notes() + record["notes"]
+    return record, exit_code
+
+
+def _split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    argv = list(argv)
+    if "--" in argv:
+        at = argv.index("--")
+        return argv[:at], argv[at + 1 :]
+    return argv, []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    own, script_args = _split_argv(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m porter.verify.trace", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="where to write the JSON record")
+    parser.add_argument("--cuda-shim", action="store_true", help="run CUDA code on the CPU (original scripts only)")
+    parser.add_argument("--host-random", action="store_true", help="draw random numbers on the CPU generator")
+    parser.add_argument("--seed", type=int, default=None, help="seed torch/random/numpy before the script")
+    parser.add_argument("script")
+    options = parser.parse_args(own)
+    record, exit_code = run(
+        options.script, script_args, cuda_shim=options.cuda_shim, host_random=options.host_random, seed=options.seed
+    )
+    out = Path(options.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1, allow_nan=True) + "\n", encoding="utf-8")
+    return exit_code
+
+
+# --- Python API ----------------------------------------------------------------------
+
+
+def trace_script(
+    script: str | os.PathLike,
+    args: Sequence[str] = (),
+    out: str | os.PathLike | None = None,
+    *,
+    cuda_shim: bool = False,
+    host_random: bool = False,
+    seed: int | None = None,
+    timeout: float = 600.0,
+    env: dict[str, str] | None = None,
+    cwd: str | os.PathLike | None = None,
+    python: str | None = None,
+) -> dict[str, Any]:
+    """Trace SCRIPT in a fresh subprocess and return the record.
+
+    ``out`` is where the JSON goes (a temporary file when None). ``env`` entries are added
+    to the current environment. The record gains ``returncode`` (of the trace command) and
+    ``output`` (the last 4,000 characters of its stdout+stderr). On timeout the process
+    group is killed and the record has ``status == "timeout"``.
+    """
+    import tempfile
+
+    root = str(Path(__file__).resolve().parents[2])
+    environment = dict(os.environ)
+    environment["PYTHONPATH"] = os.pathsep.join(p for p in (root, environment.get("PYTHONPATH")) if p)
+    environment.update(env or {})
+    with tempfile.TemporaryDirectory(prefix="porter-trace-") as tmp:
+        target = Path(out) if out is not None else Path(tmp) / "trace.json"
+        if target.exists():
+            target.unlink()
+        command = [python or sys.executable, "-m", "porter.verify.trace", "--out", str(target)]
+        command += ["--cuda-shim"] * cuda_shim + ["--host-random"] * host_random
+        command += ["--seed", str(seed)] if seed is not None else []
+        command += [str(script), "--", *map(str, args)]
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment, cwd=cwd, start_new_session=True
+        )
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            output, _ = process.communicate()
+            return {
+                "status": "timeout",
+                "returncode": None,
+                "timeout_s": timeout,
+                "output": output.decode("utf-8", "replace")[-4000:],
+                "script": str(script),
+            }
+        text = output.decode("utf-8", "replace")[-4000:]
+        if not target.exists():
+            return {"status": "crashed", "returncode": process.returncode, "output": text, "script": str(script)}
+        record = json.loads(target.read_text(encoding="utf-8"))
+    record["returncode"] = process.returncode
+    record["output"] = text
+    return record
+
+
+def _flat_losses(losses: Any) -> list[list[float]]:
+    if isinstance(losses, dict):
+        losses = losses["losses"]
+    return [list(step) if isinstance(step, (list, tuple)) else [step] for step in losses]
+
+
+def compare_losses(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-5) -> int | None:
+    """First step (index) where the losses of A and B differ, or None if the common steps agree.
+
+    A and B are trace records (dicts with "losses") or lists whose items are one step's
+    loss (a float) or losses (a list of floats). Only the steps both have are compared; a
+    step with a different number of backward calls, or a None/NaN value where the other is
+    not NaN, differs. Floats agree when |x - y| <= atol + rtol * |y|.
+    """
+    for index, (left, right) in enumerate(zip(_flat_losses(a), _flat_losses(b))):
+        if len(left) != len(right):
+            return index
+        for x, y in zip(left, right):
+            if x is None or y is None:
+                return index
+            if math.isnan(x) or math.isnan(y):
+                if not (math.isnan(x) and math.isnan(y)):
+                    return index
+                continue
+            if abs(x - y) > atol + rtol * abs(y):
+                return index
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
