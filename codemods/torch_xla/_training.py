@@ -313,6 +313,50 @@ def has_step_marker(loop: cst.CSTNode, ctx: FileContext) -> bool:
     return False
 
 
+def _own_nodes(loop: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Nodes of a loop's body, not descending into nested loops or functions (the nested
+    loops themselves are yielded)."""
+    stack = [loop.body]  # type: ignore[attr-defined]
+    while stack:
+        n = stack.pop()
+        yield n
+        if isinstance(n, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            continue
+        stack.extend(reversed(n.children))
+
+
+def loop_kind(loop: cst.CSTNode, ctx: FileContext) -> Optional[str]:
+    """``astutil.loop_kind`` restricted to the loop that does the step itself.
+
+    astutil's walk reaches into nested loops, so an epoch loop around a batch loop counts as
+    a training (or, with a validation loop under ``no_grad`` inside, evaluation) loop. Here
+    a loop holding a nested training/evaluation loop is neither, and a training loop must
+    call ``.backward()`` outside nested loops.
+    """
+    kind = astutil.loop_kind(loop, ctx)
+    if kind is None:
+        return None
+    if kind == "train":
+        if not any(astutil.method_name(n) == "backward" for n in _own_nodes(loop)):
+            return None
+        return kind
+    return None if _has_nested_step_loop(loop.body, ctx) else kind  # type: ignore[attr-defined]
+
+
+def _has_nested_step_loop(node: cst.CSTNode, ctx: FileContext) -> bool:
+    """A training/evaluation loop below ``node`` (the path to it pushed on ``ctx.ancestors``
+    while it is classified, so that an enclosing ``with torch.no_grad()`` is seen)."""
+    if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+        return False
+    ctx.ancestors.append(node)
+    try:
+        if isinstance(node, (cst.For, cst.While)):
+            return loop_kind(node, ctx) is not None
+        return any(_has_nested_step_loop(c, ctx) for c in node.children)
+    finally:
+        ctx.ancestors.pop()
+
+
 # Loop sources ----------------------------------------------------------------------------
 @dataclass
 class LoopSource:
@@ -399,7 +443,9 @@ def _to_arg_kind(expr: cst.BaseExpression, ctx: FileContext) -> str:
     last = name.rsplit(".", 1)[-1].lower()
     if "dtype" in last:
         return "dtype"
-    if "device" in last or last in ("dev", "rank", "local_rank", "gpu", "gpu_id", "device_id"):
+    if last in ("rank", "local_rank", "gpu", "gpu_id", "device_id", "device_ids") or "rank" in last:
+        return "xla"  # a CUDA device index
+    if "device" in last or last == "dev":
         return "device"
     return "unknown"
 
@@ -884,7 +930,7 @@ class LoaderUsage:
 
     def visit_For(self, node: cst.For) -> None:
         ctx = self.ctx  # type: ignore[attr-defined]
-        kind = astutil.loop_kind(node, ctx)
+        kind = loop_kind(node, ctx)
         if kind not in ("train", "eval"):
             return
         train, evals, _ = self._usage()

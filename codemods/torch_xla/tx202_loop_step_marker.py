@@ -190,6 +190,19 @@ class LoopStepMarker(Rule):
             x, y = x.to(device), y.to(device)
             model(x, y).backward()
         """,
+        # an epoch loop around a device-loader loop and a validation loop
+        """
+        import torch
+        import torch_xla.distributed.parallel_loader as pl
+        def fit(model, train_loader, val_loader, opt, device):
+            for epoch in range(3):
+                for x, y in pl.MpDeviceLoader(train_loader, device):
+                    model(x, y).backward()
+                    opt.step()
+                with torch.no_grad():
+                    for x, y in pl.MpDeviceLoader(val_loader, device):
+                        model(x, y)
+        """,
         # not a training loop: the backward pass is in a nested loop
         """
         import torch
@@ -208,7 +221,7 @@ class LoopStepMarker(Rule):
         self._check(node)
 
     def _check(self, loop: cst.CSTNode) -> None:
-        kind = astutil.loop_kind(loop, self.ctx)
+        kind = tr.loop_kind(loop, self.ctx)
         if kind not in ("train", "eval"):
             return
         if tr.has_step_marker(loop, self.ctx):

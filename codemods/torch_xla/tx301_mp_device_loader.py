@@ -225,7 +225,7 @@ class MpDeviceLoader(Rule):
     ]
 
     def visit_For(self, node: cst.For) -> None:
-        kind = astutil.loop_kind(node, self.ctx)
+        kind = tr.loop_kind(node, self.ctx)
         if kind not in ("train", "eval"):
             return
         plan = tr.plan_loader_wrap(node, self.ctx)
