@@ -482,3 +482,59 @@ def read_outside(scope: cst.CSTNode, loop: cst.CSTNode, name: str) -> bool:
     """Whether ``name`` is read anywhere in ``scope`` outside ``loop``."""
     parents = parent_map(scope)
     return any(not _contains(loop, n, parents) for n in loads(scope, name, parents))
+
+
+# --------------------------------------------------------------------------------------
+# Static shapes (TX5xx)
+# --------------------------------------------------------------------------------------
+def imports_torch(ctx: FileContext) -> bool:
+    return any(q == "torch" or q.startswith("torch.") for q in ctx.aliases.values())
+
+
+class MaskNames:
+    """Names a function (or the module) binds to boolean tensors (``m = x > 0``,
+    ``valid = torch.isfinite(x)``), and names spelled like masks (``mask``, ``pad_mask``)."""
+
+    def __init__(self, ctx: FileContext) -> None:
+        self.ctx = ctx
+        self._by_scope: dict[int, set[str]] = {}
+
+    def names(self, scope: cst.CSTNode) -> set[str]:
+        found = self._by_scope.get(id(scope))
+        if found is None:
+            found = set()
+            for n in walk(scope.body if isinstance(scope, cst.FunctionDef) else scope):
+                if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
+                    if is_bool_tensor_expr(n.value, self.ctx):
+                        found.add(n.targets[0].target.value)
+            self._by_scope[id(scope)] = found
+        return found
+
+    def is_mask(self, index: cst.CSTNode, scope: cst.CSTNode) -> bool:
+        if is_bool_tensor_expr(index, self.ctx):
+            return True
+        if isinstance(index, cst.Name):
+            return index.value in self.names(scope) or "mask" in index.value.lower()
+        return False
+
+
+def single_index(sub: cst.Subscript) -> Optional[cst.BaseExpression]:
+    """``x[i]`` -> ``i`` (one plain index, no slice, no star)."""
+    if len(sub.slice) != 1:
+        return None
+    el = sub.slice[0].slice
+    if isinstance(el, cst.Index) and el.star is None:
+        return el.value
+    return None
+
+
+def data_dependent(expr: cst.CSTNode) -> Optional[cst.Call]:
+    """The first call in ``expr`` whose result is a tensor's data used as a size
+    (``n.item()``, ``lengths.max()``, ``mask.sum()``, ``t.tolist()``)."""
+    for n in walk(expr):
+        if isinstance(n, cst.Call) and method_name(n) in _SIZE_FROM_DATA:
+            return n
+    return None
+
+
+_SIZE_FROM_DATA = ("item", "tolist", "max", "min", "sum", "amax", "amin", "argmax", "argmin", "count_nonzero", "prod")
