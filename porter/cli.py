@@ -1,13 +1,20 @@
 """The command line: parse arguments, call the core, render, choose the exit code.
 
-Exit codes: 0 nothing to report, 1 findings (check) or failed files (migrate), 2 usage or
-internal error.
+Exit codes (every command): 0 nothing to report, 1 findings (check) or a file that could not
+be processed (check, migrate), 2 a usage error (bad option, unknown rule code or target, bad
+``[tool.porter]`` settings, an ``--out`` that overlaps the sources) or an internal error,
+130 interrupted. Results go to stdout (findings, diffs, JSON, SARIF); messages, the progress
+bar (only when stderr is a terminal) and summaries go to stderr, one line per problem.
 """
 from __future__ import annotations
 
+import errno
+import functools
+import os
 import sys
+import traceback
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import typer
 from rich.console import Console
@@ -17,41 +24,82 @@ from rich.table import Table
 from porter import registry, report
 from porter.config import Config, ConfigError, load
 from porter.registry import RegistryError
-from porter.runner import FileOutcome, Settings, run
+from porter.runner import FileOutcome, Settings, UsageError, run
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    pretty_exceptions_enable=False,
     help="Move PyTorch training code onto TPUs (torch_xla), and prove the port.",
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-err = Console(stderr=True, highlight=False)
 TARGETS = ", ".join(registry.TARGETS)
+FORMATS = ("text", "json", "sarif")
 
 
-def _fail(message: str) -> "typer.Exit":
-    err.print(f"porter: error: {message}", markup=False)
-    return typer.Exit(2)
+def say(message: str) -> None:
+    """One message on stderr, never wrapped or styled (it may be read by a program)."""
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+def guarded(command: Callable) -> Callable:
+    """Usage errors -> one line and exit 2; a bug in porter -> one line (traceback with
+    PORTER_DEBUG=1) and exit 2. Also when the app is driven in-process (typer's CliRunner)."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except (UsageError, RegistryError) as exc:
+            say(f"porter: error: {exc}")
+            raise typer.Exit(2) from None
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                raise
+            _internal_error(exc)
+        except Exception as exc:
+            _internal_error(exc)
+
+    return wrapper
+
+
+def _internal_error(exc: BaseException) -> None:
+    if os.environ.get("PORTER_DEBUG"):
+        traceback.print_exc()
+    say(f"porter: internal error: {type(exc).__name__}: {exc}".splitlines()[0])
+    if not os.environ.get("PORTER_DEBUG"):
+        say("porter: this is a bug in porter; set PORTER_DEBUG=1 for the traceback")
+    raise typer.Exit(2) from None
+
+
+def _table_console(stream, min_width: int = 100) -> Console:
+    return Console(file=stream, highlight=False, soft_wrap=False, width=max(min_width, Console(file=stream).width))
 
 
 def _settings(paths: List[Path], target: Optional[str], select: List[str], ignore: List[str], unsafe: Optional[bool]) -> Settings:
     try:
         cfg = load(paths[0]) if paths else Config()
     except ConfigError as exc:
-        raise _fail(str(exc))
+        raise UsageError(str(exc)) from None
     chosen = target or cfg.target or "torch-xla"
     if chosen not in registry.TARGETS:
-        raise _fail(f"unknown target {chosen!r} (known: {TARGETS})")
+        where = "" if target else f" (from {cfg.source})"
+        raise UsageError(f"unknown target {chosen!r}{where}; known: {TARGETS}")
+    cli_select, cli_ignore = tuple(_split(select)), tuple(_split(ignore))
     settings = Settings(
         target=chosen,
-        select=tuple(_split(select)) or cfg.select,
-        ignore=tuple(_split(ignore)) or cfg.ignore,
+        select=cli_select or cfg.select,
+        ignore=cli_ignore or cfg.ignore,
         unsafe_fixes=cfg.unsafe_fixes if unsafe is None else unsafe,
     )
-    try:
-        settings.options()
-    except RegistryError as exc:
-        raise _fail(str(exc))
+    # Check each source of codes on its own so the message says where a bad code came from.
+    Settings(chosen, cli_select, cli_ignore).validate()
+    if cfg.source is not None:
+        Settings(chosen, cfg.select if not cli_select else (), cfg.ignore if not cli_ignore else ()).validate(f"[tool.porter] in {cfg.source}")
+    settings.options()
     return settings
 
 
@@ -62,41 +110,55 @@ def _split(values: List[str]) -> List[str]:
 def _check_paths(paths: List[Path]) -> None:
     for p in paths:
         if not p.exists() and not p.is_symlink():
-            raise _fail(f"{p}: no such file or directory")
+            raise UsageError(f"{p}: no such file or folder")
 
 
-def _run_with_progress(kind: str, paths: List[Path], settings: Settings, **kw) -> list[FileOutcome]:
-    if not err.is_terminal:
+def _run(kind: str, paths: List[Path], settings: Settings, **kw) -> list[FileOutcome]:
+    """Run the batch; a progress bar on stderr only when stderr is a terminal."""
+    if not sys.stderr.isatty():
         return run(kind, paths, settings, **kw)
+    console = Console(file=sys.stderr, highlight=False)
+    # auto_refresh=False: no refresh thread, so the worker processes are forked from a
+    # single-threaded parent; the bar is redrawn as each file finishes.
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=err, transient=True,
+        console=console, transient=True, auto_refresh=False,
     ) as progress:
-        task = progress.add_task(kind, total=None)
+        task = progress.add_task(f"porter {kind}", total=None)
+
+        def start(n: int) -> None:
+            progress.update(task, total=n)
+            progress.refresh()
 
         def tick(_: FileOutcome) -> None:
             progress.advance(task)
+            progress.refresh()
 
-        return run(kind, paths, settings, on_file=tick, **kw)
+        return run(kind, paths, settings, on_start=start, on_file=tick, **kw)
 
 
 @app.command()
+@guarded
 def check(
-    paths: List[Path] = typer.Argument(..., help="Files or folders to check."),
-    target: Optional[str] = typer.Option(None, "--target", help=f"Port target ({TARGETS})."),
-    fmt: str = typer.Option("text", "--format", help="text, json or sarif."),
-    select: List[str] = typer.Option([], "--select", help="Only these rule codes or prefixes (comma-separated)."),
-    ignore: List[str] = typer.Option([], "--ignore", help="Skip these rule codes or prefixes."),
-    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Processes to use."),
+    paths: List[Path] = typer.Argument(..., help="Files or folders to check (folders are walked)."),
+    target: Optional[str] = typer.Option(None, "--target", help=f"Port target ({TARGETS}); default from [tool.porter] or torch-xla."),
+    fmt: str = typer.Option("text", "--format", help="Output format: text, json or sarif."),
+    select: List[str] = typer.Option([], "--select", help="Only these rule codes, code prefixes or names (comma-separated, repeatable)."),
+    ignore: List[str] = typer.Option([], "--ignore", help="Skip these rule codes, code prefixes or names."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Worker processes."),
 ) -> None:
-    """Report what stands between this code and the target; change nothing."""
-    if fmt not in ("text", "json", "sarif"):
-        raise _fail(f"unknown format {fmt!r} (text, json, sarif)")
+    """Report what stands between this code and the target; change nothing.
+
+    Exit 0: no findings; 1: findings, or a file could not be read; 2: usage or internal error.
+    """
+    if fmt not in FORMATS:
+        raise UsageError(f"unknown format {fmt!r}; choose text, json or sarif")
     _check_paths(paths)
     settings = _settings(paths, target, select, ignore, None)
-    outcomes = _run_with_progress("check", paths, settings, jobs=jobs)
+    outcomes = _run("check", paths, settings, jobs=jobs)
+    found = report.findings_of(outcomes)
     if fmt == "json":
-        typer.echo(report.as_json(outcomes))
+        typer.echo(report.as_json(outcomes, settings.target))
     elif fmt == "sarif":
         typer.echo(report.sarif(outcomes))
     else:
@@ -105,60 +167,75 @@ def check(
             typer.echo(body)
         errors = report.errors(outcomes)
         if errors:
-            err.print(errors, markup=False)
-        n = len(report.findings_of(outcomes))
-        fixable = sum(1 for f in report.findings_of(outcomes) if f.fixable and f.safety == "safe")
-        err.print(f"{n} finding(s) in {len(outcomes)} file(s); {fixable} fixable with `porter migrate` [*]", markup=False)
-    failed = any(o.status == "failed" for o in outcomes)
-    raise typer.Exit(1 if report.findings_of(outcomes) or failed else 0)
+            say(errors)
+        n_files = len(report.python_files(outcomes))
+        fixable = sum(1 for f in found if f.fixable and f.safety == "safe")
+        unsafe = sum(1 for f in found if f.fixable and f.safety != "safe")
+        line = f"{len(found)} finding(s) in {n_files} file(s)"
+        if found:
+            line += f"; {fixable} fixable with `porter migrate` [*]"
+            if unsafe:
+                line += f", {unsafe} more with --unsafe-fixes"
+        failed = len(report.failed(outcomes))
+        if failed:
+            line += f"; {failed} file(s) could not be checked"
+        say(line)
+    raise typer.Exit(1 if found or report.failed(outcomes) else 0)
 
 
 @app.command()
+@guarded
 def migrate(
-    paths: List[Path] = typer.Argument(..., help="Files or folders to port."),
-    to: Optional[str] = typer.Option(None, "--to", help=f"Port target ({TARGETS})."),
+    paths: List[Path] = typer.Argument(..., help="Files or folders to port (folders are walked)."),
+    to: Optional[str] = typer.Option(None, "--to", "--target", help=f"Port target ({TARGETS}); default from [tool.porter] or torch-xla."),
     write: bool = typer.Option(False, "--write", help="Rewrite the files in place."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write the ported tree here; the sources stay untouched."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the ported tree (with the untouched files) into this folder; the sources stay as they are."),
     unsafe_fixes: Optional[bool] = typer.Option(None, "--unsafe-fixes/--no-unsafe-fixes", help="Also apply fixes that may change numerics or semantics."),
-    select: List[str] = typer.Option([], "--select", help="Only these rule codes or prefixes."),
-    ignore: List[str] = typer.Option([], "--ignore", help="Skip these rule codes or prefixes."),
-    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Processes to use."),
+    select: List[str] = typer.Option([], "--select", help="Only these rule codes, code prefixes or names."),
+    ignore: List[str] = typer.Option([], "--ignore", help="Skip these rule codes, code prefixes or names."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Worker processes."),
 ) -> None:
-    """Rewrite code for the target. Without --write or --out, print a diff and write nothing."""
+    """Rewrite code for the target. Without --write or --out: print a unified diff, write nothing.
+
+    Exit 0: every file was processed; 1: some file could not be; 2: usage or internal error.
+    """
     if write and out is not None:
-        raise _fail("--write and --out exclude each other")
+        raise UsageError("--write and --out exclude each other: --write rewrites the sources, --out leaves them alone")
     _check_paths(paths)
-    if out is not None:
-        resolved = out.resolve()
-        for p in paths:
-            if p.is_dir() and (resolved == p.resolve() or p.resolve() in resolved.parents):
-                raise _fail(f"--out {out} lies inside the source folder {p}")
     settings = _settings(paths, to, select, ignore, unsafe_fixes)
     mode = "write" if write else ("out" if out is not None else "diff")
-    outcomes = _run_with_progress("migrate", paths, settings, mode=mode, out_dir=out, jobs=jobs)
+    outcomes = _run("migrate", paths, settings, mode=mode, out_dir=out, jobs=jobs)
     if mode == "diff":
         for o in outcomes:
             if o.diff:
                 sys.stdout.write(o.diff)
+        sys.stdout.flush()
     errors = report.errors(outcomes)
     if errors:
-        err.print(errors, markup=False)
-    left = report.text([o for o in outcomes])
+        say(errors)
+    left = report.text(outcomes)
     if left:
-        err.print("\nLeft for a human:", markup=False)
-        err.print(left, markup=False)
-    _print_summary(outcomes, mode, settings)
-    raise typer.Exit(1 if any(o.status == "failed" for o in outcomes) else 0)
+        note = " (lines as in the converted code)" if mode == "diff" else ""
+        say(f"\nLeft for a human{note}:")
+        say(left)
+    _print_summary(outcomes, mode, settings, out)
+    raise typer.Exit(1 if report.failed(outcomes) else 0)
 
 
-def _print_summary(outcomes: list[FileOutcome], mode: str, settings: Settings) -> None:
+def _print_summary(outcomes: list[FileOutcome], mode: str, settings: Settings, out: Optional[Path]) -> None:
     s = report.summary(outcomes)
     verb = {"diff": "would change", "write": "changed", "out": "converted"}[mode]
-    err.print(
+    line = (
         f"\nporter migrate --to {settings.target}: {s['changed']} file(s) {verb}, "
-        f"{s['unchanged']} unchanged, {s['failed']} failed",
-        markup=False,
+        f"{s['unchanged']} unchanged, {s['failed']} failed"
     )
+    if mode == "out":
+        line += f"; {s['copied']} other file(s) copied; output in {out}"
+    elif mode == "diff" and s["changed"]:
+        line += "; nothing written (use --write or --out DIR)"
+    if not settings.unsafe_fixes and any(f.fixable and f.safety != "safe" for f in report.findings_of(outcomes)):
+        line += "; more fixes with --unsafe-fixes"
+    say(line)
     if s["fixed"] or s["left"]:
         table = Table(show_header=True, header_style="bold", box=None)
         table.add_column("rule")
@@ -166,31 +243,27 @@ def _print_summary(outcomes: list[FileOutcome], mode: str, settings: Settings) -
         table.add_column("left for a human", justify="right")
         for code in sorted(set(s["fixed"]) | set(s["left"])):
             table.add_row(code, str(s["fixed"].get(code, 0)), str(s["left"].get(code, 0)))
-        err.print(table)
+        _table_console(sys.stderr).print(table)
 
 
 @app.command("rules")
+@guarded
 def list_rules(target: Optional[str] = typer.Option(None, "--target", help="Only this target's rules.")) -> None:
     """List every rule."""
-    try:
-        infos = registry.infos(target)
-    except RegistryError as exc:
-        raise _fail(str(exc))
+    infos = registry.infos(target)
     table = Table(show_header=True, header_style="bold")
     for col in ("code", "name", "target", "default", "summary"):
         table.add_column(col)
     for r in infos:
         table.add_row(r.code, r.name, r.target, "on" if r.default_enabled else "off", r.summary)
-    Console(highlight=False, width=160).print(table)
+    _table_console(sys.stdout, 160).print(table)
 
 
 @app.command()
+@guarded
 def explain(code: str = typer.Argument(..., help="A rule code (TX201) or name.")) -> None:
     """Print a rule's documentation and its examples."""
-    try:
-        rule = registry.find(code)
-    except RegistryError as exc:
-        raise _fail(str(exc))
+    rule = registry.find(code)
     typer.echo(render_rule_doc(rule))
 
 
@@ -200,12 +273,8 @@ def render_rule_doc(rule) -> str:
     return rule_markdown(rule)
 
 
-def main() -> None:
-    try:
-        app()
-    except RegistryError as exc:
-        err.print(f"porter: error: {exc}", markup=False)
-        sys.exit(2)
+def main(argv: Optional[List[str]] = None) -> None:
+    app(args=argv)
 
 
 if __name__ == "__main__":

@@ -1,89 +1,178 @@
-"""Renders results for people (text) and machines (json, sarif). Returns strings; prints nothing."""
+"""Renders results for people (text) and machines (json, sarif). Returns strings; prints nothing.
+
+Positions: internally LibCST's (line 1-based, column 0-based in code points, end exclusive).
+Every rendering shows 1-based columns: text ``path:line:col``, JSON ``column``/``end_column``
+(end exclusive) and SARIF (``columnKind: unicodeCodePoints``). The JSON shape is documented in
+docs/cli.md and versioned by ``format``; fields are only ever added within one format version.
+"""
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
-from typing import Iterable, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Iterable, Optional, Sequence
+from urllib.parse import quote
 
 from porter import __version__, registry
 from porter.runner import FileOutcome, FindingRecord
 
-DOCS_URL = "https://porter.readthedocs.io/en/latest/rules/{code}.html"
+JSON_FORMAT = 1
+SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+_SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 
 
 def findings_of(outcomes: Iterable[FileOutcome]) -> list[FindingRecord]:
     return [f for o in outcomes for f in o.findings]
 
 
+def failed(outcomes: Iterable[FileOutcome]) -> list[FileOutcome]:
+    return [o for o in outcomes if o.status == "failed"]
+
+
+def python_files(outcomes: Iterable[FileOutcome]) -> list[FileOutcome]:
+    return [o for o in outcomes if o.status != "copied"]
+
+
+def _mark(f: FindingRecord) -> str:
+    if not f.fixable:
+        return ""
+    return " [*]" if f.safety == "safe" else " [unsafe fix]"
+
+
 def text(outcomes: Sequence[FileOutcome]) -> str:
-    lines = []
-    for o in outcomes:
-        for f in o.findings:
-            mark = " [*]" if f.fixable and f.safety == "safe" else (" [unsafe fix]" if f.fixable else "")
-            lines.append(f"{f.path}:{f.line}:{f.column + 1}: {f.code} {f.message}{mark}")
-    return "\n".join(lines)
-
-
-def errors(outcomes: Sequence[FileOutcome]) -> str:
-    return "\n".join(f"{o.path}: error: {o.error}" for o in outcomes if o.status == "failed")
-
-
-def as_json(outcomes: Sequence[FileOutcome]) -> str:
-    return json.dumps(
-        {
-            "findings": [f.__dict__ for f in findings_of(outcomes)],
-            "errors": [{"path": o.path, "error": o.error} for o in outcomes if o.status == "failed"],
-            "files": len(outcomes),
-        },
-        indent=2,
+    """``path:line:col: CODE message [*]``, one finding a line."""
+    return "\n".join(
+        f"{f.path}:{f.line}:{f.column + 1}: {f.code} {f.message}{_mark(f)}" for f in findings_of(outcomes)
     )
 
 
+def errors(outcomes: Sequence[FileOutcome]) -> str:
+    """``path: error: message``, one failed file a line."""
+    return "\n".join(f"{o.path}: error: {_one_line(o.error)}" for o in failed(outcomes))
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split()) if "\n" in message or "\r" in message else message
+
+
+def _rule_names() -> dict[str, str]:
+    try:
+        return {r.code: r.name for r in registry.infos()}
+    except registry.RegistryError:
+        return {}
+
+
+def as_json(outcomes: Sequence[FileOutcome], target: Optional[str] = None) -> str:
+    """The `porter check --format json` document (format 1, see docs/cli.md)."""
+    names = _rule_names()
+    found = findings_of(outcomes)
+    bad = failed(outcomes)
+    doc = {
+        "porter": {"version": __version__, "format": JSON_FORMAT},
+        "target": target,
+        "files": len(python_files(outcomes)),
+        "findings": [
+            {
+                "path": f.path,
+                "code": f.code,
+                "rule": names.get(f.code, ""),
+                "message": f.message,
+                "severity": f.severity,
+                "line": f.line,
+                "column": f.column + 1,
+                "end_line": f.end_line,
+                "end_column": f.end_column + 1,
+                "fixable": f.fixable,
+                "fix_safety": f.safety,
+            }
+            for f in found
+        ],
+        "errors": [{"path": o.path, "message": _one_line(o.error)} for o in bad],
+        "summary": {
+            "findings": len(found),
+            "fixable": sum(1 for f in found if f.fixable and f.safety == "safe"),
+            "files_with_findings": len({f.path for f in found}),
+            "errors": len(bad),
+            "by_rule": dict(sorted(Counter(f.code for f in found).items())),
+        },
+    }
+    return json.dumps(doc, indent=2, ensure_ascii=False)
+
+
+def _artifact(path: str) -> dict:
+    """A SARIF artifactLocation: relative to %SRCROOT% (the working folder) when possible."""
+    if os.path.isabs(path):
+        return {"uri": Path(path).as_uri()}
+    return {"uri": quote(PurePosixPath(Path(path).as_posix()).as_posix()), "uriBaseId": "%SRCROOT%"}
+
+
 def sarif(outcomes: Sequence[FileOutcome]) -> str:
-    rules = {r.code: r for r in registry.infos()}
-    used = sorted({f.code for f in findings_of(outcomes)})
-    level = {"error": "error", "warning": "warning", "info": "note"}
-    results = [
-        {
+    """A SARIF 2.1.0 log with one run: the rules that fired, one result per finding, one
+    tool-execution notification per file that could not be processed."""
+    infos = {r.code: r for r in registry.infos()}
+    found = findings_of(outcomes)
+    used = sorted({f.code for f in found})
+    index = {c: i for i, c in enumerate(used)}
+    rules = []
+    for c in used:
+        info = infos.get(c)
+        rule: dict = {"id": c}
+        if info is not None:
+            rule.update({
+                "name": info.name,
+                "shortDescription": {"text": info.summary},
+                "fullDescription": {"text": info.doc or info.summary},
+                "help": {"text": f"Run `porter explain {c}` for the rule's documentation and examples."},
+                "defaultConfiguration": {"level": _SARIF_LEVEL.get(info.severity.value, "warning")},
+            })
+        rules.append(rule)
+    results = []
+    for f in found:
+        results.append({
             "ruleId": f.code,
-            "level": level.get(f.severity, "warning"),
+            "ruleIndex": index[f.code],
+            "level": _SARIF_LEVEL.get(f.severity, "warning"),
             "message": {"text": f.message},
             "locations": [{
                 "physicalLocation": {
-                    "artifactLocation": {"uri": f.path},
+                    "artifactLocation": _artifact(f.path),
                     "region": {
-                        "startLine": f.line, "startColumn": f.column + 1,
-                        "endLine": f.end_line, "endColumn": f.end_column + 1,
+                        "startLine": max(1, f.line), "startColumn": f.column + 1,
+                        "endLine": max(1, f.end_line), "endColumn": f.end_column + 1,
                     },
                 }
             }],
-        }
-        for f in findings_of(outcomes)
-    ]
+            "properties": {"fixable": f.fixable, "fixSafety": f.safety},
+        })
     notifications = [
-        {"level": "error", "message": {"text": f"{o.path}: {o.error}"}}
-        for o in outcomes if o.status == "failed"
+        {
+            "level": "error",
+            "message": {"text": f"{o.path}: {_one_line(o.error)}"},
+            "locations": [{"physicalLocation": {"artifactLocation": _artifact(o.path)}}],
+        }
+        for o in failed(outcomes)
     ]
     doc = {
+        "$schema": SARIF_SCHEMA,
         "version": "2.1.0",
-        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "runs": [{
             "tool": {"driver": {
-                "name": "porter", "version": __version__,
-                "rules": [
-                    {
-                        "id": c, "name": rules[c].name,
-                        "shortDescription": {"text": rules[c].summary},
-                        "helpUri": DOCS_URL.format(code=c),
-                    }
-                    for c in used if c in rules
-                ],
+                "name": "porter",
+                "version": __version__,
+                "semanticVersion": __version__,
+                "rules": rules,
             }},
+            "originalUriBaseIds": {"%SRCROOT%": {"uri": Path.cwd().as_uri().rstrip("/") + "/"}},
+            "columnKind": "unicodeCodePoints",
             "results": results,
-            "invocations": [{"executionSuccessful": not notifications, "toolExecutionNotifications": notifications}],
+            "invocations": [{
+                "executionSuccessful": not notifications,
+                "toolExecutionNotifications": notifications,
+            }],
         }],
     }
-    return json.dumps(doc, indent=2)
+    return json.dumps(doc, indent=2, ensure_ascii=False)
 
 
 def summary(outcomes: Sequence[FileOutcome]) -> dict:
@@ -97,6 +186,7 @@ def summary(outcomes: Sequence[FileOutcome]) -> dict:
         "changed": status.get("changed", 0),
         "unchanged": status.get("unchanged", 0),
         "failed": status.get("failed", 0),
+        "copied": status.get("copied", 0),
         "fixed": dict(sorted(fixed.items())),
         "left": dict(sorted(left.items())),
     }

@@ -1,23 +1,37 @@
-"""Runs the engine over files: reading, diffing, atomic writes, parallel jobs.
+"""Runs the engine over files: finding them, reading, verifying, diffing, writing, parallel jobs.
 
-Every file is processed on its own and yields a plain, picklable :class:`FileOutcome`;
-a failure in one file (bad input, a rule that crashes, fixes that do not converge) never
-stops the batch, and nothing is written for a failed file.
+Every file is processed on its own and yields a plain, picklable :class:`FileOutcome`; a
+failure in one file (bad input, a rule that crashes, fixes that do not converge, output that
+LibCST or CPython would not read back) never stops the batch, and nothing is written for a
+failed file. Problems with the request itself (unknown rule codes, an ``--out`` folder that
+overlaps the sources) raise :class:`UsageError` before any file is touched.
 """
 from __future__ import annotations
 
+import ast
 import difflib
+import multiprocessing
 import os
 import shutil
+import stat
 import traceback
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Callable, Optional, Sequence
 
 from porter import engine, registry
-from porter.rules import Finding, Safety
-from porter.sources import iter_all_files, iter_python_files, read_source, write_atomic
+from porter.rules import Finding
+from porter.sources import (
+    TMP_SUFFIX, copy_atomic, iter_other_files, iter_python_files, read_source, write_atomic,
+)
+
+MODES = ("diff", "write", "out")
+
+
+class UsageError(Exception):
+    """The request cannot be carried out as asked (exit code 2); nothing was touched."""
 
 
 @dataclass(frozen=True)
@@ -32,9 +46,24 @@ class Settings:
     def options(self) -> engine.Options:
         return engine.Options(registry.select(self.target, self.select, self.ignore), self.unsafe_fixes)
 
+    def validate(self, origin: str = "") -> None:
+        """Raise UsageError for a select/ignore entry that names no rule of the target."""
+        rules = registry.rules_for(self.target)
+        for option, values in (("select", self.select), ("ignore", self.ignore)):
+            for value in values:
+                if not any(r.code.startswith(value.upper()) or r.name == value for r in rules):
+                    where = f" ({origin})" if origin else ""
+                    raise UsageError(
+                        f"unknown rule code {value!r} in --{option}{where}: no {self.target} rule has "
+                        "this code, code prefix or name; `porter rules` lists them"
+                    )
+
 
 @dataclass(frozen=True)
 class FindingRecord:
+    """A finding as plain data. ``line`` 1-based; ``column``/``end_column`` 0-based code points,
+    ``end_column`` exclusive (LibCST's convention; the renderers convert)."""
+
     path: str
     code: str
     message: str
@@ -60,22 +89,34 @@ class FindingRecord:
 @dataclass(frozen=True)
 class FileOutcome:
     path: str
-    status: str  # "changed" | "unchanged" | "failed"
+    status: str  # "changed" | "unchanged" | "failed" | "copied" (a non-Python file, --out)
     error: str = ""
     diff: str = ""
     findings: tuple[FindingRecord, ...] = ()
     fixed: tuple[tuple[str, int], ...] = ()
+    out: str = ""  # where the file was written (--out), for messages
 
 
-def _display(path: Path) -> str:
-    try:
-        return os.path.relpath(path)
-    except ValueError:
-        return str(path)
+def display(path: Path) -> str:
+    """The path as the user would type it: relative to the working folder when inside it."""
+    p = str(path)
+    if os.path.isabs(p):
+        try:
+            rel = os.path.relpath(p)
+        except ValueError:
+            return p
+        return p if rel.startswith("..") else rel
+    return os.path.normpath(p)
+
+
+def _internal(exc: BaseException) -> str:
+    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" at {Path(frame.filename).name}:{frame.lineno}" if frame else ""
+    return f"internal error{where}: {type(exc).__name__}: {exc}".splitlines()[0]
 
 
 def check_file(path: Path, settings: Settings) -> FileOutcome:
-    name = _display(path)
+    name = display(path)
     try:
         src = read_source(path)
         result = engine.check(src.text, settings.options(), name)
@@ -86,45 +127,109 @@ def check_file(path: Path, settings: Settings) -> FileOutcome:
     return FileOutcome(name, "unchanged", findings=tuple(FindingRecord.of(name, f) for f in result.findings))
 
 
+def verify_output(before: str, after: str) -> None:
+    """Refuse output that is not what the fixes meant, or not Python.
+
+    LibCST does not reproduce a few inputs byte for byte (platform-facts.md: ``'pass\\n\\n '``
+    loses a line); fixing such a file would also change code no rule touched. And the output
+    must compile with CPython whenever the input did.
+    """
+    if engine.parse(before).code != before:
+        raise engine.PorterError(
+            "LibCST cannot reproduce this file byte for byte (a LibCST limitation with its "
+            "whitespace); left unchanged, port it by hand"
+        )
+    try:
+        compile(before, "<before>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return  # CPython cannot read the input either (newer syntax?); LibCST's check stands
+    try:
+        compile(after, "<after>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as exc:
+        raise engine.PorterError(
+            f"internal error: the converted code does not compile (line {exc.lineno}: {exc.msg}); "
+            "file left unchanged"
+        ) from None
+
+
+def unified_diff(before: str, after: str, name: str) -> str:
+    """A unified diff that `patch -p1` and `git apply` accept, also for files that do not end
+    with a newline (marked ``\\ No newline at end of file``)."""
+    out = []
+    for line in difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True),
+        fromfile=f"a/{name}", tofile=f"b/{name}",
+    ):
+        if not line.endswith(("\n", "\r")):
+            line += "\n\\ No newline at end of file\n"
+        out.append(line)
+    return "".join(out)
+
+
 def migrate_file(path: Path, settings: Settings, mode: str, out: Optional[Path] = None) -> FileOutcome:
     """``mode``: "diff" (write nothing), "write" (in place) or "out" (to ``out``)."""
-    name = _display(path)
+    name = display(path)
+    out_name = display(out) if out is not None else ""
     try:
         src = read_source(path)
         result = engine.fix(src.text, settings.options(), name)
-        findings = tuple(FindingRecord.of(name, f) for f in result.remaining)
-        fixed = tuple(sorted(result.fixed.items()))
-        if mode == "out" and out is not None:
-            if result.changed:
-                write_atomic(out, src.encode(result.source))
-            else:
-                _copy(path, out)
+        if result.changed:
+            verify_output(src.text, result.source)
+            data = src.encode(result.source)
+        shown = out_name if mode == "out" else name
+        findings = tuple(FindingRecord.of(shown, f) for f in result.remaining)
+        if mode == "out":
+            assert out is not None
+            write_atomic(out, data if result.changed else src.raw, src.mode, follow_symlinks=False)
+            if not result.changed:
+                _keep_times(path, out)
         if not result.changed:
-            return FileOutcome(name, "unchanged", findings=findings)
-        diff = "".join(difflib.unified_diff(
-            src.text.splitlines(keepends=True), result.source.splitlines(keepends=True),
-            fromfile=f"a/{name}", tofile=f"b/{name}",
-        ))
+            return FileOutcome(name, "unchanged", findings=findings, out=out_name)
         if mode == "write":
-            write_atomic(path, src.encode(result.source))
-        return FileOutcome(name, "changed", diff=diff, findings=findings, fixed=fixed)
+            write_atomic(path, data, src.mode)
+        diff = unified_diff(src.text, result.source, name) if mode == "diff" else ""
+        fixed = tuple(sorted(result.fixed.items()))
+        return FileOutcome(name, "changed", diff=diff, findings=findings, fixed=fixed, out=out_name)
     except engine.PorterError as exc:
         return FileOutcome(name, "failed", str(exc))
     except OSError as exc:
-        return FileOutcome(name, "failed", f"cannot write: {exc.strerror or exc}")
+        where = f" {display(Path(exc.filename))}" if exc.filename else ""
+        return FileOutcome(name, "failed", f"cannot write{where}: {exc.strerror or exc}")
     except Exception as exc:
         return FileOutcome(name, "failed", _internal(exc))
 
 
-def _internal(exc: Exception) -> str:
-    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-    where = f" at {Path(frame.filename).name}:{frame.lineno}" if frame else ""
-    return f"internal error{where}: {type(exc).__name__}: {exc}".splitlines()[0]
+def _keep_times(src: Path, dst: Path) -> None:
+    try:
+        st = os.stat(src)
+        os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+    except OSError:
+        pass
 
 
-def _copy(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(src, dst)
+def copy_other(src: Path, dst: Path) -> FileOutcome:
+    """Copy a non-Python file into the --out tree: symlinks as symlinks, files atomically."""
+    name = display(src)
+    try:
+        st = os.lstat(src)
+        if stat.S_ISLNK(st.st_mode):
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dst.with_name(f".{dst.name}.{os.getpid()}{TMP_SUFFIX}")
+            os.symlink(os.readlink(src), tmp)
+            try:
+                os.replace(tmp, dst)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        elif stat.S_ISREG(st.st_mode):
+            copy_atomic(src, dst)
+        else:
+            return FileOutcome(name, "failed", "not a regular file; not copied to --out")
+    except engine.PorterError as exc:
+        return FileOutcome(name, "failed", f"not copied to --out: {exc}")
+    except OSError as exc:
+        return FileOutcome(name, "failed", f"cannot copy to --out: {exc.strerror or exc}")
+    return FileOutcome(name, "copied", out=display(dst))
 
 
 def _task(args):
@@ -134,49 +239,155 @@ def _task(args):
     return migrate_file(path, settings, mode, out)
 
 
+# --------------------------------------------------------------------------------------
+# --out planning
+# --------------------------------------------------------------------------------------
+def _inside(child: str, parent: str) -> bool:
+    return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
+
+
+def out_base(paths: Sequence[Path]) -> Path:
+    """The folder whose layout the --out tree mirrors: the folder given when there is one
+    folder, else the deepest folder holding every path given."""
+    if len(paths) == 1 and paths[0].is_dir():
+        return Path(os.path.abspath(paths[0]))
+    anchors = [os.path.abspath(p) if p.is_dir() else os.path.dirname(os.path.abspath(p)) for p in paths]
+    return Path(os.path.commonpath(anchors))
+
+
+def plan_out(paths: Sequence[Path], files: Sequence[Path], out_dir: Path) -> Callable[[Path], Path]:
+    """Check that --out cannot touch the sources; return source path -> output path."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--out {out_dir} exists and is not a folder")
+    out_real = os.path.realpath(out_dir)
+    for p in paths:
+        if p.is_dir():
+            real = os.path.realpath(p)
+            if _inside(out_real, real):
+                same = "is" if out_real == real else "lies inside"
+                raise UsageError(
+                    f"--out {out_dir} {same} the source folder {p}; choose a folder outside it "
+                    f"(e.g. {os.path.join(os.path.dirname(real.rstrip(os.sep)) or os.sep, os.path.basename(real.rstrip(os.sep)) + '_xla')})"
+                )
+            if _inside(real, out_real):
+                raise UsageError(f"the source folder {p} lies inside --out {out_dir}; the output could overwrite it")
+    base = out_base(paths)
+    out_abs = Path(os.path.abspath(out_dir))
+
+    def target(f: Path) -> Path:
+        return out_abs / os.path.relpath(os.path.abspath(f), base)
+
+    sources = {os.path.realpath(f) for f in files}
+    for f in files:
+        if os.path.realpath(target(f)) in sources:
+            raise UsageError(f"--out {out_dir} would overwrite the source file {display(f)}")
+    return target
+
+
+# --------------------------------------------------------------------------------------
+# The batch
+# --------------------------------------------------------------------------------------
+def _pool_context():
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
 def run(
     kind: str,
-    paths: list[Path],
+    paths: Sequence[Path],
     settings: Settings,
     mode: str = "diff",
     out_dir: Optional[Path] = None,
     jobs: int = 1,
     on_file: Optional[Callable[[FileOutcome], None]] = None,
+    on_start: Optional[Callable[[int], None]] = None,
 ) -> list[FileOutcome]:
-    """Process every Python file under ``paths``; ``on_file`` is called as each finishes."""
+    """Process every Python file under ``paths``; results in file order.
+
+    ``on_start(n)`` is called once the n files are known, ``on_file`` as each one finishes.
+    With ``mode="out"`` the non-Python files of each folder given are copied to ``out_dir``
+    too (their failures are outcomes with status "failed").
+    """
+    if kind not in ("check", "migrate"):
+        raise ValueError(kind)
+    if mode not in MODES:
+        raise ValueError(mode)
+    if mode == "out" and out_dir is None:
+        raise UsageError("--out needs a folder")
+    paths = [Path(p) for p in paths]
     settings.options()  # fail fast (unknown target, broken rule module) before any work
-    files = iter_python_files(paths)
-    tasks = []
-    for path, root in files:
-        out = (out_dir / path.relative_to(root)) if (out_dir is not None and mode == "out") else None
-        tasks.append((kind, path, settings, mode, out))
-    results: list[FileOutcome] = []
+    files, walk_errors = iter_python_files(paths)
+    if kind == "migrate" and mode == "write":
+        files = _unique_targets(files)
+    target = plan_out(paths, files, out_dir) if (kind == "migrate" and mode == "out" and out_dir is not None) else None
+    tasks = [(kind, f, settings, mode, target(f) if target else None) for f in files]
+    if on_start:
+        on_start(len(tasks))
+
+    results: list[Optional[FileOutcome]] = [None] * len(tasks)
+
+    def done(i: int, outcome: FileOutcome) -> None:
+        results[i] = outcome
+        if on_file:
+            on_file(outcome)
+
     if jobs > 1 and len(tasks) > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for outcome in pool.map(_task, tasks, chunksize=max(1, min(16, len(tasks) // (jobs * 8) or 1))):
-                results.append(outcome)
-                if on_file:
-                    on_file(outcome)
+        _run_pool(tasks, min(jobs, len(tasks)), done)
     else:
-        for t in tasks:
-            outcome = _task(t)
-            results.append(outcome)
-            if on_file:
-                on_file(outcome)
-    if out_dir is not None and mode == "out":
-        _copy_untouched(paths, out_dir, {t[1] for t in tasks})
-    return results
+        for i, t in enumerate(tasks):
+            done(i, _task(t))
+    outcomes = [r for r in results if r is not None]
+    outcomes += [FileOutcome(display(p), "failed", msg) for p, msg in walk_errors]
+    if target is not None:
+        py = {os.path.abspath(f) for f in files}
+        for root in paths:
+            if root.is_dir():
+                for f in iter_other_files(root):
+                    if os.path.abspath(f) not in py:
+                        outcomes.append(copy_other(f, target(f)))
+    return outcomes
 
 
-def _copy_untouched(paths: list[Path], out_dir: Path, python_files: set[Path]) -> None:
-    """Copy the non-Python files of each walked directory into the --out tree."""
-    for root in paths:
-        if not root.is_dir():
-            continue
-        for f in iter_all_files(root):
-            if f in python_files or f.suffix == ".py":
-                continue
-            try:
-                _copy(f, out_dir / f.relative_to(root))
-            except OSError:
-                pass  # unreadable extras are not ours to report; sources are
+def _run_pool(tasks: list, jobs: int, done: Callable[[int, FileOutcome], None]) -> None:
+    """Run tasks in ``jobs`` processes, a few at a time per worker so that a slow file does
+    not hold the rest back; a worker that dies fails its files, not the batch."""
+    pending = {}
+    next_task = 0
+    window = jobs * 4
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context())
+    try:
+        while next_task < len(tasks) or pending:
+            while next_task < len(tasks) and len(pending) < window:
+                try:
+                    pending[pool.submit(_task, tasks[next_task])] = next_task
+                except BrokenProcessPool:
+                    break
+                next_task += 1
+            if not pending:  # the pool broke before anything could be submitted
+                for i in range(next_task, len(tasks)):
+                    done(i, FileOutcome(display(tasks[i][1]), "failed", "not processed: a worker process died"))
+                return
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                i = pending.pop(fut)
+                try:
+                    outcome = fut.result()
+                except BrokenProcessPool:
+                    outcome = FileOutcome(display(tasks[i][1]), "failed", "a worker process died (crashed or was killed) while on this file or a neighbour")
+                except Exception as exc:
+                    outcome = FileOutcome(display(tasks[i][1]), "failed", _internal(exc))
+                done(i, outcome)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _unique_targets(files: list[Path]) -> list[Path]:
+    """In-place writes go to the real file; two names for one file are processed once."""
+    seen: set[str] = set()
+    out = []
+    for f in files:
+        real = os.path.realpath(f)
+        if real not in seen:
+            seen.add(real)
+            out.append(f)
+    return out
