@@ -5,8 +5,8 @@ from porter.rules import Example, Fix, Rule, Severity
 
 from ._tables import DEPRECATED_XLA, TORCH_XLA, XLA_DEVICE, XM, tidy_args
 
-# Where a Name is a binding or a label, not a use of an imported function.
-_NOT_A_USE = (cst.FunctionDef, cst.ClassDef, cst.Param, cst.AssignTarget, cst.ImportAlias, cst.AsName, cst.Import, cst.ImportFrom)
+# Parents in which a Name is a binding or a label, not a use of an imported function.
+_BINDING_PARENTS = (cst.FunctionDef, cst.ClassDef, cst.Param, cst.AssignTarget, cst.AsName, cst.Global, cst.Nonlocal)
 
 
 class DeprecatedXlaApi(Rule):
@@ -73,7 +73,9 @@ class DeprecatedXlaApi(Rule):
             from torch_xla.core.xla_model import get_ordinal, xla_device, optimizer_step
 
             dev = xla_device(n=1, devkind="TPU")
-            is_first = get_ordinal() == 0
+
+            def is_first():
+                return get_ordinal() == 0
             """,
             """
             import torch_xla
@@ -81,7 +83,9 @@ class DeprecatedXlaApi(Rule):
             import torch_xla.runtime as xr
 
             dev = torch_xla.device(1)
-            is_first = xr.global_ordinal() == 0
+
+            def is_first():
+                return xr.global_ordinal() == 0
             """,
             title="imported names; devkind is ignored by torch_xla 2.9",
         ),
@@ -111,7 +115,7 @@ class DeprecatedXlaApi(Rule):
             return
         if isinstance(parent, cst.Arg) and parent.keyword is node:
             return
-        if self.ctx.inside(*_NOT_A_USE):
+        if isinstance(parent, _BINDING_PARENTS) or self.ctx.inside(cst.Import, cst.ImportFrom):
             return
         self._reference(node)
 
