@@ -353,6 +353,10 @@ def removal_edits(ctx: FileContext, small: cst.CSTNode) -> Optional[tuple[Edit, 
     edit = removal_edit(ctx, small)
     if edit is None:
         return None
+    if edit.target is small and isinstance(edit.replacement, cst.RemovalSentinel):
+        # `x = 1; torch.cuda.empty_cache()`: drop the small statement, then the `;` it leaves.
+        holder = next((a for a in reversed(ctx.ancestors) if isinstance(a, (cst.SimpleStatementLine, cst.SimpleStatementSuite))), None)
+        return (edit, Edit(holder, _strip_trailing_semicolon)) if holder is not None else (edit,)
     line = edit.target
     if not (isinstance(line, cst.SimpleStatementLine) and isinstance(edit.replacement, cst.RemovalSentinel)):
         return (edit,)
@@ -373,6 +377,13 @@ def removal_edits(ctx: FileContext, small: cst.CSTNode) -> Optional[tuple[Edit, 
         return updated.with_changes(leading_lines=[*blank, *updated.leading_lines])  # type: ignore[attr-defined]
 
     return (edit, Edit(nxt, carry))
+
+
+def _strip_trailing_semicolon(updated: cst.CSTNode) -> cst.CSTNode:
+    body = list(getattr(updated, "body", ()))
+    if not body or not hasattr(body[-1], "semicolon"):
+        return updated
+    return updated.with_changes(body=[*body[:-1], body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)])
 
 
 def removal_edit(ctx: FileContext, small: cst.CSTNode) -> Optional[Edit]:

@@ -49,6 +49,36 @@ class CudaCacheCalls(Rule):
             if big: pass
             """,
         ),
+        Example(
+            """
+            import torch
+
+            x = 1; torch.cuda.empty_cache()
+            try:
+                torch.cuda.empty_cache()
+            finally:
+                torch.cuda.ipc_collect()
+            """,
+            """
+            import torch
+
+            x = 1
+            try:
+                pass
+            finally:
+                pass
+            """,
+            title="semicolons and try/finally stay valid",
+        ),
+        Example(
+            """
+            import torch
+
+            stats = [torch.cuda.empty_cache(), torch.cuda.memory_allocated()]
+            """,
+            None,
+            title="a call used as a value is reported",
+        ),
     ]
     valid = [
         "import torch\nx = torch.empty(3)\n",
