@@ -1,10 +1,14 @@
-"""Trains two steps, then fails: the trace must record the steps and the traceback."""
+"""Trains two steps, then fails (or exits with the code given as the first argument)."""
+
+import sys
 
 import torch
 
 
-def broken_batch(step):
+def batch(step):
     if step == 2:
+        if len(sys.argv) > 1:
+            sys.exit(int(sys.argv[1]))
         raise ValueError(f"corrupt batch at step {step}")
     return torch.randn(4, 3), torch.randn(4, 1)
 
@@ -12,7 +16,7 @@ def broken_batch(step):
 model = torch.nn.Linear(3, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for step in range(5):
-    xb, yb = broken_batch(step)
+    xb, yb = batch(step)
     loss = torch.nn.functional.mse_loss(model(xb), yb)
     optimizer.zero_grad()
     loss.backward()

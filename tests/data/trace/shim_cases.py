@@ -203,5 +203,16 @@ for _ in range(3):
     values.append(step_loss.item())
 out["amp_losses"] = values
 
+# -- uninstall restores torch (the trace harness installed the shim)
+from porter.verify import cuda_shim  # noqa: E402
+
+cuda_shim.uninstall()
+try:
+    torch.zeros(1, device="cuda")
+    cuda_after = "allocated"
+except (RuntimeError, AssertionError) as error:
+    cuda_after = type(error).__name__
+out["after_uninstall"] = [torch.cuda.is_available(), cuda_after, "torch_xla" in sys.modules]
+
 with open(sys.argv[1], "w") as f:
     json.dump(out, f, indent=1)
