@@ -449,3 +449,17 @@ def _use_of(parents: Parents, node: cst.CSTNode, stmt) -> Optional[ScalerUse]:
     if isinstance(p, cst.Param):
         return None
     return ScalerUse(node)
+
+
+# --------------------------------------------------------------------------------------
+# Sparse embeddings
+# --------------------------------------------------------------------------------------
+SPARSE_ADAM = ("torch.optim.SparseAdam", "torch.optim.sparse_adam.SparseAdam")
+
+
+def mentions_sparse_adam(ctx: FileContext, module: cst.Module) -> bool:
+    """Whether the file refers to torch's SparseAdam anywhere (through its imports)."""
+    for node in walk_scope(module):
+        if isinstance(node, (cst.Name, cst.Attribute)) and ctx.qualname(node) in SPARSE_ADAM:
+            return True
+    return False
