@@ -23,10 +23,16 @@ class CudaIsAvailable(Rule):
     there, `xr.device_type() != 'CPU'` tells (it reads the selected PJRT device without
     initializing the runtime).
 
+    A test on availability alone (`if torch.cuda.is_available(): A else: B`,
+    `x if torch.cuda.is_available() else y`, and their `not` forms) gets an unsafe fix that
+    keeps the CUDA branch, A (the XLA port's accelerator is the XLA device). The rules for
+    what is inside (`.cuda()` -> TX102, ...) then port that branch.
+
     ## Fix safety
     Unsafe: dropping the test makes the program use the XLA device wherever the user did not
-    opt out, also on a host without TPU (where it is XLA on the CPU, not eager CPU). That is the
-    port's intent, but it changes what that host runs.
+    opt out, also on a host without TPU (where it is XLA on the CPU, not eager CPU), and drops
+    the CPU branch of an availability test. That is the port's intent, but it changes what that
+    host runs.
     """
 
     code = "TX107"
@@ -55,7 +61,37 @@ class CudaIsAvailable(Rule):
             """
             import torch
 
-            if torch.cuda.is_available():
+            def step(images, target, gpu):
+                # move the batch
+                if torch.cuda.is_available():
+                    target = target.cuda(gpu, non_blocking=True)
+                if not torch.cuda.is_available():
+                    print("using CPU, this will be slow")
+                else:
+                    print("GPU")
+                gpu = gpu if torch.cuda.is_available() else None
+                if not torch.cuda.is_available():
+                    warn()
+                return target
+            """,
+            """
+            import torch
+
+            def step(images, target, gpu):
+                # move the batch
+                target = target.cuda(gpu, non_blocking=True)
+                print("GPU")
+                gpu = gpu
+                return target
+            """,
+            unsafe=True,
+            title="the unsafe fix keeps the CUDA branch of a test on availability alone",
+        ),
+        Example(
+            """
+            import torch
+
+            if torch.cuda.device_count() > 1 and torch.cuda.is_available() or force:
                 model = torch.nn.DataParallel(model)
             """,
             None,
@@ -85,8 +121,52 @@ class CudaIsAvailable(Rule):
                 Fix((self.replace(parent, kept),), Safety.UNSAFE),
             )
             return
-        self.report(
-            node,
-            "torch.cuda.is_available() is False on a TPU host, so this CUDA branch never runs on XLA: decide what the "
-            "XLA port needs (torch_xla always has a device; xr.device_type() != 'CPU' tells whether it is an accelerator)",
-        )
+        negated = isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not)
+        test = parent if negated else node
+        index = -3 if negated else -2
+        holder = self.ctx.ancestors[index] if len(self.ctx.ancestors) >= -index else None
+        fix = None
+        if isinstance(holder, cst.IfExp) and holder.test is test:
+            branch = holder.orelse if negated else holder.body
+            fix = Fix((self.replace(holder, _keep_parens(holder, branch)),), Safety.UNSAFE)
+        elif isinstance(holder, cst.If) and holder.test is test:
+            fix = self._take_branch(holder, negated, index)
+        message = ("torch.cuda.is_available() is False on a TPU host, so this CUDA branch never runs on XLA: decide what "
+                   "the XLA port needs (torch_xla always has a device; xr.device_type() != 'CPU' tells whether it is an "
+                   "accelerator)")
+        if fix is not None:
+            message += "; the unsafe fix keeps the CUDA branch"
+        self.report(node, message, fix)
+
+    def _take_branch(self, stmt: cst.If, negated: bool, index: int):
+        """`if torch.cuda.is_available(): A [else: B]` -> A; `if not ...: A [else: B]` -> B."""
+        block = self.ctx.ancestors[index - 1] if len(self.ctx.ancestors) >= 1 - index else None
+        if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+            return None  # an `elif`, or a one-line suite
+        if not isinstance(stmt.body, cst.IndentedBlock):
+            return None
+        if negated and isinstance(stmt.orelse, cst.If):
+            return None  # `if not available: ... elif ...`
+        alone = len(block.body) == 1
+
+        def apply(updated: cst.CSTNode):
+            assert isinstance(updated, cst.If)
+            if negated:
+                chosen = list(updated.orelse.body.body) if isinstance(updated.orelse, cst.Else) else []
+            else:
+                chosen = list(updated.body.body)  # type: ignore[union-attr]
+            if not chosen:
+                if alone and not isinstance(block, cst.Module):
+                    return cst.SimpleStatementLine([cst.Pass()], leading_lines=updated.leading_lines)
+                return cst.RemoveFromParent()
+            first = chosen[0]
+            chosen[0] = first.with_changes(leading_lines=[*updated.leading_lines, *first.leading_lines])
+            return cst.FlattenSentinel(chosen)
+
+        return Fix((self.replace(stmt, apply),), Safety.UNSAFE)
+
+
+def _keep_parens(old: cst.BaseExpression, new: cst.BaseExpression) -> cst.BaseExpression:
+    if old.lpar and not new.lpar:
+        return new.with_changes(lpar=old.lpar, rpar=old.rpar)
+    return new
