@@ -30,7 +30,10 @@ class XlaRank(Rule):
     Safe. Under `torch_xla.launch` and the `xla://` process group (TX701, TX702) the
     default group's rank and size are the runtime's global ordinal and world size; without
     a process group the runtime answers (rank 0 of 1 in one process) where `dist` raised.
-    For a sub-group the answer differs, so calls with a group are only reported.
+    For a sub-group the answer differs, so calls with a group are only reported. The `xr`
+    functions start the XLA runtime: called in a parent process before `torch_xla.launch`
+    they make it fail ("Runtime is already initialized"), where `dist.get_rank()` there
+    raised anyway for lack of a process group.
     """
 
     code = "TX705"

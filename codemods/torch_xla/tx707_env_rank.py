@@ -32,8 +32,11 @@ class EnvRank(Rule):
     Unsafe. The runtime's values equal the variables only with one XLA device per process
     (the `torch_xla.launch` layout, or torchrun with one device each); a default such as
     `.get('LOCAL_RANK', -1)` that the code tests to choose a non-distributed path is lost
-    (the runtime always answers, 0 in a single process). A bare string read (not under
-    `int(...)`) is only reported: the runtime returns an int.
+    (the runtime always answers, 0 in a single process). The `xr` functions start the XLA
+    runtime, after which `torch_xla.launch` fails ("Runtime is already initialized"): they
+    belong in the launched function, so a read at module level (run by the parent process)
+    is only reported. A bare string read (not under `int(...)`) is only reported too: the
+    runtime returns an int.
     """
 
     code = "TX707"
@@ -47,19 +50,31 @@ class EnvRank(Rule):
             """
             import os
 
-            local_rank = int(os.environ["LOCAL_RANK"])
-            rank = int(os.environ.get("RANK", 0))
-            world = int(os.getenv("WORLD_SIZE", "1"))
+            def main_worker(index, args):
+                local_rank = int(os.environ["LOCAL_RANK"])
+                rank = int(os.environ.get("RANK", 0))
+                world = int(os.getenv("WORLD_SIZE", "1"))
             """,
             """
             import os
             import torch_xla.runtime as xr
 
-            local_rank = xr.local_ordinal()
-            rank = xr.global_ordinal()
-            world = xr.world_size()
+            def main_worker(index, args):
+                local_rank = xr.local_ordinal()
+                rank = xr.global_ordinal()
+                world = xr.world_size()
             """,
             unsafe=True,
+        ),
+        Example(
+            """
+            import os
+
+            if __name__ == "__main__":
+                local_rank = int(os.environ["LOCAL_RANK"])
+            """,
+            None,
+            title="at module level (the parent process) it is only reported",
         ),
         Example(
             """
@@ -86,6 +101,14 @@ class EnvRank(Rule):
         if var is None:
             return
         func = _VARS[var]
+        if not self.ctx.inside(cst.FunctionDef):
+            self.report(
+                node,
+                f"{var} comes from torchrun's environment, which torch_xla.launch does not set: inside the "
+                f"launched function use xr.{func}() (not at module level: it starts the XLA runtime, and "
+                "torch_xla.launch then fails)",
+            )
+            return
         xr = self.ctx.module_alias("torch_xla.runtime")
         new = cst.parse_expression(f"{xr}.{func}()")
         self.report(
