@@ -11,8 +11,10 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from porter.astutil import loop_kind, method_name, walk
+from porter.astutil import method_name, walk
 from porter.context import FileContext, dotted_name
+
+from . import _training
 
 SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
 LOOPS = (cst.For, cst.While)
@@ -36,14 +38,31 @@ BOOL_FUNCTIONS = tuple(f"torch.{m}" for m in BOOL_METHODS if m != "bool")
 # Where a node runs
 # --------------------------------------------------------------------------------------
 def step_loop(ctx: FileContext) -> Optional[cst.CSTNode]:
-    """The innermost train/eval loop (``astutil.loop_kind``) around the current node, without
-    crossing a function, lambda or class: the code of one training/evaluation step."""
+    """The innermost train/eval loop around the current node, without crossing a function,
+    lambda or class: the code of one training/evaluation step. Loops are classified as the
+    loop rules (TX202, TX301) do (``_training.loop_kind``: the loop doing the step itself,
+    not an epoch loop around it)."""
     for anc in reversed(ctx.ancestors[:-1]):
         if isinstance(anc, SCOPES):
             return None
-        if isinstance(anc, LOOPS) and loop_kind(anc, ctx):
+        if isinstance(anc, LOOPS) and is_step_loop(anc, ctx):
             return anc
     return None
+
+
+def is_step_loop(loop: cst.CSTNode, ctx: FileContext) -> bool:
+    return _training.loop_kind(loop, ctx) is not None
+
+
+def syncs_each_step(loop: cst.CSTNode, ctx: FileContext) -> bool:
+    """Whether every iteration of ``loop`` ends in a step marker: ``torch_xla.sync()`` (or
+    ``xm.mark_step()``, ``xm.optimizer_step(opt, barrier=True)``) in its body, or a device
+    loader (``pl.MpDeviceLoader``) as what it iterates. Step closures run at that marker."""
+    if _training.has_step_marker(loop, ctx):
+        return True
+    if isinstance(loop, cst.For):
+        return any(s.kind == _training.DEVICE_LOADER for s in _training.loop_source(loop, ctx))
+    return False
 
 
 def enclosing_scope(ctx: FileContext) -> cst.CSTNode:
@@ -193,6 +212,17 @@ def backward_receivers(loop: cst.CSTNode) -> set[str]:
     return names
 
 
+def device_names(loop: cst.CSTNode) -> set[str]:
+    """Names that hold tensors in the step as far as porter can tell: the losses
+    (``.backward()`` receivers) and names assigned ``<expr>.detach()`` (what TX401/TX405 write)."""
+    names = backward_receivers(loop)
+    for n in walk(loop):
+        if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
+            if isinstance(n.value, cst.Call) and method_name(n.value) == "detach":
+                names.add(n.targets[0].target.value)
+    return names
+
+
 def reads_tensor_value(expr: cst.CSTNode, ctx: FileContext, tensors: set[str] = frozenset()) -> bool:
     """Whether evaluating ``expr`` needs a tensor's value on the host: a host-read method
     (``.item()``, ``.tolist()``...), a data reduction (``.sum()``, ``.any()``...), a ``torch.*``
@@ -336,6 +366,30 @@ def in_test(ctx: FileContext) -> Optional[cst.CSTNode]:
     return None
 
 
+def logged_scalar(ctx: FileContext, call: cst.Call) -> Optional[tuple[cst.Assign, "ReadChecker"]]:
+    """``name = <expr>.item()`` in the step, where ``name`` is read only in the loop and only
+    by reads a 0-dim tensor serves alike (formatting, ``math.*``): TX405 keeps it on the device.
+    Returns the assignment and the checker that accepted its reads."""
+    if method_name(call) != "item" or call.args:
+        return None
+    assign = ctx.parent
+    if not (isinstance(assign, cst.Assign) and assign.value is call and len(assign.targets) == 1):
+        return None
+    target = assign.targets[0].target
+    if not isinstance(target, cst.Name):
+        return None
+    loop = step_loop(ctx)
+    if loop is None:
+        return None
+    scope = enclosing_scope(ctx)
+    if read_outside(scope, loop, target.value):
+        return None
+    checker = ReadChecker(ctx, loop, scope)
+    if not checker.name_reads_safe(target.value, loop):
+        return None
+    return assign, checker
+
+
 def is_host_sum(node: cst.AugAssign) -> bool:
     """`name += <expr with .item()>`: a running sum kept on the host (TX401)."""
     return (
@@ -388,6 +442,7 @@ class ReadChecker:
         self.scope = scope
         self.parents = parent_map(scope)
         self.reason = ""
+        self.computed = False  # some read does arithmetic on the value (float32 on the device)
 
     def name_reads_safe(self, name: str, within: cst.CSTNode, depth: int = 0) -> bool:
         for load in loads(within, name, self.parents):
@@ -403,15 +458,18 @@ class ReadChecker:
         while True:
             p = self.parents.get(id(cur))
             if isinstance(p, cst.BinaryOperation) and isinstance(p.operator, _ARITH):
+                self.computed = True
                 cur = p
             elif isinstance(p, cst.BinaryOperation) and isinstance(p.operator, cst.Modulo):
                 if p.right is cur and percent_is_numeric(p.left):
                     return True
                 if p.left is cur:
+                    self.computed = True
                     cur = p
                 else:
                     return self._fail(cur, "a %-format that is not numeric")
             elif isinstance(p, cst.UnaryOperation) and isinstance(p.operator, (cst.Minus, cst.Plus)):
+                self.computed = True
                 cur = p
             elif isinstance(p, cst.FormattedStringExpression) and p.expression is cur:
                 return p.conversion is None or self._fail(cur, "an f-string with a !r/!s conversion")

@@ -5,7 +5,8 @@ import libcst as cst
 from porter.rules import Example, Fix, Rule, Severity
 
 from ._host_sync import (
-    backward_receivers, bound_names, free_reads, is_logging_call, outermost_loop, reads_tensor_value, step_loop,
+    bound_names, device_names, free_reads, is_logging_call, outermost_loop, reads_tensor_value, step_loop,
+    syncs_each_step,
 )
 
 
@@ -27,6 +28,12 @@ class LogInStepClosure(Rule):
     A call under `if batch_idx % log_interval == 0:` stays under it: only logging steps
     register a closure, and only they transfer.
 
+    Closures run at the step marker, so the fix is made only in a loop that has one
+    (`torch_xla.sync()`, `xm.optimizer_step(opt, barrier=True)`, or iterating a
+    `pl.MpDeviceLoader`); in a full `porter migrate` TX202/TX301 add it first and this rule
+    wraps the call in the next pass. Without a marker the call is reported only: a closure
+    would wait for whatever sync comes next, possibly none.
+
     ## Why
     On XLA, `.item()` or formatting a tensor inside the step executes the pending graph early
     and copies to the host: an extra graph execution, often an extra compilation, and a
@@ -34,10 +41,10 @@ class LogInStepClosure(Rule):
     already exist on the device: the only cost left is the copy of the values printed.
 
     ## Fix safety
-    Safe: the same message is printed with the same values, once the step's graph has run.
-    The closure runs at the next `torch_xla.sync()` (or `MpDeviceLoader` step), so the line
-    appears after the step rather than in the middle of it; a loop that never syncs (no
-    step marker yet) prints nothing until its next sync.
+    Safe: the same message is printed with the same tensor values, once the step's graph has
+    run; the line appears at the step marker rather than in the middle of the step. Names
+    the loop does not rebind are read when the closure runs, so a clock in the message
+    (`time.time() - start`) is read a little later than before.
     """
 
     code = "TX402"
@@ -50,6 +57,7 @@ class LogInStepClosure(Rule):
         Example(
             """
             import torch
+            import torch_xla
 
             def train(model, loader, optimizer, epoch, log_interval):
                 for batch_idx, (data, target) in enumerate(loader):
@@ -59,9 +67,11 @@ class LogInStepClosure(Rule):
                     optimizer.step()
                     if batch_idx % log_interval == 0:
                         print(f'Train Epoch: {epoch} [{batch_idx * len(data)}/{len(loader.dataset)}]\\tLoss: {loss.item():.6f}')
+                    torch_xla.sync()
             """,
             """
             import torch
+            import torch_xla
             import torch_xla.core.xla_model as xm
 
             def train(model, loader, optimizer, epoch, log_interval):
@@ -72,17 +82,19 @@ class LogInStepClosure(Rule):
                     optimizer.step()
                     if batch_idx % log_interval == 0:
                         xm.add_step_closure(lambda batch_idx, data, loss: print(f'Train Epoch: {epoch} [{batch_idx * len(data)}/{len(loader.dataset)}]\\tLoss: {loss.item():.6f}'), args=(batch_idx, data, loss))
+                    torch_xla.sync()
             """,
         ),
         Example(
             """
             import logging
             import torch
+            import torch_xla.distributed.parallel_loader as pl
 
             logger = logging.getLogger(__name__)
 
-            def train(model, loader, optimizer, pbar):
-                for step, (x, y) in enumerate(loader):
+            def train(model, loader, device, optimizer, pbar):
+                for step, (x, y) in enumerate(pl.MpDeviceLoader(loader, device)):
                     loss = model(x, y)
                     loss.backward()
                     optimizer.step()
@@ -92,18 +104,33 @@ class LogInStepClosure(Rule):
             """
             import logging
             import torch
+            import torch_xla.distributed.parallel_loader as pl
             import torch_xla.core.xla_model as xm
 
             logger = logging.getLogger(__name__)
 
-            def train(model, loader, optimizer, pbar):
-                for step, (x, y) in enumerate(loader):
+            def train(model, loader, device, optimizer, pbar):
+                for step, (x, y) in enumerate(pl.MpDeviceLoader(loader, device)):
                     loss = model(x, y)
                     loss.backward()
                     optimizer.step()
                     xm.add_step_closure(lambda loss: pbar.set_postfix(loss=loss.item()), args=(loss,))
                     xm.add_step_closure(lambda step, loss: logger.info('step %d loss %.4f', step, loss), args=(step, loss))
             """,
+        ),
+        Example(
+            """
+            import torch
+
+            def train(model, loader, optimizer):
+                for step, (x, y) in enumerate(loader):
+                    loss = model(x, y)
+                    loss.backward()
+                    optimizer.step()
+                    print(step, loss.item())
+            """,
+            None,
+            title="no step marker yet: reported (a full migrate adds one first, then wraps)",
         ),
     ]
     valid = [
@@ -127,8 +154,16 @@ class LogInStepClosure(Rule):
         loop = step_loop(self.ctx)
         if loop is None:
             return
-        tensors = backward_receivers(loop)
+        tensors = device_names(loop)
         if not any(reads_tensor_value(a.value, self.ctx, tensors) for a in node.args):
+            return
+        message = (
+            "this log line reads tensor values inside the step (a graph execution and a host "
+            "transfer mid-step): run it after the step with xm.add_step_closure"
+        )
+        if not syncs_each_step(loop, self.ctx):
+            self.report(node, f"{message} (not fixed yet: the loop has no step marker for the closure to "
+                              "run at; add torch_xla.sync() (TX202) or iterate a pl.MpDeviceLoader (TX301))")
             return
         outer = outermost_loop(self.ctx) or loop
         varying = bound_names(outer)
@@ -140,8 +175,7 @@ class LogInStepClosure(Rule):
 
         self.report(
             node,
-            "this log line reads tensor values inside the step (a graph execution and a host "
-            "transfer mid-step): run it after the step with xm.add_step_closure",
+            message,
             Fix((self.replace(node, wrap),), imports=("torch_xla.core.xla_model",)),
         )
 

@@ -6,8 +6,8 @@ from porter.astutil import method_name, string_value
 from porter.rules import Example, Rule, Severity
 
 from ._host_sync import (
-    HOST_READ_METHODS, backward_receivers, in_logging_statement, in_test, is_host_sum, reads_tensor_value, step_loop,
-    under,
+    HOST_READ_METHODS, backward_receivers, in_logging_statement, in_test, is_host_sum, logged_scalar, reads_tensor_value,
+    step_loop, under,
 )
 
 _ADVICE = {
@@ -117,8 +117,10 @@ class HostReadInStep(Rule):
         if what is None:
             return
         loop = step_loop(self.ctx)
-        if loop is None or self._owned_elsewhere():
+        if loop is None or self._owned_elsewhere() or self._inside_other_read():
             return
+        if what == "item" and logged_scalar(self.ctx, node) is not None:
+            return  # TX405 keeps it on the device
         if what in HOST_READ_METHODS or what == "to":
             key = "cpu" if what == "to" else what
             self.report(node, f"`.{what}()` in the step executes the graph and copies to the host every step: {_ADVICE[key]}")
@@ -136,6 +138,17 @@ class HostReadInStep(Rule):
         if q in ("builtins.float", "builtins.int", "builtins.bool") and len(node.args) == 1 and not node.args[0].star:
             return q.split(".")[1]
         return None
+
+    def _inside_other_read(self) -> bool:
+        """``t.cpu().numpy().tolist()``: one finding, on the outermost read of the chain."""
+        stack = self.ctx.ancestors
+        if len(stack) < 3:
+            return False
+        attr, outer = stack[-2], stack[-3]
+        return (
+            isinstance(attr, cst.Attribute) and attr.value is stack[-1] and isinstance(outer, cst.Call)
+            and outer.func is attr and self._host_read(outer) is not None
+        )
 
     def _owned_elsewhere(self) -> bool:
         summed = under(self.ctx, cst.AugAssign, "value")

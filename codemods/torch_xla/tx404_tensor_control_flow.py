@@ -2,10 +2,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from porter.astutil import loop_kind
 from porter.rules import Example, Rule, Severity
 
-from ._host_sync import backward_receivers, reads_tensor_value, step_loop
+from ._host_sync import backward_receivers, is_step_loop, reads_tensor_value, step_loop
 
 _KIND = {cst.If: "`if`", cst.While: "`while`", cst.IfExp: "a conditional expression", cst.Assert: "`assert`"}
 
@@ -113,7 +112,7 @@ class TensorControlFlow(Rule):
 
     def _check(self, node: cst.CSTNode) -> None:
         # a `while` that is itself the training loop tests its condition every step
-        own = node if isinstance(node, cst.While) and loop_kind(node, self.ctx) else None
+        own = node if isinstance(node, cst.While) and is_step_loop(node, self.ctx) else None
         loop = own or step_loop(self.ctx)
         if loop is None:
             return
