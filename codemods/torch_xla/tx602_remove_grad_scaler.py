@@ -14,6 +14,7 @@ from ._amp_dist import (
     positional,
     removal_edits,
     source_of,
+    walk_scope,
 )
 
 _WHY = "bfloat16 autocast on XLA needs no loss scaling"
@@ -26,14 +27,17 @@ class RemoveGradScaler(Rule):
     `torch.amp.GradScaler('cuda', ...)`, `GradScaler(enabled=args.amp)`) and unwinds its
     calls: `scaler.scale(loss).backward()` -> `loss.backward()`, `scaler.step(optimizer)` ->
     `xm.optimizer_step(optimizer)`, `scaler.update()` and `scaler.unscale_(optimizer)` are
-    removed. The scaler is followed by name from its assignment (a local or module variable,
-    or `self.<attr>` across the methods of a class), through the file's imports
-    (`from torch.cuda.amp import GradScaler`).
+    removed (`loss = scaler.scale(loss)` too). The scaler is followed by name from its
+    assignment (a local or module variable, or `self.<attr>` across the methods of a
+    class), through the file's imports (`from torch.cuda.amp import GradScaler`).
 
     Other uses (`scaler.state_dict()` / `load_state_dict` in checkpoints, `get_scale()`,
     passing the scaler to a function, `if scaler is not None`) are reported; while one
     remains the construction is kept, so the program still runs, and the calls above are
-    unwound all the same. A GradScaler that is not bound by a plain assignment is reported.
+    unwound all the same. A GradScaler that is not bound by a plain assignment is reported,
+    and so is a function parameter named like a scaler that the body uses as one
+    (`def train_one_epoch(..., scaler)` with `scaler.scale(...)` and `scaler.step(...)`):
+    what the caller passes cannot be seen from there.
 
     ## Why
     Loss scaling exists because float16 underflows. XLA autocast computes in bfloat16, which
@@ -57,7 +61,7 @@ class RemoveGradScaler(Rule):
     target = "torch-xla"
     summary = "GradScaler removed, scaler.scale(loss).backward() -> loss.backward(), scaler.step -> xm.optimizer_step"
     severity = Severity.WARNING
-    needs_text = ("GradScaler",)
+    needs_text = ("GradScaler", "scaler")
     examples = [
         Example(
             """
@@ -129,7 +133,9 @@ class RemoveGradScaler(Rule):
             def train(model, opt, data, amp):
                 scaler = torch.amp.GradScaler('cuda', enabled=amp)
                 for x in data:
-                    scaler.scale(model(x)).backward()
+                    loss = model(x)
+                    loss = scaler.scale(loss)
+                    loss.backward()
                     scaler.step(opt)
                     if amp:
                         scaler.update()
@@ -142,7 +148,8 @@ class RemoveGradScaler(Rule):
             def train(model, opt, data, amp):
                 scaler = torch.amp.GradScaler('cuda', enabled=amp)
                 for x in data:
-                    model(x).backward()
+                    loss = model(x)
+                    loss.backward()
                     xm.optimizer_step(opt)
                     if amp:
                         pass
@@ -159,9 +166,23 @@ class RemoveGradScaler(Rule):
             None,
             title="a conditional scaler is reported",
         ),
+        Example(
+            """
+            import torch
+
+            def train_one_epoch(model, optimizer, loader, scaler):
+                for x in loader:
+                    scaler.scale(model(x)).backward()
+                    scaler.step(optimizer)
+                    scaler.update()
+            """,
+            None,
+            title="a scaler passed in as a parameter is reported",
+        ),
     ]
     valid = [
         "import torch\nscaler = StandardScaler()\nscaler.fit(x)\n",
+        "from sklearn.preprocessing import StandardScaler\ndef prep(x, scaler):\n    return scaler.transform(x)\n",
         "import torch\nscaler = torch.amp.GradScaler('cpu')\nscaler.scale(loss).backward()\n",
         "import torch\nclass A:\n    scale = 1\n",
     ]
@@ -178,6 +199,33 @@ class RemoveGradScaler(Rule):
             )
         for scaler in scalers:
             self._scaler(parents, scaler)
+        self._parameters(parents)
+
+    def _parameters(self, parents: Parents) -> None:
+        """A scaler handed to a function (`def train(..., scaler)`) cannot be followed to its
+        construction: report the parameter when the body uses it like a GradScaler."""
+        for fn in parents.nodes:
+            if not isinstance(fn, cst.FunctionDef):
+                continue
+            for param in [*fn.params.posonly_params, *fn.params.params, *fn.params.kwonly_params]:
+                name = param.name.value
+                if "scaler" not in name.lower():
+                    continue
+                methods = {
+                    n.func.attr.value
+                    for n in walk_scope(fn.body)
+                    if isinstance(n, cst.Call)
+                    and isinstance(n.func, cst.Attribute)
+                    and isinstance(n.func.value, cst.Name)
+                    and n.func.value.value == name
+                }
+                if "scale" in methods and ({"step", "update", "unscale_"} & methods):
+                    self.report(
+                        param,
+                        f"`{name}` is used like a GradScaler passed in: {_WHY}; unwind its calls here "
+                        f"({name}.scale(loss).backward() -> loss.backward(), {name}.step(opt) -> "
+                        f"xm.optimizer_step(opt), drop {name}.update()/unscale_()) and stop passing it",
+                    )
 
     def _scaler(self, parents: Parents, scaler: Scaler) -> None:
         label = scaler.label
@@ -204,7 +252,10 @@ class RemoveGradScaler(Rule):
                 receiver = parents.of(call)
                 if isinstance(receiver, cst.Attribute) and receiver.value is call:
                     value = parenthesized(value)
-                edits.append(Edit(call, value))
+                if _self_assignment(parents, call, value):
+                    removed.append(parents.of(call))  # `loss = scaler.scale(loss)` goes
+                else:
+                    edits.append(Edit(call, value))
             elif method == "step" and n == 1:
                 new = cst.parse_expression(f"{xm}.optimizer_step(_)").with_changes(
                     args=[cst.Arg(call.args[0].value)]
@@ -242,3 +293,16 @@ class RemoveGradScaler(Rule):
             message = f"GradScaler `{label}`: {_WHY}; removed and its calls unwound"
         fix = Fix(tuple(edits), imports=imports, description="remove the GradScaler") if edits else None
         self.report(scaler.construction, message, fix)
+
+
+def _self_assignment(parents: Parents, call: cst.Call, value: cst.BaseExpression) -> bool:
+    """``name = scaler.scale(name)``: unwound, it would read ``name = name``."""
+    assign = parents.of(call)
+    return (
+        isinstance(assign, cst.Assign)
+        and assign.value is call
+        and len(assign.targets) == 1
+        and isinstance(assign.targets[0].target, cst.Name)
+        and isinstance(value, cst.Name)
+        and assign.targets[0].target.value == value.value
+    )
