@@ -140,6 +140,8 @@ def test_port_is_what_the_rules_say(ported):
     assert "torch_xla.launch(main_worker, args=(6, sys.argv[1]))" in src
 
 
+@pytest.mark.xla
+@pytest.mark.slow
 def test_amp_off_runs_and_matches_float32(ported, tmp_path):
     import torch
 
@@ -154,6 +156,8 @@ def test_amp_off_runs_and_matches_float32(ported, tmp_path):
         assert torch.allclose(tensor, ref_weights[name], atol=1e-5), name
 
 
+@pytest.mark.xla
+@pytest.mark.slow
 def test_amp_on_computes_in_bfloat16(ported, tmp_path):
     state = run(tmp_path, ported[True], "amp_on")
     ref_losses, _ = reference_losses(STEPS)
