@@ -29,3 +29,4 @@ tail = net_a(torch.randn(5, 3)).mean()
 tail.backward()
 with open(sys.argv[1], "w") as f:
     json.dump({"steps": seen, "tail": tail.item()}, f)
+sys.exit(0)  # SystemExit(0) is a success
