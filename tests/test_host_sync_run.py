@@ -78,6 +78,63 @@ PROGRAM = textwrap.dedent(
 ).replace("STEPS", str(STEPS)).replace("LOG_EVERY", str(LOG_EVERY))
 
 
+# The language-model pattern: the running sum is read in the loop, in logging steps only.
+LM_PROGRAM = textwrap.dedent(
+    """
+    import json
+    import math
+    import sys
+
+    import torch
+    import torch.nn as nn
+    import torch_xla
+    import torch_xla.debug.metrics as met
+
+    PROBES = []
+
+
+    def probe():
+        transfers = met.metric_data('TransferFromDeviceTime')
+        compiles = met.metric_data('CompileTime')
+        PROBES.append([transfers[0] if transfers else 0, compiles[0] if compiles else 0])
+
+
+    def main():
+        torch.manual_seed(0)
+        device = torch_xla.device()
+        vocab, bptt, width = 50, 8, 4
+        data = torch.randint(0, vocab, (STEPS * bptt + 1, width))
+        model = nn.Sequential(nn.Embedding(vocab, 16), nn.Linear(16, vocab)).to(device)
+        criterion = nn.CrossEntropyLoss()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        total_loss = 0.
+        met.clear_all()
+        for batch, i in enumerate(range(0, STEPS * bptt, bptt)):
+            x = data[i:i + bptt].to(device)
+            y = data[i + 1:i + 1 + bptt].to(device)
+            optimizer.zero_grad()
+            output = model(x)
+            loss = criterion(output.view(-1, vocab), y.reshape(-1))
+            loss.backward()
+            optimizer.step()
+            total_loss += loss.item()
+            if batch % LOG_EVERY == 0 and batch > 0:
+                cur_loss = total_loss / LOG_EVERY
+                print('| batch {:3d} | loss {:5.2f} | ppl {:8.2f}'.format(batch, cur_loss, math.exp(cur_loss)))
+                total_loss = 0
+            torch_xla.sync()
+            probe()
+        probe()
+        with open(sys.argv[1], 'w') as f:
+            json.dump(PROBES, f)
+
+
+    if __name__ == '__main__':
+        main()
+    """
+).replace("STEPS", str(STEPS)).replace("LOG_EVERY", str(LOG_EVERY))
+
+
 def port(source: str) -> str:
     rules = registry.select("torch-xla", ("TX4",))
     result = engine.fix(source, engine.Options(rules, unsafe_fixes=True))
@@ -99,14 +156,22 @@ def per_step(counts):
     return [b - a for a, b in zip(values, values[1:])]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def run_both(tmp, program):
     pytest.importorskip("torch_xla")
-    tmp = tmp_path_factory.mktemp("hostsync")
-    ported = port(PROGRAM)
-    (tmp / "original.py").write_text(PROGRAM)
+    ported = port(program)
+    (tmp / "original.py").write_text(program)
     (tmp / "ported.py").write_text(ported)
     return ported, run(tmp / "original.py", tmp / "original.json"), run(tmp / "ported.py", tmp / "ported.json")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return run_both(tmp_path_factory.mktemp("hostsync"), PROGRAM)
+
+
+@pytest.fixture(scope="module")
+def lm_runs(tmp_path_factory):
+    return run_both(tmp_path_factory.mktemp("hostsync_lm"), LM_PROGRAM)
 
 
 def test_port_is_what_the_rules_say(runs):
@@ -148,3 +213,36 @@ def test_no_compilation_after_warmup(runs):
     assert port_compiles[WARMUP:] == [0] * (STEPS + 1 - WARMUP)
     orig_compiles = per_step([p[1] for p in original])
     assert orig_compiles[WARMUP:] == [0] * (STEPS + 1 - WARMUP)
+
+
+def test_lm_port_text(lm_runs):
+    ported, _, _ = lm_runs
+    assert "total_loss += loss.detach()" in ported
+    # the print reads the device sum through cur_loss: it runs after the step, with this
+    # step's values bound
+    assert ("xm.add_step_closure(lambda batch, cur_loss: print('| batch {:3d} | loss {:5.2f} | ppl {:8.2f}'"
+            ".format(batch, cur_loss, math.exp(cur_loss))), args=(batch, cur_loss))") in ported
+    # total_loss is not read after the loop: nothing to convert
+    assert "isinstance(total_loss" not in ported
+
+
+def test_lm_same_printed_numbers(lm_runs):
+    _, (original_out, _), (ported_out, _) = lm_runs
+    assert original_out.count("\n") == (STEPS - 1) // LOG_EVERY
+    assert ported_out == original_out
+
+
+def test_lm_transfers_only_in_logging_steps(lm_runs):
+    _, (_, original), (_, ported) = lm_runs
+    logging = [s % LOG_EVERY == 0 and s > 0 for s in range(STEPS)]
+    assert per_step([p[0] for p in original])[:STEPS] == [1] * STEPS
+    # the closure formats cur_loss and takes math.exp of it: two reads of a computed value
+    assert per_step([p[0] for p in ported]) == [2 if log else 0 for log in logging] + [0]
+
+
+def test_lm_no_compilation_after_the_first_logging_step(lm_runs):
+    _, _, (_, ported) = lm_runs
+    compiles = per_step([p[1] for p in ported])
+    # new graphs: step 0 (sum starts as 0.0), step 1 (sum is a tensor), the first logging
+    # step (its graph also computes cur_loss); after the reset to 0 the step-0 graph is reused
+    assert compiles[LOG_EVERY + 1:] == [0] * (STEPS + 1 - LOG_EVERY - 1), compiles

@@ -214,13 +214,37 @@ def backward_receivers(loop: cst.CSTNode) -> set[str]:
 
 def device_names(loop: cst.CSTNode) -> set[str]:
     """Names that hold tensors in the step as far as porter can tell: the losses
-    (``.backward()`` receivers) and names assigned ``<expr>.detach()`` (what TX401/TX405 write)."""
+    (``.backward()`` receivers), names assigned ``<expr>.detach()`` (what TX405 writes),
+    running sums of such values (``total += loss.detach()``, what TX401 writes), and names
+    computed from those by arithmetic (``cur_loss = total / log_interval``)."""
     names = backward_receivers(loop)
-    for n in walk(loop):
-        if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
-            if isinstance(n.value, cst.Call) and method_name(n.value) == "detach":
-                names.add(n.targets[0].target.value)
+    assigns = [n for n in walk(loop) if isinstance(n, (cst.Assign, cst.AugAssign))]
+    for _ in range(4):
+        before = len(names)
+        for n in assigns:
+            if isinstance(n, cst.Assign):
+                if len(n.targets) != 1 or not isinstance(n.targets[0].target, cst.Name):
+                    continue
+                target = n.targets[0].target.value
+            elif isinstance(n.target, cst.Name) and isinstance(n.operator, cst.AddAssign):
+                target = n.target.value
+            else:
+                continue
+            if _device_value(n.value, names, isinstance(n, cst.AugAssign)):
+                names.add(target)
+        if len(names) == before:
+            break
     return names
+
+
+def _device_value(value: cst.CSTNode, names: set[str], summed: bool) -> bool:
+    if isinstance(value, cst.Call) and method_name(value) == "detach":
+        return True
+    if summed and calls_to(value, ("detach",)):
+        return True
+    if isinstance(value, (cst.BinaryOperation, cst.UnaryOperation)):
+        return any(isinstance(n, cst.Name) and n.value in names for n in walk(value))
+    return False
 
 
 def reads_tensor_value(expr: cst.CSTNode, ctx: FileContext, tensors: set[str] = frozenset()) -> bool:
