@@ -28,6 +28,7 @@ SCALER = "scaler"
 DATALOADER = "dataloader"
 DEVICE_LOADER = "device_loader"
 PARAM = "param"
+UNPACK = "unpack"  # `a, b = pair`: comes from elsewhere, like a parameter
 OTHER = "other"
 
 DATALOADER_NAMES = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
@@ -104,6 +105,10 @@ class Index:
     # dotted key -> values assigned to it (None for bindings without a plain value)
     values: dict[str, list] = field(default_factory=dict)
     set_epoch_called: bool = False
+    # function name -> calls of it by that name (for what callers pass to a parameter)
+    calls_by_name: dict[str, list] = field(default_factory=dict)
+    # id(function node) -> the function, and its parameter list in order
+    functions: dict[int, cst.CSTNode] = field(default_factory=dict)
 
 
 _CACHE: "weakref.WeakKeyDictionary[FileContext, tuple[cst.Module, Index]]" = weakref.WeakKeyDictionary()
@@ -141,6 +146,8 @@ def _build(ctx: FileContext) -> Index:
             for i, el in enumerate(target.elements):
                 if values is not None:
                     bind(scope, el.value, classify_value(values[i], ctx, opt_classes), values[i])
+                elif isinstance(value, (cst.Name, cst.Attribute)):
+                    bind(scope, el.value, UNPACK)
                 else:
                     bind(scope, el.value, OTHER)
             return
@@ -164,6 +171,7 @@ def _build(ctx: FileContext) -> Index:
         if isinstance(node, (cst.FunctionDef, cst.Lambda)):
             names = {p.name.value for p in _all_params(node.params)}
             idx.params[id(node)] = names
+            idx.functions[id(node)] = node
             for child in node.children:
                 visit(child, node)
             return
@@ -188,6 +196,8 @@ def _build(ctx: FileContext) -> Index:
             q = ctx.qualname(node.func)
             if q:
                 idx.calls.add(q)
+            if isinstance(node.func, cst.Name):
+                idx.calls_by_name.setdefault(node.func.value, []).append(node)
             if astutil.method_name(node) == "set_epoch":
                 idx.set_epoch_called = True
             if astutil.method_name(node) == "update" and isinstance(node.func, cst.Attribute):
@@ -210,6 +220,47 @@ def _all_params(params: cst.Parameters) -> Iterator[cst.Param]:
         yield params.star_arg
     if params.star_kwarg is not None:
         yield params.star_kwarg
+
+
+def caller_kinds(function: cst.CSTNode, param: str, ctx: FileContext) -> set[str]:
+    """Kinds of what the file's calls of ``function`` (by its name) pass as ``param``."""
+    idx = index(ctx)
+    if not isinstance(function, cst.FunctionDef):
+        return set()
+    positional = [p.name.value for p in (*function.params.posonly_params, *function.params.params)]
+    out: set[str] = set()
+    for call in idx.calls_by_name.get(function.name.value, ()):
+        arg_value = None
+        for i, a in enumerate(call.args):
+            if a.star:
+                break
+            if a.keyword is not None:
+                if a.keyword.value == param:
+                    arg_value = a.value
+            elif i < len(positional) and positional[i] == param:
+                arg_value = a.value
+        if arg_value is None:
+            continue
+        if isinstance(arg_value, cst.Call):
+            out.add(classify_value(arg_value, ctx))
+        else:
+            key = dotted_name(arg_value)
+            if key is not None:
+                out.update(idx.filewide.get(key, set()) - {UNPACK})
+    return out
+
+
+def param_scope(expr: cst.CSTNode, ctx: FileContext) -> Optional[cst.CSTNode]:
+    """The function of which the Name ``expr`` is a parameter (the nearest scope binding it)."""
+    if not isinstance(expr, cst.Name):
+        return None
+    idx = index(ctx)
+    for scope in [a for a in reversed(ctx.ancestors) if isinstance(a, _SCOPES)]:
+        if expr.value in idx.params.get(id(scope), ()):
+            return scope
+        if expr.value in idx.scoped.get(id(scope), {}):
+            return None
+    return None
 
 
 def kinds_of(expr: cst.CSTNode, ctx: FileContext) -> tuple[set[str], set[str]]:
@@ -258,14 +309,20 @@ def optimizer_resolution(expr: cst.CSTNode, ctx: FileContext) -> Optional[str]:
         return None
     if OPTIMIZER in local:
         return "resolved"
-    if local - {PARAM}:
+    if local - {PARAM, UNPACK}:
         # bound locally to something we do not know: only the name speaks for it
         return "name" if looks_like_optimizer_name(expr) else None
+    fn = param_scope(expr, ctx) if PARAM in local else None
+    callers = caller_kinds(fn, expr.value, ctx) if fn is not None else set()  # type: ignore[attr-defined]
+    if callers & bad:
+        return None
+    if OPTIMIZER in callers:
+        return "resolved"
     if filewide & bad:
         return None
     if OPTIMIZER in filewide:
         return "resolved"
-    if PARAM in local and looks_like_optimizer_name(expr):
+    if local & {PARAM, UNPACK} and looks_like_optimizer_name(expr):
         return "param"
     if looks_like_optimizer_name(expr):
         return "name"
@@ -288,14 +345,20 @@ def loader_resolution(expr: cst.CSTNode, ctx: FileContext) -> Optional[str]:
     local, filewide = kinds_of(expr, ctx)
     if DEVICE_LOADER in local:
         return DEVICE_LOADER
-    rest = local - {PARAM}
+    rest = local - {PARAM, UNPACK}
     if rest:
         return DATALOADER if rest == {DATALOADER} else None
+    fn = param_scope(expr, ctx) if PARAM in local else None
+    callers = caller_kinds(fn, expr.value, ctx) if fn is not None else set()  # type: ignore[attr-defined]
+    if DEVICE_LOADER in callers:
+        return DEVICE_LOADER
+    if callers == {DATALOADER}:
+        return DATALOADER
     if DEVICE_LOADER in filewide:
         return DEVICE_LOADER
-    if filewide and filewide == {DATALOADER}:
+    if filewide - {UNPACK} == {DATALOADER}:
         return DATALOADER
-    if PARAM in local and _says_loader(expr):
+    if local & {PARAM, UNPACK} and _says_loader(expr):
         return DATALOADER
     return None
 
@@ -340,7 +403,33 @@ def loop_kind(loop: cst.CSTNode, ctx: FileContext) -> Optional[str]:
         if not any(astutil.method_name(n) == "backward" for n in _own_nodes(loop)):
             return None
         return kind
-    return None if _has_nested_step_loop(loop.body, ctx) else kind  # type: ignore[attr-defined]
+    if _has_nested_step_loop(loop.body, ctx):  # type: ignore[attr-defined]
+        return None
+    if isinstance(loop, cst.For) and any(s.kind is not None for s in loop_source(loop, ctx)):
+        return kind  # a loop over a loader under no_grad
+    return kind if any(_is_model_call(n, ctx) for n in _own_nodes(loop)) else None
+
+
+_MODEL_METHODS = ("forward", "generate", "predict", "encode", "decode", "sample")
+
+
+def _is_model_call(node: cst.CSTNode, ctx: FileContext) -> bool:
+    """``model(x)``, ``self.net(x)``, ``model.generate(x)``: a call of a module-like object,
+    not of an imported function, a builtin or a tensor method."""
+    if not isinstance(node, cst.Call):
+        return False
+    func = node.func
+    if isinstance(func, cst.Name):
+        if ctx.qualname(func) is not None:
+            return False  # imported or builtin
+        return not any(
+            isinstance(s, cst.FunctionDef) and s.name.value == func.value for s in ctx.module.body
+        ) and not any(isinstance(s, cst.ClassDef) and s.name.value == func.value for s in ctx.module.body)
+    if isinstance(func, cst.Attribute):
+        if isinstance(func.value, cst.Name) and func.value.value == "self":
+            return True
+        return func.attr.value in _MODEL_METHODS and ctx.qualname(func) is None
+    return False
 
 
 def _has_nested_step_loop(node: cst.CSTNode, ctx: FileContext) -> bool:
@@ -738,6 +827,7 @@ def plan_loader_wrap(loop: cst.For, ctx: FileContext) -> Optional[WrapPlan]:
                 "pl.MpDeviceLoader, which moves every tensor of the batch, could change what "
                 "runs on the CPU: wrap the loader in pl.MpDeviceLoader(loader, device) by hand "
                 "once those values may live on the XLA device"))
+    _drop_emptied_ifs(loop, plan, ctx)
     distinct = {d for d in devices if d is not None}
     device = None
     if len(distinct) == 1:
@@ -747,6 +837,55 @@ def plan_loader_wrap(loop: cst.For, ctx: FileContext) -> Optional[WrapPlan]:
             device = None
     plan.device = device
     return plan
+
+
+_PURE_CALLS = ("builtins.isinstance", "builtins.hasattr", "builtins.len", "builtins.getattr", "builtins.callable")
+
+
+def _pure_test(test: cst.CSTNode, ctx: FileContext) -> bool:
+    for n in astutil.walk(test, into_functions=True):
+        if isinstance(n, (cst.Call)):
+            q = ctx.qualname(n.func) or ""
+            if not (q in _PURE_CALLS or q.startswith("torch.cuda.")):
+                return False
+        elif isinstance(n, (cst.NamedExpr, cst.Await, cst.Yield)):
+            return False
+    return True
+
+
+def _drop_emptied_ifs(loop: cst.CSTNode, plan: "WrapPlan", ctx: FileContext) -> None:
+    """``if args.gpu is not None: images = images.cuda(args.gpu)`` loses its only statement:
+    drop the whole ``if`` (its test has no side effects) rather than leave ``if ...: pass``."""
+    dropped = {id(n) for n in plan.drop_statements}
+
+    def visit(node: cst.CSTNode) -> bool:
+        """True when ``node`` (a statement) goes away entirely."""
+        if id(node) in dropped:
+            return True
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            return False
+        if isinstance(node, cst.If):
+            body = node.body
+            inner = [visit(c) for c in body.body] if isinstance(body, cst.IndentedBlock) else [False]
+            if node.orelse is not None:
+                visit(node.orelse)
+                return False
+            if inner and all(inner) and _pure_test(node.test, ctx):
+                for c in body.body:
+                    if id(c) in dropped:
+                        plan.drop_statements[:] = [d for d in plan.drop_statements if d is not c]
+                        dropped.discard(id(c))
+                plan.drop_statements.append(node)
+                dropped.add(id(node))
+                return True
+            return False
+        for c in node.children:
+            visit(c)
+        return False
+
+    body = loop.body  # type: ignore[attr-defined]
+    for stmt in getattr(body, "body", ()):
+        visit(stmt)
 
 
 def _comp_device(value: cst.CSTNode, ctx: FileContext) -> Optional[str]:
@@ -936,7 +1075,7 @@ class LoaderUsage:
         train, evals, _ = self._usage()
         for s in loop_source(node, ctx):
             if s.key:
-                (train if kind == "train" else evals).add(s.key)
+                (train if kind == "train" else evals).update(_linked_keys(s, ctx))
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx  # type: ignore[attr-defined]
@@ -951,6 +1090,29 @@ class LoaderUsage:
 
     def check_loaders(self, loaders: list[LoaderCall]) -> None:  # pragma: no cover - overridden
         raise NotImplementedError
+
+
+def _linked_keys(src: LoopSource, ctx: FileContext) -> set[str]:
+    """The loop's loader name, and for a parameter the names callers pass in its place."""
+    keys = {src.key} if src.key else set()
+    inner = src.loader
+    if isinstance(inner, cst.Call) and inner.args:  # pl.MpDeviceLoader(loader, device)
+        inner = inner.args[0].value
+    fn = param_scope(inner, ctx)
+    if isinstance(fn, cst.FunctionDef):
+        positional = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+        name = inner.value  # type: ignore[attr-defined]
+        for call in index(ctx).calls_by_name.get(fn.name.value, ()):
+            for i, a in enumerate(call.args):
+                if a.star:
+                    break
+                if (a.keyword is not None and a.keyword.value == name) or (
+                    a.keyword is None and i < len(positional) and positional[i] == name
+                ):
+                    key = dotted_name(a.value)
+                    if key:
+                        keys.add(key)
+    return keys
 
 
 def _role(lc: LoaderCall, train: set, evals: set, ctx: FileContext) -> Optional[str]:
