@@ -630,6 +630,9 @@ class WrapPlan:
     drop_calls: list[cst.Call] = field(default_factory=list)  # moves replaced by their receiver
     drop_statements: list[cst.CSTNode] = field(default_factory=list)  # whole statements removed
     problem: Optional[str] = None  # why it cannot be wrapped safely (report only)
+    # `if` statements left without a statement once the moves go (removed, if nothing else
+    # emptied or replaced them first)
+    emptied_ifs: list[cst.If] = field(default_factory=list)
 
 
 def _structural(expr: cst.CSTNode, pristine: set[str], ctx: FileContext) -> bool:
@@ -871,12 +874,7 @@ def _drop_emptied_ifs(loop: cst.CSTNode, plan: "WrapPlan", ctx: FileContext) -> 
                 visit(node.orelse)
                 return False
             if inner and all(inner) and _pure_test(node.test, ctx):
-                for c in body.body:
-                    if id(c) in dropped:
-                        plan.drop_statements[:] = [d for d in plan.drop_statements if d is not c]
-                        dropped.discard(id(c))
-                plan.drop_statements.append(node)
-                dropped.add(id(node))
+                plan.emptied_ifs.append(node)
                 return True
             return False
         for c in node.children:
@@ -886,6 +884,14 @@ def _drop_emptied_ifs(loop: cst.CSTNode, plan: "WrapPlan", ctx: FileContext) -> 
     body = loop.body  # type: ignore[attr-defined]
     for stmt in getattr(body, "body", ()):
         visit(stmt)
+
+
+def remove_if_empty(updated: cst.CSTNode):
+    """Edit callable for an ``if`` whose statements were removed by inner edits."""
+    if isinstance(updated, cst.If) and updated.orelse is None and isinstance(updated.body, cst.IndentedBlock):
+        if not updated.body.body:
+            return cst.RemoveFromParent()
+    return updated
 
 
 def _comp_device(value: cst.CSTNode, ctx: FileContext) -> Optional[str]:

@@ -146,6 +146,31 @@ class MpDeviceLoader(Rule):
             """
             import torch
 
+            def validate(val_loader, model, args):
+                with torch.no_grad():
+                    for i, (images, target) in enumerate(val_loader):
+                        if args.gpu is not None:
+                            images = images.cuda(args.gpu, non_blocking=True)
+                        if torch.cuda.is_available():
+                            target = target.cuda(args.gpu, non_blocking=True)
+                        output = model(images)
+            """,
+            """
+            import torch
+            import torch_xla
+            import torch_xla.distributed.parallel_loader as pl
+
+            def validate(val_loader, model, args):
+                with torch.no_grad():
+                    for i, (images, target) in enumerate(pl.MpDeviceLoader(val_loader, torch_xla.device())):
+                        output = model(images)
+            """,
+            title="conditional moves: the emptied ifs go too",
+        ),
+        Example(
+            """
+            import torch
+
             def train(model, train_loader, opt, device):
                 for batch in train_loader:
                     batch = {k: v.to(device) for k, v in batch.items()}
@@ -246,6 +271,8 @@ class MpDeviceLoader(Rule):
             edits.append(Edit(call, tr.strip_move))
         for stmt in plan.drop_statements:
             edits.append(Edit(stmt, cst.RemoveFromParent()))
+        for node in plan.emptied_ifs:
+            edits.append(Edit(node, tr.remove_if_empty))
         what = "training" if kind == "train" else "evaluation"
         self.report(
             plan.loader,
