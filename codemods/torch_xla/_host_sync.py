@@ -154,9 +154,7 @@ def _is_load(name: cst.Name, parent: Optional[cst.CSTNode]) -> bool:
         return False
     if isinstance(parent, (cst.AsName, cst.ImportAlias, cst.FunctionDef, cst.ClassDef)):
         return False
-    if isinstance(parent, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
-        return True  # unpacking targets are rare enough here; treated as reads (conservative)
-    return True
+    return True  # names inside unpacking targets count as reads too (conservative)
 
 
 def loads(root: cst.CSTNode, name: str, parents: Optional[dict[int, cst.CSTNode]] = None) -> list[cst.Name]:
@@ -526,9 +524,7 @@ class ReadChecker:
                 return True
         if isinstance(seq, cst.Tuple) and isinstance(holder, cst.Arg) and holder.keyword is not None and holder.keyword.value == "args":
             call = self.parents.get(id(holder))
-            if isinstance(call, cst.Call) and method_name(call) == "add_step_closure" or (
-                isinstance(call, cst.Call) and (dotted_name(call.func) or "").endswith("add_step_closure")
-            ):
+            if isinstance(call, cst.Call) and self.ctx.qualname(call.func) == "torch_xla.core.xla_model.add_step_closure":
                 fn = call.args[0].value if call.args and call.args[0].keyword is None else None
                 index = list(seq.elements).index(element)
                 if isinstance(fn, cst.Lambda) and index < len(fn.params.params) and depth < 3:

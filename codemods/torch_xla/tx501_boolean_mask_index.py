@@ -120,7 +120,7 @@ class BooleanMaskIndex(Rule):
             "`x[mask]` has a data-dependent shape (nonzero on the host, a transfer and a "
             "compilation per new count on XLA)"
         )
-        if reduced is not None and (reduced[0] == "sum" and mask_of(mask, x, self.ctx) or reduced[0] == "mean" and mask_of(mask, x, self.ctx)):
+        if reduced is not None and mask_of(mask, x, self.ctx):
             call = reduced[1]
             self.report(node, f"{message}: reduce over the full shape with torch.where",
                         Fix((self.replace(call, self._where(reduced[0], x, mask, call)),), Safety.UNSAFE))
