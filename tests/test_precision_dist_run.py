@@ -4,10 +4,12 @@
 The script already places its model and batches on the XLA device and marks the step with
 ``torch_xla.sync()`` by hand (device placement belongs to other rules). Everything else is
 the GPU idiom: ``mp.spawn``, an NCCL process group with rank/world size, DDP with device ids,
-``torch.autocast('cuda', enabled=AMP)``, a ``GradScaler(enabled=AMP)`` with scale / unscale_ /
+``torch.autocast('cuda', enabled=AMP)``, a custom autograd function with
+``@custom_fwd(cast_inputs=torch.float32)``, a ``GradScaler(enabled=AMP)`` with scale / unscale_ /
 step / update, ``dist.barrier()``, ``dist.get_rank()`` and ``torch.save``. The port runs to
 completion in one process: with AMP off its losses equal an eager float32 CPU run of the same
-model; with AMP on, the matmul inside the autocast region is bfloat16 on XLA.
+model; with AMP on, the matmul inside the autocast region is bfloat16 on XLA while the custom
+function still computes in float32.
 """
 import os
 import subprocess
@@ -30,10 +32,24 @@ PROGRAM = textwrap.dedent(
     import torch.nn as nn
     import torch.nn.functional as F
     import torch_xla
-    from torch.cuda.amp import GradScaler
+    from torch.cuda.amp import GradScaler, custom_bwd, custom_fwd
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     AMP = AMP_FLAG
+
+
+    class Float32Linear(torch.autograd.Function):
+        @staticmethod
+        @custom_fwd(cast_inputs=torch.float32)
+        def forward(ctx, a, w):
+            ctx.save_for_backward(a, w)
+            return a @ w.t()
+
+        @staticmethod
+        @custom_bwd
+        def backward(ctx, grad):
+            a, w = ctx.saved_tensors
+            return grad @ w, grad.t() @ a
 
 
     def main_worker(gpu, steps, out):
@@ -51,8 +67,9 @@ PROGRAM = textwrap.dedent(
             optimizer.zero_grad()
             with torch.autocast("cuda", enabled=AMP):
                 hidden = model.module[0](x)
+                exact = Float32Linear.apply(x, model.module[0].weight)
                 loss = F.mse_loss(model(x).float(), y)
-            dtypes.append(str(hidden.dtype))
+            dtypes.append((str(hidden.dtype), str(exact.dtype)))
             scaler.scale(loss).backward()
             scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -138,6 +155,8 @@ def test_port_is_what_the_rules_say(ported):
     assert '"world": xr.world_size()' in src
     assert "xm.save(state, out)" in src
     assert "torch_xla.launch(main_worker, args=(6, sys.argv[1]))" in src
+    assert "@torch.amp.custom_fwd(device_type='xla', cast_inputs=torch.float32)" in src
+    assert "@torch.amp.custom_bwd(device_type='xla')" in src
 
 
 @pytest.mark.xla
@@ -148,7 +167,7 @@ def test_amp_off_runs_and_matches_float32(ported, tmp_path):
     state = run(tmp_path, ported[False], "amp_off")
     ref_losses, ref_weights = reference_losses(STEPS)
     assert state["world"] == 1 and state["index"] == 0
-    assert state["dtypes"] == ["torch.float32"] * STEPS
+    assert [tuple(d) for d in state["dtypes"]] == [("torch.float32", "torch.float32")] * STEPS
     assert state["losses"] == pytest.approx(ref_losses, rel=1e-5, abs=1e-6)
     assert state["losses"][-1] < state["losses"][0]
     for name, tensor in state["weights"].items():
@@ -161,7 +180,8 @@ def test_amp_off_runs_and_matches_float32(ported, tmp_path):
 def test_amp_on_computes_in_bfloat16(ported, tmp_path):
     state = run(tmp_path, ported[True], "amp_on")
     ref_losses, _ = reference_losses(STEPS)
-    assert state["dtypes"] == ["torch.bfloat16"] * STEPS
+    # autocast matmul in bfloat16; the custom_fwd(cast_inputs=float32) function in float32
+    assert [tuple(d) for d in state["dtypes"]] == [("torch.bfloat16", "torch.float32")] * STEPS
     # bfloat16 matmuls: the same descent within bfloat16 precision, and not float32-exact
     assert state["losses"] == pytest.approx(ref_losses, rel=5e-2)
     assert state["losses"] != pytest.approx(ref_losses, rel=1e-6, abs=0)
