@@ -20,6 +20,8 @@ class CudaDeviceString(Rule):
 
     ## Why
     A TPU host has no CUDA device. The XLA device of the process is `torch_xla.device()`.
+    `torch.Generator(device='cuda')` is reported: an XLA device cannot hold a Generator
+    (measured: `RuntimeError: XLA device type not an accelerator`).
     A string stored in a variable or a default parameter may also be compared or formatted
     elsewhere (`device == 'cuda'`), and `torch_xla.device()` in a default parameter would
     initialize the XLA runtime at import, so those are left to a person.
@@ -62,6 +64,8 @@ class CudaDeviceString(Rule):
 
             def evaluate(model, device="cuda:0"):
                 return build(device="cuda")
+
+            gen = torch.Generator(device="cuda")
             """,
             None,
             title="strings that may be used as strings are reported",
@@ -69,6 +73,7 @@ class CudaDeviceString(Rule):
     ]
     valid = [
         "import torch\nx = torch.zeros(3, device='cpu')\n",
+        "import torch\ng = torch.Generator(device='cpu')\n",
         "import torch\nx = x.to(device)\n",
         "import torch\nx = x.to(torch.float16)\n",
         "import torch\nname = 'cuda_kernels'\n",
@@ -93,6 +98,11 @@ class CudaDeviceString(Rule):
                     self.report(dev, "CUDA device string passed on: on XLA pass torch_xla.device() (check how the callee uses it)")
             return
         if target is None or not is_cuda_string(target.value):
+            return
+        if name == "torch.Generator":
+            self.report(target.value, "torch.Generator(device='cuda'): XLA has no device generators (torch 2.9 / torch_xla 2.9: "
+                                      "RuntimeError 'XLA device type not an accelerator'); use a CPU torch.Generator() and move "
+                                      "the results, or seed the device with torch_xla.manual_seed()")
             return
         self.report(
             target.value,

@@ -12,8 +12,8 @@ _XLA_SEEDS = (f"{TORCH_XLA}.manual_seed", f"{XM}.set_rng_state", *CUDA_SEEDS)
 class XlaDeviceSeed(Rule):
     """
     ## What it does
-    After a `torch.manual_seed(seed)` statement in a file that never seeds the XLA generator,
-    adds `torch_xla.manual_seed(seed)`.
+    After a `torch.manual_seed(seed)` statement in device code (a file that mentions CUDA or
+    torch_xla) that never seeds the XLA generator, adds `torch_xla.manual_seed(seed)`.
 
     ## Why
     `torch.manual_seed` seeds the CPU (and CUDA) generators, not the XLA device's: measured in
@@ -42,7 +42,7 @@ class XlaDeviceSeed(Rule):
 
             def main(args):
                 torch.manual_seed(args.seed)
-                model = build()
+                model = build().cuda()
             """,
             """
             import torch
@@ -51,7 +51,7 @@ class XlaDeviceSeed(Rule):
             def main(args):
                 torch.manual_seed(args.seed)
                 torch_xla.manual_seed(args.seed)
-                model = build()
+                model = build().cuda()
             """,
         ),
     ]
@@ -59,19 +59,28 @@ class XlaDeviceSeed(Rule):
         "import torch\nimport torch_xla\ntorch.manual_seed(0)\ntorch_xla.manual_seed(0)\n",
         "import torch\ntorch.manual_seed(0)\ntorch.cuda.manual_seed_all(0)\n",
         "import torch\ng = torch.manual_seed(0)\n",
+        "import torch\ntorch.manual_seed(0)\nx = torch.randn(3)\n",  # CPU-only code
     ]
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._seeded = None
 
-    def _file_seeds_xla(self) -> bool:
+    def _applies(self) -> bool:
+        """Device code (it mentions CUDA or torch_xla) that does not seed the XLA generator yet."""
         if self._seeded is None:
-            self._seeded = any(
-                isinstance(n, cst.Call) and self.ctx.qualname(n.func) in _XLA_SEEDS
-                for n in walk(self.ctx.module, into_functions=True)
-            )
-        return self._seeded
+            seeds = device_code = False
+            for n in walk(self.ctx.module, into_functions=True):
+                if isinstance(n, cst.Call) and self.ctx.qualname(n.func) in _XLA_SEEDS:
+                    seeds = True
+                    break
+                if isinstance(n, (cst.Attribute, cst.Name)):
+                    name = self.ctx.qualname(n) or ""
+                    device_code = device_code or name.startswith("torch_xla") or (isinstance(n, cst.Attribute) and n.attr.value == "cuda")
+                elif isinstance(n, cst.SimpleString) and "cuda" in n.value:
+                    device_code = True
+            self._seeded = seeds or not device_code
+        return not self._seeded
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.qualname(node.func) != "torch.manual_seed" or len(node.args) != 1:
@@ -80,7 +89,7 @@ class XlaDeviceSeed(Rule):
         line = self.ctx.ancestors[-3] if len(self.ctx.ancestors) >= 3 else None
         if not (isinstance(expr, cst.Expr) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
             return
-        if self._file_seeds_xla():
+        if not self._applies():
             return
         seed = node.args[0]
         if seed.star or seed.keyword is not None and seed.keyword.value != "seed":
