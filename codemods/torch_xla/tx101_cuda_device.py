@@ -147,6 +147,8 @@ class CudaDevice(Rule):
         grand = self.ctx.ancestors[-3] if len(self.ctx.ancestors) >= 3 else None
         if isinstance(parent, cst.Arg) and isinstance(grand, cst.Call) and self.ctx.qualname(grand.func) == "torch.device":
             return  # handled as a whole in visit_Call
+        if isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "map_location":
+            return  # TX105: torch.load cannot map onto an XLA device
         if not any(v == "torch" or v.startswith("torch.") for v in self.ctx.aliases.values()):
             return
         cpu = choice.node.orelse if choice.cuda_first else choice.node.body

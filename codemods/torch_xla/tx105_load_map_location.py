@@ -11,7 +11,8 @@ class LoadMapLocation(Rule):
     ## What it does
     Rewrites `torch.load(..., map_location=<CUDA>)` to `map_location='cpu'`, where the
     location is a CUDA string (`'cuda'`, `'cuda:0'`, `f'cuda:{gpu}'`), `torch.device('cuda')`,
-    a dict mapping to CUDA locations, or a lambda moving storages with `.cuda()`. A
+    a dict mapping to CUDA locations, a lambda moving storages with `.cuda()`, or a choice
+    between CUDA and CPU (`'cuda' if torch.cuda.is_available() else 'cpu'`). A
     `map_location` given by a variable is reported.
 
     ## Why
@@ -43,6 +44,7 @@ class LoadMapLocation(Rule):
             ckpt = torch.load(path, map_location="cuda:0")
             state = torch.load(path, map_location=torch.device("cuda"))
             other = torch.load(path, map_location=lambda storage, loc: storage.cuda(gpu))
+            last = torch.load(path, map_location="cuda" if torch.cuda.is_available() else "cpu")
             """,
             """
             import torch
@@ -50,6 +52,7 @@ class LoadMapLocation(Rule):
             ckpt = torch.load(path, map_location="cpu")
             state = torch.load(path, map_location="cpu")
             other = torch.load(path, map_location="cpu")
+            last = torch.load(path, map_location="cpu")
             """,
         ),
         Example(
@@ -111,6 +114,8 @@ class LoadMapLocation(Rule):
         if isinstance(value, cst.Call) and self.ctx.qualname(value.func) == "torch.device":
             first = arg(value, "type", 0)
             return first is not None and is_cuda_string(first.value)
+        if isinstance(value, cst.IfExp):
+            return self._is_cuda(value.body) or self._is_cuda(value.orelse)
         if isinstance(value, cst.Dict):
             return any(isinstance(e, cst.DictElement) and is_cuda_string(e.value) for e in value.elements)
         if isinstance(value, cst.Lambda):
