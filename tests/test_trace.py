@@ -74,18 +74,35 @@ def test_host_random_leaves_cpu_sampling_alone():
 
 
 def test_host_random_draws_off_host_tensors_from_the_cpu_generator():
-    # A 'meta' tensor stands in for a device tensor: its values are not kept, but the draw
-    # must come from (and advance) the CPU default generator exactly as a CPU draw would.
+    # A 'meta' tensor stands in for a device tensor: its values are not kept, but each draw
+    # must come from (and advance) the CPU default generator exactly as the CPU draw would.
     torch.manual_seed(11)
     torch.randn(6)
     torch.rand(2)
-    after_two_draws = torch.randn(3)
+    torch.randint(0, 10, (3,))
+    torch.randint(2, 7, (3,))
+    torch.empty(4).normal_()
+    torch.empty(2).uniform_(0, 2)
+    torch.empty(3).bernoulli_(0.3)
+    torch.randperm(5)
+    torch.normal(0.0, 1.0, (3,))
+    following = torch.randn(3)
     torch.manual_seed(11)
+    meta = torch.device("meta")
     with HostRandomMode():
-        on_meta = torch.randn(6, device="meta")
-        like = torch.rand_like(torch.empty(2, device="meta"))
-    assert on_meta.device.type == "meta" and like.device.type == "meta"
-    assert torch.equal(torch.randn(3), after_two_draws)
+        made = [
+            torch.randn(6, device=meta),
+            torch.rand_like(torch.empty(2, device=meta)),
+            torch.randint_like(torch.empty(3, device=meta), 10),
+            torch.randint_like(torch.empty(3, device=meta), 2, 7),
+            torch.empty(4, device=meta).normal_(),
+            torch.empty(2, device=meta).uniform_(0, 2),
+            torch.empty(3, device=meta).bernoulli_(0.3),
+            torch.randperm(5, device=meta),
+            torch.normal(0.0, 1.0, (3,), device=meta),
+        ]
+    assert {t.device.type for t in made} == {"meta"}
+    assert torch.equal(torch.randn(3), following)
 
 
 def test_host_random_rewrites_tensor_parameter_sampling_on_every_device():

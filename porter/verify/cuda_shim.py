@@ -326,7 +326,9 @@ def _wrap_load(load: Callable) -> Callable:
 
 # Tensor methods, patched on the class so that they also hold in other threads (the
 # DataLoader's pin-memory thread): the tensor stays where it is, like .to('cpu').
-def _tensor_cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False, memory_format: Any = torch.preserve_format) -> torch.Tensor:
+def _tensor_cuda(
+    self: torch.Tensor, device: Any = None, non_blocking: bool = False, memory_format: Any = torch.preserve_format
+) -> torch.Tensor:
     return self.to(_CPU, memory_format=memory_format)
 
 
@@ -423,7 +425,10 @@ def _wrap_ddp_init(init: Callable) -> Callable:
 
 
 def _patch(saved: list, owner: Any, name: str, value: Any) -> None:
-    saved.append((owner, name, owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else getattr(owner, name, _MISSING)))
+    # For a class, remember only what it defines itself: uninstall then deletes our attribute
+    # and the inherited one shows through again.
+    before = owner.__dict__.get(name, _MISSING) if isinstance(owner, type) else getattr(owner, name, _MISSING)
+    saved.append((owner, name, before))
     setattr(owner, name, value)
 
 

@@ -151,7 +151,8 @@ class HostRandomMode(TorchFunctionMode):
             (len(args) > 1 and isinstance(args[1], torch.Tensor)) or isinstance(kwargs.get("p"), torch.Tensor)
         ):
             p = args[1] if len(args) > 1 else kwargs["p"]
-            noise = _host_noise(torch.rand, target.shape, torch.promote_types(p.dtype, torch.float32), target.device, kwargs.get("generator"))
+            dtype = torch.promote_types(p.dtype, torch.float32)
+            noise = _host_noise(torch.rand, target.shape, dtype, target.device, kwargs.get("generator"))
             with torch.no_grad():
                 return target.copy_((noise < p).to(target.dtype))
         if not _off_host(target.device):
@@ -370,7 +371,9 @@ def _script_traceback(error: BaseException, script: str) -> str:
     return "".join(traceback.format_exception(type(error), error, cursor if cursor is not None else tb))
 
 
-def run(script: str, args: Sequence[str], *, cuda_shim: bool = False, host_random: bool = False, seed: int | None = None) -> tuple[dict[str, Any], int]:
+def run(
+    script: str, args: Sequence[str], *, cuda_shim: bool = False, host_random: bool = False, seed: int | None = None
+) -> tuple[dict[str, Any], int]:
     """Run SCRIPT in this process and return (record, exit code)."""
     script = os.path.abspath(script)
     recorder = _Recorder()
@@ -469,7 +472,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host-random", action="store_true", help="draw random numbers on the CPU generator")
     parser.add_argument("--seed", type=int, default=None, help="seed torch/random/numpy before the script")
     parser.add_argument("script")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for SCRIPT (or after --)")
     options = parser.parse_args(own)
+    script_args = [*options.script_args, *script_args]
     record, exit_code = run(
         options.script, script_args, cuda_shim=options.cuda_shim, host_random=options.host_random, seed=options.seed
     )
