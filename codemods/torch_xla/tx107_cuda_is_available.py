@@ -11,7 +11,11 @@ class CudaIsAvailable(Rule):
     Handles `torch.cuda.is_available()` outside the device-selection idiom TX101 rewrites.
     Where it is one operand of an `and` with a user's choice
     (`use_cuda = not args.no_cuda and torch.cuda.is_available()`) the unsafe fix drops it,
-    keeping the user's choice (`use_cuda = not args.no_cuda`). Anywhere else it is reported.
+    keeping the user's choice (`use_cuda = not args.no_cuda`). A test on availability alone
+    (`if torch.cuda.is_available(): A else: B`, `x if torch.cuda.is_available() else y`, and
+    their `not` forms) gets an unsafe fix that keeps the CUDA branch, A: the port's accelerator
+    is the XLA device, and the rules for what is inside (`.cuda()` -> TX102, ...) port that
+    branch. Anywhere else (an `elif` chain, an `or`, a stored flag) it is reported.
 
     ## Why
     On a TPU host `torch.cuda.is_available()` is False, so code guarded by it silently runs on
@@ -23,11 +27,6 @@ class CudaIsAvailable(Rule):
     there, `xr.device_type() != 'CPU'` tells (it reads the selected PJRT device without
     initializing the runtime).
 
-    A test on availability alone (`if torch.cuda.is_available(): A else: B`,
-    `x if torch.cuda.is_available() else y`, and their `not` forms) gets an unsafe fix that
-    keeps the CUDA branch, A (the XLA port's accelerator is the XLA device). The rules for
-    what is inside (`.cuda()` -> TX102, ...) then port that branch.
-
     ## Fix safety
     Unsafe: dropping the test makes the program use the XLA device wherever the user did not
     opt out, also on a host without TPU (where it is XLA on the CPU, not eager CPU), and drops
@@ -38,7 +37,7 @@ class CudaIsAvailable(Rule):
     code = "TX107"
     name = "cuda-is-available"
     target = "torch-xla"
-    summary = "torch.cuda.is_available() is False on TPU: drop it from `flag and is_available()`, else report"
+    summary = "torch.cuda.is_available() is False on TPU: unsafe fixes keep the CUDA branch / the user's flag, else report"
     severity = Severity.ERROR
     needs_text = ("is_available",)
     examples = [
