@@ -29,7 +29,7 @@ class ParallelLoaderPerDevice(Rule):
     code = "TX003"
     name = "xla-parallel-loader"
     target = "torch-xla"
-    summary = "pl.ParallelLoader(loader, [d]).per_device_loader(d) -> pl.MpDeviceLoader(loader, d)"
+    summary = "pl.ParallelLoader(loader, devices).per_device_loader(d) -> pl.MpDeviceLoader(loader, d)"
     severity = Severity.INFO
     needs_text = ("ParallelLoader",)
     examples = [
