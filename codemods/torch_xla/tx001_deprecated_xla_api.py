@@ -3,7 +3,7 @@ import libcst as cst
 from porter.astutil import arg
 from porter.rules import Example, Fix, Rule, Severity
 
-from ._tables import DEPRECATED_XLA, TORCH_XLA, XLA_DEVICE, XM, tidy_args
+from ._tables import DEPRECATED_XLA, TORCH_XLA, XLA_DEVICE, tidy_args
 
 # Parents in which a Name is a binding or a label, not a use of an imported function.
 _BINDING_PARENTS = (cst.FunctionDef, cst.ClassDef, cst.Param, cst.AssignTarget, cst.AsName, cst.Global, cst.Nonlocal)

@@ -74,6 +74,11 @@ class ExperimentalPjrt(Rule):
         "import torch_xla.experimental.pjrt_backend\n",
     ]
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._pending: list[tuple[cst.CSTNode, str, Fix]] = []
+        self._used: dict[str, list[str]] = {}
+
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
             if cst.Module([]).code_for_node(alias.name) != _OLD:
@@ -82,13 +87,9 @@ class ExperimentalPjrt(Rule):
                 self.report(node, "torch_xla.experimental.pjrt no longer exists (2.9): import torch_xla.runtime as xr and use xr.<name>")
                 return
             local = cst.Module([]).code_for_node(alias.asname.name)
-            missing = self._missing_attrs(local)
-            if missing:
-                self._report_missing(node, missing)
-                return
             new_alias = alias.with_changes(name=cst.parse_expression(XR))
-            self.report(node, "torch_xla.experimental.pjrt no longer exists (2.9): it is torch_xla.runtime",
-                        Fix((self.replace(alias, new_alias),)))
+            self._pending.append((node, local, Fix((self.replace(alias, new_alias),))))
+            return
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
@@ -110,33 +111,29 @@ class ExperimentalPjrt(Rule):
                     self.report(node, "torch_xla.experimental.pjrt no longer exists (2.9): import torch_xla.runtime instead")
                     return
                 local = cst.Module([]).code_for_node(alias.asname.name) if alias.asname else "pjrt"
-                missing = self._missing_attrs(local)
-                if missing:
-                    self._report_missing(node, missing)
-                    return
                 new = node.with_changes(
                     module=cst.Name("torch_xla"),
                     names=[alias.with_changes(name=cst.Name("runtime"), asname=cst.AsName(name=cst.Name(local)))],
                 )
-                self.report(node, "torch_xla.experimental.pjrt no longer exists (2.9): it is torch_xla.runtime",
-                            Fix((self.replace(node, new),)))
+                self._pending.append((node, local, Fix((self.replace(node, new),))))
 
-    def _missing_attrs(self, local: str) -> list[str]:
-        missing = []
-        for n in _walk_all(self.ctx.module):
-            if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == local:
-                if n.attr.value not in RUNTIME_NAMES and n.attr.value not in missing:
-                    missing.append(n.attr.value)
-        return missing
+    # The module-alias forms are decided at the end of the file, once every `alias.name`
+    # the file uses is known.
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if isinstance(node.value, cst.Name):
+            used = self._used.setdefault(node.value.value, [])
+            if node.attr.value not in used:
+                used.append(node.attr.value)
+
+    def leave_Module(self, node: cst.Module) -> None:
+        for stmt, local, fix in self._pending:
+            missing = [a for a in self._used.get(local, ()) if a not in RUNTIME_NAMES]
+            if missing:
+                self._report_missing(stmt, missing)
+            else:
+                self.report(stmt, "torch_xla.experimental.pjrt no longer exists (2.9): it is torch_xla.runtime", fix)
 
     def _report_missing(self, node: cst.CSTNode, missing: list[str]) -> None:
         self.report(node, "torch_xla.experimental.pjrt no longer exists (2.9); torch_xla.runtime has no "
                           f"{', '.join(missing)} (PJRT is the only runtime; torch_xla.launch starts processes): port these by hand")
 
-
-def _walk_all(node: cst.CSTNode):
-    stack = [node]
-    while stack:
-        cur = stack.pop()
-        yield cur
-        stack.extend(cur.children)

@@ -1,6 +1,5 @@
 import libcst as cst
 
-from porter.astutil import walk
 from porter.rules import Example, Fix, Rule, Severity
 
 from ._tables import CUDA_SEEDS, TORCH_XLA, XM, side_effect_free
@@ -64,33 +63,43 @@ class XlaDeviceSeed(Rule):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._seeded = None
+        # Decided at the end of the file: candidates, whether the XLA generator is seeded
+        # anywhere, whether this is device code at all.
+        self._candidates: list[tuple[cst.Call, cst.SimpleStatementLine]] = []
+        self._seeds_xla = False
+        self._device_code = False
 
-    def _applies(self) -> bool:
-        """Device code (it mentions CUDA or torch_xla) that does not seed the XLA generator yet."""
-        if self._seeded is None:
-            seeds = device_code = False
-            for n in walk(self.ctx.module, into_functions=True):
-                if isinstance(n, cst.Call) and self.ctx.qualname(n.func) in _XLA_SEEDS:
-                    seeds = True
-                    break
-                if isinstance(n, (cst.Attribute, cst.Name)):
-                    name = self.ctx.qualname(n) or ""
-                    device_code = device_code or name.startswith("torch_xla") or (isinstance(n, cst.Attribute) and n.attr.value == "cuda")
-                elif isinstance(n, cst.SimpleString) and "cuda" in n.value:
-                    device_code = True
-            self._seeded = seeds or not device_code
-        return not self._seeded
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if not self._device_code and (node.attr.value == "cuda" or (self.ctx.qualname(node) or "").startswith("torch_xla")):
+            self._device_code = True
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if not self._device_code and node.value == "torch_xla" and self.ctx.qualname(node) == "torch_xla":
+            self._device_code = True
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if not self._device_code and "cuda" in node.value:
+            self._device_code = True
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.ctx.qualname(node.func) != "torch.manual_seed" or len(node.args) != 1:
+        name = self.ctx.qualname(node.func)
+        if name in _XLA_SEEDS:
+            self._seeds_xla = True
+            return
+        if name != "torch.manual_seed" or len(node.args) != 1:
             return
         expr = self.ctx.parent
         line = self.ctx.ancestors[-3] if len(self.ctx.ancestors) >= 3 else None
-        if not (isinstance(expr, cst.Expr) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1):
+        if isinstance(expr, cst.Expr) and isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1:
+            self._candidates.append((node, line))
+
+    def leave_Module(self, node: cst.Module) -> None:
+        if self._seeds_xla or not self._device_code:
             return
-        if not self._applies():
-            return
+        for call, line in self._candidates:
+            self._seed_after(call, line)
+
+    def _seed_after(self, node: cst.Call, line: cst.SimpleStatementLine) -> None:
         seed = node.args[0]
         if seed.star or seed.keyword is not None and seed.keyword.value != "seed":
             return
