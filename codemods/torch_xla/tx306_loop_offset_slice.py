@@ -133,7 +133,7 @@ class LoopOffsetSlice(Rule):
                     if name and self._on_device(tensor_arg, functions):
                         self.report(
                             n,
-                            f"`{n.func.value}({name}, {var})` slices `{name}`, which lives on the "
+                            f"`{n.func.value}(...)` slices `{name}`, which lives on the "
                             f"device, at the loop offset `{var}`: XLA compiles one graph per offset; "
                             f"keep `{name}` on the CPU and move each slice in `{n.func.value}` "
                             "(`.to(device)`), or gather with index_select and an index built on the CPU",
@@ -146,8 +146,22 @@ class LoopOffsetSlice(Rule):
         return False
 
     def _on_device(self, expr: cst.CSTNode, functions: dict) -> bool:
-        key = dotted_name(expr)
-        values = [v for v in tr.index(self.ctx).values.get(key or "", ()) if v is not None]
+        """Bound (anywhere in the file, or by the callers of the function it is a parameter
+        of) to a value that lives on the device."""
+        idx = tr.index(self.ctx)
+        keys = {dotted_name(expr) or ""}
+        fn = tr.param_scope(expr, self.ctx)
+        if isinstance(fn, cst.FunctionDef):
+            positional = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+            for call in idx.calls_by_name.get(fn.name.value, ()):
+                for i, a in enumerate(call.args):
+                    if a.star:
+                        break
+                    if (a.keyword is not None and a.keyword.value == expr.value) or (  # type: ignore[attr-defined]
+                        a.keyword is None and i < len(positional) and positional[i] == expr.value  # type: ignore[attr-defined]
+                    ):
+                        keys.add(dotted_name(a.value) or "")
+        values = [v for k in keys for v in idx.values.get(k, ()) if v is not None]
         return any(_device_value(v, self.ctx, functions) for v in values)
 
 
