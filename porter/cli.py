@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from porter import registry, report
 from porter.config import Config, ConfigError, load
@@ -254,8 +255,8 @@ def list_rules(target: Optional[str] = typer.Option(None, "--target", help="Only
     table = Table(show_header=True, header_style="bold")
     for col in ("code", "name", "target", "default", "summary"):
         table.add_column(col)
-    for r in infos:
-        table.add_row(r.code, r.name, r.target, "on" if r.default_enabled else "off", r.summary)
+    for r in infos:  # Text cells: a summary like "x[d]" is text, not rich markup
+        table.add_row(*(Text(v) for v in (r.code, r.name, r.target, "on" if r.default_enabled else "off", r.summary)))
     _table_console(sys.stdout, 160).print(table)
 
 

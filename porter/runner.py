@@ -115,13 +115,31 @@ def _internal(exc: BaseException) -> str:
     return f"internal error{where}: {type(exc).__name__}: {exc}".splitlines()[0]
 
 
+def _parse_error(exc: engine.PorterError, text: str) -> str:
+    """The engine's message for a file LibCST cannot parse, with CPython's position and
+    wording when CPython rejects it too (LibCST's native parser often points a line off)."""
+    message = str(exc)
+    if not message.startswith(("syntax error", "cannot parse")):
+        return message
+    try:
+        compile(text, "<file>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as err:
+        where = f"line {err.lineno}" + (f", column {err.offset}" if err.offset else "")
+        hint = " (this looks like Python 2 code; porter reads Python 3)" if "Python 2" in message else ""
+        return f"syntax error at {where}: {err.msg}{hint}"
+    except (ValueError, RecursionError, MemoryError):
+        return message
+    return f"LibCST cannot parse this file although CPython can ({message})"
+
+
 def check_file(path: Path, settings: Settings) -> FileOutcome:
     name = display(path)
+    src = None
     try:
         src = read_source(path)
         result = engine.check(src.text, settings.options(), name)
     except engine.PorterError as exc:
-        return FileOutcome(name, "failed", str(exc))
+        return FileOutcome(name, "failed", _parse_error(exc, src.text) if src else str(exc))
     except Exception as exc:  # a rule crashed: report it against this file, go on
         return FileOutcome(name, "failed", _internal(exc))
     return FileOutcome(name, "unchanged", findings=tuple(FindingRecord.of(name, f) for f in result.findings))
@@ -170,6 +188,7 @@ def migrate_file(path: Path, settings: Settings, mode: str, out: Optional[Path] 
     """``mode``: "diff" (write nothing), "write" (in place) or "out" (to ``out``)."""
     name = display(path)
     out_name = display(out) if out is not None else ""
+    src = None
     try:
         src = read_source(path)
         result = engine.fix(src.text, settings.options(), name)
@@ -191,7 +210,7 @@ def migrate_file(path: Path, settings: Settings, mode: str, out: Optional[Path] 
         fixed = tuple(sorted(result.fixed.items()))
         return FileOutcome(name, "changed", diff=diff, findings=findings, fixed=fixed, out=out_name)
     except engine.PorterError as exc:
-        return FileOutcome(name, "failed", str(exc))
+        return FileOutcome(name, "failed", _parse_error(exc, src.text) if src else str(exc))
     except OSError as exc:
         where = f" {display(Path(exc.filename))}" if exc.filename else ""
         return FileOutcome(name, "failed", f"cannot write{where}: {exc.strerror or exc}")

@@ -248,6 +248,10 @@ def test_usage_errors(tmp_path):
 def test_rules_and_explain(tmp_path):
     r = run_porter("rules", cwd=tmp_path)
     assert r.code == 0 and "TX201" in r.out and "xla-optimizer-step" in r.out
+    from porter import registry
+
+    for info in registry.infos():  # every rule, each name whole (no markup eaten)
+        assert info.code in r.out and info.name in r.out
     e = cli("explain", "TX201", cwd=tmp_path)
     assert e.code == 0 and "## What it does" in e.out and "xm.optimizer_step" in e.out
     assert cli("explain", "xla-optimizer-step", cwd=tmp_path).out == e.out
