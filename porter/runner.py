@@ -371,19 +371,22 @@ def _run_pool(tasks: list, jobs: int, done: Callable[[int, FileOutcome], None]) 
     """Run tasks in ``jobs`` processes, a few at a time per worker so that a slow file does
     not hold the rest back; a worker that dies fails its files, not the batch."""
     pending = {}
+    # Largest files first (longest-processing-time-first): the last files to finish are small
+    # ones, so the workers run out of work at nearly the same time. Results keep file order.
+    order = sorted(range(len(tasks)), key=lambda i: -_size(tasks[i][1]))
     next_task = 0
     window = jobs * 4
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context())
     try:
-        while next_task < len(tasks) or pending:
-            while next_task < len(tasks) and len(pending) < window:
+        while next_task < len(order) or pending:
+            while next_task < len(order) and len(pending) < window:
                 try:
-                    pending[pool.submit(_task, tasks[next_task])] = next_task
+                    pending[pool.submit(_task, tasks[order[next_task]])] = order[next_task]
                 except BrokenProcessPool:
                     break
                 next_task += 1
             if not pending:  # the pool broke before anything could be submitted
-                for i in range(next_task, len(tasks)):
+                for i in order[next_task:]:
                     done(i, FileOutcome(display(tasks[i][1]), "failed", "not processed: a worker process died"))
                 return
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -398,6 +401,13 @@ def _run_pool(tasks: list, jobs: int, done: Callable[[int, FileOutcome], None]) 
                 done(i, outcome)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def _unique_targets(files: list[Path]) -> list[Path]:
