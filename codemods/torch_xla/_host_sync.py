@@ -51,7 +51,18 @@ def step_loop(ctx: FileContext) -> Optional[cst.CSTNode]:
 
 
 def is_step_loop(loop: cst.CSTNode, ctx: FileContext) -> bool:
-    return _training.loop_kind(loop, ctx) is not None
+    return per_loop(ctx, "step", loop, lambda: _training.loop_kind(loop, ctx) is not None)
+
+
+def per_loop(ctx: FileContext, what: str, loop: cst.CSTNode, compute):
+    """``compute()`` once per loop and traversal: facts that walk a loop's body (its kind,
+    the tensors it names) are asked for at many nodes inside it. They depend only on the
+    loop and what encloses it, so they are cached on this traversal's context."""
+    cache = ctx.__dict__.setdefault("_host_sync_loop_facts", {})
+    key = (what, loop)
+    if key not in cache:
+        cache[key] = compute()
+    return cache[key]
 
 
 def syncs_each_step(loop: cst.CSTNode, ctx: FileContext) -> bool:
@@ -243,6 +254,14 @@ def _device_value(value: cst.CSTNode, names: set[str], summed: bool) -> bool:
     if isinstance(value, (cst.BinaryOperation, cst.UnaryOperation)):
         return any(isinstance(n, cst.Name) and n.value in names for n in walk(value))
     return False
+
+
+def loop_losses(ctx: FileContext, loop: cst.CSTNode) -> set[str]:
+    return per_loop(ctx, "losses", loop, lambda: backward_receivers(loop))
+
+
+def loop_tensors(ctx: FileContext, loop: cst.CSTNode) -> set[str]:
+    return per_loop(ctx, "tensors", loop, lambda: device_names(loop))
 
 
 def reads_tensor_value(expr: cst.CSTNode, ctx: FileContext, tensors: set[str] = frozenset()) -> bool:
@@ -570,30 +589,24 @@ def imports_torch(ctx: FileContext) -> bool:
 
 
 class MaskNames:
-    """Names a function (or the module) binds to boolean tensors (``m = x > 0``,
-    ``valid = torch.isfinite(x)``), and names spelled like masks (``mask``, ``pad_mask``)."""
+    """Names bound to boolean tensors (``m = x > 0``, ``valid = torch.isfinite(x)``) in each
+    function (or the module), recorded as the traversal meets the assignments, and names
+    spelled like masks (``mask``, ``pad_mask``)."""
 
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
-        self._by_scope: dict[int, set[str]] = {}
+        self._by_scope: dict[cst.CSTNode, set[str]] = {}
 
-    def names(self, scope: cst.CSTNode) -> set[str]:
-        found = self._by_scope.get(id(scope))
-        if found is None:
-            found = set()
-            for n in walk(scope.body if isinstance(scope, cst.FunctionDef) else scope):
-                if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
-                    if is_bool_tensor_expr(n.value, self.ctx):
-                        found.add(n.targets[0].target.value)
-            self._by_scope[id(scope)] = found
-        return found
+    def record(self, assign: cst.Assign) -> None:
+        """Call from ``visit_Assign``."""
+        if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+            if is_bool_tensor_expr(assign.value, self.ctx):
+                self._by_scope.setdefault(enclosing_scope(self.ctx), set()).add(assign.targets[0].target.value)
 
-    def is_mask(self, index: cst.CSTNode, scope: cst.CSTNode) -> bool:
-        if is_bool_tensor_expr(index, self.ctx):
-            return True
+    def is_mask(self, index: cst.CSTNode) -> bool:
         if isinstance(index, cst.Name):
-            return index.value in self.names(scope) or "mask" in index.value.lower()
-        return False
+            return "mask" in index.value.lower() or index.value in self._by_scope.get(enclosing_scope(self.ctx), ())
+        return is_bool_tensor_expr(index, self.ctx)
 
 
 def single_index(sub: cst.Subscript) -> Optional[cst.BaseExpression]:

@@ -5,7 +5,7 @@ import libcst as cst
 from porter.rules import Example, Fix, Rule, Severity
 
 from ._host_sync import (
-    bound_names, device_names, free_reads, is_logging_call, outermost_loop, reads_tensor_value, step_loop,
+    bound_names, loop_tensors, free_reads, is_logging_call, outermost_loop, reads_tensor_value, step_loop,
     syncs_each_step,
 )
 
@@ -44,7 +44,10 @@ class LogInStepClosure(Rule):
     Safe: the same message is printed with the same tensor values, once the step's graph has
     run; the line appears at the step marker rather than in the middle of the step. Names
     the loop does not rebind are read when the closure runs, so a clock in the message
-    (`time.time() - start`) is read a little later than before.
+    (`time.time() - start`) is read a little later than before. A `break` or `return` right
+    after the call (`if args.dry_run: break`) skips the loop's own marker: the line then
+    prints at the next sync of the program (an evaluation loop's, typically), and not at all
+    if none follows.
     """
 
     code = "TX402"
@@ -52,7 +55,7 @@ class LogInStepClosure(Rule):
     target = "torch-xla"
     summary = "print/log of tensor values in the step -> xm.add_step_closure(...)"
     severity = Severity.WARNING
-    needs_text = (".item(", "print", "log", "set_postfix", "set_description", "add_scalar")
+    needs_text = ("backward", "no_grad", "inference_mode")  # a step loop runs a backward pass or sits under no_grad
     examples = [
         Example(
             """
@@ -154,7 +157,7 @@ class LogInStepClosure(Rule):
         loop = step_loop(self.ctx)
         if loop is None:
             return
-        tensors = device_names(loop)
+        tensors = loop_tensors(self.ctx, loop)
         if not any(reads_tensor_value(a.value, self.ctx, tensors) for a in node.args):
             return
         message = (

@@ -6,7 +6,7 @@ from porter.astutil import method_name, string_value
 from porter.rules import Example, Rule, Severity
 
 from ._host_sync import (
-    HOST_READ_METHODS, backward_receivers, in_logging_statement, in_test, is_host_sum, logged_scalar, reads_tensor_value,
+    HOST_READ_METHODS, loop_losses, in_logging_statement, in_test, is_host_sum, logged_scalar, reads_tensor_value,
     step_loop, under,
 )
 
@@ -52,7 +52,7 @@ class HostReadInStep(Rule):
     target = "torch-xla"
     summary = "x.item()/.cpu()/.numpy()/.tolist()/float(t) in the step: reported with the static alternative"
     severity = Severity.WARNING
-    needs_text = (".item(", ".cpu(", ".numpy(", ".tolist(", "float(", "int(", "bool(", ".to(")
+    needs_text = ("backward", "no_grad", "inference_mode")  # a step loop runs a backward pass or sits under no_grad
     examples = [
         Example(
             """
@@ -125,7 +125,7 @@ class HostReadInStep(Rule):
             key = "cpu" if what == "to" else what
             self.report(node, f"`.{what}()` in the step executes the graph and copies to the host every step: {_ADVICE[key]}")
             return
-        if reads_tensor_value(node.args[0].value, self.ctx, backward_receivers(loop)):
+        if reads_tensor_value(node.args[0].value, self.ctx, loop_losses(self.ctx, loop)):
             self.report(node, f"`{what}()` of a tensor in the step executes the graph and copies to the host every step: {_ADVICE['item']}")
 
     def _host_read(self, node: cst.Call):

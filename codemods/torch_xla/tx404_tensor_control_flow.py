@@ -4,7 +4,7 @@ import libcst as cst
 
 from porter.rules import Example, Rule, Severity
 
-from ._host_sync import backward_receivers, is_step_loop, reads_tensor_value, step_loop
+from ._host_sync import is_step_loop, loop_losses, reads_tensor_value, step_loop
 
 _KIND = {cst.If: "`if`", cst.While: "`while`", cst.IfExp: "a conditional expression", cst.Assert: "`assert`"}
 
@@ -38,7 +38,7 @@ class TensorControlFlow(Rule):
     target = "torch-xla"
     summary = "if/while/assert on a tensor value in the step: reported with torch.where/mask alternatives"
     severity = Severity.WARNING
-    needs_text = ("if ", "while ", "assert ")
+    needs_text = ("backward", "no_grad", "inference_mode")  # a step loop runs a backward pass or sits under no_grad
     examples = [
         Example(
             """
@@ -111,12 +111,13 @@ class TensorControlFlow(Rule):
     ]
 
     def _check(self, node: cst.CSTNode) -> None:
+        test = node.test  # type: ignore[attr-defined]
         # a `while` that is itself the training loop tests its condition every step
         own = node if isinstance(node, cst.While) and is_step_loop(node, self.ctx) else None
         loop = own or step_loop(self.ctx)
         if loop is None:
             return
-        if reads_tensor_value(node.test, self.ctx, backward_receivers(loop)):  # type: ignore[attr-defined]
+        if reads_tensor_value(test, self.ctx, loop_losses(self.ctx, loop)):
             self.report(
                 node.test,  # type: ignore[attr-defined]
                 f"{_KIND[type(node)]} on a tensor value in the step executes the graph and copies to the "

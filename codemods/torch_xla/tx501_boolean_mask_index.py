@@ -8,7 +8,7 @@ from libcst.helpers import parse_template_expression
 from porter.astutil import method_name
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
-from ._host_sync import MaskNames, enclosing_scope, imports_torch, mask_of, single_index
+from ._host_sync import MaskNames, imports_torch, mask_of, single_index
 
 
 class BooleanMaskIndex(Rule):
@@ -105,11 +105,15 @@ class BooleanMaskIndex(Rule):
         self.masks = MaskNames(ctx)
         self.enabled = imports_torch(ctx)
 
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if self.enabled:
+            self.masks.record(node)
+
     def visit_Subscript(self, node: cst.Subscript) -> None:
         if not self.enabled:
             return
         mask = single_index(node)
-        if mask is None or not self.masks.is_mask(mask, enclosing_scope(self.ctx)):
+        if mask is None or not self.masks.is_mask(mask):
             return
         parent = self.ctx.parent
         if isinstance(parent, (cst.AssignTarget, cst.AugAssign, cst.Del)):

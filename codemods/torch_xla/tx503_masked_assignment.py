@@ -5,7 +5,7 @@ from libcst.helpers import parse_template_expression
 
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
-from ._host_sync import MaskNames, enclosing_scope, imports_torch, is_number_literal, mask_of, single_index
+from ._host_sync import MaskNames, imports_torch, is_number_literal, mask_of, single_index
 
 
 class MaskedAssignment(Rule):
@@ -102,11 +102,13 @@ class MaskedAssignment(Rule):
         if not (self.enabled and isinstance(target, cst.Subscript)):
             return None
         mask = single_index(target)
-        if mask is None or not self.masks.is_mask(mask, enclosing_scope(self.ctx)):
+        if mask is None or not self.masks.is_mask(mask):
             return None
         return target.value, mask
 
     def visit_Assign(self, node: cst.Assign) -> None:
+        if self.enabled:
+            self.masks.record(node)
         if len(node.targets) != 1:
             return
         found = self._masked(node.targets[0].target)
