@@ -271,11 +271,13 @@ def reads_tensor_value(expr: cst.CSTNode, ctx: FileContext, tensors: set[str] = 
     parents = None
     for n in walk(expr):
         if isinstance(n, cst.Call):
+            q = ctx.qualname(n.func) or ""
+            if q:  # a module's function: torch's data functions read values, numpy's do not
+                if q.startswith("torch.") and q.rsplit(".", 1)[-1] in VALUE_METHODS + BOOL_METHODS:
+                    return True
+                continue
             m = method_name(n)
             if m in VALUE_METHODS or m in HOST_READ_METHODS:
-                return True
-            q = ctx.qualname(n.func) or ""
-            if q.startswith("torch.") and q.rsplit(".", 1)[-1] in VALUE_METHODS + BOOL_METHODS:
                 return True
         elif isinstance(n, cst.Name) and n.value in tensors:
             parents = parents or parent_map(expr)

@@ -137,8 +137,9 @@ class LogInStepClosure(Rule):
         ),
     ]
     valid = [
-        # no tensor value read
-        "import torch\nfor x, y in loader:\n    loss = f(x, y)\n    loss.backward()\n    print('step', i, loss.shape)\n",
+        # no tensor value read (numpy's sum is not a tensor's)
+        "import numpy as np\nimport torch\nimport torch_xla\nfor x, y in loader:\n    loss = f(x, y)\n    loss.backward()\n"
+        "    print('step', i, loss.shape, np.sum(sizes))\n    torch_xla.sync()\n",
         # outside a training loop
         "import torch\nprint(loss.item())\n",
         # already in a step closure
