@@ -187,7 +187,7 @@ def free_reads(expr: cst.CSTNode) -> list[str]:
             local.update(p.name.value for p in n.params.params)
             local.update(p.name.value for p in n.params.kwonly_params)
             local.update(p.name.value for p in n.params.posonly_params)
-        elif isinstance(n, cst.CompFor):
+        elif isinstance(n, (cst.CompFor, cst.NamedExpr)):
             local.update(target_names(n.target))
     parents = parent_map(expr)
     seen: list[str] = []
