@@ -46,6 +46,9 @@ class FileContext:
         # fully qualified module -> local name it is imported as (``import a.b as c`` -> c)
         self.module_names: dict[str, str] = {}
         self.ancestors: list[cst.CSTNode] = []
+        # per-traversal memo for rule helpers, keyed by (what, node): facts about a loop or a
+        # function asked for at many nodes inside it are computed once per pass
+        self.cache: dict = {}
         for stmt in _top_level_statements(module.body):
             self.add_import(stmt)
 

@@ -58,7 +58,7 @@ def per_loop(ctx: FileContext, what: str, loop: cst.CSTNode, compute):
     """``compute()`` once per loop and traversal: facts that walk a loop's body (its kind,
     the tensors it names) are asked for at many nodes inside it. They depend only on the
     loop and what encloses it, so they are cached on this traversal's context."""
-    cache = ctx.__dict__.setdefault("_host_sync_loop_facts", {})
+    cache = ctx.cache
     key = (what, loop)
     if key not in cache:
         cache[key] = compute()
