@@ -444,7 +444,7 @@ def _use_of(parents: Parents, node: cst.CSTNode, stmt) -> Optional[ScalerUse]:
         return ScalerUse(node, None, p.attr.value)
     if isinstance(p, cst.Attribute) and p.attr is node:
         return None  # `obj.scaler` where `scaler` is only the attribute name
-    if isinstance(p, (cst.Arg, cst.Param, cst.Keyword)) and getattr(p, "keyword", None) is node:
+    if isinstance(p, cst.Arg) and p.keyword is node:
         return None  # `f(scaler=...)`: the keyword, not the variable
     if isinstance(p, cst.Param):
         return None

@@ -1,0 +1,60 @@
+"""The port fixtures: ``fixtures/<target>/<name>/train.py`` (the original), ``expected.py``
+(porter's port, reviewed and compared byte for byte) and ``port.toml`` (how the port is made
+and run). ``python -m porter.fixtures`` rewrites every expected.py from the current rules."""
+from __future__ import annotations
+
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from porter import engine, registry
+from porter._layout import REPO
+
+
+@dataclass(frozen=True)
+class Fixture:
+    name: str
+    folder: Path
+    migrate: tuple[str, ...]
+    run: tuple[str, ...]
+    log_interval: int
+    optimizer_steps_per_iteration: int
+
+    @property
+    def original(self) -> Path:
+        return self.folder / "train.py"
+
+    @property
+    def expected(self) -> Path:
+        return self.folder / "expected.py"
+
+    @property
+    def unsafe(self) -> bool:
+        return "--unsafe-fixes" in self.migrate
+
+    def port(self) -> str:
+        options = engine.Options(registry.select("torch-xla"), unsafe_fixes=self.unsafe)
+        return engine.fix(self.original.read_text(encoding="utf-8"), options, str(self.original)).source
+
+
+def fixtures(target: str = "torch_xla") -> list[Fixture]:
+    found = []
+    for conf in sorted((REPO / "fixtures" / target).glob("*/port.toml")):
+        data = tomllib.loads(conf.read_text(encoding="utf-8"))
+        found.append(Fixture(conf.parent.name, conf.parent, tuple(data.get("migrate", [])), tuple(data.get("run", [])),
+                             int(data.get("log_interval", 5)), int(data.get("optimizer_steps_per_iteration", 1))))
+    return found
+
+
+def main() -> None:
+    for fx in fixtures():
+        text = fx.port()
+        old = fx.expected.read_text(encoding="utf-8") if fx.expected.exists() else None
+        if text != old:
+            fx.expected.write_text(text, encoding="utf-8")
+            print(f"updated {fx.expected.relative_to(REPO)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""The torch -> torch_xla port of every fixture: byte-for-byte expected output, idempotence,
+and a real run of original and port side by side.
+
+The run: the original on the CPU (its CUDA calls served by the CPU) and the port on
+torch_xla (PJRT_DEVICE=CPU), one epoch with dropout off, random numbers drawn on the host in
+the same order on both sides. Then: at least 12 optimizer steps, the losses of every common
+step within 1e-5, no compilation after the warm-up steps, and device-to-host transfers only
+in steps that log.
+"""
+import subprocess
+import sys
+
+import libcst as cst
+import pytest
+
+from porter import engine, registry
+from porter.fixtures import fixtures
+from porter.verify.trace import compare_losses, trace_script
+
+FIXTURES = fixtures()
+IDS = [f.name for f in FIXTURES]
+WARMUP_ITERATIONS = 2  # graph of the first step, then the one with optimizer state
+
+
+def test_there_are_eight_fixtures():
+    assert len(FIXTURES) >= 8
+
+
+@pytest.mark.parametrize("fx", FIXTURES, ids=IDS)
+def test_port_is_byte_identical_to_expected(fx):
+    assert fx.expected.is_file(), f"run `python -m porter.fixtures` and review {fx.expected}"
+    assert fx.port() == fx.expected.read_text(encoding="utf-8"), f"port of {fx.name} changed: review, then `python -m porter.fixtures`"
+
+
+@pytest.mark.parametrize("fx", FIXTURES, ids=IDS)
+def test_port_is_idempotent_and_parses(fx):
+    text = fx.expected.read_text(encoding="utf-8")
+    cst.parse_module(text)
+    compile(text, str(fx.expected), "exec")
+    options = engine.Options(registry.select("torch-xla"), unsafe_fixes=fx.unsafe)
+    again = engine.fix(text, options)
+    assert not again.changed
+
+
+def test_cli_port_equals_expected(tmp_path):
+    """The user's command, on one fixture: `porter migrate --out` writes the expected port."""
+    fx = next(f for f in FIXTURES if f.name == "mnist_cnn")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "porter", "migrate", str(fx.original), "--to", "torch-xla",
+                           *fx.migrate, "--out", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "train.py").read_text(encoding="utf-8") == fx.expected.read_text(encoding="utf-8")
+
+
+def _logging_iteration(i: int, interval: int) -> bool:
+    return i % interval == 0
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+@pytest.mark.parametrize("fx", FIXTURES, ids=IDS)
+def test_port_runs_on_xla_and_matches_the_original(fx, tmp_path):
+    (tmp_path / "orig").mkdir()
+    (tmp_path / "port").mkdir()
+    original = trace_script(fx.original, fx.run, cuda_shim=True, host_random=True, cwd=tmp_path / "orig",
+                            env={"CUDA_VISIBLE_DEVICES": ""}, timeout=900)
+    port = trace_script(fx.expected, fx.run, host_random=True, cwd=tmp_path / "port",
+                        env={"PJRT_DEVICE": "CPU"}, timeout=900)
+    assert original.get("status") == "ok", original.get("output")
+    assert port.get("status") == "ok", port.get("output")
+    k = fx.optimizer_steps_per_iteration
+    n = min(original["num_steps"], port["num_steps"])
+    assert n >= 12 * k, (original["num_steps"], port["num_steps"])
+    first = compare_losses(original["losses"][:n], port["losses"][:n], rtol=1e-5, atol=1e-5)
+    assert first is None, f"step {first}: original {original['losses'][first]} port {port['losses'][first]}"
+
+    # every step but the last (whose record also holds evaluation and the script's end)
+    compiles = port["compiles_per_step"][:-1]
+    transfers = port["transfers_per_step"][:-1]
+    assert sum(compiles[WARMUP_ITERATIONS * k:]) == 0, f"compilations after warm-up: {compiles}"
+    quiet = [s for s, t in enumerate(transfers) if t and not _logging_iteration(s // k, fx.log_interval)]
+    assert not quiet, f"device-to-host transfers in steps that do not log: {quiet} (per step: {transfers})"
