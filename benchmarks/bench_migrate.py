@@ -92,6 +92,29 @@ def timed(fn, *args, **kw):
     return time.perf_counter() - t0, _cpu() - c0, value
 
 
+def _burn(n: int) -> int:
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
+
+
+def parallel_ceiling(jobs: int, n: int = 6_000_000) -> float:
+    """How much faster `jobs` processes finish `jobs` equal pure-Python tasks than one process
+    does, right now on this machine: the most --jobs can give while other work shares the
+    cores (2.0 on an idle 2-core machine)."""
+    import multiprocessing
+
+    t0 = time.perf_counter()
+    for _ in range(jobs):
+        _burn(n)
+    serial = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        pool.map(_burn, [n] * jobs)
+    return serial / (time.perf_counter() - t0)
+
+
 def outcome_counts(outcomes) -> dict:
     status = Counter(o.status for o in outcomes)
     findings = Counter(f.code for o in outcomes for f in o.findings)
@@ -172,7 +195,9 @@ def main() -> None:
     t, c, v = timed(run, "migrate", files, settings, mode="diff", jobs=1)
     phases["migrate_jobs1"] = {"seconds": t, "cpu_seconds": c, **outcome_counts(v)}
     print(f"  porter migrate -j1   {t:8.1f} s  (cpu {c:.1f} s)", flush=True)
+    ceiling_before = parallel_ceiling(args.jobs)
     t, c, v = timed(run, "migrate", files, settings, mode="diff", jobs=args.jobs)
+    ceiling = (ceiling_before + parallel_ceiling(args.jobs)) / 2
     phases[f"migrate_jobs{args.jobs}"] = {"seconds": t, "cpu_seconds": c, **outcome_counts(v)}
     print(f"  porter migrate -j{args.jobs}   {t:8.1f} s  (cpu {c:.1f} s, all processes)", flush=True)
 
@@ -184,6 +209,7 @@ def main() -> None:
         "check/bare": phases["check"]["seconds"] / b,
         "migrate/bare": m1 / b,
         f"jobs1/jobs{args.jobs}": m1 / mj,
+        f"machine ceiling for {args.jobs} processes": ceiling,
         "cpu check/bare": phases["check"]["cpu_seconds"] / bc,
         "cpu migrate/bare": phases["migrate_jobs1"]["cpu_seconds"] / bc,
     }
@@ -202,6 +228,8 @@ def main() -> None:
           f"jobs={args.jobs} same result: {same}")
     print(f"targets: migrate/bare <= 2: {ratios['migrate/bare'] <= 2}; "
           f"jobs1/jobs{args.jobs} >= 1.7: {ratios[f'jobs1/jobs{args.jobs}'] >= 1.7}")
+    print(f"the machine itself gave {ceiling:.2f}x with {args.jobs} processes of pure Python "
+          f"around the --jobs run (2.0 would be idle cores)")
     print(f"load average at start {host['load_average_at_start']}, at end {end_load} "
           f"(on {host['cores']} cores: wall times include waiting for other processes)")
 
