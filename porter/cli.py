@@ -52,8 +52,11 @@ def guarded(command: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
-        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        except (typer.Exit, typer.Abort):
             raise
+        except KeyboardInterrupt:
+            say("porter: interrupted; files already written are whole (writes are atomic)")
+            raise typer.Exit(130) from None
         except (UsageError, RegistryError) as exc:
             say(f"porter: error: {exc}")
             raise typer.Exit(2) from None

@@ -13,6 +13,7 @@ import difflib
 import multiprocessing
 import os
 import shutil
+import signal
 import stat
 import traceback
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -376,7 +377,7 @@ def _run_pool(tasks: list, jobs: int, done: Callable[[int, FileOutcome], None]) 
     order = sorted(range(len(tasks)), key=lambda i: -_size(tasks[i][1]))
     next_task = 0
     window = jobs * 4
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context())
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context(), initializer=_worker_init)
     try:
         while next_task < len(order) or pending:
             while next_task < len(order) and len(pending) < window:
@@ -401,6 +402,13 @@ def _run_pool(tasks: list, jobs: int, done: Callable[[int, FileOutcome], None]) 
                 done(i, outcome)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _worker_init() -> None:
+    # Ctrl-C reaches the whole process group: the parent stops the batch (exit 130) and
+    # shuts the pool down; workers finish or drop their file quietly instead of each
+    # printing a KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _size(path: Path) -> int:

@@ -11,6 +11,7 @@ import json
 import os
 import pty
 import shutil
+import signal
 import stat
 import subprocess
 import time
@@ -425,3 +426,29 @@ def test_progress_bar_only_on_a_terminal(tmp_path):
     assert p.returncode == 0
     assert "porter migrate" in tty_err and "4/4" in tty_err
     assert p.stdout.decode() == plain.out  # stdout is the same diff either way
+
+
+def test_ctrl_c_stops_the_batch_and_leaves_only_whole_files(tmp_path):
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) during `--write --jobs 2`:
+    exit 130 with one message, no traceback, no temporary file, and every file either as it
+    was or fully converted."""
+    proj = tmp_path / "proj"
+    body = TRAIN + "".join(f"\n\ndef helper_{i}(x):\n    return x * {i}\n" for i in range(400))
+    fixed = TRAIN_FIXED + body[len(TRAIN):]
+    for i in range(300):
+        write(proj / f"m{i:03d}.py", body)
+    p = subprocess.Popen(
+        [*porter_exe(), "migrate", "proj", "--write", "--jobs", "2"], cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+        start_new_session=True,
+    )
+    time.sleep(2.5)
+    os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert err.strip() == "porter: interrupted; files already written are whole (writes are atomic)"
+    assert "Traceback" not in err
+    contents = [f.read_text() for f in sorted(proj.iterdir())]
+    assert len(contents) == 300 and temp_files(proj) == []
+    assert all(c in (body, fixed) for c in contents)
+    assert body in contents  # it was stopped before the end
