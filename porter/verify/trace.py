@@ -107,6 +107,8 @@ class HostRandomMode(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if "out" in kwargs:
             return func(*args, **kwargs)
+        if getattr(func, "__module__", "") == "torch.nn.init":
+            return self._init(func, args, kwargs)
         if func in self._FACTORIES or (func is torch.normal and not _has_tensor(args, kwargs)):
             device = kwargs.get("device")
             if _off_host(device):
@@ -123,6 +125,20 @@ class HostRandomMode(TorchFunctionMode):
         if func is torch.nn.functional.dropout:
             return self._dropout(*args, **kwargs)
         return func(*args, **kwargs)
+
+    @staticmethod
+    def _init(func, args, kwargs):
+        """``torch.nn.init.*_(tensor, ...)`` reach the mode as a whole (with ``tensor=`` as a
+        keyword) and then run with the mode off: on a device tensor, initialise a CPU tensor
+        of the same shape with the same function (same kernel, same draws) and copy it over."""
+        kwargs = dict(kwargs)
+        target = kwargs.pop("tensor") if "tensor" in kwargs else args[0]
+        rest = args[1:] if args and args[0] is target else args
+        if not isinstance(target, torch.Tensor) or not _off_host(target.device):
+            return func(target, *rest, **kwargs)
+        sample = func(torch.empty(target.shape, dtype=target.dtype), *rest, **kwargs)
+        with torch.no_grad():
+            return target.copy_(sample)
 
     @staticmethod
     def _like(func, args, kwargs):
@@ -372,13 +388,25 @@ def _script_traceback(error: BaseException, script: str) -> str:
 
 
 def run(
-    script: str, args: Sequence[str], *, cuda_shim: bool = False, host_random: bool = False, seed: int | None = None
+    script: str,
+    args: Sequence[str],
+    *,
+    cuda_shim: bool = False,
+    host_random: bool = False,
+    seed: int | None = None,
+    dtype: str | None = None,
 ) -> tuple[dict[str, Any], int]:
-    """Run SCRIPT in this process and return (record, exit code)."""
+    """Run SCRIPT in this process and return (record, exit code).
+
+    ``dtype`` ("float64") sets torch's default floating dtype before the script runs, so
+    parameters and data it creates without an explicit dtype use it."""
     script = os.path.abspath(script)
     recorder = _Recorder()
     import torch.autograd
     import torch.optim.optimizer as optim_mod
+
+    if dtype is not None:
+        torch.set_default_dtype(getattr(torch, dtype))
 
     original_backward = torch.autograd.backward
 
@@ -444,6 +472,7 @@ def run(
             "cuda_shim": cuda_shim,
             "host_random": host_random,
             "seed": seed,
+            "dtype": dtype or str(torch.get_default_dtype()).removeprefix("torch."),
             "status": status,
             "exit_code": exit_code,
             "exception": exception,
@@ -471,12 +500,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cuda-shim", action="store_true", help="run CUDA code on the CPU (original scripts only)")
     parser.add_argument("--host-random", action="store_true", help="draw random numbers on the CPU generator")
     parser.add_argument("--seed", type=int, default=None, help="seed torch/random/numpy before the script")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default=None,
+                        help="torch's default floating dtype for the run")
     parser.add_argument("script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for SCRIPT (or after --)")
     options = parser.parse_args(own)
     script_args = [*options.script_args, *script_args]
     record, exit_code = run(
-        options.script, script_args, cuda_shim=options.cuda_shim, host_random=options.host_random, seed=options.seed
+        options.script, script_args, cuda_shim=options.cuda_shim, host_random=options.host_random, seed=options.seed,
+        dtype=options.dtype,
     )
     out = Path(options.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -495,6 +527,7 @@ def trace_script(
     cuda_shim: bool = False,
     host_random: bool = False,
     seed: int | None = None,
+    dtype: str | None = None,
     timeout: float = 600.0,
     env: dict[str, str] | None = None,
     cwd: str | os.PathLike | None = None,
@@ -520,6 +553,7 @@ def trace_script(
         command = [python or sys.executable, "-m", "porter.verify.trace", "--out", str(target)]
         command += ["--cuda-shim"] * cuda_shim + ["--host-random"] * host_random
         command += ["--seed", str(seed)] if seed is not None else []
+        command += ["--dtype", dtype] if dtype is not None else []
         command += [str(script), "--", *map(str, args)]
         process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment, cwd=cwd, start_new_session=True
