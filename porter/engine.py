@@ -229,19 +229,40 @@ def apply_fixes(module: cst.Module, fixes: Sequence[Fix], ctx: Optional[FileCont
 
 
 def add_imports(module: cst.Module, modules: Sequence[str], ctx: FileContext) -> cst.Module:
-    items = []
+    """Insert ``import a.b as x`` lines after the module's leading imports (after the
+    docstring and ``__future__`` imports when there are no others), without a full-tree pass:
+    LibCST's AddImportsVisitor deep-copies the module for metadata and transforms every node."""
+    stmts = []
     for mod in modules:
         if mod in ctx.module_names:
             continue  # already imported; the rule used the file's own name for it
         alias = PREFERRED_ALIASES.get(mod)
-        if alias:
-            items.append(ImportItem(mod, None, alias))
-        else:
-            items.append(ImportItem(mod))
-    if not items:
+        stmts.append(cst.parse_statement(f"import {mod} as {alias}" if alias else f"import {mod}"))
+    if not stmts:
         return module
-    context = CodemodContext()
-    return AddImportsVisitor(context, items).transform_module(module)
+    body = list(module.body)
+    at = 0
+    for i, stmt in enumerate(body):
+        if _is_import_line(stmt):
+            at = i + 1
+        elif i == 0 and _is_docstring(stmt):
+            at = 1
+        else:
+            break
+    if at < len(body) and not _is_import_line(body[at]) and not body[at].leading_lines:
+        body[at] = body[at].with_changes(leading_lines=[cst.EmptyLine()])
+    return module.with_changes(body=[*body[:at], *stmts, *body[at:]])
+
+
+def _is_import_line(stmt: cst.CSTNode) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+
+
+def _is_docstring(stmt: cst.CSTNode) -> bool:
+    return (
+        isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
+        and isinstance(stmt.body[0], cst.Expr) and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+    )
 
 
 def fix(source: str, options: Options, path: str = "<string>") -> FixResult:
@@ -250,6 +271,7 @@ def fix(source: str, options: Options, path: str = "<string>") -> FixResult:
     module = parse(source)
     counts: dict[str, int] = {}
     current = source
+    settled: Optional[list[Finding]] = None  # findings of a pass that changed nothing
     for _ in range(MAX_PASSES):
         findings = run_rules(module, rules, path)
         if "porter:" in current:
@@ -257,10 +279,12 @@ def fix(source: str, options: Options, path: str = "<string>") -> FixResult:
             findings = drop_suppressed(current, findings)
         chosen = [f for f in findings if f.fix is not None and (options.unsafe_fixes or f.fix.safety is Safety.SAFE)]
         if not chosen:
+            settled = findings
             break
         new_module = apply_fixes(module, [f.fix for f in chosen if f.fix], FileContext(module))
         new_source = new_module.code
         if new_source == current:
+            settled = findings
             break
         for f in chosen:
             counts[f.code] = counts.get(f.code, 0) + 1
@@ -273,7 +297,9 @@ def fix(source: str, options: Options, path: str = "<string>") -> FixResult:
     else:
         codes = ", ".join(sorted(counts))
         raise PorterError(f"fixes did not converge after {MAX_PASSES} passes (rules {codes}); file left unchanged")
-    remaining = run_rules(module, rules, path)
-    attach_positions(module, remaining)
-    remaining = drop_suppressed(current, remaining)
+    # The last pass ran every rule on the final tree and changed nothing: its findings are the
+    # ones left (no second run of the rules).
+    remaining = settled
+    if "porter:" not in current:
+        attach_positions(module, remaining)
     return FixResult(current, current != source, counts, remaining)
