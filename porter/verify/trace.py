@@ -235,6 +235,8 @@ class _Recorder:
         self.optimizers: list[weakref.ref] = []
         self.met: Any = None
         self.xla_seen = False
+        self.max_steps: int | None = None
+        self.printed: set[int] = set()  # steps during which the script wrote output (logging steps)
 
     # -- torch_xla metrics (host-side counters only) --
     def xla(self) -> Any:
@@ -276,6 +278,14 @@ class _Recorder:
 
     def on_sync(self) -> None:
         self.close_open_step()
+        if self.max_steps is not None and len(self.steps) >= self.max_steps:
+            raise StopTrace(f"stopped after {self.max_steps} optimizer steps (--max-steps)")
+
+    def on_output(self) -> None:
+        """Output belongs to the open step (step closures print at the sync closing it), or
+        to the step about to start."""
+        open_step = bool(self.steps) and self.steps[-1]["xla"] is None
+        self.printed.add(len(self.steps) - 1 if open_step else len(self.steps))
 
     # -- hooks --
     def on_backward(self, tensors: Any) -> None:
@@ -307,6 +317,9 @@ class _Recorder:
             }
         )
         self.pending = []
+        if self.max_steps is not None and len(self.steps) > self.max_steps:
+            self.steps.pop()  # the step after the last one asked for: not part of the record
+            raise StopTrace(f"stopped after {self.max_steps} optimizer steps (--max-steps)")
 
     # -- result --
     def finish(self) -> dict[str, Any]:
@@ -329,6 +342,7 @@ class _Recorder:
                 "optimizer": step["optimizer"],
                 "losses": values[position : position + count],
                 "time_s": step["time_s"],
+                "printed": index in self.printed,
             }
             position += count
             if step["xla"] is not None:
@@ -356,6 +370,25 @@ class _Recorder:
         else:
             result["xla"] = None
         return result
+
+
+class StopTrace(BaseException):
+    """Ends the traced script after --max-steps optimizer steps (a BaseException, so that the
+    script's own ``except Exception`` handlers do not swallow it)."""
+
+
+class _CountingStream:
+    def __init__(self, stream: Any, recorder: "_Recorder") -> None:
+        self._stream = stream
+        self._recorder = recorder
+
+    def write(self, text: str) -> int:
+        if text.strip():
+            self._recorder.on_output()
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _to_floats(tensors: list[torch.Tensor]) -> list[float]:
@@ -395,6 +428,7 @@ def run(
     host_random: bool = False,
     seed: int | None = None,
     dtype: str | None = None,
+    max_steps: int | None = None,
 ) -> tuple[dict[str, Any], int]:
     """Run SCRIPT in this process and return (record, exit code).
 
@@ -402,6 +436,7 @@ def run(
     parameters and data it creates without an explicit dtype use it."""
     script = os.path.abspath(script)
     recorder = _Recorder()
+    recorder.max_steps = max_steps
     import torch.autograd
     import torch.optim.optimizer as optim_mod
 
@@ -450,8 +485,12 @@ def run(
     status, exit_code, exception = "ok", 0, None
     start = time.perf_counter()
     recorder.t0 = start
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _CountingStream(sys.stdout, recorder), _CountingStream(sys.stderr, recorder)
     try:
         runpy.run_path(script, run_name="__main__")
+    except StopTrace:
+        status, exit_code = "ok", 0
     except SystemExit as error:
         code = error.code
         if code is None or code == 0:
@@ -463,6 +502,8 @@ def run(
     except BaseException as error:  # the record must say what happened, whatever it was
         status, exit_code = "error", 1
         exception = {"type": type(error).__name__, "message": str(error), "traceback": _script_traceback(error, script)}
+    finally:
+        sys.stdout, sys.stderr = streams
     wall = time.perf_counter() - start
     record = recorder.finish()
     record.update(
@@ -502,13 +543,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="seed torch/random/numpy before the script")
     parser.add_argument("--dtype", choices=("float32", "float64"), default=None,
                         help="torch's default floating dtype for the run")
+    parser.add_argument("--max-steps", type=int, default=None, help="stop the script after this many optimizer steps")
     parser.add_argument("script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for SCRIPT (or after --)")
     options = parser.parse_args(own)
     script_args = [*options.script_args, *script_args]
     record, exit_code = run(
         options.script, script_args, cuda_shim=options.cuda_shim, host_random=options.host_random, seed=options.seed,
-        dtype=options.dtype,
+        dtype=options.dtype, max_steps=options.max_steps,
     )
     out = Path(options.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -528,6 +570,7 @@ def trace_script(
     host_random: bool = False,
     seed: int | None = None,
     dtype: str | None = None,
+    max_steps: int | None = None,
     timeout: float = 600.0,
     env: dict[str, str] | None = None,
     cwd: str | os.PathLike | None = None,
@@ -554,7 +597,8 @@ def trace_script(
         command += ["--cuda-shim"] * cuda_shim + ["--host-random"] * host_random
         command += ["--seed", str(seed)] if seed is not None else []
         command += ["--dtype", dtype] if dtype is not None else []
-        command += [str(script), "--", *map(str, args)]
+        command += ["--max-steps", str(max_steps)] if max_steps is not None else []
+        command += [str(Path(script).resolve()), "--", *map(str, args)]
         process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment, cwd=cwd, start_new_session=True
         )
