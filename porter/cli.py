@@ -271,6 +271,76 @@ def explain(code: str = typer.Argument(..., help="A rule code (TX201) or name.")
     typer.echo(render_rule_doc(rule))
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@guarded
+def verify(
+    ctx: typer.Context,
+    original: Path = typer.Argument(..., help="The original file (model definition or training script)."),
+    ported: Path = typer.Argument(..., help="The port of it."),
+    model: Optional[str] = typer.Option(None, "--model", help="Model level: a name or call evaluated in each file, e.g. \"ResNet(num_classes=10)\"."),
+    inputs: List[str] = typer.Option([], "--input", help="Model level: an input, dtype[shape] with an optional <high for integers (float32[8,3,32,32], int64[8,128]<30000); repeat for several. Default: the original's example_inputs()."),
+    script: bool = typer.Option(False, "--script", help="Script level: run both training scripts unmodified (arguments after --)."),
+    steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Training steps to compare (model level 5, script level 12)."),
+    optimizer: str = typer.Option("sgd", "--optimizer", help="Model level: sgd (momentum 0.9) or adam."),
+    lr: float = typer.Option(0.01, "--lr", help="Model level: learning rate of the comparison steps."),
+    seed: int = typer.Option(0, "--seed", help="Seed for weights, inputs and data order."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Script level: default float dtype of both runs (float32 or float64)."),
+    rtol: Optional[float] = typer.Option(None, "--rtol", help="Relative tolerance (default by dtype; float32: 1e-4 model level, 1e-5 script level)."),
+    atol: Optional[float] = typer.Option(None, "--atol", help="Absolute tolerance (default by dtype; float32: 1e-5)."),
+    max_compiles: int = typer.Option(0, "--max-compiles", min=0, help="Compilations allowed after the warm-up steps."),
+    max_transfers: int = typer.Option(0, "--max-transfers-per-step", min=0, help="Device-to-host transfers allowed in a step (script level: in a step that logs nothing)."),
+    warmup: int = typer.Option(2, "--warmup-steps", min=0, help="Steps allowed to compile."),
+    timeout: float = typer.Option(900.0, "--timeout", help="Seconds each side may run."),
+    memory_mb: float = typer.Option(16384.0, "--memory-mb", help="Resident memory each side may use (its whole process tree)."),
+    fmt: str = typer.Option("text", "--format", help="text, json or html."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the report here (json or html) instead of stdout."),
+) -> None:
+    """Run the original and the port side by side and compare them; measure the port's XLA health.
+
+    Exit 0: within tolerance and budget; 1: a divergence or a budget exceeded; 2: a side could
+    not run, or a usage error.
+    """
+    from porter.verify import render
+    from porter.verify.compare import Tolerance
+    from porter.verify.model import Budgets, ModelRequest, verify_model
+    from porter.verify.script import ScriptRequest, verify_script
+    from porter.verify.specs import InputSpec, SpecError
+
+    if fmt not in ("text", "json", "html"):
+        raise UsageError(f"unknown format {fmt!r} (text, json, html)")
+    for p in (original, ported):
+        if not p.is_file():
+            raise UsageError(f"{p}: no such file")
+    if script == (model is not None):
+        raise UsageError("give either --model EXPR (model level) or --script (script level)")
+    if optimizer not in ("sgd", "adam"):
+        raise UsageError(f"unknown optimizer {optimizer!r} (sgd, adam)")
+    budgets = Budgets(max_compiles, max_transfers, warmup)
+    if script:
+        report = verify_script(ScriptRequest(original, ported, steps or 12, tuple(ctx.args), seed, dtype,
+                                             rtol if rtol is not None else 1e-5, atol if atol is not None else 1e-5,
+                                             budgets, timeout))
+    else:
+        if ctx.args:
+            raise UsageError(f"unexpected arguments {' '.join(ctx.args)} (script arguments go with --script)")
+        try:
+            for spec in inputs:
+                InputSpec.parse(spec)
+        except SpecError as exc:
+            raise UsageError(str(exc)) from None
+        report = verify_model(ModelRequest(original, ported, model, tuple(inputs), steps or 5, optimizer, lr, seed,
+                                           Tolerance(rtol, atol), budgets, timeout, memory_mb))
+    text = render.as_json(report) if fmt == "json" else render.as_html(report) if fmt == "html" else None
+    if out is not None:
+        out.write_text(text if text is not None else render.as_json(report), encoding="utf-8")
+        say(f"porter verify: {report.status}: {report.summary} (report: {out})")
+    elif text is not None:
+        typer.echo(text)
+    else:
+        render.print_text(report, _table_console(sys.stdout))
+    raise typer.Exit(report.exit_code)
+
+
 def render_rule_doc(rule) -> str:
     from porter.docs import rule_markdown
 
