@@ -60,14 +60,20 @@ def _logging_iteration(i: int, interval: int) -> bool:
 @pytest.mark.slow
 @pytest.mark.parametrize("fx", FIXTURES, ids=IDS)
 def test_port_runs_on_xla_and_matches_the_original(fx, tmp_path):
-    (tmp_path / "orig").mkdir()
-    (tmp_path / "port").mkdir()
-    original = trace_script(fx.original, fx.run, cuda_shim=True, host_random=True, cwd=tmp_path / "orig",
-                            env={"CUDA_VISIBLE_DEVICES": ""}, timeout=900)
-    port = trace_script(fx.expected, fx.run, host_random=True, cwd=tmp_path / "port",
-                        env={"PJRT_DEVICE": "CPU"}, timeout=900)
-    assert original.get("status") == "ok", original.get("output")
-    assert port.get("status") == "ok", port.get("output")
+    """Losses are compared in float64: in float32, rounding differences between eager CPU
+    kernels and XLA's CPU kernels (~1e-7 relative in gradients) are amplified by adaptive
+    optimizers (Adam, Adadelta) to 1e-5..1e-3 within a dozen steps (measured; see
+    docs/verification.md), which says nothing about the port. In float64 the same scripts
+    agree to ~1e-10. XLA health is measured on the float32 run the user would make."""
+    runs = {}
+    for side, script, extra in (("original", fx.original, {"cuda_shim": True, "env": {"CUDA_VISIBLE_DEVICES": ""}}),
+                                ("port", fx.expected, {"env": {"PJRT_DEVICE": "CPU"}}),
+                                ("port32", fx.expected, {"env": {"PJRT_DEVICE": "CPU"}})):
+        (tmp_path / side).mkdir()
+        dtype = None if side == "port32" else "float64"
+        runs[side] = trace_script(script, fx.run, host_random=True, dtype=dtype, cwd=tmp_path / side, timeout=900, **extra)
+        assert runs[side].get("status") == "ok", (side, runs[side].get("exception"), runs[side].get("output"))
+    original, port, port32 = runs["original"], runs["port"], runs["port32"]
     k = fx.optimizer_steps_per_iteration
     n = min(original["num_steps"], port["num_steps"])
     assert n >= 12 * k, (original["num_steps"], port["num_steps"])
@@ -75,8 +81,8 @@ def test_port_runs_on_xla_and_matches_the_original(fx, tmp_path):
     assert first is None, f"step {first}: original {original['losses'][first]} port {port['losses'][first]}"
 
     # every step but the last (whose record also holds evaluation and the script's end)
-    compiles = port["compiles_per_step"][:-1]
-    transfers = port["transfers_per_step"][:-1]
+    compiles = port32["compiles_per_step"][:-1]
+    transfers = port32["transfers_per_step"][:-1]
     assert sum(compiles[WARMUP_ITERATIONS * k:]) == 0, f"compilations after warm-up: {compiles}"
     quiet = [s for s, t in enumerate(transfers) if t and not _logging_iteration(s // k, fx.log_interval)]
     assert not quiet, f"device-to-host transfers in steps that do not log: {quiet} (per step: {transfers})"
