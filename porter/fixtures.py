@@ -20,6 +20,7 @@ class Fixture:
     run: tuple[str, ...]
     log_interval: int
     optimizer_steps_per_iteration: int
+    original_runs_on: str = "cuda"  # "cuda": a GPU script; "xla-legacy": already on an older torch_xla
 
     @property
     def original(self) -> Path:
@@ -43,7 +44,8 @@ def fixtures(target: str = "torch_xla") -> list[Fixture]:
     for conf in sorted((REPO / "fixtures" / target).glob("*/port.toml")):
         data = tomllib.loads(conf.read_text(encoding="utf-8"))
         found.append(Fixture(conf.parent.name, conf.parent, tuple(data.get("migrate", [])), tuple(data.get("run", [])),
-                             int(data.get("log_interval", 5)), int(data.get("optimizer_steps_per_iteration", 1))))
+                             int(data.get("log_interval", 5)), int(data.get("optimizer_steps_per_iteration", 1)),
+                             str(data.get("original_runs_on", "cuda"))))
     return found
 
 

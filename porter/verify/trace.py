@@ -429,6 +429,7 @@ def run(
     seed: int | None = None,
     dtype: str | None = None,
     max_steps: int | None = None,
+    legacy_xla: bool = False,
 ) -> tuple[dict[str, Any], int]:
     """Run SCRIPT in this process and return (record, exit code).
 
@@ -463,6 +464,10 @@ def run(
     if host_random:
         host_mode = HostRandomMode()
         host_mode.__enter__()
+    if legacy_xla:
+        from porter.verify import legacy_xla as legacy
+
+        legacy.install()
     shim = None
     if cuda_shim:
         from porter.verify import cuda_shim as shim
@@ -543,6 +548,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None, help="seed torch/random/numpy before the script")
     parser.add_argument("--dtype", choices=("float32", "float64"), default=None,
                         help="torch's default floating dtype for the run")
+    parser.add_argument("--legacy-xla", action="store_true",
+                        help="put back torch_xla names removed since 2.6 (originals already on old torch_xla)")
     parser.add_argument("--max-steps", type=int, default=None, help="stop the script after this many optimizer steps")
     parser.add_argument("script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for SCRIPT (or after --)")
@@ -550,7 +557,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     script_args = [*options.script_args, *script_args]
     record, exit_code = run(
         options.script, script_args, cuda_shim=options.cuda_shim, host_random=options.host_random, seed=options.seed,
-        dtype=options.dtype, max_steps=options.max_steps,
+        dtype=options.dtype, max_steps=options.max_steps, legacy_xla=options.legacy_xla,
     )
     out = Path(options.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -571,6 +578,7 @@ def trace_script(
     seed: int | None = None,
     dtype: str | None = None,
     max_steps: int | None = None,
+    legacy_xla: bool = False,
     timeout: float = 600.0,
     env: dict[str, str] | None = None,
     cwd: str | os.PathLike | None = None,
@@ -598,6 +606,7 @@ def trace_script(
         command += ["--seed", str(seed)] if seed is not None else []
         command += ["--dtype", dtype] if dtype is not None else []
         command += ["--max-steps", str(max_steps)] if max_steps is not None else []
+        command += ["--legacy-xla"] * legacy_xla
         command += [str(Path(script).resolve()), "--", *map(str, args)]
         process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment, cwd=cwd, start_new_session=True
