@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import shlex
 import sys
 import traceback
 from pathlib import Path
@@ -198,13 +199,19 @@ def migrate(
     select: List[str] = typer.Option([], "--select", help="Only these rule codes, code prefixes or names."),
     ignore: List[str] = typer.Option([], "--ignore", help="Skip these rule codes, code prefixes or names."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Worker processes."),
+    verify_port: bool = typer.Option(False, "--verify", help="Then run the original script and its port side by side (`porter verify --script`). One file, with --out."),
+    verify_steps: int = typer.Option(12, "--verify-steps", min=1, help="Optimizer steps that --verify compares."),
+    verify_args: str = typer.Option("", "--verify-args", help="Arguments for both scripts in --verify, as one string (e.g. \"--epochs 1 --dropout 0\")."),
 ) -> None:
     """Rewrite code for the target. Without --write or --out: print a unified diff, write nothing.
 
-    Exit 0: every file was processed; 1: some file could not be; 2: usage or internal error.
+    Exit 0: every file was processed (and, with --verify, the port matched); 1: some file
+    could not be processed or the port did not match; 2: usage or internal error.
     """
     if write and out is not None:
         raise UsageError("--write and --out exclude each other: --write rewrites the sources, --out leaves them alone")
+    if verify_port and (out is None or len(paths) != 1 or not paths[0].is_file()):
+        raise UsageError("--verify needs one script and --out DIR (the original must stay as it is to compare with)")
     _check_paths(paths)
     settings = _settings(paths, to, select, ignore, unsafe_fixes)
     mode = "write" if write else ("out" if out is not None else "diff")
@@ -223,7 +230,19 @@ def migrate(
         say(f"\nLeft for a human{note}:")
         say(left)
     _print_summary(outcomes, mode, settings, out)
-    raise typer.Exit(1 if report.failed(outcomes) else 0)
+    if report.failed(outcomes):
+        raise typer.Exit(1)
+    if verify_port:
+        from porter.verify import render
+        from porter.verify.script import ScriptRequest, verify_script
+
+        ported = out / paths[0].name
+        script_args = tuple(shlex.split(verify_args))
+        say(f"\nporter verify --script {paths[0]} {ported} --steps {verify_steps} -- {shlex.join(script_args)}")
+        result = verify_script(ScriptRequest(paths[0], ported, verify_steps, script_args))
+        render.print_text(result, _table_console(sys.stdout))
+        raise typer.Exit(result.exit_code)
+    raise typer.Exit(0)
 
 
 def _print_summary(outcomes: list[FileOutcome], mode: str, settings: Settings, out: Optional[Path]) -> None:
@@ -284,7 +303,7 @@ def verify(
     optimizer: str = typer.Option("sgd", "--optimizer", help="Model level: sgd (momentum 0.9) or adam."),
     lr: float = typer.Option(0.01, "--lr", help="Model level: learning rate of the comparison steps."),
     seed: int = typer.Option(0, "--seed", help="Seed for weights, inputs and data order."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="Script level: default float dtype of both runs (float32 or float64)."),
+    dtype: str = typer.Option("float64", "--dtype", help="Script level: torch's default float dtype in both runs. float64 (default) compares without float32 rounding noise, which adaptive optimizers amplify; float32 is the run as written."),
     rtol: Optional[float] = typer.Option(None, "--rtol", help="Relative tolerance (default by dtype; float32: 1e-4 model level, 1e-5 script level)."),
     atol: Optional[float] = typer.Option(None, "--atol", help="Absolute tolerance (default by dtype; float32: 1e-5)."),
     max_compiles: int = typer.Option(0, "--max-compiles", min=0, help="Compilations allowed after the warm-up steps."),
@@ -317,9 +336,11 @@ def verify(
         raise UsageError(f"unknown optimizer {optimizer!r} (sgd, adam)")
     budgets = Budgets(max_compiles, max_transfers, warmup)
     if script:
+        if dtype not in ("float32", "float64"):
+            raise UsageError(f"unknown dtype {dtype!r} (float32, float64)")
         report = verify_script(ScriptRequest(original, ported, steps or 12, tuple(ctx.args), seed, dtype,
                                              rtol if rtol is not None else 1e-5, atol if atol is not None else 1e-5,
-                                             budgets, timeout))
+                                             budgets, timeout, memory_mb))
     else:
         if ctx.args:
             raise UsageError(f"unexpected arguments {' '.join(ctx.args)} (script arguments go with --script)")

@@ -21,11 +21,14 @@ class ScriptRequest:
     steps: int = 12
     args: tuple[str, ...] = ()
     seed: Optional[int] = 0
-    dtype: Optional[str] = None  # "float64" to compare without float32 rounding noise
+    # float64 by default: float32 rounding differences between eager CPU and XLA kernels are
+    # amplified by adaptive optimizers within a few steps and would hide or fake a divergence
+    dtype: Optional[str] = "float64"
     rtol: float = 1e-5
     atol: float = 1e-5
     budgets: Budgets = Budgets()
     timeout: float = 900.0
+    memory_mb: float = 16384.0
 
 
 def _side(role: str, path: Path, backend: str, record: dict) -> SideReport:
@@ -35,14 +38,18 @@ def _side(role: str, path: Path, backend: str, record: dict) -> SideReport:
     if status == "timeout":
         cause = f"timed out after {record.get('timeout_s', 0):.0f} s; killed"
         error = cause
+    elif status == "memory":
+        cause = record.get("cause", "memory limit exceeded")
+        error = cause
     elif status == "crashed":
-        cause = f"crashed (exit status {record.get('returncode')}) without a record"
+        cause = record.get("cause") or f"crashed (exit status {record.get('returncode')}) without a record"
         error = cause
     else:
         cause = ""
         error = f"{exc.get('type')}: {exc.get('message')}" if exc else ("" if ok else f"status {status}")
     log = (exc.get("traceback") or "") + "\n" + record.get("output", "") if not ok else record.get("output", "")
-    return SideReport(role, str(path), backend, ok, round(record.get("wall_time_s", 0.0), 3), cause, error, log[-20000:])
+    return SideReport(role, str(path), backend, ok, round(record.get("wall_time_s", 0.0), 3), cause, error, log[-20000:],
+                      record.get("peak_mb", 0.0))
 
 
 def script_health(record: dict, budgets: Budgets) -> dict:
@@ -81,12 +88,14 @@ def script_health(record: dict, budgets: Budgets) -> dict:
 def verify_script(req: ScriptRequest) -> Report:
     settings = {"steps": req.steps, "args": list(req.args), "seed": req.seed, "dtype": req.dtype or "float32",
                 "rtol": req.rtol, "atol": req.atol}
-    notes = ["random numbers drawn on the host in the same order on both sides (--host-random)"]
+    notes = ["random numbers drawn on the host in the same order on both sides (--host-random)",
+             f"both sides run with torch's default dtype {req.dtype or 'float32'}"]
     with tempfile.TemporaryDirectory(prefix="porter-verify-") as tmp:
         work = Path(tmp)
         (work / "original").mkdir()
         (work / "port").mkdir()
-        common = dict(host_random=True, seed=req.seed, dtype=req.dtype, max_steps=req.steps, timeout=req.timeout)
+        common = dict(host_random=True, seed=req.seed, dtype=req.dtype, max_steps=req.steps, timeout=req.timeout,
+                      memory_mb=req.memory_mb)
         orig = trace_script(req.original, req.args, cuda_shim=True, cwd=work / "original",
                             env={"CUDA_VISIBLE_DEVICES": ""}, **common)
         side_o = _side("original", req.original, "torch (CPU, CUDA calls served by the CPU)", orig)

@@ -46,8 +46,6 @@ import json
 import math
 import os
 import runpy
-import signal
-import subprocess
 import sys
 import time
 import traceback
@@ -57,6 +55,8 @@ from typing import Any, Sequence
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from porter.verify.process import run_side
 
 __all__ = ["trace_script", "compare_losses", "HostRandomMode", "main"]
 
@@ -580,6 +580,7 @@ def trace_script(
     max_steps: int | None = None,
     legacy_xla: bool = False,
     timeout: float = 600.0,
+    memory_mb: float = 16384.0,
     env: dict[str, str] | None = None,
     cwd: str | os.PathLike | None = None,
     python: str | None = None,
@@ -588,8 +589,9 @@ def trace_script(
 
     ``out`` is where the JSON goes (a temporary file when None). ``env`` entries are added
     to the current environment. The record gains ``returncode`` (of the trace command) and
-    ``output`` (the last 4,000 characters of its stdout+stderr). On timeout the process
-    group is killed and the record has ``status == "timeout"``.
+    ``output`` (the last 4,000 characters of its stdout+stderr) and ``peak_mb`` (the resident
+    memory of its process tree at its peak). On timeout, or past ``memory_mb``, the process
+    group is killed and the record has ``status`` "timeout" or "memory".
     """
     import tempfile
 
@@ -608,27 +610,17 @@ def trace_script(
         command += ["--max-steps", str(max_steps)] if max_steps is not None else []
         command += ["--legacy-xla"] * legacy_xla
         command += [str(Path(script).resolve()), "--", *map(str, args)]
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment, cwd=cwd, start_new_session=True
-        )
-        try:
-            output, _ = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            output, _ = process.communicate()
-            return {
-                "status": "timeout",
-                "returncode": None,
-                "timeout_s": timeout,
-                "output": output.decode("utf-8", "replace")[-4000:],
-                "script": str(script),
-            }
-        text = output.decode("utf-8", "replace")[-4000:]
+        side = run_side(command, environment, Path(tmp) / "trace.log", timeout, memory_mb, cwd=cwd, tail_chars=4000)
+        text = side.log
+        base = {"returncode": side.returncode, "output": text, "script": str(script), "peak_mb": round(side.peak_mb, 1)}
+        if side.cause.startswith("timed out"):
+            return {**base, "status": "timeout", "timeout_s": timeout, "cause": side.cause}
+        if side.cause.startswith("memory"):
+            return {**base, "status": "memory", "memory_mb": memory_mb, "cause": side.cause}
         if not target.exists():
-            return {"status": "crashed", "returncode": process.returncode, "output": text, "script": str(script)}
+            return {**base, "status": "crashed", "cause": side.cause}
         record = json.loads(target.read_text(encoding="utf-8"))
-    record["returncode"] = process.returncode
-    record["output"] = text
+    record.update(base)
     return record
 
 
