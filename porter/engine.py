@@ -2,7 +2,8 @@
 
 One parse per pass; every enabled rule runs in a single traversal (a dispatch table from
 node type to the rules' ``visit_*``/``leave_*`` methods). Fixes are applied by node identity,
-the imports they need are added through LibCST's ``AddImportsVisitor``, the result is parsed
+the imports they need are added through LibCST's ``AddImportsVisitor`` and the ones they
+leave unused removed through its ``RemoveImportsVisitor``, the result is parsed
 again and re-checked until nothing more changes. A file whose fixes do not converge, or whose
 output does not parse, is reported as failed and left as it was.
 """
@@ -15,7 +16,7 @@ from typing import Callable, Iterable, Optional, Sequence, Union
 
 import libcst as cst
 from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor, ImportItem
+from libcst.codemod.visitors import AddImportsVisitor, ImportItem, RemoveImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from porter.context import PREFERRED_ALIASES, FileContext
@@ -218,51 +219,91 @@ class _ApplyEdits(cst.CSTTransformer):
 
 
 def apply_fixes(module: cst.Module, fixes: Sequence[Fix], ctx: Optional[FileContext] = None) -> cst.Module:
-    """Apply the edits of ``fixes`` and add the imports they need. Pure."""
+    """Apply the edits of ``fixes``, add the imports they need and remove the ones they
+    left unused. Pure."""
     edits = [e for fix in fixes for e in fix.edits]
     new = module.visit(_ApplyEdits(edits))
     assert isinstance(new, cst.Module)
     modules = sorted({m for fix in fixes for m in fix.imports})
     if modules:
         new = add_imports(new, modules, ctx or FileContext(module))
+    removals = sorted({r for fix in fixes for r in fix.remove_imports}, key=lambda r: (r[0], r[1] or ""))
+    if removals:
+        new = remove_imports(new, removals)
     return new
 
 
 def add_imports(module: cst.Module, modules: Sequence[str], ctx: FileContext) -> cst.Module:
-    """Insert ``import a.b as x`` lines after the module's leading imports (after the
-    docstring and ``__future__`` imports when there are no others), without a full-tree pass:
-    LibCST's AddImportsVisitor deep-copies the module for metadata and transforms every node."""
-    stmts = []
+    """Add ``import a.b as x`` (porter's preferred alias) or ``import a.b`` for each module the
+    file does not import yet, through LibCST's AddImportsVisitor: after the leading imports
+    (and the docstring), never twice.
+
+    A module in ``ctx.module_names`` is skipped: the file imports it under its own name and
+    the rule wrote that name. The visitor reads no metadata, so it runs as a plain transformer
+    on the tree (``transform_module`` would deep-copy the module into a MetadataWrapper).
+    """
+    items = []
     for mod in modules:
         if mod in ctx.module_names:
             continue  # already imported; the rule used the file's own name for it
         alias = PREFERRED_ALIASES.get(mod)
-        stmts.append(cst.parse_statement(f"import {mod} as {alias}" if alias else f"import {mod}"))
-    if not stmts:
+        items.append(ImportItem(mod, None, alias) if alias else ImportItem(mod))
+    if not items:
         return module
-    body = list(module.body)
-    at = 0
-    for i, stmt in enumerate(body):
-        if _is_import_line(stmt):
-            at = i + 1
-        elif i == 0 and _is_docstring(stmt):
-            at = 1
-        else:
-            break
-    if at < len(body) and not _is_import_line(body[at]) and not body[at].leading_lines:
-        body[at] = body[at].with_changes(leading_lines=[cst.EmptyLine()])
-    return module.with_changes(body=[*body[:at], *stmts, *body[at:]])
+    new = module.visit(AddImportsVisitor(CodemodContext(), items))
+    assert isinstance(new, cst.Module)
+    return new
 
 
-def _is_import_line(stmt: cst.CSTNode) -> bool:
-    return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body)
+def remove_imports(module: cst.Module, removals: Sequence[tuple[str, Optional[str]]]) -> cst.Module:
+    """Remove the imports named by ``removals`` ((module, None) for ``import module [as x]``,
+    (module, name) for ``from module import name [as x]``) that nothing in ``module`` uses,
+    through LibCST's RemoveImportsVisitor (scope analysis: a name still read anywhere, listed
+    in ``__all__`` or used in a string annotation keeps its import). Only called when a fix
+    asked for a removal: the scope metadata costs about a parse."""
+    wanted_modules = {m for m, n in removals if n is None}
+    wanted_names = {(m, n) for m, n in removals if n is not None}
+    items: list[tuple[str, Optional[str], Optional[str]]] = []
+    for node in _import_statements(module):
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                if alias.evaluated_name in wanted_modules:
+                    items.append((alias.evaluated_name, None, alias.evaluated_alias))
+        elif not node.relative and node.module is not None and not isinstance(node.names, cst.ImportStar):
+            mod = _dotted(node.module)
+            for alias in node.names:
+                if (mod, alias.evaluated_name) in wanted_names:
+                    items.append((mod, alias.evaluated_name, alias.evaluated_alias))
+    if not items:
+        return module
+    return RemoveImportsVisitor(CodemodContext(), items).transform_module(module)
 
 
-def _is_docstring(stmt: cst.CSTNode) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Expr) and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-    )
+def _dotted(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+def _import_statements(module: cst.Module) -> Iterable[Union[cst.Import, cst.ImportFrom]]:
+    """Every import statement of ``module``, at any depth of statements (expressions are not
+    entered: imports are statements)."""
+    stack: list[cst.CSTNode] = list(reversed(module.body))
+    while stack:
+        stmt = stack.pop()
+        if isinstance(stmt, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            for small in stmt.body:
+                if isinstance(small, (cst.Import, cst.ImportFrom)):
+                    yield small
+            continue
+        for name in ("body", "orelse", "handlers", "finalbody", "cases"):
+            part = getattr(stmt, name, None)
+            if part is None:
+                continue
+            if isinstance(part, (tuple, list)):
+                stack.extend(reversed(part))
+            elif isinstance(part, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+                stack.extend(reversed(part.body) if isinstance(part, cst.IndentedBlock) else [part])
+            elif isinstance(part, cst.CSTNode):
+                stack.append(part)
 
 
 def fix(source: str, options: Options, path: str = "<string>") -> FixResult:

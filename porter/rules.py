@@ -61,6 +61,12 @@ class Fix:
     # FileContext.module_alias). "torch_xla.core.xla_model" -> `import torch_xla.core.xla_model as xm`.
     imports: tuple[str, ...] = ()
     description: str = ""
+    # Imports the fix may leave unused, as (module, name) pairs: ("torch.backends.cudnn", None)
+    # stands for `import torch.backends.cudnn [as x]`, ("torch.cuda.amp", "GradScaler") for
+    # `from torch.cuda.amp import GradScaler [as x]`. After the edits the engine removes each
+    # one that nothing in the file uses any more (LibCST's RemoveImportsVisitor, scope
+    # analysis); one still used, or not in the file, stays as it is.
+    remove_imports: tuple[tuple[str, Optional[str]], ...] = ()
 
 
 @dataclass(frozen=True)

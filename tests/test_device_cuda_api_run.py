@@ -77,7 +77,6 @@ torch.backends.cudnn.benchmark = True
 
 REMOVED = """
 import torch
-import torch.backends.cudnn as cudnn
 from torch import cuda
 
 

@@ -166,3 +166,70 @@ def test_ancestors_available_during_visit():
 
     engine.check("f(g())\n", opts(Probe))
     assert seen == ["Expr", "Arg"]
+
+
+# Import removals ---------------------------------------------------------------------------
+class DropCalls(Rule):
+    """Removes `<x>.drop()` / `drop()` statement lines; the imports they used may go."""
+
+    code = "T006"
+    name = "t-drop"
+    target = "test"
+    summary = "remove drop() calls and the imports they leave unused"
+    needs_text = ()
+    removals = (("a.b", None), ("a", "b"), ("m", "drop"))
+
+    def visit_SimpleStatementLine(self, node):
+        small = node.body[0]
+        if (len(node.body) == 1 and isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
+                and (self.ctx.qualname(small.value.func) or "").endswith(".drop")):
+            self.report(node, "drop", Fix((Edit(node, cst.RemoveFromParent()),), remove_imports=self.removals,
+                                          safety=Safety.UNSAFE if "unsafe" in self.ctx.module.code else Safety.SAFE))
+
+
+def test_removed_import_kept_while_used_elsewhere():
+    src = "import a.b as c\nc.drop()\nc.keep()\n"
+    assert engine.fix(src, opts(DropCalls)).source == "import a.b as c\nc.keep()\n"
+    src = "from a import b\n\ndef f():\n    b.drop()\n\ndef g():\n    return b.other\n"
+    assert engine.fix(src, opts(DropCalls)).source == "from a import b\n\ndef f():\n    pass\n\ndef g():\n    return b.other\n"
+
+
+def test_unused_import_removed_in_both_forms():
+    src = "import os\nimport a.b as c\n\nc.drop()\nprint(os.sep)\n"
+    assert engine.fix(src, opts(DropCalls)).source == "import os\nprint(os.sep)\n"
+    src = "from a import z, b\nfrom m import drop\nb.drop()\ndrop()\nz()\n"
+    assert engine.fix(src, opts(DropCalls)).source == "from a import z\nz()\n"
+    # the alias is read from the file: `from a import b as bee`, `import a.b` without alias
+    src = "from a import b as bee\nimport a.b\nbee.drop()\na.b.drop()\nx = 1\n"
+    assert engine.fix(src, opts(DropCalls)).source == "x = 1\n"
+
+
+def test_only_requested_and_applied_removals():
+    # an unused import nobody asked about stays; so does one named in a fix that is not applied
+    src = "import os\nimport a.b as c\nc.drop()\n"
+    assert engine.fix(src, opts(DropCalls)).source == "import os\n"
+    unsafe = "import a.b as c\nc.drop()  # unsafe\n"
+    assert engine.fix(unsafe, opts(DropCalls)).source == unsafe
+    assert engine.fix(unsafe, opts(DropCalls, unsafe=True)).source.strip() == ""
+    # __all__ counts as a use
+    src = "from m import drop\n__all__ = ['drop']\ndrop()\n"
+    assert engine.fix(src, opts(DropCalls)).source == "from m import drop\n__all__ = ['drop']\n"
+
+
+def test_removal_is_idempotent_and_composes_with_additions():
+    src = '"""doc."""\nimport torch\nimport a.b as c\n\nc.drop()\ntorch.cuda.synchronize()\n'
+    once = engine.fix(src, opts(DropCalls, RenameCuda))
+    assert once.source == '"""doc."""\nimport torch\nimport torch_xla.core.xla_model as xm\n\nxm.wait_device_ops()\n'
+    assert once.fixed == {"T006": 1, "T001": 1}
+    again = engine.fix(once.source, opts(DropCalls, RenameCuda))
+    assert not again.changed and again.source == once.source
+    # apply_fixes directly: a removal whose import is not in the file changes nothing
+    module = cst.parse_module("x = 1\n")
+    assert engine.apply_fixes(module, [Fix((), remove_imports=(("a.b", None),))]).code == "x = 1\n"
+
+
+def test_added_imports_after_docstring_and_future_imports():
+    src = '"""doc."""\nfrom __future__ import annotations\nimport torch\ntorch.cuda.synchronize()\n'
+    assert engine.fix(src, opts(RenameCuda)).source == (
+        '"""doc."""\nfrom __future__ import annotations\nimport torch\nimport torch_xla.core.xla_model as xm\n\nxm.wait_device_ops()\n'
+    )

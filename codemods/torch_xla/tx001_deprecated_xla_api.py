@@ -19,7 +19,9 @@ class DeprecatedXlaApi(Rule):
     `xr.local_ordinal()`, `torch_xla.experimental.compile` -> `torch_xla.compile`. Names with
     no mechanical replacement (`xm.parse_xla_device`, `xr.using_pjrt`) and names planned for
     deprecation (`xm.get_xla_supported_devices`, `xm.xla_real_devices`, `xm.xla_device_hw`)
-    are reported. `from torch_xla.core.xla_model import <old name>` loses the old name.
+    are reported. `from torch_xla.core.xla_model import <old name>` loses the old name once
+    its uses are rewritten (the engine removes the import then, other names of the line stay);
+    while a use is left for a human, the import is reported.
 
     ## Why
     Checked in the torch_xla 2.9.0 venv: `xm.xrt_world_size`, `xm.get_ordinal`,
@@ -91,6 +93,22 @@ class DeprecatedXlaApi(Rule):
         ),
         Example(
             """
+            from torch_xla.core.xla_model import get_ordinal, xrt_world_size
+
+            world = xrt_world_size()
+            rank = get_ordinal(group)
+            """,
+            """
+            from torch_xla.core.xla_model import get_ordinal
+            import torch_xla.runtime as xr
+
+            world = xr.world_size()
+            rank = get_ordinal(group)
+            """,
+            title="a name with a use left for a human stays imported (reported)",
+        ),
+        Example(
+            """
             import torch_xla.runtime as xr
 
             if xr.using_pjrt():
@@ -104,6 +122,11 @@ class DeprecatedXlaApi(Rule):
         "import torch_xla.core.xla_model as xm\nxm.optimizer_step(opt)\n",
         "def get_ordinal():\n    return 0\nimport torch_xla\nget_ordinal()\n",
     ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._imports: list[tuple[cst.ImportFrom, str, list[tuple[str, str]]]] = []
+        self._unfixed: set[str] = set()  # local names with a use reported without a fix
 
     # References -----------------------------------------------------------------------
     def visit_Attribute(self, node: cst.Attribute) -> None:
@@ -134,6 +157,7 @@ class DeprecatedXlaApi(Rule):
         target = call if call is not None else node
         if spec.module is None or (call is not None and call.args and not spec.keep_args):
             self.report(target, spec.message, severity=spec.severity)
+            self._unfixed.add(_head(node))
             return
         new_func = cst.parse_expression(f"{self.ctx.module_alias(spec.module)}.{spec.attr}")
         self.report(target, spec.message, Fix((self.replace(node, new_func),), imports=(spec.module,)), severity=spec.severity)
@@ -146,6 +170,7 @@ class DeprecatedXlaApi(Rule):
             return
         if any(a.star for a in call.args):
             self.report(call, message)
+            self._unfixed.add(_head(node))
             return
         index = arg(call, "n", 0)
         args = [cst.Arg(index.value)] if index is not None else []
@@ -153,27 +178,40 @@ class DeprecatedXlaApi(Rule):
         self.report(call, message, Fix((self.replace(call, new),), imports=(TORCH_XLA,)))
 
     # Imports of removed names -------------------------------------------------------------
+    # Decided at the end of the file: the import of a name whose every use was rewritten is
+    # removed by the engine (Fix.remove_imports, after the rewrites of the same pass); one
+    # with a use left for a human stays, reported.
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
             return
         module = cst.Module([]).code_for_node(node.module)
-        kept, dropped = [], []
+        dropped: list[tuple[str, str]] = []  # (name, local name)
         for alias in node.names:
-            full = f"{module}.{cst.Module([]).code_for_node(alias.name)}"
-            spec = DEPRECATED_XLA.get(full)
-            if full == XLA_DEVICE or (spec is not None and spec.module is not None):
-                dropped.append(alias)
+            name = cst.Module([]).code_for_node(alias.name)
+            spec = DEPRECATED_XLA.get(f"{module}.{name}")
+            if f"{module}.{name}" == XLA_DEVICE or (spec is not None and spec.module is not None):
+                local = cst.Module([]).code_for_node(alias.asname.name) if alias.asname else name
+                dropped.append((name, local))
+        if dropped:
+            self._imports.append((node, module, dropped))
+
+    def leave_Module(self, node: cst.Module) -> None:
+        for stmt, module, dropped in self._imports:
+            names = ", ".join(name for name, _ in dropped)
+            left = [local for _, local in dropped if local in self._unfixed]
+            pairs = tuple((module, name) for name, local in dropped if local not in self._unfixed)
+            message = f"import of deprecated torch_xla names ({names}): "
+            if left:
+                message += (f"port the uses of {', '.join(left)} reported separately, then remove "
+                            f"{'it' if len(left) == 1 else 'them'} from the import")
+                if pairs:
+                    message += "; the names whose uses are rewritten go"
             else:
-                kept.append(alias)
-        if not dropped:
-            return
-        names = ", ".join(cst.Module([]).code_for_node(a.name) for a in dropped)
-        if not kept:
-            line = self.ctx.parent
-            self.report(node, f"import of deprecated torch_xla names ({names}): their uses are rewritten; the import goes",
-                        Fix((self.remove(line if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 else node),)))
-            return
-        new = node.with_changes(names=[a.with_changes(comma=cst.MaybeSentinel.DEFAULT) if i == len(kept) - 1 else a
-                                       for i, a in enumerate(kept)], lpar=node.lpar, rpar=node.rpar)
-        self.report(node, f"import of deprecated torch_xla names ({names}): their uses are rewritten; the names go",
-                    Fix((self.replace(node, new),)))
+                message += "their uses are rewritten; the names go"
+            self.report(stmt, message, Fix((), remove_imports=pairs) if pairs else None)
+
+
+def _head(node: cst.CSTNode) -> str:
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return node.value if isinstance(node, cst.Name) else ""

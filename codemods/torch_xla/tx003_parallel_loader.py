@@ -3,6 +3,7 @@ import libcst as cst
 from porter.astutil import arg
 from porter.rules import Example, Fix, Rule, Severity
 
+from ._imports import import_pairs
 from ._tables import PL, tidy_args
 
 _PARALLEL_LOADER = f"{PL}.ParallelLoader"
@@ -23,7 +24,8 @@ class ParallelLoaderPerDevice(Rule):
     batches on `xla:0` with the same `len()`.
 
     ## Fix safety
-    Safe: the same loader, built lazily at each iteration.
+    Safe: the same loader, built lazily at each iteration. `from
+    torch_xla.distributed.parallel_loader import ParallelLoader` goes once nothing uses it.
     """
 
     code = "TX003"
@@ -64,7 +66,6 @@ class ParallelLoaderPerDevice(Rule):
                 evaluate(x, y)
             """,
             """
-            from torch_xla.distributed.parallel_loader import ParallelLoader
             import torch_xla.distributed.parallel_loader as pl
 
             for x, y in pl.MpDeviceLoader(test_loader, dev):
@@ -111,7 +112,7 @@ class ParallelLoaderPerDevice(Rule):
         new = cst.Call(func=mp, args=tidy_args([cst.Arg(loader.value), cst.Arg(device.value), *kwargs]))
         imports = () if isinstance(inner.func, cst.Attribute) else (PL,)
         self.report(outer, "pl.ParallelLoader(loader, [device]).per_device_loader(device) is pl.MpDeviceLoader(loader, device)",
-                    Fix((self.replace(outer, new),), imports=imports))
+                    Fix((self.replace(outer, new),), imports=imports, remove_imports=import_pairs(self.ctx, inner.func)))
 
 
 def _same(a: cst.CSTNode, b: cst.CSTNode) -> bool:

@@ -18,6 +18,7 @@ from ._amp_dist import (
     torch_attr,
     with_args,
 )
+from ._imports import import_pairs
 
 _CUDA_AMP = ("torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast")
 _GENERIC = ("torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast")
@@ -49,7 +50,8 @@ class XlaAutocast(Rule):
     `porter verify` measures the difference. An autocast whose dtype is computed at run time
     keeps its expression (only the device changes) and the message asks to check it is
     bfloat16; one whose device is computed at run time is only reported when it asks for
-    float16.
+    float16. `from torch.cuda.amp import autocast` (or `import torch.cuda.amp as amp`) is
+    removed once no use of it is left; an import still used elsewhere stays.
     """
 
     code = "TX601"
@@ -83,14 +85,31 @@ class XlaAutocast(Rule):
                     return model(x)
             """,
             """
-            from torch.cuda.amp import autocast
             import torch
 
             def step(model, x, args):
                 with torch.autocast('xla', dtype=torch.bfloat16, enabled=args.amp):
                     return model(x)
             """,
-            title="imported autocast with enabled=",
+            title="imported autocast with enabled=; the unused import goes",
+        ),
+        Example(
+            """
+            from torch.cuda.amp import autocast
+
+            with autocast():
+                y = net(x)
+            REGION = autocast
+            """,
+            """
+            from torch.cuda.amp import autocast
+            import torch
+
+            with torch.autocast('xla', dtype=torch.bfloat16):
+                y = net(x)
+            REGION = autocast
+            """,
+            title="an import still used elsewhere stays",
         ),
         Example(
             """
@@ -187,7 +206,7 @@ class XlaAutocast(Rule):
         self.report(
             node,
             "torch.cuda.amp.autocast is CUDA-only (disabled on TPU): use torch.autocast('xla', dtype=torch.bfloat16)" + note,
-            Fix((self.replace(node, new),), imports=("torch",)),
+            Fix((self.replace(node, new),), imports=("torch",), remove_imports=import_pairs(self.ctx, node.func)),
         )
 
     # torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None)

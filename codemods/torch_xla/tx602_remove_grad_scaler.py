@@ -16,6 +16,7 @@ from ._amp_dist import (
     source_of,
     walk_scope,
 )
+from ._imports import pairs_in
 
 _WHY = "bfloat16 autocast on XLA needs no loss scaling"
 
@@ -52,8 +53,10 @@ class RemoveGradScaler(Rule):
     of two before the step, so the update is the same; a disabled one (`enabled=False`) is
     already a pass-through. `scaler.step(opt)` becomes `xm.optimizer_step(opt)` (what TX201
     makes of `opt.step()`). All edits of one scaler form one fix, so the construction never
-    disappears while a call to it remains. The `GradScaler` import is left in place (an
-    unused import is harmless; porter only adds imports).
+    disappears while a call to it remains. Once the construction is gone, the import it used
+    (`from torch.cuda.amp import GradScaler`, `from torch.amp import GradScaler`, `import
+    torch.cuda.amp as amp`...) is removed when nothing else in the file uses it; other names
+    of the same import line stay.
     """
 
     code = "TX602"
@@ -110,7 +113,7 @@ class RemoveGradScaler(Rule):
                     return loss
             """,
             """
-            from torch.cuda.amp import GradScaler, autocast
+            from torch.cuda.amp import autocast
             import torch_xla.core.xla_model as xm
 
             class Trainer:
@@ -124,7 +127,7 @@ class RemoveGradScaler(Rule):
                     xm.optimizer_step(self.optimizer)
                     return loss
             """,
-            title="self.scaler across methods, GradScaler(enabled=...) through imports",
+            title="self.scaler across methods, GradScaler(enabled=...) through imports; its import goes",
         ),
         Example(
             """
@@ -156,6 +159,27 @@ class RemoveGradScaler(Rule):
                 torch.save({"model": model.state_dict(), "scaler": scaler.state_dict()}, "ckpt.pt")
             """,
             title="checkpointed scaler state: calls unwound, construction kept and reported",
+        ),
+        Example(
+            """
+            from torch.amp import GradScaler
+
+            def train(model, opt, data):
+                scaler = GradScaler('cuda')
+                for x in data:
+                    scaler.scale(model(x)).backward()
+                    scaler.step(opt)
+                    scaler.update()
+            """,
+            """
+            import torch_xla.core.xla_model as xm
+
+            def train(model, opt, data):
+                for x in data:
+                    model(x).backward()
+                    xm.optimizer_step(opt)
+            """,
+            title="from torch.amp import GradScaler: the import goes with the last use",
         ),
         Example(
             """
@@ -291,7 +315,10 @@ class RemoveGradScaler(Rule):
             )
         else:
             message = f"GradScaler `{label}`: {_WHY}; removed and its calls unwound"
-        fix = Fix(tuple(edits), imports=imports, description="remove the GradScaler") if edits else None
+        fix = Fix(
+            tuple(edits), imports=imports, description="remove the GradScaler",
+            remove_imports=pairs_in(self.ctx, removed),
+        ) if edits else None
         self.report(scaler.construction, message, fix)
 
 

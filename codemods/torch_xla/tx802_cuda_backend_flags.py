@@ -2,6 +2,7 @@ import libcst as cst
 
 from porter.rules import Example, Fix, Rule, Severity
 
+from ._imports import pairs_in
 from ._tables import CUDA_BACKEND_FLAGS, removal_edits
 
 
@@ -19,7 +20,9 @@ class CudaBackendFlags(Rule):
 
     ## Fix safety
     Safe: the statements have no effect on XLA. A block left empty gets `pass`; an assignment
-    whose value calls a function is reported instead (the call may matter).
+    whose value calls a function is reported instead (the call may matter). An import the
+    removed lines used (`import torch.backends.cudnn as cudnn`) goes when nothing else in the
+    file uses it.
     """
 
     code = "TX802"
@@ -38,14 +41,30 @@ class CudaBackendFlags(Rule):
             cudnn.benchmark = not args.deterministic
             if args.tf32:
                 torch.backends.cuda.matmul.allow_tf32 = True
+            model = torch.nn.Linear(4, 2)
             """,
             """
             import torch
-            import torch.backends.cudnn as cudnn
 
             if args.tf32:
                 pass
+            model = torch.nn.Linear(4, 2)
             """,
+            title="the cudnn import goes with its last use; torch is still used",
+        ),
+        Example(
+            """
+            from torch.backends import cudnn
+
+            cudnn.benchmark = True
+            print(cudnn.version())
+            """,
+            """
+            from torch.backends import cudnn
+
+            print(cudnn.version())
+            """,
+            title="an import still used elsewhere stays",
         ),
         Example(
             """
@@ -71,4 +90,4 @@ class CudaBackendFlags(Rule):
         if edits is None:
             self.report(node, message + ": remove it (the value calls a function, check it is not needed)")
             return
-        self.report(node, message + ": removed", Fix(edits))
+        self.report(node, message + ": removed", Fix(edits, remove_imports=pairs_in(self.ctx, [node])))
