@@ -159,7 +159,7 @@ def _build(ctx: FileContext) -> Index:
         idx.filewide.setdefault(key, set()).add(kind)
         if isinstance(target, cst.Name):
             idx.scoped.setdefault(id(scope), {}).setdefault(key, set()).add(kind)
-        idx.dicts.setdefault(key, []).append(value if isinstance(value, cst.Dict) else None)
+        idx.dicts.setdefault(key, []).append(value if isinstance(value, (cst.Dict, cst.IfExp)) else None)
         idx.values.setdefault(key, []).append(value)
         if value is not None:
             if isinstance(value, (cst.List, cst.Tuple)) and value.elements:
@@ -1009,6 +1009,13 @@ def _dict_keys(expr: cst.CSTNode, idx: Index, depth: int) -> Optional[set[str]]:
                 return None
             keys.add(k)
         return keys
+    if isinstance(expr, cst.IfExp):
+        # `{...} if cond else {...}`: either branch may be passed, so the keys of both
+        body = _dict_keys(expr.body, idx, depth + 1)
+        orelse = _dict_keys(expr.orelse, idx, depth + 1)
+        if body is None or orelse is None:
+            return None
+        return body | orelse
     if isinstance(expr, cst.Call) and dotted_name(expr.func) == "dict" and not expr.args:
         return set()
     if isinstance(expr, cst.Call) and dotted_name(expr.func) == "dict":
@@ -1235,3 +1242,31 @@ def distributed_sampler_name(ctx: FileContext) -> tuple[str, tuple[str, ...]]:
             return ctx.module_names[full], ()
     mod = "torch.utils.data.distributed"
     return f"{ctx.module_alias(mod)}.DistributedSampler", (mod,)
+
+
+# DistributedDataParallel (TX201, TX602) ----------------------------------------------------
+DDP_NAMES = (
+    "torch.nn.parallel.DistributedDataParallel",
+    "torch.nn.parallel.distributed.DistributedDataParallel",
+)
+_DDP_CACHE: "weakref.WeakKeyDictionary[FileContext, tuple[cst.Module, bool]]" = weakref.WeakKeyDictionary()
+
+
+def wraps_in_ddp(ctx: FileContext) -> bool:
+    """The file calls torch's DistributedDataParallel (resolved through its imports): its
+    backward pass all-reduces the gradients already, so the optimizer step must not reduce
+    them again (xm.optimizer_step would)."""
+    cached = _DDP_CACHE.get(ctx)
+    if cached is not None and cached[0] is ctx.module:
+        return cached[1]
+    found = False
+
+    class Calls(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            nonlocal found
+            if not found and ctx.qualname(node.func) in DDP_NAMES:
+                found = True
+
+    ctx.module.visit(Calls())
+    _DDP_CACHE[ctx] = (ctx.module, found)
+    return found

@@ -23,6 +23,11 @@ class OptimizerStep(Rule):
     it into `xm.optimizer_step`. A `.step()` on something named like an optimizer but built
     by code porter cannot see (`self.opt = build_optimizer(cfg)`) is reported without a fix.
 
+    In a file that wraps its model in `torch.nn.parallel.DistributedDataParallel`, the
+    `optimizer.step()` is kept and reported (information): DDP's backward pass already
+    all-reduces the gradients, and torch_xla's DDP guide steps with a plain
+    `optimizer.step()` followed by `torch_xla.sync()` (or a `pl.MpDeviceLoader`).
+
     ## Why
     On XLA the optimizer step must be part of the traced step graph and, when several
     replicas train together, gradients must be all-reduced before the update.
@@ -139,6 +144,21 @@ class OptimizerStep(Rule):
             None,
             title="built by code porter cannot see: reported only",
         ),
+        Example(
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            model = DDP(net, gradient_as_bucket_view=True)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss_fn(model(x), y).backward()
+                optimizer.step()
+            """,
+            None,
+            title="DistributedDataParallel reduces the gradients in backward(): optimizer.step() stays (reported)",
+        ),
     ]
     valid = [
         "scheduler.step()\n",
@@ -180,6 +200,16 @@ class OptimizerStep(Rule):
                     "replicas all-reduce their gradients before the update",
                     severity=Severity.INFO,
                 )
+            return
+        if tr.wraps_in_ddp(self.ctx):
+            self.report(
+                node,
+                "the model is wrapped in DistributedDataParallel, whose backward pass already "
+                "all-reduces the gradients: keep optimizer.step() (torch_xla's DDP guide does), "
+                "xm.optimizer_step would reduce them a second time; the step marker comes from "
+                "pl.MpDeviceLoader or torch_xla.sync()",
+                severity=Severity.INFO,
+            )
             return
         xm = self.ctx.module_alias("torch_xla.core.xla_model")
         args = [cst.Arg(receiver)]

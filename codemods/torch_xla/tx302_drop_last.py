@@ -10,8 +10,8 @@ class DropLastTrainBatch(tr.LoaderUsage, Rule):
     Adds `drop_last=True` to a training DataLoader: one that a training loop of the file
     iterates (directly or through `enumerate`/`tqdm`/`pl.MpDeviceLoader`, linked by the name
     it is bound to), or that shuffles (`shuffle=True`, a random or distributed sampler).
-    `**kwargs` built from dict literals in the file are read to make sure `drop_last` is not
-    passed twice; when they cannot be read, or `drop_last` is given as something else than
+    `**kwargs` built from dict literals in the file (also `{...} if cond else {...}`, whose
+    branches are both read) are read to make sure `drop_last` is not passed twice; when they cannot be read, or `drop_last` is given as something else than
     `True`, the loader is reported without a fix.
 
     ## Why
@@ -97,6 +97,32 @@ class DropLastTrainBatch(tr.LoaderUsage, Rule):
             """
             import torch
 
+            kwargs = {'num_workers': 1, 'pin_memory': True} if use_cuda else {}
+            loader = torch.utils.data.DataLoader(train_set, batch_size=64, shuffle=True, **kwargs)
+            """,
+            """
+            import torch
+
+            kwargs = {'num_workers': 1, 'pin_memory': True} if use_cuda else {}
+            loader = torch.utils.data.DataLoader(train_set, batch_size=64, shuffle=True, **kwargs, drop_last=True)
+            """,
+            unsafe=True,
+            title="keyword arguments from a conditional between dict literals",
+        ),
+        Example(
+            """
+            import torch
+
+            kwargs = {'drop_last': False} if small else {}
+            loader = torch.utils.data.DataLoader(train_set, batch_size=64, shuffle=True, **kwargs)
+            """,
+            None,
+            title="a branch of the conditional may pass drop_last: reported",
+        ),
+        Example(
+            """
+            import torch
+
             loader = torch.utils.data.DataLoader(train_set, shuffle=True, **get_kwargs())
             """,
             None,
@@ -137,7 +163,9 @@ class DropLastTrainBatch(tr.LoaderUsage, Rule):
                 self.report(
                     lc.call,
                     "this training DataLoader may yield a ragged last batch, which makes XLA "
-                    "compile a second step graph; porter cannot read its **kwargs: pass "
+                    "compile a second step graph; "
+                    + ("porter cannot read its **kwargs" if keys is None else "its **kwargs may pass drop_last")
+                    + ": pass "
                     "drop_last=True (skips up to batch_size-1 samples per epoch) or pad the "
                     "dataset to a multiple of the batch size",
                 )

@@ -4,9 +4,10 @@ import libcst as cst
 
 from porter import astutil
 from porter.context import dotted_name
-from porter.rules import Example, Rule, Severity
+from porter.rules import Edit, Example, Fix, Rule, Safety, Severity
 
 from . import _training as tr
+from ._amp_dist import Parents
 
 
 class LoopOffsetSlice(Rule):
@@ -28,16 +29,34 @@ class LoopOffsetSlice(Rule):
     Later epochs reuse the cached graphs, but the compile time and the memory of one
     executable per offset remain.
 
-    There is no automatic fix, because where the data should live is a design choice: keep
-    the source tensor on the CPU and move each slice (`source[i:i + n].to(device)`, a
-    host-to-device upload per step, like a DataLoader's), or gather on the device with an
-    index built on the CPU and moved (`source.index_select(0, torch.arange(i, i + n).to(device))`).
+    The fix (for the helper form) keeps the source tensor on the CPU and moves each slice:
+    when every tensor the file passes to the helper for the sliced parameter comes, through
+    plain names and function parameters, from calls of one function of the file whose single
+    `return` is a device move (`return data.to(device)` in `batchify`), that move is dropped
+    and each offset slice in the helper is moved instead
+    (`data = source[i:i + seq_len].to(torch_xla.device())`): one host-to-device copy per
+    step, like a DataLoader's, and one graph for every full window. The helper must use the
+    parameter only in those slices and in length reads (`len(source)`, `source.size(0)`).
+    Otherwise it is reported: keep the source on the CPU and move each slice by hand, or
+    gather on the device with an index built on the CPU and moved
+    (`source.index_select(0, torch.arange(i, i + n).to(device))`).
+
+    A window cut with `min(bptt, len(source) - 1 - i)` is shorter at the end of the stream:
+    the message says so; that last window still compiles one more graph (and one more for
+    its backward pass), once.
+
+    ## Fix safety
+    Unsafe: the slices go to `torch_xla.device()`, while the data used to go to the device
+    `batchify` was given (the same in a port that runs on XLA, not when the program chose
+    the CPU, e.g. `--no-cuda`). Every other user of `batchify`'s result now gets a CPU
+    tensor: its shape reads are unchanged, but code that computes with it on the device
+    (outside the helper) would mix devices. The values, and so the numerics, are unchanged.
     """
 
     code = "TX306"
     name = "xla-loop-offset-slice"
     target = "torch-xla"
-    summary = "device tensor sliced at a loop-varying offset: one compiled graph per offset (report only)"
+    summary = "device tensor sliced at a loop-varying offset: one compiled graph per offset; keep it on the host, move the slices"
     severity = Severity.WARNING
     needs_text = ("range(",)
     examples = [
@@ -65,8 +84,50 @@ class LoopOffsetSlice(Rule):
                     loss.backward()
                     optimizer.step()
             """,
+            """
+            import torch
+            import torch_xla
+
+            def batchify(data, bsz):
+                nbatch = data.size(0) // bsz
+                data = data[:nbatch * bsz]
+                return data.view(bsz, -1).t().contiguous()
+
+            def get_batch(source, i):
+                seq_len = min(bptt, len(source) - 1 - i)
+                data = source[i:i + seq_len].to(torch_xla.device())
+                target = source[i + 1:i + 1 + seq_len].to(torch_xla.device()).view(-1)
+                return data, target
+
+            train_data = batchify(corpus.train, 20)
+
+            def train(model, optimizer):
+                for batch, i in enumerate(range(0, train_data.size(0) - 1, bptt)):
+                    data, targets = get_batch(train_data, i)
+                    loss = criterion(model(data), targets)
+                    loss.backward()
+                    optimizer.step()
+            """,
+            unsafe=True,
+            title="a language model's bptt loop: batchify keeps the data on the host, get_batch moves the slices",
+        ),
+        Example(
+            """
+            import torch
+
+            def get_batch(source, i):
+                return source[i:i + 8], source[i + 1:i + 9]
+
+            train_data = corpus.train.view(20, -1).t().contiguous().to(device)
+
+            def train(model, optimizer):
+                for i in range(0, train_data.size(0) - 1, 8):
+                    data, targets = get_batch(train_data, i)
+                    model(data, targets).backward()
+                    optimizer.step()
+            """,
             None,
-            title="a language model's bptt loop",
+            title="moved where it is bound, not by a helper's return: reported",
         ),
         Example(
             """
@@ -131,13 +192,72 @@ class LoopOffsetSlice(Rule):
                 for tensor_arg in _sliced_by_offset(fn, n, var):
                     name = dotted_name(tensor_arg)
                     if name and self._on_device(tensor_arg, functions):
-                        self.report(
-                            n,
+                        message = (
                             f"`{n.func.value}(...)` slices `{name}`, which lives on the "
                             f"device, at the loop offset `{var}`: XLA compiles one graph per offset; "
-                            f"keep `{name}` on the CPU and move each slice in `{n.func.value}` "
-                            "(`.to(device)`), or gather with index_select and an index built on the CPU",
                         )
+                        fix = self._host_fix(fn, n, var, functions)
+                        if fix is None:
+                            self.report(
+                                n,
+                                message + f"keep `{name}` on the CPU and move each slice in `{n.func.value}` "
+                                "(`.to(device)`), or gather with index_select and an index built on the CPU",
+                            )
+                            continue
+                        fix, placer, ragged = fix
+                        self.report(
+                            n,
+                            message + f"the fix keeps the output of `{placer}` on the CPU and moves each "
+                            f"slice to the device in `{n.func.value}` (one host-to-device copy per step)"
+                            + (f"; the last window of `{n.func.value}` is shorter (min(...)): XLA still "
+                               "compiles one more graph for it" if ragged else ""),
+                            fix,
+                        )
+
+    def _host_fix(self, helper: cst.FunctionDef, call: cst.Call, var: str, functions: dict):
+        """Keep the batched data on the host and move the slices: possible when every tensor
+        that any call of ``helper`` passes for the sliced parameter comes (through plain names
+        and function parameters) from calls of one module function whose single ``return``
+        is a device move (``return data.to(device)``). Returns (fix, that function's name,
+        whether the helper's windows are ragged) or None."""
+        params = _params(helper)
+        offset_params = {p for p, v in _bound(helper, call).items() if isinstance(v, cst.Name) and v.value == var}
+        sliced = {sub.value.value for sub in _offset_slices(helper, offset_params)}  # type: ignore[union-attr]
+        if len(sliced) != 1:
+            return None
+        source = next(iter(sliced))
+        # every other use of the parameter in the helper is a length/shape read
+        for n in astutil.walk(helper.body):
+            if isinstance(n, cst.Name) and n.value == source and not _length_read(helper, n):
+                if not any(sub.value is n for sub in _offset_slices(helper, offset_params)):
+                    return None
+        idx = tr.index(self.ctx)
+        parents = Parents(self.ctx.module)
+        placers: set[str] = set()
+        calls = idx.calls_by_name.get(helper.name.value, ())
+        if not calls:
+            return None
+        for c in calls:
+            arg = _bound(helper, c).get(source)
+            if not isinstance(arg, cst.Name) or not _from_placer(arg, parents, idx, functions, placers, 0):
+                return None
+        if len(placers) != 1:
+            return None
+        placer = functions[next(iter(placers))]
+        returns = [r for r in astutil.walk(placer.body) if isinstance(r, cst.Return)]
+        if len(returns) != 1 or returns[0].value is None:
+            return None
+        move = tr.as_device_move(returns[0].value, self.ctx)
+        if move is None or not isinstance(returns[0].value.func, cst.Attribute):  # type: ignore[union-attr]
+            return None
+        edits = [Edit(returns[0].value, returns[0].value.func.value)]  # type: ignore[union-attr]
+        alias = self.ctx.module_alias("torch_xla")
+        for sub in _offset_slices(helper, offset_params):
+            moved = cst.parse_expression(f"_.to({alias}.device())").with_changes(
+                func=cst.Attribute(sub, cst.Name("to")))
+            edits.append(Edit(sub, moved))
+        ragged = any(isinstance(n, cst.Call) and self.ctx.qualname(n.func) == "builtins.min" for n in astutil.walk(helper.body))
+        return Fix(tuple(edits), Safety.UNSAFE, imports=("torch_xla",)), placer.name.value, ragged
 
     def _moved(self, sub: cst.Subscript, loop: cst.For) -> bool:
         for n in tr._own_nodes(loop):
@@ -250,3 +370,62 @@ def _device_value(value: cst.CSTNode, ctx, functions: dict, depth: int = 0) -> b
                 if isinstance(r, cst.Return) and r.value is not None and _device_value(r.value, ctx, functions, 1):
                     return True
     return False
+
+
+def _bound(fn: cst.FunctionDef, call: cst.Call) -> dict:
+    params = _params(fn)
+    bound = {}
+    for i, a in enumerate(call.args):
+        if a.star:
+            break
+        if a.keyword is not None:
+            bound[a.keyword.value] = a.value
+        elif i < len(params):
+            bound[params[i]] = a.value
+    return bound
+
+
+def _offset_slices(fn: cst.FunctionDef, offset_params: set) -> list:
+    """Subscripts of a parameter of ``fn`` at an offset parameter, not moved right away."""
+    params = set(_params(fn))
+    return [
+        n for n in astutil.walk(fn.body)
+        if isinstance(n, cst.Subscript) and isinstance(n.value, cst.Name) and n.value.value in params
+        and n.value.value not in offset_params and any(_offset_index(n, p) for p in offset_params)
+        and not _moved_in(fn, n)
+    ]
+
+
+def _length_read(fn: cst.FunctionDef, name: cst.Name) -> bool:
+    """``len(name)`` or ``name.size(...)`` / ``name.shape``: reads of the shape only."""
+    for n in astutil.walk(fn.body):
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "len" and len(n.args) == 1 and n.args[0].value is name:
+            return True
+        if isinstance(n, cst.Attribute) and n.value is name and n.attr.value in ("size", "shape", "dim", "ndim"):
+            return True
+    return False
+
+
+def _from_placer(name: cst.Name, parents, idx, functions: dict, placers: set, depth: int) -> bool:
+    """Every value ``name`` may hold is the result of a call of a module function (added to
+    ``placers``), followed through the parameters of the function the name sits in."""
+    if depth > 3:
+        return False
+    fn = next((a for a in parents.ancestors(name) if isinstance(a, (cst.FunctionDef, cst.Lambda, cst.ClassDef))), None)
+    if isinstance(fn, cst.FunctionDef) and name.value in _params(fn):
+        calls = idx.calls_by_name.get(fn.name.value, ())
+        if not calls:
+            return False
+        for c in calls:
+            arg = _bound(fn, c).get(name.value)
+            if not isinstance(arg, cst.Name) or not _from_placer(arg, parents, idx, functions, placers, depth + 1):
+                return False
+        return True
+    values = idx.values.get(name.value, ())
+    if not values:
+        return False
+    for v in values:
+        if not (isinstance(v, cst.Call) and isinstance(v.func, cst.Name) and v.func.value in functions):
+            return False
+        placers.add(v.func.value)
+    return True

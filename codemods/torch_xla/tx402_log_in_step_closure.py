@@ -4,6 +4,7 @@ import libcst as cst
 
 from porter.rules import Example, Fix, Rule, Severity
 
+from ._meters import instance_class, method, prints
 from ._host_sync import (
     bound_names, loop_tensors, free_reads, is_logging_call, outermost_loop, reads_tensor_value, step_loop,
     syncs_each_step,
@@ -24,6 +25,14 @@ class LogInStepClosure(Rule):
     batch, counters) are passed as `args`, so the closure sees this step's values even though
     it runs later; names the loop does not rebind are read from the enclosing scope. The
     wrapped call sits inside a lambda, outside the step, so porter does not wrap it again.
+
+    A call of a method that prints, on an object of a class defined in the file
+    (pytorch/examples' `progress.display(i + 1)`, whose `ProgressMeter.display` body calls
+    `print`), is wrapped too: the object is bound by `progress = ProgressMeter(...)` in the
+    same function and the method's own body calls `print(...)` or a `logging`/`logger`
+    method. It formats whatever the object holds (meters kept on the device by TX406), so it
+    becomes `xm.add_step_closure(progress.display, args=(i + 1,))`: the arguments are
+    evaluated in the step, the method runs at the step marker.
 
     A call under `if batch_idx % log_interval == 0:` stays under it: only logging steps
     register a closure, and only they transfer.
@@ -124,6 +133,54 @@ class LogInStepClosure(Rule):
         Example(
             """
             import torch
+            import torch_xla
+
+            class ProgressMeter:
+                def __init__(self, meters):
+                    self.meters = meters
+
+                def display(self, batch):
+                    print('\\t'.join([str(batch)] + [str(m) for m in self.meters]))
+
+            def train(model, loader, optimizer, losses, log_interval):
+                progress = ProgressMeter([losses])
+                for i, (x, y) in enumerate(loader):
+                    loss = model(x, y)
+                    losses.update(loss.detach(), x.size(0))
+                    loss.backward()
+                    optimizer.step()
+                    if i % log_interval == 0:
+                        progress.display(i + 1)
+                    torch_xla.sync()
+            """,
+            """
+            import torch
+            import torch_xla
+            import torch_xla.core.xla_model as xm
+
+            class ProgressMeter:
+                def __init__(self, meters):
+                    self.meters = meters
+
+                def display(self, batch):
+                    print('\\t'.join([str(batch)] + [str(m) for m in self.meters]))
+
+            def train(model, loader, optimizer, losses, log_interval):
+                progress = ProgressMeter([losses])
+                for i, (x, y) in enumerate(loader):
+                    loss = model(x, y)
+                    losses.update(loss.detach(), x.size(0))
+                    loss.backward()
+                    optimizer.step()
+                    if i % log_interval == 0:
+                        xm.add_step_closure(progress.display, args=(i + 1,))
+                    torch_xla.sync()
+            """,
+            title="a method of the file's class that prints (pytorch/examples' ProgressMeter)",
+        ),
+        Example(
+            """
+            import torch
 
             def train(model, loader, optimizer):
                 for step, (x, y) in enumerate(loader):
@@ -145,12 +202,17 @@ class LogInStepClosure(Rule):
         # already in a step closure
         "import torch\nimport torch_xla.core.xla_model as xm\nfor x, y in loader:\n    loss = f(x, y)\n    loss.backward()\n"
         "    xm.add_step_closure(lambda loss: print(loss.item()), args=(loss,))\n",
+        # a method of the file's class that does not print
+        "import torch\nimport torch_xla\nclass P:\n    def tick(self, i):\n        self.i = i\n"
+        "def train(loader):\n    p = P()\n    for x in loader:\n        loss = f(x)\n        loss.backward()\n        p.tick(1)\n"
+        "        torch_xla.sync()\n",
         # a value, not a statement
         "import torch\nfor x, y in loader:\n    loss = f(x, y)\n    loss.backward()\n    line = print(loss.item()) or 1\n",
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
         if not is_logging_call(node, self.ctx):
+            self._printing_method(node)
             return
         parent = self.ctx.parent
         if not isinstance(parent, cst.Expr):
@@ -182,6 +244,56 @@ class LogInStepClosure(Rule):
             message,
             Fix((self.replace(node, wrap),), imports=("torch_xla.core.xla_model",)),
         )
+
+    def _printing_method(self, node: cst.Call) -> None:
+        """``progress.display(i + 1)``: a method of a class of the file whose body prints."""
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and isinstance(self.ctx.parent, cst.Expr)):
+            return
+        cls = instance_class(self.ctx, func.value)
+        fn = method(cls, func.attr.value) if cls is not None else None
+        if fn is None or not prints(fn):
+            return
+        loop = step_loop(self.ctx)
+        if loop is None:
+            return
+        shown = f"{cls.name.value}.{func.attr.value}"
+        message = (
+            f"`{shown}` prints, inside the step: formatting the tensors it reads (meters kept on "
+            "the device) executes the graph mid-step and copies to the host; run it after the step "
+            "with xm.add_step_closure"
+        )
+        if not syncs_each_step(loop, self.ctx):
+            self.report(node, f"{message} (not fixed yet: the loop has no step marker for the closure to "
+                              "run at; add torch_xla.sync() (TX202) or iterate a pl.MpDeviceLoader (TX301))")
+            return
+        xm = self.ctx.module_alias("torch_xla.core.xla_model")
+        if all(a.keyword is None and not a.star for a in node.args):
+            def wrap(updated: cst.CSTNode) -> cst.CSTNode:
+                assert isinstance(updated, cst.Call)
+                return _method_closure(xm, updated)
+        else:
+            varying = bound_names(outermost_loop(self.ctx) or loop)
+            names = [n for n in free_reads(node) if n in varying]
+
+            def wrap(updated: cst.CSTNode) -> cst.CSTNode:
+                return _closure(xm, names, updated)
+
+        self.report(node, message, Fix((self.replace(node, wrap),), imports=("torch_xla.core.xla_model",)))
+
+
+def _method_closure(xm: str, call: cst.Call) -> cst.Call:
+    """``obj.method(a, b)`` -> ``xm.add_step_closure(obj.method, args=(a, b))``: the arguments
+    are evaluated now, the method runs at the step marker."""
+    args: list[cst.Arg] = [cst.Arg(call.func)]
+    if call.args:
+        elements = [cst.Element(a.value) for a in call.args]
+        tup = cst.Tuple(elements if len(elements) > 1 else [cst.Element(elements[0].value, comma=cst.Comma())])
+        args.append(cst.Arg(tup, keyword=cst.Name("args"), equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
+    template = cst.parse_expression(f"{xm}.add_step_closure()")
+    assert isinstance(template, cst.Call)
+    return template.with_changes(args=args)
 
 
 def _closure(xm: str, names: list[str], call: cst.CSTNode) -> cst.Call:

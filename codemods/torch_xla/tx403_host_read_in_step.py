@@ -5,6 +5,7 @@ import libcst as cst
 from porter.astutil import method_name, string_value
 from porter.rules import Example, Rule, Severity
 
+from ._meters import meter_update
 from ._host_sync import (
     HOST_READ_METHODS, loop_losses, in_logging_statement, in_test, is_host_sum, logged_scalar, reads_tensor_value,
     step_loop, under,
@@ -121,6 +122,8 @@ class HostReadInStep(Rule):
             return
         if what == "item" and logged_scalar(self.ctx, node) is not None:
             return  # TX405 keeps it on the device
+        if what == "item" and meter_update(self.ctx, node) is not None:
+            return  # TX406 keeps it on the device
         if what in HOST_READ_METHODS or what == "to":
             key = "cpu" if what == "to" else what
             self.report(node, f"`.{what}()` in the step executes the graph and copies to the host every step: {_ADVICE[key]}")

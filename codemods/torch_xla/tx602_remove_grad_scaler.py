@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Optional
+
 import libcst as cst
 
 from porter.rules import Edit, Example, Fix, Rule, Severity
@@ -17,6 +19,7 @@ from ._amp_dist import (
     walk_scope,
 )
 from ._imports import pairs_in
+from . import _training as tr
 
 _WHY = "bfloat16 autocast on XLA needs no loss scaling"
 
@@ -201,7 +204,90 @@ class RemoveGradScaler(Rule):
                     scaler.update()
             """,
             None,
-            title="a scaler passed in as a parameter is reported",
+            title="a scaler passed in as a parameter, callers not in the file: reported",
+        ),
+        Example(
+            """
+            import torch
+
+            def train(model, optimizer, loader, scaler, epoch):
+                for x in loader:
+                    optimizer.zero_grad()
+                    scaler.scale(model(x)).backward()
+                    scaler.step(optimizer)
+                    scaler.update()
+
+            def main(model, optimizer, loader, args):
+                scaler = torch.cuda.amp.GradScaler(enabled=args.amp)
+                for epoch in range(args.epochs):
+                    train(model, optimizer, loader, scaler, epoch)
+            """,
+            """
+            import torch_xla.core.xla_model as xm
+
+            def train(model, optimizer, loader, epoch):
+                for x in loader:
+                    optimizer.zero_grad()
+                    model(x).backward()
+                    xm.optimizer_step(optimizer)
+
+            def main(model, optimizer, loader, args):
+                for epoch in range(args.epochs):
+                    train(model, optimizer, loader, epoch)
+            """,
+            title="a scaler passed to a function of the file by every caller: unwound there, parameter dropped (and `import torch`, now unused)",
+        ),
+        Example(
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            def train(model, optimizer, loader, scaler):
+                model = DDP(model, gradient_as_bucket_view=True)
+                for x in loader:
+                    scaler.scale(model(x)).backward()
+                    scaler.step(optimizer)
+                    scaler.update()
+
+            def main(model, optimizer, loader):
+                scaler = torch.cuda.amp.GradScaler()
+                train(model, optimizer, loader, scaler)
+                torch.save({"scaler": scaler.state_dict()}, "ckpt.pt")
+            """,
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            def train(model, optimizer, loader):
+                model = DDP(model, gradient_as_bucket_view=True)
+                for x in loader:
+                    model(x).backward()
+                    optimizer.step()
+
+            def main(model, optimizer, loader):
+                scaler = torch.cuda.amp.GradScaler()
+                train(model, optimizer, loader)
+                torch.save({"scaler": scaler.state_dict()}, "ckpt.pt")
+            """,
+            title="with DistributedDataParallel scaler.step(opt) becomes opt.step() (DDP reduced the gradients)",
+        ),
+        Example(
+            """
+            import torch
+
+            def train(model, optimizer, loader, scaler):
+                for x in loader:
+                    scaler.scale(model(x)).backward()
+                    scaler.step(optimizer)
+                    scaler.update()
+
+            def main(model, optimizer, loader, make_scaler):
+                scaler = torch.cuda.amp.GradScaler()
+                train(model, optimizer, loader, scaler)
+                train(model, optimizer, loader, make_scaler())
+            """,
+            None,
+            title="a caller passes something else than the file's GradScaler: reported",
         ),
     ]
     valid = [
@@ -223,9 +309,11 @@ class RemoveGradScaler(Rule):
             )
         for scaler in scalers:
             self._scaler(parents, scaler)
-        self._parameters(parents)
+        # a scaler variable passed whole as a call argument (`train(..., scaler, ...)`)
+        passed = {id(u.node) for sc in scalers if not sc.ambiguous for u in sc.uses if u.call is None}
+        self._parameters(parents, passed)
 
-    def _parameters(self, parents: Parents) -> None:
+    def _parameters(self, parents: Parents, passed: set[int]) -> None:
         """A scaler handed to a function (`def train(..., scaler)`) cannot be followed to its
         construction: report the parameter when the body uses it like a GradScaler."""
         for fn in parents.nodes:
@@ -244,6 +332,8 @@ class RemoveGradScaler(Rule):
                     and n.func.value.value == name
                 }
                 if "scale" in methods and ({"step", "update", "unscale_"} & methods):
+                    if self._unwind_parameter(parents, fn, param, passed):
+                        continue
                     self.report(
                         param,
                         f"`{name}` is used like a GradScaler passed in: {_WHY}; unwind its calls here "
@@ -259,39 +349,7 @@ class RemoveGradScaler(Rule):
                 f"GradScaler `{label}`: {_WHY}, but {scaler.ambiguous}; remove it and unwind its calls by hand",
             )
             return
-        edits: list[Edit] = []
-        removed: list[cst.BaseSmallStatement] = []
-        kept: list[ScalerUse] = []
-        xm = self.ctx.module_alias("torch_xla.core.xla_model")
-        uses_xm = False
-        for use in scaler.uses:
-            call, method = use.call, use.method
-            if call is None or len(call.args) != len(positional(call)):
-                kept.append(use)
-                continue
-            n = len(call.args)
-            stmt = expression_statement(parents, call)
-            if method == "scale" and n == 1:
-                value = call.args[0].value
-                receiver = parents.of(call)
-                if isinstance(receiver, cst.Attribute) and receiver.value is call:
-                    value = parenthesized(value)
-                if _self_assignment(parents, call, value):
-                    removed.append(parents.of(call))  # `loss = scaler.scale(loss)` goes
-                else:
-                    edits.append(Edit(call, value))
-            elif method == "step" and n == 1:
-                new = cst.parse_expression(f"{xm}.optimizer_step(_)").with_changes(
-                    args=[cst.Arg(call.args[0].value)]
-                )
-                edits.append(Edit(call, new))
-                uses_xm = True
-            elif method == "update" and n <= 1 and stmt is not None:
-                removed.append(stmt)
-            elif method == "unscale_" and n == 1 and stmt is not None:
-                removed.append(stmt)
-            else:
-                kept.append(use)
+        edits, removed, kept, uses_xm = self._unwind(parents, scaler.uses)
         if not kept:
             removed.append(scaler.statement)
         edits.extend(removal_edits(parents, removed))
@@ -322,6 +380,84 @@ class RemoveGradScaler(Rule):
         self.report(scaler.construction, message, fix)
 
 
+    def _unwind_parameter(self, parents: Parents, fn: cst.FunctionDef, param: cst.Param, passed: set[int]) -> bool:
+        """`def train(..., scaler, ...)` of the module, called only as `train(...)` and every
+        call passing a GradScaler variable of the file for `scaler`: unwind its calls in the
+        body and drop the parameter and the arguments. False (nothing done) otherwise."""
+        name = param.name.value
+        if not isinstance(parents.of(fn), cst.Module) or param.default is not None or param.star:
+            return False
+        if fn.decorators or param not in fn.params.params:
+            return False
+        position = len(fn.params.posonly_params) + list(fn.params.params).index(param)
+        calls = _calls_of_function(parents, fn)
+        if not calls:
+            return False
+        for call in calls:
+            arg = _argument_for(call, position, name)
+            if arg is None or id(arg.value) not in passed:
+                return False
+        uses = _parameter_uses(parents, fn, name)
+        edits, removed, kept, uses_xm = self._unwind(parents, uses)
+        if kept or not edits and not removed:
+            return False
+        edits.extend(removal_edits(parents, removed))
+        edits.append(Edit(fn.params, _without_parameter(fn.params, param)))
+        for call in calls:
+            edits.append(self.replace(call, _drop_argument(position, name)))
+        imports = ("torch_xla.core.xla_model",) if uses_xm else ()
+        self.report(
+            param,
+            f"`{name}` is the GradScaler every call of {fn.name.value}() passes: {_WHY}; its calls are "
+            f"unwound here and the parameter and the arguments dropped",
+            Fix(tuple(edits), imports=imports, description="unwind the GradScaler parameter"),
+        )
+        return True
+
+    def _unwind(self, parents: Parents, uses: list[ScalerUse]):
+        """The edits that unwind `scaler.scale/step/update/unscale_` calls, the statements
+        to remove, and the uses left (kept)."""
+        edits: list[Edit] = []
+        removed: list[cst.BaseSmallStatement] = []
+        kept: list[ScalerUse] = []
+        xm = self.ctx.module_alias("torch_xla.core.xla_model")
+        uses_xm = False
+        ddp = tr.wraps_in_ddp(self.ctx)
+        for use in uses:
+            call, method = use.call, use.method
+            if call is None or len(call.args) != len(positional(call)):
+                kept.append(use)
+                continue
+            n = len(call.args)
+            stmt = expression_statement(parents, call)
+            if method == "scale" and n == 1:
+                value = call.args[0].value
+                receiver = parents.of(call)
+                if isinstance(receiver, cst.Attribute) and receiver.value is call:
+                    value = parenthesized(value)
+                if _self_assignment(parents, call, value):
+                    removed.append(parents.of(call))  # `loss = scaler.scale(loss)` goes
+                else:
+                    edits.append(Edit(call, value))
+            elif method == "step" and n == 1 and ddp:
+                # DistributedDataParallel reduced the gradients in backward(): a plain step
+                opt = call.args[0].value
+                edits.append(Edit(call, cst.Call(cst.Attribute(parenthesized(opt), cst.Name("step")))))
+            elif method == "step" and n == 1:
+                new = cst.parse_expression(f"{xm}.optimizer_step(_)").with_changes(
+                    args=[cst.Arg(call.args[0].value)]
+                )
+                edits.append(Edit(call, new))
+                uses_xm = True
+            elif method == "update" and n <= 1 and stmt is not None:
+                removed.append(stmt)
+            elif method == "unscale_" and n == 1 and stmt is not None:
+                removed.append(stmt)
+            else:
+                kept.append(use)
+        return edits, removed, kept, uses_xm
+
+
 def _self_assignment(parents: Parents, call: cst.Call, value: cst.BaseExpression) -> bool:
     """``name = scaler.scale(name)``: unwound, it would read ``name = name``."""
     assign = parents.of(call)
@@ -333,3 +469,69 @@ def _self_assignment(parents: Parents, call: cst.Call, value: cst.BaseExpression
         and isinstance(value, cst.Name)
         and assign.targets[0].target.value == value.value
     )
+
+
+def _calls_of_function(parents: Parents, fn: cst.FunctionDef) -> list[cst.Call]:
+    """The calls `f(...)` of the module function `fn`; empty when its name is read or bound
+    any other way (passed as a callback, rebound, shadowed by a parameter, imported)."""
+    name = fn.name.value
+    defs = [n for n in parents.nodes if isinstance(n, (cst.FunctionDef, cst.ClassDef)) and n.name.value == name]
+    if defs != [fn]:
+        return []
+    calls: list[cst.Call] = []
+    for node in parents.nodes:
+        if not isinstance(node, cst.Name) or node.value != name or node is fn.name:
+            continue
+        parent = parents.of(node)
+        if isinstance(parent, cst.Attribute) and parent.attr is node:
+            continue  # `obj.train`: another name
+        if isinstance(parent, cst.Arg) and parent.keyword is node:
+            continue  # `f(train=...)`
+        if isinstance(parent, cst.Call) and parent.func is node and all(not a.star for a in parent.args):
+            calls.append(parent)
+            continue
+        return []
+    return calls
+
+
+def _argument_for(call: cst.Call, position: int, name: str) -> Optional[cst.Arg]:
+    positional = [a for a in call.args if a.keyword is None]
+    if position < len(positional):
+        return positional[position]
+    hits = [a for a in call.args if a.keyword is not None and a.keyword.value == name]
+    return hits[0] if hits else None
+
+
+def _parameter_uses(parents: Parents, fn: cst.FunctionDef, name: str) -> list[ScalerUse]:
+    uses: list[ScalerUse] = []
+    for node in walk_scope(fn.body):
+        if not isinstance(node, cst.Name) or node.value != name:
+            continue
+        parent = parents.of(node)
+        if isinstance(parent, cst.Attribute) and parent.attr is node:
+            continue
+        call = parents.of(parent) if isinstance(parent, cst.Attribute) and parent.value is node else None
+        if isinstance(call, cst.Call) and call.func is parent:
+            uses.append(ScalerUse(node, call, parent.attr.value))
+        else:
+            uses.append(ScalerUse(node))
+    return uses
+
+
+def _without_parameter(params: cst.Parameters, param: cst.Param) -> cst.Parameters:
+    kept = [p for p in params.params if p is not param]
+    rest = params.star_arg not in (None, cst.MaybeSentinel.DEFAULT) or params.kwonly_params or params.star_kwarg
+    if kept and not rest and params.params[-1] is param:
+        kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return params.with_changes(params=kept)
+
+
+def _drop_argument(position: int, name: str):
+    def apply(updated: cst.CSTNode) -> cst.CSTNode:
+        assert isinstance(updated, cst.Call)
+        target = _argument_for(updated, position, name)
+        args = [a for a in updated.args if a is not target]
+        if args and updated.args[-1] is target:
+            args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(args=args)
+    return apply

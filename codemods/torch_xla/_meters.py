@@ -1,0 +1,219 @@
+"""Meter objects of the file (pytorch/examples' AverageMeter / ProgressMeter): instances of a
+class defined at the top level of the module, bound by a plain assignment in the function
+that uses them. Shared by TX403 (`meter.update(loss.item(), n)`, left to TX406), TX406 (keeps
+the value on the device) and TX402 (`progress.display(i)` of a class whose method prints).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from porter.context import FileContext
+
+# expression nodes through which a value only takes part in arithmetic
+_ARITH = (cst.BinaryOperation, cst.UnaryOperation, cst.Name, cst.Integer, cst.Float, cst.Attribute)
+
+
+def module_classes(ctx: FileContext) -> dict[str, cst.ClassDef]:
+    """The classes defined at the top level of the module, by name (a name bound twice is left out)."""
+    found: dict[str, cst.ClassDef] = {}
+    twice: set[str] = set()
+    for stmt in ctx.module.body:
+        if isinstance(stmt, cst.ClassDef):
+            name = stmt.name.value
+            (twice.add(name) if name in found else found.__setitem__(name, stmt))
+    return {k: v for k, v in found.items() if k not in twice}
+
+
+def method(cls: cst.ClassDef, name: str) -> Optional[cst.FunctionDef]:
+    hits = [s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == name]
+    return hits[0] if len(hits) == 1 and not hits[0].decorators else None
+
+
+def instance_class(ctx: FileContext, receiver: cst.CSTNode) -> Optional[cst.ClassDef]:
+    """The module class `receiver` (a plain name) is an instance of: every binding of the name
+    in the enclosing function is `name = Class(...)` of one class of the module, and the name
+    is not a parameter or a global of that function."""
+    if not isinstance(receiver, cst.Name):
+        return None
+    fn = ctx.enclosing(cst.FunctionDef)
+    if not isinstance(fn, cst.FunctionDef):
+        return None
+    name = receiver.value
+    params = fn.params
+    if any(p.name.value == name for p in (*params.posonly_params, *params.params, *params.kwonly_params)):
+        return None
+    classes = module_classes(ctx)
+    bound: set[str] = set()
+    ok = True
+
+    class Bindings(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> Optional[bool]:
+            return node is fn  # nested functions have their own scope
+
+        def visit_ClassDef(self, node: cst.ClassDef) -> Optional[bool]:
+            return False
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            nonlocal ok
+            for t in node.targets:
+                if isinstance(t.target, cst.Name) and t.target.value == name:
+                    if len(node.targets) == 1 and isinstance(node.value, cst.Call) and isinstance(node.value.func, cst.Name):
+                        bound.add(node.value.func.value)
+                    else:
+                        ok = False
+                elif _binds(t.target, name):
+                    ok = False
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            nonlocal ok
+            if _binds(node.target, name):
+                ok = False
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            nonlocal ok
+            if _binds(node.target, name):
+                ok = False
+
+        def visit_For(self, node: cst.For) -> None:
+            nonlocal ok
+            if _binds(node.target, name):
+                ok = False
+
+        def visit_WithItem(self, node: cst.WithItem) -> None:
+            nonlocal ok
+            if node.asname is not None and _binds(node.asname.name, name):
+                ok = False
+
+        def visit_Global(self, node: cst.Global) -> None:
+            nonlocal ok
+            if any(n.name.value == name for n in node.names):
+                ok = False
+
+        def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+            nonlocal ok
+            if any(n.name.value == name for n in node.names):
+                ok = False
+
+    fn.visit(Bindings())
+    if not ok or len(bound) != 1:
+        return None
+    return classes.get(next(iter(bound)))
+
+
+def _binds(target: cst.CSTNode, name: str) -> bool:
+    if isinstance(target, cst.Name):
+        return target.value == name
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return any(_binds(e.value, name) for e in target.elements)
+    if isinstance(target, cst.StarredElement):
+        return _binds(target.value, name)
+    return False
+
+
+def arithmetic_update(cls: cst.ClassDef, method_name: str = "update") -> bool:
+    """Whether ``cls.<method_name>(self, val, ...)`` takes the value first and its body is only assignments to attributes of self (``=``, ``+=``...) whose values
+    use that parameter in arithmetic alone (``self.val = val``, ``self.sum += val * n``). Such a method works unchanged with a 0-dim tensor in place of a float."""
+    fn = method(cls, method_name)
+    if fn is None or not isinstance(fn.body, cst.IndentedBlock):
+        return False
+    params = fn.params.params
+    if len(params) < 2 or params[0].name.value != "self":
+        return False
+    value = params[1].name.value
+    for stmt in fn.body.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            return False
+        for small in stmt.body:
+            if isinstance(small, cst.Assign):
+                targets = [t.target for t in small.targets]
+                rhs = small.value
+            elif isinstance(small, cst.AugAssign):
+                targets = [small.target]
+                rhs = small.value
+            else:
+                return False
+            if not all(_self_attribute(t) for t in targets):
+                return False
+            if not _arithmetic(rhs):
+                return False
+    return value in _names(fn.body)
+
+
+def _self_attribute(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self"
+
+
+def _arithmetic(expr: cst.CSTNode) -> bool:
+    """Only names, numbers, ``self.<attr>`` and arithmetic operators (no call, no test)."""
+    if isinstance(expr, cst.Attribute):
+        return _self_attribute(expr)
+    if not isinstance(expr, _ARITH):
+        return False
+    if isinstance(expr, cst.BinaryOperation):
+        return _arithmetic(expr.left) and _arithmetic(expr.right)
+    if isinstance(expr, cst.UnaryOperation):
+        return _arithmetic(expr.expression)
+    return True
+
+
+def _names(node: cst.CSTNode) -> list[str]:
+    out: list[str] = []
+
+    class V(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            out.append(n.value)
+
+    node.visit(V())
+    return out
+
+
+def prints(fn: cst.FunctionDef) -> bool:
+    """The method's own body (not nested functions) calls ``print(...)`` or a ``logging``/
+    ``logger``/``log`` method as a statement: it writes a log line."""
+    found = False
+
+    class V(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> Optional[bool]:
+            return node is fn
+
+        def visit_Lambda(self, node: cst.Lambda) -> Optional[bool]:
+            return False
+
+        def visit_Expr(self, node: cst.Expr) -> None:
+            nonlocal found
+            call = node.value
+            if not isinstance(call, cst.Call):
+                return
+            f = call.func
+            if isinstance(f, cst.Name) and f.value == "print":
+                found = True
+            elif (isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name)
+                  and f.value.value in ("logging", "logger", "log", "LOGGER")
+                  and f.attr.value in ("debug", "info", "warning", "error", "critical", "log", "exception")):
+                found = True
+
+    fn.visit(V())
+    return found
+
+
+def meter_update(ctx: FileContext, item: cst.Call) -> Optional[tuple[cst.Call, cst.ClassDef]]:
+    """``meter.update(<item>, n)`` as a statement, ``item`` its first positional argument, and
+    ``meter`` an instance of a module class whose ``update`` only does arithmetic and
+    assignment with the value: the call and the class."""
+    stack = ctx.ancestors
+    if len(stack) < 4 or stack[-1] is not item:
+        return None
+    arg, call, stmt = stack[-2], stack[-3], stack[-4]
+    if not (isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and isinstance(stmt, cst.Expr) and stmt.value is call):
+        return None
+    if not call.args or call.args[0] is not arg or arg.keyword is not None or arg.star:
+        return None
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value == "update"):
+        return None
+    cls = instance_class(ctx, func.value)
+    if cls is None or not arithmetic_update(cls):
+        return None
+    return call, cls
