@@ -11,6 +11,8 @@ import libcst as cst
 
 from porter.context import FileContext
 
+from ._host_sync import is_logging_call
+
 # expression nodes through which a value only takes part in arithmetic
 _ARITH = (cst.BinaryOperation, cst.UnaryOperation, cst.Name, cst.Integer, cst.Float, cst.Attribute)
 
@@ -169,9 +171,10 @@ def _names(node: cst.CSTNode) -> list[str]:
     return out
 
 
-def prints(fn: cst.FunctionDef) -> bool:
-    """The method's own body (not nested functions) calls ``print(...)`` or a ``logging``/
-    ``logger``/``log`` method as a statement: it writes a log line."""
+def prints(fn: cst.FunctionDef, ctx: FileContext) -> bool:
+    """The method's own body (not nested functions or lambdas) has a logging call as a
+    statement (``print(...)``, ``logger.info(...)``..., as TX402 recognizes them, names
+    resolved through the file's imports): it writes a log line."""
     found = False
 
     class V(cst.CSTVisitor):
@@ -183,15 +186,7 @@ def prints(fn: cst.FunctionDef) -> bool:
 
         def visit_Expr(self, node: cst.Expr) -> None:
             nonlocal found
-            call = node.value
-            if not isinstance(call, cst.Call):
-                return
-            f = call.func
-            if isinstance(f, cst.Name) and f.value == "print":
-                found = True
-            elif (isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name)
-                  and f.value.value in ("logging", "logger", "log", "LOGGER")
-                  and f.attr.value in ("debug", "info", "warning", "error", "critical", "log", "exception")):
+            if isinstance(node.value, cst.Call) and is_logging_call(node.value, ctx):
                 found = True
 
     fn.visit(V())

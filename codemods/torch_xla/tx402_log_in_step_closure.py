@@ -252,7 +252,7 @@ class LogInStepClosure(Rule):
             return
         cls = instance_class(self.ctx, func.value)
         fn = method(cls, func.attr.value) if cls is not None else None
-        if fn is None or not prints(fn):
+        if fn is None or not prints(fn, self.ctx):
             return
         loop = step_loop(self.ctx)
         if loop is None:

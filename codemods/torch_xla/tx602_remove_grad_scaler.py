@@ -4,7 +4,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.rules import Edit, Example, Fix, Rule, Severity
+from porter.rules import Edit, Example, Fix, Rule, Safety, Severity
 
 from ._amp_dist import (
     Parents,
@@ -54,7 +54,10 @@ class RemoveGradScaler(Rule):
     Safe. With bfloat16 (or float32) no gradient under/overflows the way float16 ones do, and
     an enabled scaler only multiplies the loss and divides the gradients by the same power
     of two before the step, so the update is the same; a disabled one (`enabled=False`) is
-    already a pass-through. `scaler.step(opt)` becomes `xm.optimizer_step(opt)` (what TX201
+    already a pass-through. A scaler parameter is unwound and dropped only when every call
+    in the file passes the file's GradScaler; a function whose name is public (no leading
+    underscore) may also be imported and called by another module with the old signature,
+    so that fix is unsafe (safe for `_private` functions). `scaler.step(opt)` becomes `xm.optimizer_step(opt)` (what TX201
     makes of `opt.step()`). All edits of one scaler form one fix, so the construction never
     disappears while a call to it remains. Once the construction is gone, the import it used
     (`from torch.cuda.amp import GradScaler`, `from torch.amp import GradScaler`, `import
@@ -235,14 +238,15 @@ class RemoveGradScaler(Rule):
                 for epoch in range(args.epochs):
                     train(model, optimizer, loader, epoch)
             """,
-            title="a scaler passed to a function of the file by every caller: unwound there, parameter dropped (and `import torch`, now unused)",
+            unsafe=True,
+            title="a scaler passed to a function of the file by every caller: unwound there, parameter dropped (and `import torch`, now unused); unsafe: train() is public",
         ),
         Example(
             """
             import torch
             from torch.nn.parallel import DistributedDataParallel as DDP
 
-            def train(model, optimizer, loader, scaler):
+            def _train(model, optimizer, loader, scaler):
                 model = DDP(model, gradient_as_bucket_view=True)
                 for x in loader:
                     scaler.scale(model(x)).backward()
@@ -251,14 +255,14 @@ class RemoveGradScaler(Rule):
 
             def main(model, optimizer, loader):
                 scaler = torch.cuda.amp.GradScaler()
-                train(model, optimizer, loader, scaler)
+                _train(model, optimizer, loader, scaler)
                 torch.save({"scaler": scaler.state_dict()}, "ckpt.pt")
             """,
             """
             import torch
             from torch.nn.parallel import DistributedDataParallel as DDP
 
-            def train(model, optimizer, loader):
+            def _train(model, optimizer, loader):
                 model = DDP(model, gradient_as_bucket_view=True)
                 for x in loader:
                     model(x).backward()
@@ -266,10 +270,10 @@ class RemoveGradScaler(Rule):
 
             def main(model, optimizer, loader):
                 scaler = torch.cuda.amp.GradScaler()
-                train(model, optimizer, loader)
+                _train(model, optimizer, loader)
                 torch.save({"scaler": scaler.state_dict()}, "ckpt.pt")
             """,
-            title="with DistributedDataParallel scaler.step(opt) becomes opt.step() (DDP reduced the gradients)",
+            title="with DistributedDataParallel scaler.step(opt) becomes opt.step() (DDP reduced the gradients); a private function: safe",
         ),
         Example(
             """
@@ -406,11 +410,14 @@ class RemoveGradScaler(Rule):
         for call in calls:
             edits.append(self.replace(call, _drop_argument(position, name)))
         imports = ("torch_xla.core.xla_model",) if uses_xm else ()
+        public = not fn.name.value.startswith("_")
         self.report(
             param,
-            f"`{name}` is the GradScaler every call of {fn.name.value}() passes: {_WHY}; its calls are "
-            f"unwound here and the parameter and the arguments dropped",
-            Fix(tuple(edits), imports=imports, description="unwind the GradScaler parameter"),
+            f"`{name}` is the GradScaler every call of {fn.name.value}() in this file passes: {_WHY}; its "
+            "calls are unwound here and the parameter and the arguments dropped"
+            + (f" (unsafe: a module that imports {fn.name.value}() would still pass it)" if public else ""),
+            Fix(tuple(edits), Safety.UNSAFE if public else Safety.SAFE, imports=imports,
+                description="unwind the GradScaler parameter"),
         )
         return True
 
