@@ -21,6 +21,7 @@ class Fixture:
     log_interval: int
     optimizer_steps_per_iteration: int
     original_runs_on: str = "cuda"  # "cuda": a GPU script; "xla-legacy": already on an older torch_xla
+    warmup_iterations: int = 2  # iterations allowed to compile (the step, then the step with optimizer state)
 
     @property
     def original(self) -> Path:
@@ -45,7 +46,7 @@ def fixtures(target: str = "torch_xla") -> list[Fixture]:
         data = tomllib.loads(conf.read_text(encoding="utf-8"))
         found.append(Fixture(conf.parent.name, conf.parent, tuple(data.get("migrate", [])), tuple(data.get("run", [])),
                              int(data.get("log_interval", 5)), int(data.get("optimizer_steps_per_iteration", 1)),
-                             str(data.get("original_runs_on", "cuda"))))
+                             str(data.get("original_runs_on", "cuda")), int(data.get("warmup_iterations", 2))))
     return found
 
 

@@ -19,7 +19,6 @@ from porter.verify.trace import compare_losses, trace_script
 
 FIXTURES = fixtures()
 IDS = [f.name for f in FIXTURES]
-WARMUP_ITERATIONS = 2  # graph of the first step, then the one with optimizer state
 
 
 def test_there_are_eight_fixtures():
@@ -87,6 +86,6 @@ def test_port_runs_on_xla_and_matches_the_original(fx, tmp_path):
     # every step but the last (whose record also holds evaluation and the script's end)
     compiles = port32["compiles_per_step"][:-1]
     transfers = port32["transfers_per_step"][:-1]
-    assert sum(compiles[WARMUP_ITERATIONS * k:]) == 0, f"compilations after warm-up: {compiles}"
+    assert sum(compiles[fx.warmup_iterations * k:]) == 0, f"compilations after warm-up: {compiles}"
     quiet = [s for s, t in enumerate(transfers) if t and not _logging_iteration(s // k, fx.log_interval)]
     assert not quiet, f"device-to-host transfers in steps that do not log: {quiet} (per step: {transfers})"

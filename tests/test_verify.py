@@ -1,0 +1,75 @@
+"""`porter verify` from the user's side: the port that matches passes; a deliberately broken
+port is caught with the right tensor named; a side that cannot run gives exit 2 and says why."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from porter.verify.compare import Tolerance, compare_tensor
+from porter.verify.specs import InputSpec, SpecError
+
+DATA = Path(__file__).parent / "data" / "verify"
+
+
+def porter(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "porter", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env={**__import__("os").environ, "PJRT_DEVICE": "CPU"})
+
+
+def test_input_specs():
+    assert InputSpec.parse("float32[8,3,32,32]").shape == (8, 3, 32, 32)
+    spec = InputSpec.parse("int64[8,128]<30000")
+    values = spec.generate(np.random.default_rng(0))
+    assert values.dtype == np.int64 and values.max() < 30000 and values.min() >= 0
+    for bad in ("float32", "int64[8]", "complex[2]", "int64[4]<0"):
+        with pytest.raises(SpecError):
+            InputSpec.parse(bad)
+
+
+def test_tolerances_by_dtype_and_first_divergence_naming():
+    a = np.ones(4, dtype=np.float32)
+    assert compare_tensor("grad/fc.weight", a, a + 5e-6, Tolerance()).ok
+    bad = compare_tensor("step3/buffer/layer2.0.bn1.running_var", a, a * 1.01, Tolerance())
+    assert not bad.ok and bad.where == "buffer layer2.0.bn1.running_var at step 3"
+    assert not compare_tensor("output/0", a, np.ones(5, np.float32), Tolerance()).ok
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_matching_port_passes_with_health_in_json():
+    proc = porter("verify", DATA / "convnet.py", DATA / "convnet_xla.py", "--model", "ConvNet()",
+                  "--input", "float32[4,3,16,16]", "--format", "json")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0 and report["passed"], report["summary"]
+    assert report["health"]["compiles_after_warmup"] == 0 and report["health"]["max_transfers_per_step"] == 0
+    assert any("dropout switched off" in n for n in report["notes"])
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_changed_batchnorm_momentum_is_named(tmp_path):
+    html = tmp_path / "report.html"
+    proc = porter("verify", DATA / "convnet.py", DATA / "convnet_xla_bn_momentum.py", "--model", "ConvNet()",
+                  "--input", "float32[4,3,16,16]", "--format", "html", "--out", html)
+    assert proc.returncode == 1
+    assert "buffer layer1.0.bn1.running_mean at step 1" in proc.stderr
+    assert "layer1.0.bn1.running_mean" in html.read_text()
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_a_side_that_raises_gives_exit_2_naming_the_side():
+    proc = porter("verify", DATA / "convnet.py", DATA / "convnet_xla_raises.py", "--model", "ConvNet()",
+                  "--input", "float32[4,3,16,16]")
+    assert proc.returncode == 2
+    assert "the port could not run" in proc.stdout and "layer widths were lost in the port" in proc.stdout
+
+
+def test_usage_errors_exit_2():
+    proc = porter("verify", DATA / "convnet.py", DATA / "convnet_xla.py")
+    assert proc.returncode == 2 and "--model" in proc.stderr
+    proc = porter("verify", DATA / "convnet.py", DATA / "convnet_xla.py", "--model", "ConvNet()", "--input", "float32")
+    assert proc.returncode == 2 and "bad input spec" in proc.stderr
