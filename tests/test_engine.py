@@ -233,3 +233,24 @@ def test_added_imports_after_docstring_and_future_imports():
     assert engine.fix(src, opts(RenameCuda)).source == (
         '"""doc."""\nfrom __future__ import annotations\nimport torch\nimport torch_xla.core.xla_model as xm\n\nxm.wait_device_ops()\n'
     )
+
+
+@pytest.mark.parametrize("src", [
+    "", "import os\n", '"""d"""\n', '"""d"""\nx = 1\n', "__strict__ = True\nimport a\n# c\nx = 1\n",
+    "# top\n\nimport os\n\n\n# comment\nclass A:\n    def f(self):\n        return 1\n",
+    "import os; import sys\nx = 1\n", "'''d'''\r\nimport os\r\nx = 1\r\n", "x = 1\nimport os\n",
+    "from __future__ import annotations\n\ndef f():\n    import os\n",
+])
+def test_add_imports_matches_add_imports_visitor_on_the_whole_module(src):
+    # add_imports runs AddImportsVisitor on the module's head only; the text must be what the
+    # visitor gives on the whole module
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import AddImportsVisitor, ImportItem
+
+    module = cst.parse_module(src)
+    mods = ["torch_xla", "torch_xla.core.xla_model", "os"]
+    ctx = FileContext(module)
+    items = [ImportItem(m, None, "xm") if m == "torch_xla.core.xla_model" else ImportItem(m)
+             for m in mods if m not in ctx.module_names]
+    want = module.visit(AddImportsVisitor(CodemodContext(), items)).code
+    assert engine.add_imports(module, mods, ctx).code == want
