@@ -11,6 +11,8 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 import libcst as cst
 
+from porter.astutil import children as _children
+
 from porter.astutil import string_value
 from porter.context import FileContext, dotted_name
 from porter.rules import Edit
@@ -142,7 +144,7 @@ class Parents:
         while stack:
             node = stack.pop()
             self.nodes.append(node)
-            for child in node.children:
+            for child in _children(node):
                 self.parent[id(child)] = node
                 stack.append(child)
 
@@ -170,7 +172,7 @@ def walk_scope(scope: cst.CSTNode, skip: Iterable[cst.CSTNode] = ()) -> Iterator
     while stack:
         node = stack.pop()
         yield node
-        for child in reversed(node.children):
+        for child in reversed(_children(node)):
             if id(child) not in skipped:
                 stack.append(child)
 

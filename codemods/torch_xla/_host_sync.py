@@ -11,6 +11,8 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
+from porter.astutil import children as _children
+
 from porter.astutil import method_name, walk
 from porter.context import FileContext, dotted_name
 
@@ -146,7 +148,7 @@ def parent_map(root: cst.CSTNode) -> dict[int, cst.CSTNode]:
     stack = [root]
     while stack:
         node = stack.pop()
-        for child in node.children:
+        for child in _children(node):
             parents[id(child)] = node
             stack.append(child)
     return parents
@@ -199,7 +201,7 @@ def free_reads(expr: cst.CSTNode) -> list[str]:
 
 def _in_source_order(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     yield node
-    for child in node.children:
+    for child in _children(node):
         yield from _in_source_order(child)
 
 

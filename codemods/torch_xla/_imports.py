@@ -10,6 +10,8 @@ from typing import Iterable, Optional
 
 import libcst as cst
 
+from porter.astutil import children as _children
+
 from porter.context import FileContext, dotted_name
 
 Pair = tuple[str, Optional[str]]
@@ -64,4 +66,4 @@ def _chains(node: cst.CSTNode) -> Iterable[cst.CSTNode]:
         if isinstance(current, cst.Attribute):  # `f().x`: only the receiver holds names
             stack.append(current.value)
             continue
-        stack.extend(current.children)
+        stack.extend(_children(current))

@@ -18,6 +18,8 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import libcst as cst
 
+from porter.astutil import children as _children
+
 from porter import astutil
 from porter.context import FileContext, dotted_name
 
@@ -172,11 +174,11 @@ def _build(ctx: FileContext) -> Index:
             names = {p.name.value for p in _all_params(node.params)}
             idx.params[id(node)] = names
             idx.functions[id(node)] = node
-            for child in node.children:
+            for child in _children(node):
                 visit(child, node)
             return
         if isinstance(node, cst.ClassDef):
-            for child in node.children:
+            for child in _children(node):
                 visit(child, node)
             return
         if isinstance(node, cst.Assign):
@@ -205,7 +207,7 @@ def _build(ctx: FileContext) -> Index:
                 if key is not None:
                     a = node.args[0].value if len(node.args) == 1 and node.args[0].keyword is None and not node.args[0].star else None
                     idx.dicts.setdefault(key, []).append(("update", a, node))
-        for child in node.children:
+        for child in _children(node):
             visit(child, scope)
 
     visit(ctx.module, ctx.module)
@@ -385,7 +387,7 @@ def _own_nodes(loop: cst.CSTNode) -> Iterator[cst.CSTNode]:
         yield n
         if isinstance(n, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             continue
-        stack.extend(reversed(n.children))
+        stack.extend(reversed(_children(n)))
 
 
 def loop_kind(loop: cst.CSTNode, ctx: FileContext) -> Optional[str]:
@@ -441,7 +443,7 @@ def _has_nested_step_loop(node: cst.CSTNode, ctx: FileContext) -> bool:
     try:
         if isinstance(node, (cst.For, cst.While)):
             return loop_kind(node, ctx) is not None
-        return any(_has_nested_step_loop(c, ctx) for c in node.children)
+        return any(_has_nested_step_loop(c, ctx) for c in _children(node))
     finally:
         ctx.ancestors.pop()
 
@@ -746,7 +748,7 @@ def plan_loader_wrap(loop: cst.For, ctx: FileContext) -> Optional[WrapPlan]:
         if isinstance(node, cst.Arg):
             scan(node.value)
             return
-        for c in node.children:
+        for c in _children(node):
             scan(c)
 
     def statement(stmt: cst.CSTNode, line: Optional[cst.SimpleStatementLine]) -> None:
@@ -795,7 +797,7 @@ def plan_loader_wrap(loop: cst.For, ctx: FileContext) -> Optional[WrapPlan]:
                 compound(stmt)
 
     def compound(stmt: cst.CSTNode) -> None:
-        for c in stmt.children:
+        for c in _children(stmt):
             if isinstance(c, (cst.IndentedBlock,)):
                 block(c.body)
             elif isinstance(c, cst.SimpleStatementSuite):
@@ -877,7 +879,7 @@ def _drop_emptied_ifs(loop: cst.CSTNode, plan: "WrapPlan", ctx: FileContext) -> 
                 plan.emptied_ifs.append(node)
                 return True
             return False
-        for c in node.children:
+        for c in _children(node):
             visit(c)
         return False
 
@@ -949,7 +951,7 @@ def own_continues(loop: cst.CSTNode) -> list[tuple[cst.Continue, Optional[cst.Si
             for small in node.body:
                 visit(small, node if len(node.body) == 1 else None)
             return
-        for c in node.children:
+        for c in _children(node):
             visit(c, None)
 
     visit(loop.body, None)  # type: ignore[attr-defined]
