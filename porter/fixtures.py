@@ -22,6 +22,10 @@ class Fixture:
     optimizer_steps_per_iteration: int
     original_runs_on: str = "cuda"  # "cuda": a GPU script; "xla-legacy": already on an older torch_xla
     warmup_iterations: int = 2  # iterations allowed to compile (the step, then the step with optimizer state)
+    # Unsafe fixes whose change of semantics the comparison accepts: the reference run is the
+    # original with only these rules applied (e.g. TX302 drop_last shortens an epoch, which a
+    # schedule built from len(loader) sees; TX902 SparseAdam -> Adam updates absent rows).
+    reference_rules: tuple[str, ...] = ()
 
     @property
     def original(self) -> Path:
@@ -35,6 +39,14 @@ class Fixture:
     def unsafe(self) -> bool:
         return "--unsafe-fixes" in self.migrate
 
+    def reference(self) -> str:
+        """The original with only ``reference_rules`` applied: what the port must match."""
+        source = self.original.read_text(encoding="utf-8")
+        if not self.reference_rules:
+            return source
+        options = engine.Options(registry.select("torch-xla", self.reference_rules), unsafe_fixes=True)
+        return engine.fix(source, options, str(self.original)).source
+
     def port(self) -> str:
         options = engine.Options(registry.select("torch-xla"), unsafe_fixes=self.unsafe)
         return engine.fix(self.original.read_text(encoding="utf-8"), options, str(self.original)).source
@@ -46,7 +58,8 @@ def fixtures(target: str = "torch_xla") -> list[Fixture]:
         data = tomllib.loads(conf.read_text(encoding="utf-8"))
         found.append(Fixture(conf.parent.name, conf.parent, tuple(data.get("migrate", [])), tuple(data.get("run", [])),
                              int(data.get("log_interval", 5)), int(data.get("optimizer_steps_per_iteration", 1)),
-                             str(data.get("original_runs_on", "cuda")), int(data.get("warmup_iterations", 2))))
+                             str(data.get("original_runs_on", "cuda")), int(data.get("warmup_iterations", 2)),
+                             tuple(data.get("reference_rules", ()))))
     return found
 
 
