@@ -254,3 +254,13 @@ def test_add_imports_matches_add_imports_visitor_on_the_whole_module(src):
              for m in mods if m not in ctx.module_names]
     want = module.visit(AddImportsVisitor(CodemodContext(), items)).code
     assert engine.add_imports(module, mods, ctx).code == want
+
+
+def test_node_positions_agree_with_libcst_position_provider():
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    src = "import torch\r\n\r\nclass A:\r\n    def f(self, x):  # é\r\n        return torch.cuda.synchronize(x) + 'ü' \\\r\n            + 1\r\n"
+    module = cst.parse_module(src)
+    ours = engine.node_positions(module)
+    theirs = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    assert len(ours) == len(theirs) and all(ours[n] == theirs[n] for n in theirs)

@@ -43,6 +43,13 @@ def instance_class(ctx: FileContext, receiver: cst.CSTNode) -> Optional[cst.Clas
     if not isinstance(fn, cst.FunctionDef):
         return None
     name = receiver.value
+    key = ("instance_class", fn, name)
+    if key not in ctx.cache:
+        ctx.cache[key] = _instance_class(ctx, fn, name)
+    return ctx.cache[key]
+
+
+def _instance_class(ctx: FileContext, fn: cst.FunctionDef, name: str) -> Optional[cst.ClassDef]:
     params = fn.params
     if any(p.name.value == name for p in (*params.posonly_params, *params.params, *params.kwonly_params)):
         return None

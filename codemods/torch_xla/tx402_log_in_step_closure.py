@@ -250,12 +250,12 @@ class LogInStepClosure(Rule):
         func = node.func
         if not (isinstance(func, cst.Attribute) and isinstance(self.ctx.parent, cst.Expr)):
             return
+        loop = step_loop(self.ctx)  # cheap and cached: most calls are not in a step
+        if loop is None:
+            return
         cls = instance_class(self.ctx, func.value)
         fn = method(cls, func.attr.value) if cls is not None else None
         if fn is None or not prints(fn, self.ctx):
-            return
-        loop = step_loop(self.ctx)
-        if loop is None:
             return
         shown = f"{cls.name.value}.{func.attr.value}"
         message = (
