@@ -73,3 +73,15 @@ def test_usage_errors_exit_2():
     assert proc.returncode == 2 and "--model" in proc.stderr
     proc = porter("verify", DATA / "convnet.py", DATA / "convnet_xla.py", "--model", "ConvNet()", "--input", "float32")
     assert proc.returncode == 2 and "bad input spec" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("port,limits,cause", [
+    ("hangs.py", ("--timeout", "20"), "timed out after 20 s"),
+    ("hog.py", ("--memory-mb", "2000"), "memory limit exceeded"),
+])
+def test_a_port_that_hangs_or_exhausts_memory_gives_exit_2(port, limits, cause):
+    original = Path(__file__).parent / "data" / "trace" / "mlp_cuda.py"
+    proc = porter("verify", "--script", original, DATA / port, "--steps", "3", *limits)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "the port could not run" in proc.stdout and cause in proc.stdout

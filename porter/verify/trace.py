@@ -614,9 +614,10 @@ def trace_script(
         text = side.log
         base = {"returncode": side.returncode, "output": text, "script": str(script), "peak_mb": round(side.peak_mb, 1)}
         if side.cause.startswith("timed out"):
-            return {**base, "status": "timeout", "timeout_s": timeout, "cause": side.cause}
+            # killed by porter: no exit status of its own
+            return {**base, "returncode": None, "status": "timeout", "timeout_s": timeout, "cause": side.cause}
         if side.cause.startswith("memory"):
-            return {**base, "status": "memory", "memory_mb": memory_mb, "cause": side.cause}
+            return {**base, "returncode": None, "status": "memory", "memory_mb": memory_mb, "cause": side.cause}
         if not target.exists():
             return {**base, "status": "crashed", "cause": side.cause}
         record = json.loads(target.read_text(encoding="utf-8"))
