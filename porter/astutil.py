@@ -53,6 +53,17 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     return out
 
 
+def target_names(target: cst.CSTNode) -> Iterator[str]:
+    """Names bound by an assignment target (tuples, lists and starred unpacking included)."""
+    if isinstance(target, cst.Name):
+        yield target.value
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from target_names(element.value)
+    elif isinstance(target, cst.StarredElement):
+        yield from target_names(target.value)
+
+
 def walk(node: cst.CSTNode, into_functions: bool = False) -> Iterator[cst.CSTNode]:
     """Every node below ``node`` (pre-order), not descending into nested defs/lambdas/classes."""
     stack = [node]

@@ -12,6 +12,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 import libcst as cst
 
 from porter.astutil import children as _children
+from porter.astutil import target_names
 
 from porter.astutil import string_value
 from porter.context import FileContext, dotted_name
@@ -191,26 +192,16 @@ def binds(fn: cst.CSTNode, name: str) -> bool:
     for node in walk_scope(fn.body):
         if isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node.name.value == name:
             return True
-        if isinstance(node, cst.AssignTarget) and _names_in(node.target, name):
+        if isinstance(node, cst.AssignTarget) and name in target_names(node.target):
             return True
-        if isinstance(node, (cst.AugAssign, cst.AnnAssign)) and _names_in(node.target, name):
+        if isinstance(node, (cst.AugAssign, cst.AnnAssign)) and name in target_names(node.target):
             return True
-        if isinstance(node, (cst.For, cst.CompFor)) and _names_in(node.target, name):
+        if isinstance(node, (cst.For, cst.CompFor)) and name in target_names(node.target):
             return True
-        if isinstance(node, cst.AsName) and _names_in(node.name, name):
+        if isinstance(node, cst.AsName) and name in target_names(node.name):
             return True
         if isinstance(node, cst.Global) and any(n.name.value == name for n in node.names):
             return False
-    return False
-
-
-def _names_in(target: cst.CSTNode, name: str) -> bool:
-    if isinstance(target, cst.Name):
-        return target.value == name
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return any(_names_in(e.value, name) for e in target.elements)
-    if isinstance(target, cst.StarredElement):
-        return _names_in(target.value, name)
     return False
 
 
@@ -380,9 +371,9 @@ def _follow_name(parents: Parents, stmt, name: str, value: cst.Call) -> Scaler:
     ]
     others = 0
     for node in walk_scope(scope.body if isinstance(scope, cst.FunctionDef) else scope, shadowing):
-        if isinstance(node, cst.AssignTarget) and _names_in(node.target, name) and node not in getattr(stmt, "targets", ()):
+        if isinstance(node, cst.AssignTarget) and name in target_names(node.target) and node not in getattr(stmt, "targets", ()):
             others += 1
-        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For)) and node is not stmt and _names_in(node.target, name):
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For)) and node is not stmt and name in target_names(node.target):
             others += 1
         elif isinstance(node, cst.Name) and node.value == name:
             use = _use_of(parents, node, stmt)

@@ -12,6 +12,7 @@ from typing import Iterator, Optional
 import libcst as cst
 
 from porter.astutil import children as _children
+from porter.astutil import target_names
 
 from porter.astutil import method_name, walk
 from porter.context import FileContext, dotted_name
@@ -112,17 +113,6 @@ def under(ctx: FileContext, kind: type, field: str) -> Optional[cst.CSTNode]:
 # --------------------------------------------------------------------------------------
 # Names
 # --------------------------------------------------------------------------------------
-def target_names(target: cst.CSTNode) -> Iterator[str]:
-    """Names bound by an assignment target (tuples, lists and starred unpacking included)."""
-    if isinstance(target, cst.Name):
-        yield target.value
-    elif isinstance(target, (cst.Tuple, cst.List)):
-        for el in target.elements:
-            yield from target_names(el.value)
-    elif isinstance(target, cst.StarredElement):
-        yield from target_names(target.value)
-
-
 def bound_names(node: cst.CSTNode) -> set[str]:
     """Names (re)bound anywhere inside ``node``, itself included, not inside nested scopes."""
     names: set[str] = set()

@@ -9,6 +9,7 @@ from typing import Optional
 
 import libcst as cst
 
+from porter.astutil import target_names
 from porter.context import FileContext
 
 from ._host_sync import is_logging_call
@@ -72,27 +73,27 @@ def _instance_class(ctx: FileContext, fn: cst.FunctionDef, name: str) -> Optiona
                         bound.add(node.value.func.value)
                     else:
                         ok = False
-                elif _binds(t.target, name):
+                elif name in target_names(t.target):
                     ok = False
 
         def visit_AugAssign(self, node: cst.AugAssign) -> None:
             nonlocal ok
-            if _binds(node.target, name):
+            if name in target_names(node.target):
                 ok = False
 
         def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
             nonlocal ok
-            if _binds(node.target, name):
+            if name in target_names(node.target):
                 ok = False
 
         def visit_For(self, node: cst.For) -> None:
             nonlocal ok
-            if _binds(node.target, name):
+            if name in target_names(node.target):
                 ok = False
 
         def visit_WithItem(self, node: cst.WithItem) -> None:
             nonlocal ok
-            if node.asname is not None and _binds(node.asname.name, name):
+            if node.asname is not None and name in target_names(node.asname.name):
                 ok = False
 
         def visit_Global(self, node: cst.Global) -> None:
@@ -109,16 +110,6 @@ def _instance_class(ctx: FileContext, fn: cst.FunctionDef, name: str) -> Optiona
     if not ok or len(bound) != 1:
         return None
     return classes.get(next(iter(bound)))
-
-
-def _binds(target: cst.CSTNode, name: str) -> bool:
-    if isinstance(target, cst.Name):
-        return target.value == name
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return any(_binds(e.value, name) for e in target.elements)
-    if isinstance(target, cst.StarredElement):
-        return _binds(target.value, name)
-    return False
 
 
 def arithmetic_update(cls: cst.ClassDef, method_name: str = "update") -> bool:

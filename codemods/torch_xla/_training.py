@@ -19,6 +19,7 @@ from typing import Callable, Iterator, Optional, Sequence
 import libcst as cst
 
 from porter.astutil import children as _children
+from porter.astutil import target_names
 
 from porter import astutil
 from porter.context import FileContext, dotted_name
@@ -615,16 +616,6 @@ def _root(expr: cst.CSTNode) -> Optional[str]:
             return None
 
 
-def _names(target: cst.CSTNode) -> Iterator[str]:
-    if isinstance(target, cst.Name):
-        yield target.value
-    elif isinstance(target, (cst.Tuple, cst.List)):
-        for e in target.elements:
-            yield from _names(e.value)
-    elif isinstance(target, cst.StarredElement):
-        yield from _names(target.value)
-
-
 @dataclass
 class WrapPlan:
     loader: cst.BaseExpression
@@ -700,7 +691,7 @@ def plan_loader_wrap(loop: cst.For, ctx: FileContext) -> Optional[WrapPlan]:
         return None
     src = sources[0]
     plan = WrapPlan(src.loader, None)
-    pristine: set[str] = set(_names(src.batch_target)) if src.batch_target is not None else set()
+    pristine: set[str] = set(target_names(src.batch_target)) if src.batch_target is not None else set()
     batch_names = set(pristine)
     parents: dict[str, set[str]] = {n: set() for n in pristine}
     covered: set[str] = set()
@@ -711,7 +702,7 @@ def plan_loader_wrap(loop: cst.For, ctx: FileContext) -> Optional[WrapPlan]:
         if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
             targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
             for t in targets:
-                rebound_in_body.update(_names(t))
+                rebound_in_body.update(target_names(t))
 
     def note_move(move: Move) -> None:
         if move.device is None:
@@ -754,7 +745,7 @@ def plan_loader_wrap(loop: cst.For, ctx: FileContext) -> Optional[WrapPlan]:
     def statement(stmt: cst.CSTNode, line: Optional[cst.SimpleStatementLine]) -> None:
         if isinstance(stmt, cst.Assign) and len(stmt.targets) == 1:
             target = stmt.targets[0].target
-            names = list(_names(target))
+            names = list(target_names(target))
             if isinstance(target, cst.Name) and target.value in pristine and _comprehension_move(stmt.value, target.value, ctx):
                 covered.add(target.value)
                 devices.append(_comp_device(stmt.value, ctx))
@@ -782,7 +773,7 @@ def plan_loader_wrap(loop: cst.For, ctx: FileContext) -> Optional[WrapPlan]:
             scan(stmt)
             targets = [t.target for t in stmt.targets] if isinstance(stmt, cst.Assign) else [stmt.target]
             for t in targets:
-                pristine.difference_update(_names(t))
+                pristine.difference_update(target_names(t))
             return
         scan(stmt)
 
