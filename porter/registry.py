@@ -12,8 +12,8 @@ from functools import lru_cache
 from porter._layout import mapped_package
 from porter.rules import Rule, RuleInfo
 
-TARGETS = ("torch-xla",)
-_PACKAGES = {"torch-xla": "porter.codemods.torch_xla"}
+TARGETS = ("torch-xla", "jax")
+_PACKAGES = {"torch-xla": "porter.codemods.torch_xla", "jax": "porter.codemods.jax"}
 
 
 class RegistryError(Exception):
