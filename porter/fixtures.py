@@ -16,6 +16,7 @@ from porter._layout import REPO
 class Fixture:
     name: str
     folder: Path
+    target: str  # "torch-xla", "jax": the rules that make expected.py
     migrate: tuple[str, ...]
     run: tuple[str, ...]
     log_interval: int
@@ -26,6 +27,9 @@ class Fixture:
     # original with only these rules applied (e.g. TX302 drop_last shortens an epoch, which a
     # schedule built from len(loader) sees; TX902 SparseAdam -> Adam updates absent rows).
     reference_rules: tuple[str, ...] = ()
+    # model-level verification (`porter verify ORIGINAL PORT --model EXPR --input SPEC...`)
+    model: str = ""
+    inputs: tuple[str, ...] = ()
 
     @property
     def original(self) -> Path:
@@ -44,27 +48,30 @@ class Fixture:
         source = self.original.read_text(encoding="utf-8")
         if not self.reference_rules:
             return source
-        options = engine.Options(registry.select("torch-xla", self.reference_rules), unsafe_fixes=True)
+        options = engine.Options(registry.select(self.target, self.reference_rules), unsafe_fixes=True)
         return engine.fix(source, options, str(self.original)).source
 
     def port(self) -> str:
-        options = engine.Options(registry.select("torch-xla"), unsafe_fixes=self.unsafe)
+        options = engine.Options(registry.select(self.target), unsafe_fixes=self.unsafe)
         return engine.fix(self.original.read_text(encoding="utf-8"), options, str(self.original)).source
 
 
-def fixtures(target: str = "torch_xla") -> list[Fixture]:
+def fixtures(target: str = "torch-xla") -> list[Fixture]:
+    """The fixtures of one target, from ``fixtures/<target with _ for ->/*/port.toml``."""
     found = []
-    for conf in sorted((REPO / "fixtures" / target).glob("*/port.toml")):
+    for conf in sorted((REPO / "fixtures" / target.replace("-", "_")).glob("*/port.toml")):
         data = tomllib.loads(conf.read_text(encoding="utf-8"))
-        found.append(Fixture(conf.parent.name, conf.parent, tuple(data.get("migrate", [])), tuple(data.get("run", [])),
+        found.append(Fixture(conf.parent.name, conf.parent, target, tuple(data.get("migrate", [])),
+                             tuple(data.get("run", [])),
                              int(data.get("log_interval", 5)), int(data.get("optimizer_steps_per_iteration", 1)),
                              str(data.get("original_runs_on", "cuda")), int(data.get("warmup_iterations", 2)),
-                             tuple(data.get("reference_rules", ()))))
+                             tuple(data.get("reference_rules", ())), str(data.get("model", "")),
+                             tuple(data.get("inputs", ()))))
     return found
 
 
 def main() -> None:
-    for fx in fixtures():
+    for fx in [fx for target in registry.TARGETS for fx in fixtures(target)]:
         text = fx.port()
         old = fx.expected.read_text(encoding="utf-8") if fx.expected.exists() else None
         if text != old:
