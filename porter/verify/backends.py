@@ -38,6 +38,9 @@ BACKENDS = {
     # the port on the XLA backend (CPU here; a TPU VM sets PJRT_DEVICE=TPU)
     "torch-xla": Backend("torch-xla", "porter.verify.side_torch", "xla",
                          env={"PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}),
+    # a Flax NNX port (the JAX target): CPU here; a TPU VM sets JAX_PLATFORMS=tpu
+    "jax": Backend("jax", "porter.verify.side_jax", "jax",
+                   env={"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}),
 }
 
 _IMPORTS = re.compile(r"^\s*(?:import|from)\s+([\w.]+)", re.M)
@@ -59,6 +62,6 @@ def port_backend(path: Path) -> Backend:
     if "torch_xla" in mods:
         return BACKENDS["torch-xla"]
     if mods & {"jax", "flax"}:
-        raise ValueError(f"{path}: JAX ports are not supported yet")
+        return BACKENDS["jax"]
     # a port that needed no torch_xla-specific code still runs on the XLA device
     return BACKENDS["torch-xla"]

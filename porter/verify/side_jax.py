@@ -1,0 +1,535 @@
+"""The JAX side of a model-level verification, run in its own interpreter:
+``python -m porter.verify.side_jax REQUEST.json``.
+
+It reads and writes the protocol of ``side_torch`` (an .npz of arrays plus a JSON of
+metadata), for a port written in Flax NNX to the JAX target's contract:
+
+- the model is built from ``--model`` with ``rngs=nnx.Rngs(0)`` added;
+- the original's initial weights go in through the port's own
+  ``load_torch_state_dict(model, state_dict)``, and parameters, batch statistics and gradients
+  come back under the original's torch names, in torch layouts, through its
+  ``torch_state_dict(model)``;
+- the first forward pass records every submodule's output under the original's module name
+  (NNX attribute names are the torch ones; ``nnx.Sequential``'s ``layers[i]`` is torch's
+  ``seq.i``; outputs of channels-last layers (nnx.Conv, nnx.BatchNorm over the last axis, ...)
+  are compared with the channels moved to axis 1, as torch has them);
+- K optimizer steps (optax SGD with momentum 0.9, or Adam with torch's defaults) run in one
+  ``nnx.jit`` train step; nothing is read back to the host until all steps ran.
+
+Health, per step: compilations (every XLA compilation JAX reports, through
+``jax.monitoring``), device-to-host transfers (this side reads nothing inside a step; each
+host-callback primitive in the compiled step — ``jax.debug.print``, ``jax.debug.callback``,
+``pure_callback``, ``io_callback`` — is a transfer to the host in every execution and is
+counted as one), executions (calls of the compiled step), and no CPU fallbacks (JAX has none).
+"""
+from __future__ import annotations
+
+import ast
+import json
+import runpy
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+
+def _load_namespace(path: str) -> dict:
+    """The port's module namespace (its ``__main__`` block does not run)."""
+    folder = str(Path(path).resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return runpy.run_path(path, run_name="__porter_verify__")
+
+
+# primitives that leave the compiled program for the host while it runs
+HOST_CALLBACKS = {
+    "debug_callback": "jax.debug.callback",
+    "debug_print": "jax.debug.print",
+    "pure_callback": "jax.pure_callback",
+    "io_callback": "jax.experimental.io_callback",
+    "callback": "a host callback",
+    "outside_call": "a host callback (host_callback)",
+    "host_callback_call": "a host callback (host_callback)",
+}
+
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+class PortError(RuntimeError):
+    """The port does not follow the JAX target's contract."""
+
+
+def model_expression(expr: str, rngs: str) -> str:
+    """``Net(10)`` -> ``Net(10, rngs=<rngs>)``; ``Net`` or ``mod.Net`` -> ``Net(rngs=<rngs>)``."""
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError as exc:
+        raise PortError(f"--model {expr!r} is not a Python expression: {exc.msg}") from None
+    body = tree.body
+    rngs_node = ast.parse(rngs, mode="eval").body
+    if isinstance(body, ast.Call):
+        if not any(k.arg == "rngs" for k in body.keywords):
+            body.keywords.append(ast.keyword(arg="rngs", value=rngs_node))
+    elif isinstance(body, (ast.Name, ast.Attribute)):
+        body = ast.Call(func=body, args=[], keywords=[ast.keyword(arg="rngs", value=rngs_node)])
+    else:
+        raise PortError(f"--model {expr!r}: give a class name or a call (Net, Net(10)) to build an NNX port")
+    return ast.unparse(ast.fix_missing_locations(ast.Expression(body)))
+
+
+def _flatten(obj, prefix: str, out: list):
+    """Like side_torch._flatten, for JAX arrays."""
+    import jax
+
+    if isinstance(obj, (jax.Array, np.ndarray)):
+        out.append((prefix, obj))
+    elif hasattr(obj, "_asdict"):
+        _flatten(obj._asdict(), prefix, out)
+    elif isinstance(obj, (tuple, list)):
+        for i, item in enumerate(obj):
+            _flatten(item, f"{prefix}.{i}" if prefix else str(i), out)
+    elif isinstance(obj, dict):
+        for k, item in obj.items():
+            _flatten(item, f"{prefix}.{k}" if prefix else str(k), out)
+
+
+def _is_float(a) -> bool:
+    return np.issubdtype(np.dtype(a.dtype), np.floating)
+
+
+def _host(a) -> np.ndarray:
+    a = np.asarray(a)
+    if a.dtype.name == "bfloat16":
+        a = a.astype(np.float32)
+    return np.array(a, copy=True)
+
+
+def torch_names(model) -> dict[int, tuple[str, object]]:
+    """id(module) -> (torch module name, module) for every callable submodule of an NNX model.
+    Attribute names are kept by the port, so the NNX path is the torch name; the ``layers``
+    list of an ``nnx.Sequential`` is torch's Sequential itself (``seq.layers.0`` -> ``seq.0``)."""
+    from flax import nnx
+
+    modules = {path: m for path, m in nnx.iter_modules(model)}
+    names = {}
+    for path, m in modules.items():
+        if not path or isinstance(m, (nnx.List, nnx.Dict)) or not callable(getattr(type(m), "__call__", None)):
+            continue
+        names.setdefault(id(m), (_torch_name(path, modules), m))
+    return names
+
+
+def _torch_name(path, modules) -> str:
+    from flax import nnx
+
+    parts = []
+    for i, part in enumerate(path):
+        if part == "layers" and isinstance(modules.get(tuple(path[:i])), nnx.Sequential):
+            continue
+        parts.append(str(part))
+    return ".".join(parts)
+
+
+def channels_first(module, out: np.ndarray):
+    """The output of a channels-last NNX layer with its channels at axis 1 (as torch has
+    them), or None where the layer is not channels-last."""
+    from flax import nnx
+
+    if out.ndim < 3:
+        return None
+    if isinstance(module, (nnx.Conv, nnx.ConvTranspose, nnx.GroupNorm)):
+        axis = -1
+    elif isinstance(module, nnx.BatchNorm):
+        axis = module.axis if isinstance(module.axis, int) else None
+    else:
+        return None
+    if axis is None or axis % out.ndim == 1:
+        return None
+    return np.moveaxis(out, axis, 1)
+
+
+class LayerRecorder:
+    """Records every submodule's output of one eager forward pass of ``model`` (a throwaway
+    clone: its batch statistics move) under the original's torch module names.
+
+    Module classes get their ``__call__`` wrapped for the duration (by identity of the
+    instance, outermost call only, so a subclass calling ``super().__call__`` records once);
+    plain functions that stand for torch modules (``nnx.relu`` in an ``nnx.Sequential``,
+    ``self.act = nnx.relu``) are wrapped in place on the clone."""
+
+    def __init__(self, model, torch_layers: dict[str, tuple]):
+        from flax import nnx
+
+        self.model = model
+        self.torch_layers = torch_layers  # layer key -> the original's shape
+        self.torch_modules = {k.partition("/")[2] for k in torch_layers}
+        self.names = torch_names(model)
+        self.records: list[tuple[str, object, object]] = []
+        self.active: set[int] = set()
+        self._patched: list[tuple[type, object, bool]] = []
+        modules = {path: m for path, m in nnx.iter_modules(model)}
+        self._functions = []
+        for path, m in modules.items():
+            if isinstance(m, nnx.Sequential):
+                layers = m.layers
+                for i in range(len(layers)):
+                    f = layers[i]
+                    if callable(f) and not isinstance(f, nnx.Module):
+                        self._functions.append((layers, i, _torch_name(path + ("layers", i), modules), f))
+            elif not isinstance(m, (nnx.List, nnx.Dict)):
+                for attr, f in list(vars(m).items()):
+                    if attr.startswith("_") or isinstance(f, (nnx.Module, nnx.Variable, type)) or not callable(f):
+                        continue
+                    name = _torch_name(path + (attr,), modules)
+                    if self._is_torch_module(name):
+                        self._functions.append((m, attr, name, f))
+
+    def _is_torch_module(self, name: str) -> bool:
+        return any(t == name or t.startswith(name + ".") for t in self.torch_modules)
+
+    def __enter__(self):
+        classes = {type(m) for _, m in self.names.values()}
+        for cls in classes:
+            self._wrap_class(cls)
+        for holder, key, name, f in self._functions:
+            wrapped = self._wrap_function(name, f)
+            if isinstance(key, int):
+                holder[key] = wrapped
+            else:
+                setattr(holder, key, wrapped)
+        return self
+
+    def __exit__(self, *exc):
+        for cls, original, own in reversed(self._patched):
+            if own:
+                cls.__call__ = original
+            else:
+                del cls.__call__
+        self._patched.clear()
+        for holder, key, _name, f in self._functions:
+            if isinstance(key, int):
+                holder[key] = f
+            else:
+                setattr(holder, key, f)
+        return False
+
+    def _wrap_class(self, cls):
+        original = cls.__call__
+        own = "__call__" in cls.__dict__
+        recorder = self
+
+        def __call__(module, *args, **kwargs):
+            key = id(module)
+            if key not in recorder.names or key in recorder.active:
+                return original(module, *args, **kwargs)
+            recorder.active.add(key)
+            try:
+                out = original(module, *args, **kwargs)
+            finally:
+                recorder.active.discard(key)
+            name, _ = recorder.names[key]
+            recorder.records.append((name, module, out))
+            return out
+
+        __call__.__wrapped__ = original
+        cls.__call__ = __call__
+        self._patched.append((cls, original, own))
+
+    def _wrap_function(self, name, f):
+        recorder = self
+
+        def recorded(*args, **kwargs):
+            out = f(*args, **kwargs)
+            recorder.records.append((name, None, out))
+            return out
+
+        return recorded
+
+    def arrays(self, notes: list) -> list[tuple[str, np.ndarray]]:
+        """The recorded outputs as (layer key, numpy array), in execution order."""
+        out = []
+        moved = []
+        for name, module, value in self.records:
+            sub: list = []
+            _flatten(value, "", sub)
+            for suffix, t in sub:
+                key = f"layer/{name}{'.' + suffix if suffix else ''}"
+                a = _host(t)
+                want = self.torch_layers.get(key)
+                if module is not None:
+                    cf = channels_first(module, a)
+                    if cf is not None:
+                        a = cf
+                        moved.append(name)
+                if want is not None and tuple(a.shape) != tuple(want) and a.ndim >= 3 \
+                        and tuple(np.moveaxis(a, -1, 1).shape) == tuple(want):
+                    a = np.moveaxis(a, -1, 1)  # a channels-last output where torch has NCHW
+                    moved.append(name)
+                out.append((key, a))
+        if moved:
+            notes.append("outputs of channels-last NNX layers compared with the channels moved to axis 1: "
+                         + ", ".join(dict.fromkeys(moved)))
+        return out
+
+
+def host_callbacks(jaxpr) -> dict[str, int]:
+    """Host-callback primitives in a (closed) jaxpr and every jaxpr nested in it."""
+    from jax.extend import core as jcore
+
+    found: dict[str, int] = {}
+
+    def walk(j):
+        j = getattr(j, "jaxpr", j)
+        for eqn in j.eqns:
+            name = eqn.primitive.name
+            if name in HOST_CALLBACKS:
+                found[name] = found.get(name, 0) + 1
+            for v in eqn.params.values():
+                for s in (v if isinstance(v, (list, tuple)) else (v,)):
+                    if isinstance(s, (jcore.Jaxpr, jcore.ClosedJaxpr)):
+                        walk(s)
+
+    walk(jaxpr)
+    return found
+
+
+def _mismatch(own: dict, state: dict):
+    """side_torch's mismatch record, or None when the names and shapes fit."""
+    state_keys = {k for k in state if not k.endswith("num_batches_tracked")}
+    missing = sorted(set(own) - state_keys)
+    extra = sorted(state_keys - set(own))
+    if missing or extra:
+        return {"missing": missing, "unexpected": extra}
+    bad = [k for k in own if tuple(np.shape(own[k])) != tuple(np.shape(state[k]))]
+    if bad:
+        return {"shape": {k: [list(np.shape(state[k])), list(np.shape(own[k]))] for k in bad}}
+    return None
+
+
+def _mismatch_from_error(exc: Exception, own: dict, state: dict) -> dict:
+    text = str(exc.args[0]) if exc.args else str(exc)
+    named = sorted((k for k in set(state) | set(own) if k in text), key=len, reverse=True)
+    key = named[0] if named else text
+    if isinstance(exc, ValueError) and key in state:
+        return {"shape": {key: [list(np.shape(state[key])), list(np.shape(own.get(key, ())))]},
+                "error": f"{type(exc).__name__}: {text}"}
+    if key in state:
+        return {"missing": [], "unexpected": [key], "error": f"{type(exc).__name__}: {text}"}
+    return {"missing": [key], "unexpected": [], "error": f"{type(exc).__name__}: {text}"}
+
+
+def run(request: dict) -> dict:
+    import jax
+
+    jax.config.update("jax_enable_x64", False)
+    jax.config.update("jax_default_matmul_precision", "highest")
+    import jax.numpy as jnp
+    import optax
+    from flax import nnx
+
+    meta: dict = {"notes": [], "health": None}
+    compiles = [0]
+
+    def on_event(event, duration, **_kw):
+        if event == COMPILE_EVENT:
+            compiles[0] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(on_event)
+
+    ns = _load_namespace(request["file"])
+    for fn in ("load_torch_state_dict", "torch_state_dict"):
+        if not callable(ns.get(fn)):
+            raise PortError(f"{request['file']} defines no {fn}(): a JAX port converts the original's weights "
+                            f"with load_torch_state_dict(model, state_dict) and torch_state_dict(model)")
+    load_torch_state_dict, torch_state_dict = ns["load_torch_state_dict"], ns["torch_state_dict"]
+    expr = model_expression(request["model"], "__porter_nnx__.Rngs(0)")
+    try:
+        model = eval(expr, dict(ns, __porter_nnx__=nnx))  # the user's expression, in the user's namespace
+    except Exception as exc:
+        raise RuntimeError(f"--model {request['model']!r} (as {expr}) failed in {request['file']}: {exc}") from exc
+    if not isinstance(model, nnx.Module):
+        raise PortError(f"--model {request['model']!r} gave a {type(model).__name__}, not an nnx.Module")
+
+    shared = request.get("shared")
+    if not shared:
+        raise PortError("the JAX side runs ports only: it needs the original's weights and inputs (shared)")
+    data = np.load(shared)
+    state = {k[len("init/"):]: data[k] for k in data.files if k.startswith("init/")}
+    own = {k: np.asarray(v) for k, v in torch_state_dict(model).items()}
+    mm = _mismatch(own, state)
+    if mm:
+        meta["mismatch"] = mm
+        return meta
+    try:
+        load_torch_state_dict(model, state)
+    except (KeyError, ValueError) as exc:
+        meta["mismatch"] = _mismatch_from_error(exc, own, state)
+        return meta
+    back = {k: np.asarray(v) for k, v in torch_state_dict(model).items()}
+    off = [k for k in state if k in back and not np.array_equal(np.asarray(back[k], np.float64),
+                                                                 np.asarray(state[k], np.float64))]
+    if off:
+        meta["notes"].append("torch_state_dict(model) does not give back the weights load_torch_state_dict(model, ...) "
+                             f"was given, for: {', '.join(off[:5])}{' ...' if len(off) > 5 else ''}")
+
+    # inputs: JAX runs with 32-bit types here (jax_enable_x64 off)
+    inputs = []
+    narrowed = []
+    for i in range(int(data["n_inputs"])):
+        x = data[f"input/{i}"]
+        if x.dtype == np.int64:
+            x, _ = x.astype(np.int32), narrowed.append(f"input {i} int64 -> int32")
+        elif x.dtype == np.float64:
+            x, _ = x.astype(np.float32), narrowed.append(f"input {i} float64 -> float32")
+        inputs.append(jnp.asarray(x))
+    if narrowed:
+        meta["notes"].append("jax_enable_x64 is off: " + ", ".join(narrowed))
+    n_proj = sum(1 for k in data.files if k.startswith("projection/"))
+    projection = [jnp.asarray(data[f"projection/{i}"]) for i in range(n_proj)]
+    torch_layers = {k: tuple(data[k].shape) for k in data.files if k.startswith("layer/")}
+
+    model.train()
+    names = torch_names(model)
+    dropouts = []
+    for _, (name, m) in names.items():
+        if isinstance(m, nnx.Dropout) and m.rate > 0:
+            m.rate = 0.0
+            dropouts.append(name)
+    if dropouts:
+        meta["notes"].append(f"dropout switched off for the comparison in: {', '.join(dropouts)}")
+
+    tensors: dict[str, np.ndarray] = {}
+    order: list[str] = []
+
+    def keep(key, value):
+        tensors[key] = value if isinstance(value, np.ndarray) else _host(value)
+        if key not in order:
+            order.append(key)
+
+    # every submodule's output of the first forward pass, eagerly, on a clone (its batch
+    # statistics move; step 1 below runs the same forward on the model itself)
+    recording = nnx.clone(model)
+    with LayerRecorder(recording, torch_layers) as recorder:
+        recording(*inputs)
+    layer_arrays = recorder.arrays(meta["notes"])
+    del recording
+    recorded = {k for k, _ in layer_arrays}
+    skipped = [k for k in torch_layers if k not in recorded]
+    if skipped:
+        meta["skipped"] = skipped
+        meta["notes"].append("no NNX module or function of the port corresponds to the original's "
+                             f"{', '.join(k.partition('/')[2] for k in skipped[:8])}{' ...' if len(skipped) > 8 else ''}: "
+                             "their outputs are not compared")
+
+    if request["optimizer"] == "adam":
+        tx = optax.adam(request["lr"])  # torch's defaults: betas (0.9, 0.999), eps 1e-8 outside the sqrt
+    else:
+        tx = optax.sgd(request["lr"], momentum=0.9)  # torch's SGD: buf = 0.9 buf + g; p -= lr buf
+    optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+
+    def loss_of(out):
+        flat: list = []
+        _flatten(out, "", flat)
+        if not any(_is_float(t) for _, t in flat):
+            raise RuntimeError("the model returned no floating-point array")
+        if len(flat) != len(projection):
+            raise RuntimeError(f"the port's model returned {len(flat)} arrays, the original's {len(projection)}")
+        # the original's fixed random projection of every output (side_torch)
+        return sum(jnp.sum(t.astype(jnp.float32) * w) / max(t.size, 1)
+                   for (_, t), w in zip(flat, projection) if _is_float(t)), flat
+
+    @nnx.jit
+    def train_step(model, optimizer, inputs):
+        def loss_fn(model):
+            out = model(*inputs)
+            loss, _ = loss_of(out)
+            return loss, out
+
+        (loss, out), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
+        optimizer.update(model, grads)
+        return loss, out, grads
+
+    snapshots = []
+    health_steps = []
+    first = None
+    t0 = time.perf_counter()
+    for step in range(1, request["steps"] + 1):
+        before = compiles[0]
+        loss, out, grads = train_step(model, optimizer, inputs)
+        if step == 1:
+            first = (out, grads)
+        snapshots.append((loss, nnx.clone(model)))
+        health_steps.append({"compiles": compiles[0] - before,
+                             "transfers": 0,  # this side reads nothing back inside a step
+                             "executions": 1, "fallbacks": []})
+    jax.block_until_ready([s[0] for s in snapshots])
+    elapsed = time.perf_counter() - t0
+    cache_size = train_step.jitted_fn._cache_size()
+
+    # the compiled step: does it call back to the host?
+    problems = []
+    callbacks = host_callbacks(train_step.trace(model, optimizer, inputs).traced.jaxpr)
+    if callbacks:
+        n = sum(callbacks.values())
+        what = ", ".join(f"{HOST_CALLBACKS[p]} ({p}) x{c}" for p, c in callbacks.items())
+        for h in health_steps:
+            h["transfers"] += n
+        problems.append(f"the compiled step calls back to the host: {what}; each is a device-to-host "
+                        "transfer in every step")
+        meta["notes"].append(problems[-1])
+    if cache_size != 1:
+        problems.append(f"the train step was compiled {cache_size} times (for {request['steps']} steps)")
+        meta["notes"].append(problems[-1])
+
+    # everything read back now, converted to the original's names and layouts
+    for key, a in layer_arrays:
+        keep(key, a)
+    out, grads = first
+    flat: list = []
+    _flatten(out, "", flat)
+    for suffix, t in flat:
+        keep(f"output/{suffix or '0'}", t)
+    final = {k: np.asarray(v) for k, v in torch_state_dict(model).items()}
+    bumped = nnx.clone(model)
+    nnx.update(bumped, jax.tree.map(lambda v: v + 1, nnx.state(bumped, nnx.Param)))
+    moved = {k: np.asarray(v) for k, v in torch_state_dict(bumped).items()}
+    param_names = [k for k in final if k in moved and not np.array_equal(final[k], moved[k])]
+    buffer_names = [k for k in final if k not in param_names and _is_float(final[k])]
+    g = nnx.clone(model)
+    nnx.update(g, grads)
+    g_torch = torch_state_dict(g)
+    for n in param_names:
+        keep(f"grad/{n}", np.asarray(g_torch[n]))
+    for step, (loss, snap) in enumerate(snapshots, start=1):
+        keep(f"step{step}/loss", loss)
+        sd = torch_state_dict(snap)
+        for n in param_names:
+            keep(f"step{step}/param/{n}", np.asarray(sd[n]))
+        for n in buffer_names:
+            keep(f"step{step}/buffer/{n}", np.asarray(sd[n]))
+    meta["order"] = order
+    meta["seconds"] = elapsed
+    meta["health"] = {"steps": health_steps, "jit_cache_size": cache_size,
+                      "host_callbacks": callbacks, "problems": problems}
+    np.savez(request["out"], **tensors)
+    return meta
+
+
+def main() -> None:
+    request = json.loads(Path(sys.argv[1]).read_text())
+    meta_path = request["meta"]
+    try:
+        meta = run(request)
+        meta["ok"] = True
+    except BaseException as exc:  # report every failure of the user's code, with its traceback
+        meta = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        Path(meta_path).write_text(json.dumps(meta))
+        sys.stderr.write(meta["traceback"])
+        sys.exit(3)
+    Path(meta_path).write_text(json.dumps(meta))
+
+
+if __name__ == "__main__":
+    main()
