@@ -1,0 +1,507 @@
+"""What the JAX loop rules (JX3xx) need to know about a training script.
+
+A PyTorch step is spread over statements of a loop body: ``optimizer.zero_grad()``, a forward
+pass, ``loss.backward()``, maybe a gradient clip, ``optimizer.step()``. In JAX the forward
+pass becomes a function of the model (``loss_fn``) that ``nnx.value_and_grad`` differentiates
+inside one ``@nnx.jit`` train step. This module finds those pieces (:func:`plan_steps`):
+
+* the *regions* of a loop body, one per ``optimizer.step()`` (two for a GAN's D and G steps);
+* for each region, the statements of the forward pass: the statements of the region's window
+  that the loss depends on (a backward slice over the straight-line body) and that depend on
+  a model (they call one, or read what such a statement computed). Statements that do not
+  depend on a model (moving a batch, drawing noise) stay in the loop, before the step; those
+  that read the forward pass but do not feed the loss (an accuracy) come after it, and what
+  they read is returned by the step;
+* the step's parameters: the model the optimizer trains, the optimizer, every other local the
+  forward pass reads (arrays, other modules), and, as static arguments, loss objects and the
+  ``args.x`` values of an argparse namespace.
+
+Everything here reads the tree; the rule (jx301) builds the code.
+"""
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+import libcst as cst
+
+from porter import astutil
+from porter.context import FileContext, dotted_name
+
+_BUILTINS = frozenset(dir(builtins))
+NNX = "flax.nnx"
+
+
+def code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+def nnx_name(ctx: FileContext) -> str:
+    return ctx.module_alias(NNX)
+
+
+# --------------------------------------------------------------------------------------
+# Names read and bound
+# --------------------------------------------------------------------------------------
+def reads(node: cst.CSTNode) -> list[str]:
+    """Names an expression or statement reads, in order of first appearance (attribute
+    names, keyword names and plain assignment targets are not reads)."""
+    out: dict[str, None] = {}
+    _reads(node, out)
+    return list(out)
+
+
+def _reads(node: cst.CSTNode, out: dict) -> None:
+    if isinstance(node, cst.Name):
+        out[node.value] = None
+    elif isinstance(node, cst.Attribute):
+        _reads(node.value, out)
+    elif isinstance(node, cst.Arg):
+        _reads(node.value, out)
+    elif isinstance(node, cst.Assign):
+        _reads(node.value, out)
+        for t in node.targets:
+            _target_reads(t.target, out)
+    elif isinstance(node, cst.AnnAssign):
+        if node.value is not None:
+            _reads(node.value, out)
+        _target_reads(node.target, out)
+    elif isinstance(node, cst.AugAssign):
+        _reads(node.target, out)
+        _reads(node.value, out)
+    elif isinstance(node, (cst.Param,)):
+        if node.default is not None:
+            _reads(node.default, out)
+    elif isinstance(node, (cst.Lambda, cst.FunctionDef)):
+        inner: dict = {}
+        for child in astutil.children(node):
+            _reads(child, inner)
+        params = {p.name.value for p in _params(node.params)}
+        for name in inner:
+            if name not in params:
+                out[name] = None
+    elif isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+        inner = {}
+        for child in astutil.children(node):
+            _reads(child, inner)
+        bound: set[str] = set()
+        comp = node.for_in
+        while comp is not None:
+            bound.update(astutil.target_names(comp.target))
+            comp = comp.inner_for_in
+        for name in inner:
+            if name not in bound:
+                out[name] = None
+    elif isinstance(node, cst.CompFor):
+        _target_reads(node.target, out)
+        for child in (node.iter, *[i.search for i in node.ifs]):
+            _reads(child, out)
+        if node.inner_for_in is not None:
+            _reads(node.inner_for_in, out)
+    else:
+        for child in astutil.children(node):
+            _reads(child, out)
+
+
+def _target_reads(target: cst.CSTNode, out: dict) -> None:
+    """A target reads the objects it stores into (``a.b = ..`` and ``a[i] = ..`` read ``a``)."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        for e in target.elements:
+            _target_reads(e.value, out)
+    elif isinstance(target, cst.StarredElement):
+        _target_reads(target.value, out)
+    elif not isinstance(target, cst.Name):
+        _reads(target, out)
+
+
+def _params(params: cst.Parameters) -> Iterable[cst.Param]:
+    yield from params.posonly_params
+    yield from params.params
+    if isinstance(params.star_arg, cst.Param):
+        yield params.star_arg
+    yield from params.kwonly_params
+    if params.star_kwarg is not None:
+        yield params.star_kwarg
+
+
+def binds(stmt: cst.CSTNode) -> set[str]:
+    """Names a statement (re)binds, or mutates in place (``x.fill_(0)``, ``x[i] = 0``)."""
+    out: set[str] = set()
+    for small in _smalls(stmt):
+        if isinstance(small, cst.Assign):
+            for t in small.targets:
+                out.update(_bound_or_stored(t.target))
+        elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+            out.update(_bound_or_stored(small.target))
+        elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+            m = astutil.method_name(small.value)
+            if m and m.endswith("_") and not m.startswith("_"):
+                root = _root_name(small.value.func.value)  # type: ignore[attr-defined]
+                if root:
+                    out.add(root)
+    if isinstance(stmt, cst.For):
+        out.update(astutil.target_names(stmt.target))
+    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+        out.add(stmt.name.value)
+    return out
+
+
+def _bound_or_stored(target: cst.CSTNode) -> set[str]:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {n for e in target.elements for n in _bound_or_stored(e.value)}
+    if isinstance(target, cst.StarredElement):
+        return _bound_or_stored(target.value)
+    root = _root_name(target)
+    return {root} if root else set()
+
+
+def _root_name(expr: cst.CSTNode) -> Optional[str]:
+    while isinstance(expr, (cst.Attribute, cst.Subscript)):
+        expr = expr.value
+    return expr.value if isinstance(expr, cst.Name) else None
+
+
+def _smalls(stmt: cst.CSTNode) -> list[cst.CSTNode]:
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return list(stmt.body)
+    return []
+
+
+def function_locals(fn: cst.FunctionDef) -> set[str]:
+    """Parameters and every name the function binds (not inside nested functions/classes)."""
+    key = ("jx.locals", fn)
+    names: set[str] = {p.name.value for p in _params(fn.params)}
+    for node in astutil.walk(fn.body):
+        if isinstance(node, cst.Assign):
+            for t in node.targets:
+                names.update(astutil.target_names(t.target))
+        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)) and isinstance(node.target, cst.Name):
+            names.add(node.target.value)
+        elif isinstance(node, (cst.For, cst.CompFor)):
+            names.update(astutil.target_names(node.target))
+        elif isinstance(node, cst.WithItem) and node.asname is not None:
+            names.update(astutil.target_names(node.asname.name))
+        elif isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node is not fn:
+            names.add(node.name.value)
+        elif isinstance(node, (cst.Import, cst.ImportFrom)) and not isinstance(getattr(node, "names", None), cst.ImportStar):
+            for alias in node.names:  # type: ignore[union-attr]
+                local = alias.asname.name if alias.asname else alias.name
+                d = dotted_name(local)
+                if d:
+                    names.add(d.split(".")[0])
+    del key
+    return names
+
+
+# --------------------------------------------------------------------------------------
+# Optimizers, models, loss objects
+# --------------------------------------------------------------------------------------
+def is_optimizer_ctor(qual: Optional[str]) -> bool:
+    if not qual:
+        return False
+    if qual == "flax.nnx.Optimizer":
+        return True
+    return qual.startswith("torch.optim.") and ".lr_scheduler" not in qual and "swa_utils" not in qual
+
+
+def _strip_moves(expr: cst.CSTNode) -> cst.CSTNode:
+    while isinstance(expr, cst.Call) and astutil.method_name(expr) in ("to", "cuda", "cpu", "train", "eval", "float", "double"):
+        expr = expr.func.value  # type: ignore[attr-defined]
+    return expr
+
+
+@dataclass
+class FileFacts:
+    optimizers: dict[str, Optional[str]] = field(default_factory=dict)  # optimizer text -> model text
+    modules: set[str] = field(default_factory=set)  # names bound to module objects (models)
+    losses: set[str] = field(default_factory=set)  # names bound to torch.nn.*Loss objects / functions
+    namespaces: set[str] = field(default_factory=set)  # names bound to argparse results
+    module_classes: set[str] = field(default_factory=set)  # classes of the file deriving from a module
+    toplevel: set[str] = field(default_factory=set)  # names bound at module level
+
+
+def file_facts(ctx: FileContext) -> FileFacts:
+    key = ("jx.file_facts",)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    facts = FileFacts()
+    module = ctx.module
+    for stmt in module.body:
+        facts.toplevel.update(binds(stmt))
+        if isinstance(stmt, cst.ClassDef):
+            for base in stmt.bases:
+                q = ctx.qualname(base.value) or ""
+                if q in ("torch.nn.Module", "torch.nn.modules.module.Module", "flax.nnx.Module") or (
+                    isinstance(base.value, cst.Name) and base.value.value in facts.module_classes
+                ):
+                    facts.module_classes.add(stmt.name.value)
+        for small in _smalls(stmt):
+            if isinstance(small, (cst.Import, cst.ImportFrom)) and not isinstance(getattr(small, "names", None), cst.ImportStar):
+                for alias in small.names:  # type: ignore[union-attr]
+                    local = alias.asname.name if alias.asname else alias.name
+                    d = dotted_name(local)
+                    if d:
+                        facts.toplevel.add(d.split(".")[0])
+    for node in astutil.walk(module, into_functions=True):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1:
+            target = code(node.targets[0].target)
+            value = _strip_moves(node.value)
+            if isinstance(value, cst.Call):
+                qual = ctx.qualname(value.func) or ""
+                if is_optimizer_ctor(qual):
+                    facts.optimizers[target] = _optimized_model(value, qual)
+                elif qual.startswith("torch.nn.") and qual.endswith("Loss"):
+                    facts.losses.add(target)
+                elif qual.startswith(("torch.nn.", "flax.nnx.")) and qual.split(".")[-1][:1].isupper():
+                    facts.modules.add(target)
+                elif isinstance(value.func, cst.Name) and value.func.value in facts.module_classes:
+                    facts.modules.add(target)
+                elif astutil.method_name(value) == "parse_args":
+                    facts.namespaces.add(target)
+                elif qual in ("functools.partial",):
+                    facts.losses.add(target)
+            elif isinstance(value, cst.Lambda):
+                facts.losses.add(target)
+    facts.modules.update(m for m in facts.optimizers.values() if m)
+    ctx.cache[key] = facts
+    return facts
+
+
+def _optimized_model(call: cst.Call, qual: str) -> Optional[str]:
+    first = astutil.arg(call, "params", 0)
+    if qual == "flax.nnx.Optimizer":
+        first = astutil.arg(call, "model", 0)
+        return code(first.value) if first else None
+    if first is None:
+        return None
+    receivers = {
+        code(c.func.value)  # type: ignore[attr-defined]
+        for c in astutil.calls_in(first.value)
+        if astutil.method_name(c) in ("parameters", "named_parameters")
+    }
+    return receivers.pop() if len(receivers) == 1 else None
+
+
+# --------------------------------------------------------------------------------------
+# Statements of a loop body
+# --------------------------------------------------------------------------------------
+@dataclass
+class Piece:
+    kind: str  # "zero_grad", "backward", "step", "clip", "other"
+    stmt: cst.BaseStatement
+    receiver: Optional[cst.CSTNode] = None  # the optimizer / loss / model of the call
+    call: Optional[cst.Call] = None
+
+
+_CLIP = {
+    "torch.nn.utils.clip_grad_norm_": "norm",
+    "torch.nn.utils.clip_grad.clip_grad_norm_": "norm",
+    "torch.nn.utils.clip_grad_value_": "value",
+    "torch.nn.utils.clip_grad.clip_grad_value_": "value",
+}
+
+
+def classify(stmt: cst.BaseStatement, ctx: FileContext) -> Piece:
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr):
+        call = stmt.body[0].value
+        if isinstance(call, cst.Call):
+            m = astutil.method_name(call)
+            if m == "zero_grad":
+                return Piece("zero_grad", stmt, call.func.value, call)  # type: ignore[attr-defined]
+            if m == "backward" and not call.args:
+                return Piece("backward", stmt, call.func.value, call)  # type: ignore[attr-defined]
+            if m == "step" and not call.args:
+                receiver = call.func.value  # type: ignore[attr-defined]
+                if code(receiver) in file_facts(ctx).optimizers:
+                    return Piece("step", stmt, receiver, call)
+            if (ctx.qualname(call.func) or "") in _CLIP:
+                return Piece("clip", stmt, None, call)
+    return Piece("other", stmt)
+
+
+def has_backward(node: cst.CSTNode) -> bool:
+    return any(astutil.method_name(c) == "backward" for c in astutil.calls_in(node))
+
+
+@dataclass
+class Region:
+    optimizer: str  # the optimizer's name in the loop
+    model: Optional[str]  # the model it trains
+    losses: list[cst.CSTNode]  # receivers of .backward()
+    forward: list[cst.BaseStatement]  # statements of loss_fn, in order
+    before: list[cst.BaseStatement]  # stay in the loop before the step call
+    after: list[cst.BaseStatement]  # stay in the loop after the step call
+    clips: list[Piece]
+    dropped: list[cst.BaseStatement]  # zero_grad / backward / step / clip statements
+    recomputed: list[cst.BaseStatement]  # forward statements of an earlier region computed again
+    outputs: list[str] = field(default_factory=list)  # names the loop reads after the step
+    first: Optional[cst.BaseStatement] = None  # the first statement of the window (comments)
+
+
+@dataclass
+class Plan:
+    regions: list[Region]
+    tail: list[cst.BaseStatement]  # the statements after the last step
+
+
+class Unsupported(Exception):
+    """The loop trains, but not in a form the rewrite handles; the message says why."""
+
+
+def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str]) -> Plan:
+    """Split the loop body into step regions. ``later_reads``: names read anywhere in the
+    enclosing scope outside this loop body (after the loop, a ``return``)."""
+    body = loop.body
+    if not isinstance(body, cst.IndentedBlock):
+        raise Unsupported("the loop body is on one line")
+    stmts = list(body.body)
+    pieces = [classify(s, ctx) for s in stmts]
+    for p in pieces:
+        if p.kind == "other" and has_backward(p.stmt):
+            raise Unsupported("loss.backward() is nested in a block of the loop body")
+    steps = [i for i, p in enumerate(pieces) if p.kind == "step"]
+    if not steps:
+        raise Unsupported("no optimizer.step() in the loop body next to loss.backward()")
+    facts = file_facts(ctx)
+    regions: list[Region] = []
+    start = 0
+    earlier_forward: list[cst.BaseStatement] = []
+    for end in steps:
+        window = pieces[start:end + 1]
+        backs = [p for p in window if p.kind == "backward"]
+        if not backs:
+            raise Unsupported(f"{code(pieces[end].receiver)}.step() has no loss.backward() before it")
+        last_back = max(i for i, p in enumerate(window) if p.kind == "backward")
+        for p in window[last_back + 1:-1]:
+            if p.kind not in ("clip", "zero_grad"):
+                raise Unsupported(f"`{code(p.stmt).strip()}` runs between loss.backward() and optimizer.step()")
+        opt_text = code(pieces[end].receiver)
+        if not isinstance(pieces[end].receiver, cst.Name):
+            raise Unsupported(f"the optimizer {opt_text} is not a plain name")
+        model = facts.optimizers.get(opt_text)
+        zero = [p for p in window if p.kind == "zero_grad"]
+        if model is None:
+            for z in zero:
+                if code(z.receiver) != opt_text:
+                    model = code(z.receiver)
+        if model is None or not model.isidentifier():
+            raise Unsupported(f"porter cannot tell which model {opt_text} trains")
+        models = facts.modules | {model}
+        # candidate statements: everything of the body before the last backward of the window
+        domain = [p.stmt for p in pieces[:start + last_back] if p.kind == "other"]
+        in_window = {id(p.stmt) for p in window if p.kind == "other"}
+        earlier_ids = {id(s) for s in earlier_forward}
+        loss_reads: set[str] = set()
+        for b in backs:
+            loss_reads.update(reads(b.receiver))
+        for c in window:
+            if c.kind == "clip":
+                loss_reads.update(reads(c.call))
+        slice_ids = _backward_slice(domain, loss_reads)
+        dep_ids = _model_dependent(domain, models, ctx)
+        forward, before, after, recomputed = [], [], [], []
+        for s in domain:
+            sid = id(s)
+            if sid in in_window:
+                if sid in slice_ids and sid in dep_ids:
+                    forward.append(s)
+                elif sid in dep_ids:
+                    after.append(s)
+                else:
+                    before.append(s)
+            elif sid in earlier_ids and sid in slice_ids:
+                forward.append(s)
+                recomputed.append(s)
+        for s in forward:
+            text = code(s)
+            if ".item()" in text or "print(" in text:
+                raise Unsupported(f"`{text.strip()}` reads a value on the host inside the step")
+            if not isinstance(s, cst.SimpleStatementLine):
+                raise Unsupported(f"a compound statement is part of the forward pass: `{text.strip().splitlines()[0]}`")
+        regions.append(Region(
+            opt_text, model, [b.receiver for b in backs], forward, before, after,
+            [p for p in window if p.kind == "clip"],
+            [p.stmt for p in window if p.kind != "other"], recomputed,
+            first=window[0].stmt,
+        ))
+        earlier_forward.extend(forward)
+        start = end + 1
+    tail = [p.stmt for p in pieces[start:]]
+    for p in pieces[start:]:
+        if p.kind != "other":
+            raise Unsupported(f"`{code(p.stmt).strip()}` after the last optimizer.step()")
+    # what each region's step returns: names its forward binds that anything else reads
+    for k, region in enumerate(regions):
+        bound: set[str] = set()
+        for s in region.forward:
+            bound |= binds(s)
+        readers: set[str] = set(later_reads)
+        in_steps = {id(x) for r in regions for x in r.forward} | {id(d) for r in regions for d in r.dropped}
+        for other in stmts:
+            if id(other) not in in_steps:
+                readers.update(reads(other))
+        for r in regions:
+            if r is not region:
+                readers.update(free_reads(r.forward))
+        region.outputs = [n for n in _ordered_binds(region.forward) if n in readers]
+    return Plan(regions, tail)
+
+
+def free_reads(stmts: list[cst.BaseStatement]) -> list[str]:
+    """Names the statements read before they bind them, in order."""
+    bound: set[str] = set()
+    free: dict[str, None] = {}
+    for s in stmts:
+        for n in reads(s):
+            if n not in bound:
+                free[n] = None
+        bound |= binds(s)
+    return list(free)
+
+
+def _ordered_binds(stmts: list[cst.BaseStatement]) -> list[str]:
+    out: dict[str, None] = {}
+    for s in stmts:
+        for small in _smalls(s):
+            targets = []
+            if isinstance(small, cst.Assign):
+                targets = [t.target for t in small.targets]
+            elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+                targets = [small.target]
+            for t in targets:
+                for n in astutil.target_names(t):
+                    out[n] = None
+    return list(out)
+
+
+def _backward_slice(domain: list[cst.BaseStatement], needed: set[str]) -> set[int]:
+    needed = set(needed)
+    found: set[int] = set()
+    for s in reversed(domain):
+        b = binds(s)
+        if b & needed:
+            found.add(id(s))
+            needed -= {n for n in b if not _reads_itself(s, n)}
+            needed.update(reads(s))
+    return found
+
+
+def _reads_itself(stmt: cst.BaseStatement, name: str) -> bool:
+    return name in reads(stmt)
+
+
+def _model_dependent(domain: list[cst.BaseStatement], models: set[str], ctx: FileContext) -> set[int]:
+    tainted: set[str] = set()
+    found: set[int] = set()
+    for s in domain:
+        calls_model = any(
+            isinstance(c.func, cst.Name) and c.func.value in models for c in astutil.calls_in(s)
+        ) or any(
+            isinstance(c.func, cst.Attribute) and code(c.func.value) in models and c.func.attr.value not in ("parameters", "train", "eval")
+            for c in astutil.calls_in(s)
+        )
+        if calls_model or tainted & set(reads(s)):
+            found.add(id(s))
+            tainted |= binds(s)
+    return found

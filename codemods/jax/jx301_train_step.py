@@ -1,0 +1,566 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from porter import astutil
+from porter.rules import Example, Fix, Rule, Safety, Severity
+
+from . import _loop as lp
+
+MANUAL = "porter: manual"
+
+
+class TrainStep(Rule):
+    """
+    ## What it does
+    Turns the PyTorch training step of a loop body (`optimizer.zero_grad()`, the forward
+    pass, `loss.backward()`, an optional `clip_grad_norm_`, `optimizer.step()`) into a call of
+    a module-level `@nnx.jit` train step:
+
+        @nnx.jit
+        def train_step(model, optimizer, data, target):
+            def loss_fn(model):
+                output = model(data)
+                loss = F.nll_loss(output, target)
+                return loss, output
+            (loss, output), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
+            optimizer.update(model, grads)
+            return loss, output
+
+    The forward pass is what the loss depends on and what depends on a model (it calls one,
+    or reads what such a statement computed); statements that do not touch a model (moving
+    the batch, drawing noise, building labels) stay in the loop before the call, and those
+    that read the forward pass without feeding the loss (an accuracy) come after it: the
+    step returns the loss and every name of the forward pass the rest of the code reads.
+    The model is the one the optimizer was built on (`optim.SGD(model.parameters())`,
+    `nnx.Optimizer(model, ...)`). The step's parameters are the model, the optimizer and
+    every local the forward pass reads; loss objects (`criterion = nn.CrossEntropyLoss()`)
+    and the fields of an argparse namespace (`args.clip`) are passed as static arguments.
+    `clip_grad_norm_(model.parameters(), c)` becomes `optax.clip_by_global_norm(c)` applied
+    to the gradients inside the step (`clip_grad_value_` -> `optax.clip`). Several
+    `backward()` calls before one step sum their losses (gradients accumulate in PyTorch).
+    A loop with two optimizers (a GAN's D and G steps) gets one step per optimizer; a
+    forward statement of the first step that the second one's loss reads (`fake =
+    netG(noise)`) is computed again inside the second step, so that its gradient reaches the
+    second model.
+
+    What the rewrite cannot handle (a host read such as `.item()` inside the forward pass,
+    a backward nested in an `if`, an optimizer whose model porter cannot see, code between
+    `backward()` and `step()`) is marked `# porter: manual` above the loop and reported.
+
+    ## Why
+    JAX has no `.grad` fields to accumulate into: gradients are the value of a function
+    (`nnx.value_and_grad`) and the update is functional (`optimizer.update(model, grads)`).
+    One jitted function per step is the unit XLA compiles once and runs on the device, with
+    no host round trip until the loop reads a value (`loss.item()` on logging steps).
+
+    ## Fix safety
+    Safe when each step is found as described: the same loss, the same gradients, the same
+    update. Unsafe where a forward statement is recomputed in a later step (a second forward
+    pass of a model with batch statistics updates them twice).
+    """
+
+    code = "JX301"
+    name = "jax-train-step"
+    target = "jax"
+    summary = "loss.backward(); optimizer.step() in a loop -> an @nnx.jit train_step with nnx.value_and_grad"
+    severity = Severity.ERROR
+    needs_text = (".backward(",)
+    examples = [
+        Example(
+            """
+            import torch.nn.functional as F
+            import torch.optim as optim
+
+            def train(model, train_loader, optimizer, log_interval):
+                model.train()
+                for batch_idx, (data, target) in enumerate(train_loader):
+                    optimizer.zero_grad()
+                    output = model(data)
+                    loss = F.nll_loss(output, target)
+                    loss.backward()
+                    optimizer.step()
+                    if batch_idx % log_interval == 0:
+                        print(batch_idx, loss.item())
+
+            def main(model):
+                optimizer = optim.SGD(model.parameters(), lr=0.1)
+            """,
+            """
+            import torch.nn.functional as F
+            import torch.optim as optim
+            import flax.nnx
+
+            @flax.nnx.jit
+            def train_step(model, optimizer, data, target):
+                def loss_fn(model):
+                    output = model(data)
+                    loss = F.nll_loss(output, target)
+                    return loss
+                loss, grads = flax.nnx.value_and_grad(loss_fn)(model)
+                optimizer.update(model, grads)
+                return loss
+
+            def train(model, train_loader, optimizer, log_interval):
+                model.train()
+                for batch_idx, (data, target) in enumerate(train_loader):
+                    loss = train_step(model, optimizer, data, target)
+                    if batch_idx % log_interval == 0:
+                        print(batch_idx, loss.item())
+
+            def main(model):
+                optimizer = optim.SGD(model.parameters(), lr=0.1)
+            """,
+            title="the canonical loop",
+        ),
+        Example(
+            """
+            import torch
+            import torch.nn as nn
+
+            def fit(args, net, loader):
+                criterion = nn.CrossEntropyLoss()
+                opt = torch.optim.Adam(net.parameters())
+                correct = 0
+                for x, y in loader:
+                    x, y = x.numpy(), y.numpy()
+                    opt.zero_grad()
+                    logits = net(x)
+                    loss = criterion(logits, y)
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(net.parameters(), args.clip)
+                    opt.step()
+                    correct += (logits.argmax(1) == y).sum().item()
+                return correct
+            """,
+            """
+            import torch
+            import torch.nn as nn
+            import flax.nnx
+            import optax
+
+            @flax.nnx.jit(static_argnames=("criterion", "clip"))
+            def train_step(net, opt, x, y, criterion, clip):
+                def loss_fn(net):
+                    logits = net(x)
+                    loss = criterion(logits, y)
+                    return loss, logits
+                (loss, logits), grads = flax.nnx.value_and_grad(loss_fn, has_aux=True)(net)
+                grads, _ = optax.clip_by_global_norm(clip).update(grads, optax.EmptyState())
+                opt.update(net, grads)
+                return loss, logits
+
+            def fit(args, net, loader):
+                criterion = nn.CrossEntropyLoss()
+                opt = torch.optim.Adam(net.parameters())
+                correct = 0
+                for x, y in loader:
+                    x, y = x.numpy(), y.numpy()
+                    loss, logits = train_step(net, opt, x, y, criterion, args.clip)
+                    correct += (logits.argmax(1) == y).sum().item()
+                return correct
+            """,
+            title="outputs the loop reads, a loss object, gradient clipping with an argparse value",
+        ),
+        Example(
+            """
+            import torch
+
+            def vae_epoch(model, optimizer, loader, beta):
+                total = 0.0
+                for data, _ in loader:
+                    optimizer.zero_grad()
+                    recon, mu, logvar = model(data)
+                    loss = loss_function(recon, data, mu, logvar, beta)
+                    loss.backward()
+                    total += loss.item()
+                    optimizer.step()
+                return total
+
+            def run(model):
+                optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            """,
+            """
+            import torch
+
+            def vae_epoch(model, optimizer, loader, beta):
+                total = 0.0
+                # porter: manual (JX301): `total += loss.item()` runs between loss.backward() and optimizer.step()
+                for data, _ in loader:
+                    optimizer.zero_grad()
+                    recon, mu, logvar = model(data)
+                    loss = loss_function(recon, data, mu, logvar, beta)
+                    loss.backward()
+                    total += loss.item()
+                    optimizer.step()
+                return total
+
+            def run(model):
+                optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+            """,
+            title="a host read between backward() and step(): marked `# porter: manual` and reported",
+        ),
+        Example(
+            """
+            import torch
+            import torch.nn as nn
+
+            criterion = nn.BCELoss()
+            optD = torch.optim.Adam(netD.parameters())
+            optG = torch.optim.Adam(netG.parameters())
+            for real, _ in loader:
+                noise = torch.randn(real.shape[0], 16)
+                fake = netG(noise)
+                optD.zero_grad()
+                lossD = criterion(netD(real), ones) + criterion(netD(fake.detach()), zeros)
+                lossD.backward()
+                optD.step()
+                optG.zero_grad()
+                lossG = criterion(netD(fake), ones)
+                lossG.backward()
+                optG.step()
+                print(lossD.item(), lossG.item())
+            """,
+            """
+            import torch
+            import torch.nn as nn
+            import flax.nnx
+
+            criterion = nn.BCELoss()
+            optD = torch.optim.Adam(netD.parameters())
+            optG = torch.optim.Adam(netG.parameters())
+            @flax.nnx.jit
+            def train_step_optD(netD, optD, netG, noise, real):
+                def loss_fn(netD):
+                    fake = netG(noise)
+                    lossD = criterion(netD(real), ones) + criterion(netD(fake.detach()), zeros)
+                    return lossD
+                lossD, grads = flax.nnx.value_and_grad(loss_fn)(netD)
+                optD.update(netD, grads)
+                return lossD
+
+            @flax.nnx.jit
+            def train_step_optG(netG, optG, noise, netD):
+                def loss_fn(netG):
+                    fake = netG(noise)
+                    lossG = criterion(netD(fake), ones)
+                    return lossG
+                lossG, grads = flax.nnx.value_and_grad(loss_fn)(netG)
+                optG.update(netG, grads)
+                return lossG
+
+            for real, _ in loader:
+                noise = torch.randn(real.shape[0], 16)
+                lossD = train_step_optD(netD, optD, netG, noise, real)
+                lossG = train_step_optG(netG, optG, noise, netD)
+                print(lossD.item(), lossG.item())
+            """,
+            unsafe=True,
+            title="two optimizers (a GAN at module level): one step each; the generator's output is computed again in its own step",
+        ),
+    ]
+    valid = [
+        "import torch\nfor x in loader:\n    with torch.no_grad():\n        out = model(x)\n",
+        "import torch\ndef f(loss):\n    loss.backward()\n",
+    ]
+
+    def visit_For(self, node: cst.For) -> None:
+        self._loop(node)
+
+    def visit_While(self, node: cst.While) -> None:
+        self._loop(node)
+
+    # ----------------------------------------------------------------------------------
+    def _loop(self, loop) -> None:
+        if not isinstance(loop.body, cst.IndentedBlock):
+            return
+        top = [lp.classify(s, self.ctx) for s in loop.body.body]
+        if not any(p.kind == "backward" for p in top) and not any(
+            p.kind == "other" and lp.has_backward(p.stmt) and not isinstance(p.stmt, (cst.For, cst.While)) for p in top
+        ):
+            return
+        if not any(p.kind == "step" for p in top) and not any(
+            astutil.method_name(c) == "step" for c in astutil.calls_in(loop.body)
+        ):
+            return
+        fn = self.ctx.enclosing(cst.FunctionDef)
+        scope = fn if fn is not None else self.ctx.module
+        try:
+            plan = lp.plan_steps(loop, self.ctx, self._later_reads(scope, loop))
+            built = [self._build(region, fn, loop, len(plan.regions) > 1) for region in plan.regions]
+        except lp.Unsupported as exc:
+            self._manual(loop, str(exc))
+            return
+        defs, calls = [], []
+        for region, (text, call) in zip(plan.regions, built):
+            defs.append(text)
+            calls.append(call)
+        new_body: list[cst.BaseStatement] = []
+        for region, call in zip(plan.regions, calls):
+            part = [*region.before, call, *region.after]
+            if region.first is not None and any(region.first is d for d in region.dropped):
+                part[0] = part[0].with_changes(leading_lines=region.first.leading_lines)
+            new_body.extend(part)
+        new_body.extend(plan.tail)
+        def_nodes = []
+        for i, text in enumerate(defs):
+            node = cst.parse_module(text).body[0]
+            def_nodes.append(node)
+        # one blank line after each step definition; the definitions go before the top-level
+        # statement holding the loop
+        holder = self.ctx.ancestors[1] if len(self.ctx.ancestors) > 1 else loop
+        nnx = lp.nnx_name(self.ctx)
+        optax_needed = any(r.clips for r in plan.regions)
+        imports = ("flax.nnx",) + (("optax",) if optax_needed else ())
+        del nnx
+        edits = [
+            self.replace(loop.body, loop.body.with_changes(body=new_body)),
+            self.replace(holder, _insert_defs_before(def_nodes)),
+        ]
+        names = ", ".join(call_name(c) for c in calls)
+        unsafe = any(r.recomputed for r in plan.regions)
+        message = f"PyTorch training step (backward/step): rewrite as {names} (@nnx.jit, nnx.value_and_grad, optimizer.update)"
+        if unsafe:
+            message += "; the forward statements " + ", ".join(
+                f"`{lp.code(s).strip()}`" for r in plan.regions for s in r.recomputed
+            ) + " are computed again in a later step"
+        self.report(loop, message, Fix(tuple(edits), Safety.UNSAFE if unsafe else Safety.SAFE, imports))
+
+    def _later_reads(self, scope, loop) -> set[str]:
+        stripped = loop.with_changes(body=cst.IndentedBlock([cst.SimpleStatementLine([cst.Pass()])]))
+        body = scope.body if isinstance(scope, cst.FunctionDef) else scope
+        try:
+            replaced = body.deep_replace(loop, stripped)
+        except Exception:
+            replaced = body
+        return set(lp.reads(replaced))
+
+    def _manual(self, loop, reason: str) -> None:
+        if any(MANUAL in line.comment.value for line in loop.leading_lines if line.comment):
+            self.report(loop, f"training step not rewritten: {reason}", severity=Severity.ERROR)
+            return
+        comment = cst.EmptyLine(comment=cst.Comment(f"# {MANUAL} (JX301): {reason}"))
+        fix = Fix((self.replace(loop, loop.with_changes(leading_lines=[*loop.leading_lines, comment])),),
+                  Safety.SAFE, description="mark the loop for a manual port")
+        self.report(loop, f"training step not rewritten: {reason}", fix, severity=Severity.ERROR)
+
+    # ----------------------------------------------------------------------------------
+    def _build(self, region: lp.Region, fn, loop, several: bool) -> tuple[str, cst.BaseStatement]:
+        ctx = self.ctx
+        facts = lp.file_facts(ctx)
+        nnx = lp.nnx_name(ctx)
+        model, opt = region.model, region.optimizer
+        assert model is not None
+        if fn is not None:
+            local = lp.function_locals(fn)
+        else:  # a script's top level: what the loops around the step bind changes per step
+            local = set()
+            for anc in ctx.ancestors:
+                if isinstance(anc, (cst.For, cst.While)):
+                    local |= _module_assigned(anc)
+        # names the moved code reads before binding them
+        moved: list[cst.CSTNode] = list(region.forward)
+        bound: set[str] = set()
+        free: dict[str, None] = {}
+        for s in region.forward:
+            for n in lp.reads(s):
+                if n not in bound:
+                    free[n] = None
+            bound |= lp.binds(s)
+        tail_nodes = [*region.losses, *(c.call for c in region.clips)]
+        for node in tail_nodes:
+            for n in lp.reads(node):
+                if n not in bound:
+                    free[n] = None
+        if "self" in free:
+            raise lp.Unsupported("the step reads `self` (a trainer method): move the model and optimizer to arguments")
+        dynamic: list[str] = []
+        static: list[str] = []  # parameter names
+        static_values: list[str] = []  # call-site expressions
+        renames: dict[str, str] = {}  # "args.clip" -> "clip"
+        called = {c.func.value for s in [*moved, *tail_nodes] for c in astutil.calls_in(s) if isinstance(c.func, cst.Name)}
+        taken = set(free) | bound | {model, opt}
+        for n in free:
+            if n in (model, opt) or n in lp._BUILTINS and n not in local:
+                continue
+            if n not in local and n not in facts.modules:
+                continue
+            if n in facts.namespaces or n in ("args", "cfg", "config", "hparams", "flags", "FLAGS", "opt_args"):
+                chains = _attribute_chains(n, [*moved, *tail_nodes])
+                if chains is None:
+                    raise lp.Unsupported(f"the step uses the namespace `{n}` other than through its fields")
+                for chain in chains:
+                    pname = chain.split(".")[-1]
+                    if pname in taken or not pname.isidentifier():
+                        pname = chain.replace(".", "_")
+                    taken.add(pname)
+                    renames[chain] = pname
+                    static.append(pname)
+                    static_values.append(chain)
+                continue
+            if n in facts.modules:
+                dynamic.append(n)
+                continue
+            if n in facts.losses or n in called:
+                static.append(n)
+                static_values.append(n)
+                continue
+            dynamic.append(n)
+        forward = [_rename(s, renames) for s in region.forward]
+        losses = [_rename(r, renames) for r in region.losses]
+        clips = [_rename(c.call, renames) for c in region.clips]
+        # the loss value
+        if len(losses) == 1 and isinstance(losses[0], cst.Name):
+            loss_var = losses[0].value
+            loss_expr = loss_var
+        else:
+            loss_var = "loss" if "loss" not in bound else "loss_value"
+            loss_expr = " + ".join(_paren(lp.code(x)) for x in losses)
+        aux = [n for n in region.outputs if n != loss_var]
+        aux_text = aux[0] if len(aux) == 1 else "(" + ", ".join(aux) + ")"
+        step = _step_name(ctx, opt, several)
+        decorator = f"@{nnx}.jit"
+        if static:
+            decorator += "(static_argnames=(" + ", ".join(f'"{s}"' for s in static) + ("," if len(static) == 1 else "") + "))"
+        params = [model, opt, *dynamic, *static]
+        lines = [decorator, f"def {step}({', '.join(params)}):", f"    def loss_fn({model}):", "        __porter_forward__"]
+        if aux:
+            lines.append(f"        return {loss_expr}, {aux_text}")
+            lines.append(f"    ({loss_var}, {aux_text}), grads = {nnx}.value_and_grad(loss_fn, has_aux=True)({model})")
+        else:
+            lines.append(f"        return {loss_expr}")
+            lines.append(f"    {loss_var}, grads = {nnx}.value_and_grad(loss_fn)({model})")
+        for piece, call in zip(region.clips, clips):
+            kind = lp._CLIP[ctx.qualname(piece.call.func) or ""]
+            params_arg = astutil.arg(piece.call, "parameters", 0)
+            if params_arg is None or lp.code(params_arg.value).replace(" ", "") != f"{model}.parameters()":
+                raise lp.Unsupported(f"`{lp.code(piece.stmt).strip()}` clips other parameters than {model}'s")
+            if kind == "norm":
+                limit = astutil.arg(call, "max_norm", 1)
+                other = [a for a in call.args[2:] if a.keyword is None or a.keyword.value not in ("max_norm",)]
+                if limit is None or other:
+                    raise lp.Unsupported(f"`{lp.code(piece.stmt).strip()}`: only (parameters, max_norm) is translated")
+                lines.append(f"    grads, _ = optax.clip_by_global_norm({lp.code(limit.value)}).update(grads, optax.EmptyState())")
+            else:
+                limit = astutil.arg(call, "clip_value", 1)
+                if limit is None:
+                    raise lp.Unsupported(f"`{lp.code(piece.stmt).strip()}`: no clip value")
+                lines.append(f"    grads, _ = optax.clip({lp.code(limit.value)}).update(grads, optax.EmptyState())")
+        lines.append(f"    {opt}.update({model}, grads)")
+        outs = [loss_var, *aux]
+        lines.append(f"    return {', '.join(outs)}")
+        text = "\n".join(lines) + "\n"
+        module = cst.parse_module(text)
+        module = module.visit(_Splice(forward))
+        args = [model, opt, *dynamic, *static_values]
+        call = cst.parse_statement(f"{', '.join(outs)} = {step}({', '.join(args)})\n")
+        return module.code, call
+
+
+def call_name(stmt: cst.BaseStatement) -> str:
+    assign = stmt.body[0]  # type: ignore[attr-defined]
+    return lp.code(assign.value.func)
+
+
+def _paren(text: str) -> str:
+    return text if text.replace("_", "").replace(".", "").isalnum() else f"({text})"
+
+
+class _Splice(cst.CSTTransformer):
+    def __init__(self, stmts) -> None:
+        super().__init__()
+        self.stmts = stmts
+
+    def leave_SimpleStatementLine(self, original, updated):
+        if (len(updated.body) == 1 and isinstance(updated.body[0], cst.Expr)
+                and isinstance(updated.body[0].value, cst.Name) and updated.body[0].value.value == "__porter_forward__"):
+            return cst.FlattenSentinel(self.stmts)
+        return updated
+
+
+class _Renamer(cst.CSTTransformer):
+    def __init__(self, renames: dict[str, str]) -> None:
+        super().__init__()
+        self.renames = renames
+
+    def leave_Attribute(self, original, updated):
+        text = lp.dotted_name(original)
+        if text in self.renames:
+            return cst.Name(self.renames[text])
+        return updated
+
+
+def _rename(node, renames):
+    if not renames:
+        return node
+    return node.visit(_Renamer(renames))
+
+
+def _attribute_chains(name: str, nodes) -> list[str] | None:
+    """The distinct `name.a[.b]` chains read in ``nodes``; None if ``name`` is used otherwise."""
+    chains: dict[str, None] = {}
+    uses = 0
+    for node in nodes:
+        for n in astutil.walk(node, into_functions=True):
+            if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == name:
+                chains[f"{name}.{n.attr.value}"] = None
+        uses += sum(1 for n in astutil.walk(node, into_functions=True) if isinstance(n, cst.Name) and n.value == name)
+    attr_uses = 0
+    for node in nodes:
+        attr_uses += sum(1 for n in astutil.walk(node, into_functions=True)
+                         if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == name)
+    if attr_uses != uses:
+        return None
+    return list(chains)
+
+
+def _module_assigned(module: cst.Module) -> set[str]:
+    names: set[str] = set()
+    for node in astutil.walk(module):
+        if isinstance(node, cst.Assign):
+            for t in node.targets:
+                names.update(astutil.target_names(t.target))
+        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)) and isinstance(node.target, cst.Name):
+            names.add(node.target.value)
+        elif isinstance(node, cst.For):
+            names.update(astutil.target_names(node.target))
+        elif isinstance(node, cst.WithItem) and node.asname is not None:
+            names.update(astutil.target_names(node.asname.name))
+    return names
+
+
+def _step_name(ctx, opt: str, several: bool) -> str:
+    taken = ctx.cache.setdefault(("jx.step_names",), set())
+    facts = lp.file_facts(ctx)
+    base = "train_step"
+    candidates = [f"{base}_{opt}"] if several else [base, f"{base}_{opt}"]
+    for c in candidates:
+        if c not in taken and c not in facts.toplevel:
+            taken.add(c)
+            return c
+    i = 2
+    while f"{base}_{i}" in taken or f"{base}_{i}" in facts.toplevel:
+        i += 1
+    taken.add(f"{base}_{i}")
+    return f"{base}_{i}"
+
+
+def _insert_defs_before(defs):
+    """Put the step definitions before the top-level statement; they take its leading blank
+    lines (not its comments), and one blank line separates each from what follows."""
+
+    def apply(updated):
+        lines = list(updated.leading_lines)
+        blank = []
+        for line in lines:
+            if line.comment is not None:
+                break
+            blank.append(line)
+        spaced = []
+        for i, d in enumerate(defs):
+            spaced.append(d.with_changes(leading_lines=blank if i == 0 or blank else [cst.EmptyLine()]))
+        if not blank:
+            updated = updated.with_changes(leading_lines=[cst.EmptyLine(), *lines])
+        return cst.FlattenSentinel([*spaced, updated])
+
+    return apply
