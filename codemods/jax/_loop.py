@@ -505,3 +505,83 @@ def _model_dependent(domain: list[cst.BaseStatement], models: set[str], ctx: Fil
             found.add(id(s))
             tainted |= binds(s)
     return found
+
+
+# --------------------------------------------------------------------------------------
+# Small shared pieces of the other loop rules
+# --------------------------------------------------------------------------------------
+MANUAL = "porter: manual"
+
+
+def has_manual_marker(stmt: cst.CSTNode) -> bool:
+    if isinstance(stmt, cst.SimpleStatementLine):
+        c = stmt.trailing_whitespace.comment
+        if c is not None and MANUAL in c.value:
+            return True
+    return any(line.comment is not None and MANUAL in line.comment.value
+               for line in getattr(stmt, "leading_lines", ()))
+
+
+def with_manual_comment(stmt: cst.SimpleStatementLine, code_: str, reason: str) -> cst.SimpleStatementLine:
+    """The statement with a trailing ``# porter: manual (CODE): reason`` comment."""
+    text = f"# {MANUAL} ({code_}): {reason}"
+    old = stmt.trailing_whitespace.comment
+    if old is not None:
+        text = f"{old.value}  {text}"
+    return stmt.with_changes(trailing_whitespace=stmt.trailing_whitespace.with_changes(
+        whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(text)))
+
+
+DEVICE_WORDS = ("device", "dev")
+
+
+def is_device_expr(expr: cst.CSTNode, ctx: FileContext) -> bool:
+    """``device``, ``args.device``, ``self.device``, ``x.device``, ``"cuda"``, ``"cuda:0"``,
+    ``"cpu"``, ``torch.device(...)``."""
+    if isinstance(expr, cst.SimpleString):
+        value = astutil.string_value(expr) or ""
+        return value.split(":")[0] in ("cuda", "cpu")
+    if isinstance(expr, cst.Call):
+        return ctx.qualname(expr.func) == "torch.device"
+    name = dotted_name(expr)
+    if name is None:
+        return False
+    last = name.split(".")[-1].lower()
+    return last in DEVICE_WORDS or last.endswith("device") or last == "gpu"
+
+
+def device_move(call: cst.CSTNode, ctx: FileContext) -> Optional[cst.CSTNode]:
+    """For ``x.to(device[, non_blocking=..])`` / ``x.cuda(...)``: the receiver ``x``."""
+    if not isinstance(call, cst.Call) or not isinstance(call.func, cst.Attribute):
+        return None
+    m = call.func.attr.value
+    if m == "cuda":
+        if all(a.keyword is None or a.keyword.value in ("non_blocking", "device") for a in call.args):
+            return call.func.value
+        return None
+    if m != "to" or not call.args:
+        return None
+    device = astutil.arg(call, "device", 0)
+    if device is None or not is_device_expr(device.value, ctx):
+        return None
+    for a in call.args:
+        if a is not device and not (a.keyword is not None and a.keyword.value in ("non_blocking", "copy")):
+            return None
+    return call.func.value
+
+
+def loop_targets(ctx: FileContext) -> set[str]:
+    """Names bound by the targets of the for loops around the current node (in its function)."""
+    names: set[str] = set()
+    for anc in reversed(ctx.ancestors[:-1]):
+        if isinstance(anc, cst.For):
+            names.update(astutil.target_names(anc.target))
+        if isinstance(anc, (cst.FunctionDef, cst.ClassDef)):
+            break
+    return names
+
+
+def root_name(expr: cst.CSTNode) -> Optional[str]:
+    while isinstance(expr, (cst.Attribute, cst.Subscript, cst.Call)):
+        expr = expr.func if isinstance(expr, cst.Call) else expr.value
+    return expr.value if isinstance(expr, cst.Name) else None

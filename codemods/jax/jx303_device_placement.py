@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from porter import astutil
+from porter.rules import Example, Fix, Rule, Safety, Severity
+
+from . import _loop as lp
+
+
+class DevicePlacement(Rule):
+    """
+    ## What it does
+    Removes explicit device placement:
+    - `x.to(device)`, `x.to("cuda")`, `x.cuda()` (with or without `non_blocking=`) on a batch
+      that a `for` loop reads from a data loader becomes `x.numpy()`: the torch tensors the
+      loader yields are handed to JAX as NumPy arrays (a jitted step rejects torch tensors);
+    - on anything else (`model.to(device)`, `criterion.cuda()`, a freshly built array) the
+      call goes and the receiver stays;
+    - `device = torch.device(...)` goes when nothing else in the file reads `device` any
+      more; where the name is still passed around (a `train(model, device, ...)` parameter)
+      the assignment stays and is reported.
+
+    ## Why
+    JAX places arrays itself: computations run on the default device (the TPU on a TPU VM)
+    and inputs passed to a jitted function are transferred there. There is no per-tensor or
+    per-module device to set.
+
+    ## Fix safety
+    Safe: the data and the model are the same; only where they live is left to JAX.
+    """
+
+    code = "JX303"
+    name = "jax-device-placement"
+    target = "jax"
+    summary = "x.to(device) / .cuda() / model.to(device) / device = torch.device(...) removed; loader batches -> .numpy()"
+    severity = Severity.WARNING
+    needs_text = (".to(", ".cuda(", "torch.device")
+    examples = [
+        Example(
+            """
+            import torch
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = Net().to(device)
+            criterion = torch.nn.MSELoss().cuda()
+            for batch_idx, (data, target) in enumerate(train_loader):
+                data, target = data.to(device), target.to(device, non_blocking=True)
+                noise = torch.randn(4, 8).to(device)
+                step(model, data, target, noise)
+            """,
+            """
+            import torch
+            model = Net()
+            criterion = torch.nn.MSELoss()
+            for batch_idx, (data, target) in enumerate(train_loader):
+                data, target = data.numpy(), target.numpy()
+                noise = torch.randn(4, 8)
+                step(model, data, target, noise)
+            """,
+            title="batches from a loader become NumPy arrays; other moves go",
+        ),
+        Example(
+            """
+            import torch
+
+            def main(args):
+                device = torch.device("cuda")
+                train(model, device, loader)
+            """,
+            None,
+            title="a device still passed around is reported",
+        ),
+    ]
+    valid = [
+        "import torch\nx = x.to(torch.float16)\n",
+        "import torch\ny = x.to(device, torch.float16)\n",
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        receiver = lp.device_move(node, self.ctx)
+        if receiver is None:
+            return
+        root = lp.root_name(receiver)
+        if root is not None and root in lp.loop_targets(self.ctx) and root not in lp.file_facts(self.ctx).modules:
+            new = cst.Call(cst.Attribute(receiver, cst.Name("numpy")))
+            message = "a batch from the loader: JAX places arrays itself; hand the step a NumPy array"
+        else:
+            new = receiver
+            message = "JAX places arrays and modules itself: no explicit device move"
+        self.report(node, message, Fix((self.replace(node, new),), Safety.SAFE))
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        if len(node.body) != 1 or not isinstance(node.body[0], cst.Assign):
+            return
+        assign = node.body[0]
+        if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
+            return
+        value = assign.value
+        if not (isinstance(value, cst.Call) and self.ctx.qualname(value.func) == "torch.device"):
+            return
+        name = assign.targets[0].target.value
+        uses = self._other_uses(name)
+        if uses:
+            self.report(node, f"`{name}` is a torch device, still passed to {', '.join(sorted(uses))}: JAX places "
+                              "arrays itself; remove the parameter where it is only used for .to()",
+                        severity=Severity.INFO)
+            return
+        self.report(node, "JAX places arrays itself: no device object", Fix((self.remove(node),), Safety.SAFE))
+
+    def _other_uses(self, name: str) -> set[str]:
+        """Where ``name`` is read other than as the device of a move this rule removes."""
+        key = ("jx303.uses", name)
+        if key in self.ctx.cache:
+            return self.ctx.cache[key]
+        skip: set[int] = set()
+        uses: set[str] = set()
+        for node in astutil.walk(self.ctx.module, into_functions=True):
+            if isinstance(node, cst.Call) and lp.device_move(node, self.ctx) is not None:
+                for a in node.args:
+                    for n in astutil.walk(a):
+                        skip.add(id(n))
+            if isinstance(node, cst.Assign):
+                for t in node.targets:
+                    for n in astutil.walk(t.target):
+                        skip.add(id(n))
+        for node in astutil.walk(self.ctx.module, into_functions=True):
+            if isinstance(node, cst.Call):
+                for a in node.args:
+                    if id(a.value) in skip:
+                        continue
+                    for n in astutil.walk(a.value):
+                        if isinstance(n, cst.Name) and n.value == name and id(n) not in skip:
+                            uses.add(lp.code(node.func))
+            elif isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == name:
+                uses.add(lp.code(node))
+        self.ctx.cache[key] = uses
+        return uses

@@ -1,0 +1,159 @@
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from porter import astutil
+from porter.rules import Example, Fix, Rule, Safety, Severity
+
+from . import _loop as lp
+
+
+class ModelRngs(Rule):
+    """
+    ## What it does
+    Gives every construction of a model class of the file (a class deriving from
+    `nn.Module` / `nnx.Module`, or a module-level factory function returning one) outside the
+    model classes an `rngs=nnx.Rngs(seed)` argument. The seed is the argument of the
+    `torch.manual_seed(seed)` call of the same function (or of the script's top level) made
+    before the construction, else 0. `torch.manual_seed` itself stays: torch still drives the
+    data pipeline (loader shuffling, samplers, augmentation) and its seed keeps that
+    reproducible.
+
+    ## Why
+    Flax NNX modules draw their initial parameters (and dropout masks) from an explicit
+    `nnx.Rngs` object passed to the constructor (`def __init__(self, ..., *, rngs)`), not
+    from a global generator: `torch.manual_seed` no longer seeds the model.
+
+    ## Fix safety
+    Safe: the model is built reproducibly from the script's seed. Its initial weights are
+    not those of the PyTorch script (different generators); to start from the same weights,
+    convert a PyTorch state dict with the port's `load_torch_state_dict`. A loader that
+    shuffles with the global torch generator draws its order after the model was built in
+    PyTorch, so without a `generator=` of its own the data order differs from the original's.
+    """
+
+    code = "JX304"
+    name = "jax-model-rngs"
+    target = "jax"
+    summary = "Net(...) -> Net(..., rngs=nnx.Rngs(seed)) with the seed of torch.manual_seed"
+    severity = Severity.ERROR
+    needs_text = ("Module",)
+    examples = [
+        Example(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Net(nn.Module):
+                def __init__(self, hidden):
+                    super().__init__()
+                    self.fc = nn.Linear(4, hidden)
+
+            def main(args):
+                torch.manual_seed(args.seed)
+                model = Net(args.hidden)
+            """,
+            """
+            import torch
+            import torch.nn as nn
+            import flax.nnx
+
+            class Net(nn.Module):
+                def __init__(self, hidden):
+                    super().__init__()
+                    self.fc = nn.Linear(4, hidden)
+
+            def main(args):
+                torch.manual_seed(args.seed)
+                model = Net(args.hidden, rngs=flax.nnx.Rngs(args.seed))
+            """,
+            title="the script's seed",
+        ),
+        Example(
+            """
+            import torch.nn as nn
+
+            class ResNet(nn.Module):
+                def __init__(self, block, layers, num_classes=1000):
+                    super().__init__()
+
+            def resnet18(**kwargs):
+                return ResNet(BasicBlock, [2, 2, 2, 2], **kwargs)
+
+            model = resnet18(num_classes=10)
+            """,
+            """
+            import torch.nn as nn
+            import flax.nnx
+
+            class ResNet(nn.Module):
+                def __init__(self, block, layers, num_classes=1000):
+                    super().__init__()
+
+            def resnet18(**kwargs):
+                return ResNet(BasicBlock, [2, 2, 2, 2], **kwargs)
+
+            model = resnet18(num_classes=10, rngs=flax.nnx.Rngs(0))
+            """,
+            title="a factory function passing **kwargs on; no seed: 0",
+        ),
+    ]
+    valid = [
+        "import torch.nn as nn\nclass A(nn.Module):\n    pass\nclass B(nn.Module):\n    def __init__(self):\n        self.a = A()\n",
+        "from flax import nnx\nclass A(nnx.Module):\n    pass\nm = A(rngs=nnx.Rngs(0))\n",
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not isinstance(node.func, cst.Name):
+            return
+        facts = lp.file_facts(self.ctx)
+        name = node.func.value
+        factories = _factories(self.ctx)
+        if name not in facts.module_classes and name not in factories:
+            return
+        if any(a.keyword is not None and a.keyword.value == "rngs" for a in node.args):
+            return
+        if any(a.star == "**" for a in node.args):
+            return  # **kwargs may carry rngs (a factory passing its arguments on)
+        cls = self.ctx.enclosing(cst.ClassDef)
+        if cls is not None and cls.name.value in facts.module_classes:
+            return  # inside a model: the module rules pass the model's own rngs
+        fn = self.ctx.enclosing(cst.FunctionDef)
+        if fn is not None and any(p.name.value == "rngs" for p in lp._params(fn.params)):
+            return
+        nnx = lp.nnx_name(self.ctx)
+        seed = self._seed(node) or "0"
+        new_arg = cst.Arg(cst.parse_expression(f"{nnx}.Rngs({seed})"), keyword=cst.Name("rngs"),
+                          equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+        args = list(node.args)
+        if args:
+            args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        self.report(node, f"an NNX model draws its parameters from an nnx.Rngs passed to {name}(...)",
+                    Fix((self.replace(node, node.with_changes(args=[*args, new_arg])),), Safety.SAFE, ("flax.nnx",)))
+
+    def _seed(self, node: cst.Call) -> Optional[str]:
+        scope = self.ctx.enclosing(cst.FunctionDef)
+        body = scope.body if scope is not None else self.ctx.module
+        for call in astutil.calls_in(body):
+            if self.ctx.qualname(call.func) in ("torch.manual_seed", "torch.random.manual_seed") and call.args:
+                return lp.code(call.args[0].value)
+        return None
+
+
+def _factories(ctx) -> set[str]:
+    """Module-level functions returning a construction of a model class of the file."""
+    key = ("jx304.factories",)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    facts = lp.file_facts(ctx)
+    found: set[str] = set()
+    for stmt in ctx.module.body:
+        if isinstance(stmt, cst.FunctionDef):
+            for n in astutil.walk(stmt.body):
+                if isinstance(n, cst.Return) and isinstance(n.value, cst.Call) and isinstance(n.value.func, cst.Name) \
+                        and n.value.func.value in facts.module_classes:
+                    found.add(stmt.name.value)
+    ctx.cache[key] = found
+    return found
