@@ -7,7 +7,7 @@ from porter.rules import Example, Fix, Rule, Safety, Severity
 
 from . import _loop as lp
 
-MANUAL = "porter: manual"
+MANUAL = lp.MANUAL
 
 
 class TrainStep(Rule):
@@ -89,15 +89,15 @@ class TrainStep(Rule):
             """
             import torch.nn.functional as F
             import torch.optim as optim
-            import flax.nnx
+            import flax.nnx as nnx
 
-            @flax.nnx.jit
+            @nnx.jit
             def train_step(model, optimizer, data, target):
                 def loss_fn(model):
                     output = model(data)
                     loss = F.nll_loss(output, target)
                     return loss
-                loss, grads = flax.nnx.value_and_grad(loss_fn)(model)
+                loss, grads = nnx.value_and_grad(loss_fn)(model)
                 optimizer.update(model, grads)
                 return loss
 
@@ -136,16 +136,16 @@ class TrainStep(Rule):
             """
             import torch
             import torch.nn as nn
-            import flax.nnx
             import optax
+            import flax.nnx as nnx
 
-            @flax.nnx.jit(static_argnames=("criterion", "clip"))
+            @nnx.jit(static_argnames=("criterion", "clip"))
             def train_step(net, opt, x, y, criterion, clip):
                 def loss_fn(net):
                     logits = net(x)
                     loss = criterion(logits, y)
                     return loss, logits
-                (loss, logits), grads = flax.nnx.value_and_grad(loss_fn, has_aux=True)(net)
+                (loss, logits), grads = nnx.value_and_grad(loss_fn, has_aux=True)(net)
                 grads, _ = optax.clip_by_global_norm(clip).update(grads, optax.EmptyState())
                 opt.update(net, grads)
                 return loss, logits
@@ -224,28 +224,28 @@ class TrainStep(Rule):
             """
             import torch
             import torch.nn as nn
-            import flax.nnx
+            import flax.nnx as nnx
 
             criterion = nn.BCELoss()
             optD = torch.optim.Adam(netD.parameters())
             optG = torch.optim.Adam(netG.parameters())
-            @flax.nnx.jit
+            @nnx.jit
             def train_step_optD(netD, optD, netG, noise, real):
                 def loss_fn(netD):
                     fake = netG(noise)
                     lossD = criterion(netD(real), ones) + criterion(netD(fake.detach()), zeros)
                     return lossD
-                lossD, grads = flax.nnx.value_and_grad(loss_fn)(netD)
+                lossD, grads = nnx.value_and_grad(loss_fn)(netD)
                 optD.update(netD, grads)
                 return lossD
 
-            @flax.nnx.jit
+            @nnx.jit
             def train_step_optG(netG, optG, noise, netD):
                 def loss_fn(netG):
                     fake = netG(noise)
                     lossG = criterion(netD(fake), ones)
                     return lossG
-                lossG, grads = flax.nnx.value_and_grad(loss_fn)(netG)
+                lossG, grads = nnx.value_and_grad(loss_fn)(netG)
                 optG.update(netG, grads)
                 return lossG
 

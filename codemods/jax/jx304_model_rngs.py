@@ -58,7 +58,7 @@ class ModelRngs(Rule):
             """
             import torch
             import torch.nn as nn
-            import flax.nnx
+            import flax.nnx as nnx
 
             class Net(nn.Module):
                 def __init__(self, hidden):
@@ -67,7 +67,7 @@ class ModelRngs(Rule):
 
             def main(args):
                 torch.manual_seed(args.seed)
-                model = Net(args.hidden, rngs=flax.nnx.Rngs(args.seed))
+                model = Net(args.hidden, rngs=nnx.Rngs(args.seed))
             """,
             title="the script's seed",
         ),
@@ -86,7 +86,7 @@ class ModelRngs(Rule):
             """,
             """
             import torch.nn as nn
-            import flax.nnx
+            import flax.nnx as nnx
 
             class ResNet(nn.Module):
                 def __init__(self, block, layers, num_classes=1000):
@@ -95,7 +95,7 @@ class ModelRngs(Rule):
             def resnet18(**kwargs):
                 return ResNet(BasicBlock, [2, 2, 2, 2], **kwargs)
 
-            model = resnet18(num_classes=10, rngs=flax.nnx.Rngs(0))
+            model = resnet18(num_classes=10, rngs=nnx.Rngs(0))
             """,
             title="a factory function passing **kwargs on; no seed: 0",
         ),

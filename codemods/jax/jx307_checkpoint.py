@@ -56,17 +56,17 @@ class Checkpoint(Rule):
             """,
             """
             import torch
-            import flax.nnx
             import jax
             import pickle
+            import flax.nnx as nnx
 
             if args.save_model:
                 with open("mnist_cnn.pt", "wb") as checkpoint_file:
-                    pickle.dump(jax.device_get(flax.nnx.to_pure_dict(flax.nnx.state(model))), checkpoint_file)
+                    pickle.dump(jax.device_get(nnx.to_pure_dict(nnx.state(model))), checkpoint_file)
             with open("mnist_cnn.pt", "rb") as checkpoint_file:
-                state = flax.nnx.state(model)
-                flax.nnx.replace_by_pure_dict(state, pickle.load(checkpoint_file))
-                flax.nnx.update(model, state)
+                state = nnx.state(model)
+                nnx.replace_by_pure_dict(state, pickle.load(checkpoint_file))
+                nnx.update(model, state)
             """,
         ),
         Example(
