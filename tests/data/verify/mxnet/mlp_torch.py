@@ -1,0 +1,20 @@
+"""A hand-written torch equivalent of fixtures/mxnet/mlp's ``get_mlp``, with the torch names
+the MXNet side gives the Gluon model: it proves the name and layout mapping (tests only)."""
+import torch
+from torch import nn
+
+
+class LinearReLU(nn.Linear):
+    """Gluon's ``Dense(units, activation="relu")``: one layer, so the container's indices stay."""
+
+    def forward(self, x):
+        return torch.relu(super().forward(x))
+
+
+def get_mlp(hidden=128, num_classes=10, dropout=0.2, in_features=784):
+    return nn.Sequential(
+        LinearReLU(in_features, hidden),
+        nn.Dropout(dropout),
+        LinearReLU(hidden, hidden // 2),
+        nn.Linear(hidden // 2, num_classes),
+    )
