@@ -132,12 +132,13 @@ def _torch_name(path, modules) -> str:
     return ".".join(parts)
 
 
-def channels_first(module, out: np.ndarray):
-    """The output of a channels-last NNX layer with its channels at axis 1 (as torch has
-    them), or None where the layer is not channels-last."""
+def channel_axis(module, out) -> "int | None":
+    """Where a channels-last NNX layer has the channels of its output (torch has them at
+    axis 1), or None where the layer is not channels-last."""
     from flax import nnx
 
-    if out.ndim < 3:
+    ndim = getattr(out, "ndim", 0)
+    if ndim < 3:
         return None
     if isinstance(module, (nnx.Conv, nnx.ConvTranspose, nnx.GroupNorm)):
         axis = -1
@@ -145,9 +146,9 @@ def channels_first(module, out: np.ndarray):
         axis = module.axis if isinstance(module.axis, int) else None
     else:
         return None
-    if axis is None or axis % out.ndim == 1:
+    if axis is None or axis % ndim == 1:
         return None
-    return np.moveaxis(out, axis, 1)
+    return axis % ndim
 
 
 class LayerRecorder:
@@ -157,7 +158,12 @@ class LayerRecorder:
     Module classes get their ``__call__`` wrapped for the duration (by identity of the
     instance, outermost call only, so a subclass calling ``super().__call__`` records once);
     plain functions that stand for torch modules (``nnx.relu`` in an ``nnx.Sequential``,
-    ``self.act = nnx.relu``) are wrapped in place on the clone."""
+    ``self.act = nnx.relu``) are wrapped in place on the clone.
+
+    Layouts: the output of a channels-last layer (nnx.Conv, nnx.BatchNorm over the last
+    axis, ...) has its channels moved to axis 1 for the comparison. So does every output that
+    is that very array (an ``nnx.Sequential`` returning its last layer's output) or that a
+    plain function made of it (``nnx.relu``, pooling in a channels-last ``nnx.Sequential``)."""
 
     def __init__(self, model, torch_layers: dict[str, tuple]):
         from flax import nnx
@@ -166,7 +172,8 @@ class LayerRecorder:
         self.torch_layers = torch_layers  # layer key -> the original's shape
         self.torch_modules = {k.partition("/")[2] for k in torch_layers}
         self.names = torch_names(model)
-        self.records: list[tuple[str, object, object]] = []
+        self.records: list[tuple[str, object, dict]] = []  # (name, output, {id(array): channel axis})
+        self.channels_last: dict[int, tuple[int, object]] = {}  # id(array) -> (channel axis, array)
         self.active: set[int] = set()
         self._patched: list[tuple[type, object, bool]] = []
         modules = {path: m for path, m in nnx.iter_modules(model)}
@@ -230,7 +237,7 @@ class LayerRecorder:
             finally:
                 recorder.active.discard(key)
             name, _ = recorder.names[key]
-            recorder.records.append((name, module, out))
+            recorder.record(name, out, module=module)
             return out
 
         __call__.__wrapped__ = original
@@ -242,28 +249,42 @@ class LayerRecorder:
 
         def recorded(*args, **kwargs):
             out = f(*args, **kwargs)
-            recorder.records.append((name, None, out))
+            recorder.record(name, out, source=args[0] if args else None)
             return out
 
         return recorded
+
+    def record(self, name, out, module=None, source=None):
+        layout = {}
+        flat: list = []
+        _flatten(out, "", flat)
+        for _, t in flat:
+            axis = channel_axis(module, t) if module is not None else None
+            if axis is None and id(t) in self.channels_last:
+                axis = self.channels_last[id(t)][0]  # the very array a channels-last layer gave
+            if axis is None and source is not None and id(source) in self.channels_last \
+                    and getattr(source, "ndim", None) == getattr(t, "ndim", -1):
+                axis = self.channels_last[id(source)][0]  # a function of a channels-last array
+            if axis is not None:
+                layout[id(t)] = axis
+                self.channels_last[id(t)] = (axis, t)  # the reference keeps the id unique
+        self.records.append((name, out, layout))
 
     def arrays(self, notes: list) -> list[tuple[str, np.ndarray]]:
         """The recorded outputs as (layer key, numpy array), in execution order."""
         out = []
         moved = []
-        for name, module, value in self.records:
+        for name, value, layout in self.records:
             sub: list = []
             _flatten(value, "", sub)
             for suffix, t in sub:
                 key = f"layer/{name}{'.' + suffix if suffix else ''}"
                 a = _host(t)
                 want = self.torch_layers.get(key)
-                if module is not None:
-                    cf = channels_first(module, a)
-                    if cf is not None:
-                        a = cf
-                        moved.append(name)
-                if want is not None and tuple(a.shape) != tuple(want) and a.ndim >= 3 \
+                if id(t) in layout:
+                    a = np.moveaxis(a, layout[id(t)], 1)
+                    moved.append(name)
+                elif want is not None and tuple(a.shape) != tuple(want) and a.ndim >= 3 \
                         and tuple(np.moveaxis(a, -1, 1).shape) == tuple(want):
                     a = np.moveaxis(a, -1, 1)  # a channels-last output where torch has NCHW
                     moved.append(name)
