@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from porter.verify.backends import imported_modules
 from porter.verify.model import Budgets, Report, SideReport
 from porter.verify.trace import trace_script
 
@@ -85,31 +86,19 @@ def script_health(record: dict, budgets: Budgets) -> dict:
     }
 
 
-def verify_script(req: ScriptRequest) -> Report:
-    settings = {"steps": req.steps, "args": list(req.args), "seed": req.seed, "dtype": req.dtype or "float32",
-                "rtol": req.rtol, "atol": req.atol}
-    notes = ["random numbers drawn on the host in the same order on both sides (--host-random)",
-             f"both sides run with torch's default dtype {req.dtype or 'float32'}"]
-    with tempfile.TemporaryDirectory(prefix="porter-verify-") as tmp:
-        work = Path(tmp)
-        (work / "original").mkdir()
-        (work / "port").mkdir()
-        common = dict(host_random=True, seed=req.seed, dtype=req.dtype, max_steps=req.steps, timeout=req.timeout,
-                      memory_mb=req.memory_mb)
-        orig = trace_script(req.original, req.args, cuda_shim=True, cwd=work / "original",
-                            env={"CUDA_VISIBLE_DEVICES": ""}, **common)
-        side_o = _side("original", req.original, "torch (CPU, CUDA calls served by the CPU)", orig)
-        if not side_o.ok:
-            return Report("script", False, "side-failed", f"the original could not run: {side_o.error}", side_o, None,
-                          notes=notes, settings=settings)
-        port = trace_script(req.port, req.args, cwd=work / "port", env={"PJRT_DEVICE": "CPU"}, **common)
-        side_p = _side("port", req.port, "torch-xla", port)
-    if not side_p.ok:
-        return Report("script", False, "side-failed", f"the port could not run: {side_p.error}", side_o, side_p,
-                      notes=notes, settings=settings)
+def original_is_xla(path: Path) -> bool:
+    """An original that already imports torch_xla (written for an older torch_xla): it runs
+    on the XLA backend, with the names removed since torch_xla 2.6 put back."""
+    return "torch_xla" in imported_modules(path.read_text(encoding="utf-8", errors="replace"))
+
+
+def compare_steps(original: list, port: list, rtol: float, atol: float) -> tuple[list[dict], Optional[dict]]:
+    """Per-step losses of the steps both sides ran, and the first step whose losses differ
+    (|original - port| > atol + rtol * |original|, a different number of backward calls in the
+    step, or NaN on one side only)."""
     steps = []
     first = None
-    for i, (a, b) in enumerate(zip(orig["losses"], port["losses"]), 1):
+    for i, (a, b) in enumerate(zip(original, port), 1):
         worst = 0.0
         ok = len(a) == len(b)
         for x, y in zip(a, b):
@@ -118,11 +107,66 @@ def verify_script(req: ScriptRequest) -> Report:
                 continue
             if not math.isnan(x):
                 worst = max(worst, abs(x - y))
-                ok = ok and abs(x - y) <= req.atol + req.rtol * abs(x)
+                ok = ok and abs(x - y) <= atol + rtol * abs(x)
         steps.append({"step": i, "original": a, "port": b, "diff": worst, "ok": ok})
         if not ok and first is None:
             first = {"key": f"step{i}/loss", "phase": "loss", "name": "loss", "step": i, "max_abs": worst,
                      "where": f"loss at step {i}"}
+    return steps, first
+
+
+def _where_it_stopped(record: dict) -> str:
+    """'in step N, after N-1 optimizer steps' for a script that raised or exited with an error;
+    '' when the record says nothing about steps (timeout, memory limit, crash)."""
+    if record.get("status") not in ("error", "exit") or "num_steps" not in record:
+        return ""
+    done = record["num_steps"]
+    if done == 0:
+        return "before its first optimizer step"
+    return f"in step {done + 1}, after {done} optimizer step{'s' if done > 1 else ''}"
+
+
+def verify_script(req: ScriptRequest) -> Report:
+    settings = {"steps": req.steps, "args": list(req.args), "seed": req.seed, "dtype": req.dtype or "float32",
+                "rtol": req.rtol, "atol": req.atol}
+    notes = ["random numbers drawn on the host in the same order on both sides (--host-random)",
+             f"both sides run with torch's default dtype {req.dtype or 'float32'}"]
+    legacy = original_is_xla(req.original)
+    if legacy:
+        reference = dict(legacy_xla=True, env={"PJRT_DEVICE": "CPU"})
+        backend = "torch-xla (the original already imports torch_xla; names removed since 2.6 put back)"
+        notes.append("the original already imports torch_xla: it ran on the XLA backend with the names removed "
+                     "since torch_xla 2.6 put back as aliases")
+    else:
+        reference = dict(cuda_shim=True, env={"CUDA_VISIBLE_DEVICES": ""})
+        backend = "torch (CPU, CUDA calls served by the CPU)"
+    with tempfile.TemporaryDirectory(prefix="porter-verify-") as tmp:
+        work = Path(tmp)
+        (work / "original").mkdir()
+        (work / "port").mkdir()
+        common = dict(host_random=True, seed=req.seed, dtype=req.dtype, max_steps=req.steps, timeout=req.timeout,
+                      memory_mb=req.memory_mb)
+        orig = trace_script(req.original, req.args, cwd=work / "original", **reference, **common)
+        side_o = _side("original", req.original, backend, orig)
+        if not side_o.ok:
+            return Report("script", False, "side-failed",
+                          f"the original could not run: {side_o.error}" + (f" ({_where_it_stopped(orig)})" if _where_it_stopped(orig) else ""), side_o, None,
+                          notes=notes, settings=settings)
+        port = trace_script(req.port, req.args, cwd=work / "port", env={"PJRT_DEVICE": "CPU"}, **common)
+        side_p = _side("port", req.port, "torch-xla", port)
+    if not side_p.ok:
+        # the steps the port completed before it failed are still compared: the report says
+        # in which step it stopped and whether the steps before it matched
+        steps, first = compare_steps(orig.get("losses", []), port.get("losses", []), req.rtol, req.atol)
+        where = _where_it_stopped(port)
+        if where and first is not None:
+            where += f"; diverged before that, first at {first['where']}"
+        elif where and steps:
+            where += f"; the losses of steps 1-{len(steps)} match" if len(steps) > 1 else "; the loss of step 1 matches"
+        where = f" ({where})" if where else ""
+        return Report("script", False, "side-failed", f"the port could not run: {side_p.error}{where}", side_o, side_p,
+                      first_divergence=first, notes=notes, settings=settings, steps=steps)
+    steps, first = compare_steps(orig["losses"], port["losses"], req.rtol, req.atol)
     health = script_health(port, req.budgets) if port.get("xla") else None
     count_note = None
     if orig["num_steps"] != port["num_steps"]:
