@@ -379,9 +379,14 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
         if not backs:
             raise Unsupported(f"{code(pieces[end].receiver)}.step() has no loss.backward() before it")
         last_back = max(i for i, p in enumerate(window) if p.kind == "backward")
+        between = []  # statements between the backward pass and the step: they run after the step
         for p in window[last_back + 1:-1]:
-            if p.kind not in ("clip", "zero_grad"):
-                raise Unsupported(f"`{code(p.stmt).strip()}` runs between loss.backward() and optimizer.step()")
+            if p.kind in ("clip", "zero_grad"):
+                continue
+            text = code(p.stmt)
+            if p.kind != "other" or ".grad" in text or "parameters()" in text or not isinstance(p.stmt, cst.SimpleStatementLine):
+                raise Unsupported(f"`{text.strip()}` runs between loss.backward() and optimizer.step()")
+            between.append(p.stmt)
         opt_text = code(pieces[end].receiver)
         if not isinstance(pieces[end].receiver, cst.Name):
             raise Unsupported(f"the optimizer {opt_text} is not a plain name")
@@ -419,6 +424,12 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
             elif sid in earlier_ids and sid in slice_ids:
                 forward.append(s)
                 recomputed.append(s)
+        if between:
+            called_models = {n for st in between for n in reads(st) if n in models}
+            if called_models:
+                raise Unsupported(f"`{code(between[0]).strip()}` uses {', '.join(sorted(called_models))} between loss.backward() and optimizer.step()")
+            after.extend(between)
+        _check_order(domain, forward, before, after)
         for s in forward:
             text = code(s)
             if ".item()" in text or "print(" in text:
@@ -452,6 +463,26 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
                 readers.update(free_reads(r.forward))
         region.outputs = [n for n in _ordered_binds(region.forward) if n in readers]
     return Plan(regions, tail)
+
+
+def _check_order(domain, forward, before, after) -> None:
+    """Moving statements around the step call must not change what they read: a statement
+    that runs after the call must not read a name a later forward statement rebinds, and one
+    that runs before it must not rebind a name an earlier forward statement read."""
+    position = {id(s): i for i, s in enumerate(domain)}
+    fwd = [(position[id(s)], s) for s in forward if id(s) in position]
+    for s in after:
+        at = position.get(id(s), len(domain))
+        names = set(reads(s))
+        for i, f in fwd:
+            if i > at and binds(f) & names:
+                raise Unsupported(f"`{code(s).strip()}` reads {', '.join(sorted(binds(f) & names))} before the forward pass rebinds it")
+    for s in before:
+        at = position[id(s)]
+        bound = binds(s)
+        for i, f in fwd:
+            if i < at and bound & set(reads(f)):
+                raise Unsupported(f"`{code(s).strip()}` rebinds {', '.join(sorted(bound & set(reads(f))))} after the forward pass read it")
 
 
 def free_reads(stmts: list[cst.BaseStatement]) -> list[str]:

@@ -182,23 +182,63 @@ class TrainStep(Rule):
             """,
             """
             import torch
+            import flax.nnx as nnx
+
+            @nnx.jit
+            def train_step(model, optimizer, data, beta):
+                def loss_fn(model):
+                    recon, mu, logvar = model(data)
+                    loss = loss_function(recon, data, mu, logvar, beta)
+                    return loss
+                loss, grads = nnx.value_and_grad(loss_fn)(model)
+                optimizer.update(model, grads)
+                return loss
 
             def vae_epoch(model, optimizer, loader, beta):
                 total = 0.0
-                # porter: manual (JX301): `total += loss.item()` runs between loss.backward() and optimizer.step()
                 for data, _ in loader:
-                    optimizer.zero_grad()
-                    recon, mu, logvar = model(data)
-                    loss = loss_function(recon, data, mu, logvar, beta)
-                    loss.backward()
+                    loss = train_step(model, optimizer, data, beta)
                     total += loss.item()
-                    optimizer.step()
                 return total
 
             def run(model):
                 optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
             """,
-            title="a host read between backward() and step(): marked `# porter: manual` and reported",
+            title="a loss of several model outputs (a VAE); a host read between backward() and step() runs after the step",
+        ),
+        Example(
+            """
+            import torch
+
+            def fit(model, optimizer, loader):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss = (model(x) - y).pow(2).mean()
+                    loss.backward()
+                    for p in model.parameters():
+                        p.grad.mul_(0.5)
+                    optimizer.step()
+
+            def run(model):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            """,
+            """
+            import torch
+
+            def fit(model, optimizer, loader):
+                # porter: manual (JX301): `for p in model.parameters(): p.grad.mul_(0.5)` runs between loss.backward() and optimizer.step()
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss = (model(x) - y).pow(2).mean()
+                    loss.backward()
+                    for p in model.parameters():
+                        p.grad.mul_(0.5)
+                    optimizer.step()
+
+            def run(model):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            """,
+            title="gradients edited between backward() and step(): marked `# porter: manual` and reported",
         ),
         Example(
             """
@@ -336,6 +376,7 @@ class TrainStep(Rule):
         return set(lp.reads(replaced))
 
     def _manual(self, loop, reason: str) -> None:
+        reason = " ".join(line.strip() for line in reason.splitlines())
         if any(MANUAL in line.comment.value for line in loop.leading_lines if line.comment):
             self.report(loop, f"training step not rewritten: {reason}", severity=Severity.ERROR)
             return
