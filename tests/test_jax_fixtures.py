@@ -15,6 +15,7 @@ import json
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import libcst as cst
@@ -65,6 +66,11 @@ def test_port_has_a_jitted_train_step(fx):
     assert ".backward(" not in fx.expected.read_text(encoding="utf-8")
 
 
+def _settings(fx) -> dict:
+    """port.toml keys this test reads beyond porter.fixtures.Fixture (zero_noise)."""
+    return tomllib.loads((fx.folder / "port.toml").read_text(encoding="utf-8"))
+
+
 def _model_class(fx) -> str:
     expr = ast.parse(fx.model, mode="eval").body
     func = expr.func if isinstance(expr, ast.Call) else expr
@@ -103,10 +109,11 @@ def _harness(*args, cwd):
 @pytest.mark.parametrize("fx", FIXTURES, ids=IDS)
 def test_port_runs_under_jax_compiles_once_and_matches(fx, tmp_path):
     torch_out, jax_out = tmp_path / "torch.npz", tmp_path / "jax.json"
+    noise = ["--zero-noise"] if _settings(fx).get("zero_noise") else []
     _harness("torch", str(fx.original), "--model-class", _model_class(fx), "--steps", str(STEPS),
-             "--out", str(torch_out), "--", *fx.run, cwd=tmp_path)
+             "--out", str(torch_out), *noise, "--", *fx.run, cwd=tmp_path)
     _harness("jax", str(fx.expected), "--weights", str(torch_out), "--steps", str(STEPS),
-             "--out", str(jax_out), "--", *fx.run, cwd=tmp_path)
+             "--out", str(jax_out), *noise, "--", *fx.run, cwd=tmp_path)
     with np.load(torch_out) as data:
         original = data["losses"]
     port = json.loads(jax_out.read_text())
