@@ -18,3 +18,10 @@ def get_mlp(hidden=128, num_classes=10, dropout=0.2, in_features=784):
         LinearReLU(hidden, hidden // 2),
         nn.Linear(hidden // 2, num_classes),
     )
+
+
+def get_mlp_without_dropout(hidden=128, num_classes=10, in_features=784):
+    """The same layers without the Dropout: the indices, so the names, no longer fit (tests
+    that the mapping is checked, not assumed)."""
+    return nn.Sequential(LinearReLU(in_features, hidden), LinearReLU(hidden, hidden // 2),
+                         nn.Linear(hidden // 2, num_classes))
