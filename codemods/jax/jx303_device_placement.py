@@ -43,6 +43,7 @@ class DevicePlacement(Rule):
 
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
             model = Net().to(device)
+            model = model.to(device)
             criterion = torch.nn.MSELoss().cuda()
             for batch_idx, (data, target) in enumerate(train_loader):
                 data, target = data.to(device), target.to(device, non_blocking=True)
@@ -81,6 +82,9 @@ class DevicePlacement(Rule):
         receiver = lp.device_move(node, self.ctx)
         if receiver is None:
             return
+        stmt = self.ctx.parent.__class__ is cst.Assign and self.ctx.parent
+        if stmt and len(stmt.targets) == 1 and lp.code(stmt.targets[0].target) == lp.code(receiver):
+            return  # the whole statement goes (visit_SimpleStatementLine)
         root = lp.root_name(receiver)
         if root is not None and root in lp.loop_targets(self.ctx) and root not in lp.file_facts(self.ctx).modules:
             new = cst.Call(cst.Attribute(receiver, cst.Name("numpy")))
@@ -97,6 +101,11 @@ class DevicePlacement(Rule):
         if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
             return
         value = assign.value
+        receiver = lp.device_move(value, self.ctx)
+        if receiver is not None and lp.code(receiver) == lp.code(assign.targets[0].target):
+            # `net = net.to(device)`: nothing left to assign
+            self.report(node, "JAX places modules itself: no explicit device move", Fix((self.remove(node),), Safety.SAFE))
+            return
         if not (isinstance(value, cst.Call) and self.ctx.qualname(value.func) == "torch.device"):
             return
         name = assign.targets[0].target.value
