@@ -29,6 +29,12 @@ script's folder first on ``sys.path``; the working directory unchanged). The har
   Per-step deltas are differences of consecutive closing snapshots (the first step's
   delta counts from zero, so it includes work done before training).
 
+Datasets of torchvision that read or download files (MNIST, CIFAR10, ImageFolder, ...) are
+replaced by deterministic synthetic data of the same form (``porter.verify.datasets``), seeded
+by ``--seed`` (0 without it), so both sides of a verification see the same samples offline:
+``--synthetic-size N`` samples per dataset (default 256 per ``--max-steps`` step, else 2048);
+``--real-datasets`` keeps the real classes. The record's ``notes`` name each substitution.
+
 ``--host-random`` aligns random numbers between a run on the CPU (the original under
 ``--cuda-shim``) and a run on an XLA device (the port): random tensors are drawn on the
 CPU default generator and then moved to the requested device, so both runs consume the
@@ -430,6 +436,8 @@ def run(
     dtype: str | None = None,
     max_steps: int | None = None,
     legacy_xla: bool = False,
+    synthetic_data: bool = True,
+    synthetic_size: int | None = None,
 ) -> tuple[dict[str, Any], int]:
     """Run SCRIPT in this process and return (record, exit code).
 
@@ -473,6 +481,13 @@ def run(
         from porter.verify import cuda_shim as shim
 
         shim.install()
+    synthetic = None
+    if synthetic_data:
+        from porter.verify import datasets as synthetic
+
+        if synthetic_size is None:
+            synthetic_size = max_steps * synthetic.DEFAULT_PER_STEP if max_steps else synthetic.DEFAULT_SIZE
+        synthetic.install(synthetic_size, seed if seed is not None else 0)
     if seed is not None:
         import random
 
@@ -526,6 +541,9 @@ def run(
             "torch_xla_imported": sys.modules.get("torch_xla") is not None,
         }
     )
+    if synthetic is not None:
+        record["synthetic_datasets"] = synthetic.notes()
+        record["notes"] = synthetic.notes() + record["notes"]
     if shim is not None:
         record["notes"] = shim.notes() + record["notes"]
     return record, exit_code
@@ -551,6 +569,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--legacy-xla", action="store_true",
                         help="put back torch_xla names removed since 2.6 (originals already on old torch_xla)")
     parser.add_argument("--max-steps", type=int, default=None, help="stop the script after this many optimizer steps")
+    parser.add_argument("--synthetic-size", type=int, default=None,
+                        help="samples in each synthetic stand-in for a torchvision dataset (default 256 per --max-steps step)")
+    parser.add_argument("--real-datasets", action="store_true",
+                        help="keep torchvision's datasets as they are (they read local files or download)")
     parser.add_argument("script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for SCRIPT (or after --)")
     options = parser.parse_args(own)
@@ -558,6 +580,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     record, exit_code = run(
         options.script, script_args, cuda_shim=options.cuda_shim, host_random=options.host_random, seed=options.seed,
         dtype=options.dtype, max_steps=options.max_steps, legacy_xla=options.legacy_xla,
+        synthetic_data=not options.real_datasets, synthetic_size=options.synthetic_size,
     )
     out = Path(options.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -579,6 +602,8 @@ def trace_script(
     dtype: str | None = None,
     max_steps: int | None = None,
     legacy_xla: bool = False,
+    synthetic_data: bool = True,
+    synthetic_size: int | None = None,
     timeout: float = 600.0,
     memory_mb: float = 16384.0,
     env: dict[str, str] | None = None,
@@ -609,6 +634,8 @@ def trace_script(
         command += ["--dtype", dtype] if dtype is not None else []
         command += ["--max-steps", str(max_steps)] if max_steps is not None else []
         command += ["--legacy-xla"] * legacy_xla
+        command += ["--real-datasets"] * (not synthetic_data)
+        command += ["--synthetic-size", str(synthetic_size)] if synthetic_size is not None else []
         command += [str(Path(script).resolve()), "--", *map(str, args)]
         side = run_side(command, environment, Path(tmp) / "trace.log", timeout, memory_mb, cwd=cwd, tail_chars=4000)
         text = side.log
