@@ -92,6 +92,67 @@ def compare_tensor(key: str, a: np.ndarray, b: np.ndarray, tol: Tolerance) -> Te
     return TensorResult(key, phase, name, step, tuple(a.shape), dtype, max_abs, max_rel, ok)
 
 
+def _running_var_of(key: str) -> Optional[tuple[int, str]]:
+    """``stepK/buffer/<module>.running_var`` -> (K, <module>); None for other keys."""
+    m = _STEP.match(key)
+    if not m or m.group(2) != "buffer" or not (m.group(3) or "").endswith(".running_var"):
+        return None
+    return int(m.group(1)), m.group(3)[:-len(".running_var")]
+
+
+def batchnorm_values_per_channel(key: str, original: Mapping[str, np.ndarray]) -> Optional[int]:
+    """For ``stepK/buffer/<module>.running_var``: how many values per channel the BatchNorm
+    layer ``<module>`` normalised (batch x spatial, from its recorded output ``layer/<module>``
+    of shape (N, C, ...)); None for any other tensor."""
+    found = _running_var_of(key)
+    layer = original.get(f"layer/{found[1]}") if found else None
+    if layer is None or layer.ndim < 2 or layer.shape[1] == 0:
+        return None
+    return int(layer.size // layer.shape[1])
+
+
+def compare_running_var(key: str, original: Mapping[str, np.ndarray], port: Mapping[str, np.ndarray], n: int,
+                        tol: Tolerance) -> TensorResult:
+    """A BatchNorm running variance after step K, from the original and from the port on torch_xla.
+
+    PyTorch updates ``running_var`` with the unbiased batch variance S*n/(n-1), torch_xla
+    (measured: 2.9, CPU) with the biased one S, n values per channel. The difference is
+    accepted, with a note, only when it is exactly that: from the original's values (initial,
+    step 1, ..., K), with the momentum m solved from step 1 per channel (it must be one value
+    in (0, 1] for all channels), the port's torch_xla update is predicted,
+    ``p_K = (1-m) p_{K-1} + (o_K - (1-m) o_{K-1}) (n-1)/n``, and must match within tolerance.
+    Anything else fails as usual (a wrong momentum also shows in running_mean, a wrong eps in
+    the layer's output). Not told apart: a shift of every channel by the same amount at step 1,
+    which reads as another momentum."""
+    a, b = original[key], port[key]
+    plain = compare_tensor(key, a, b, tol)
+    step, module = _running_var_of(key)
+    init = original.get(f"init/{module}.running_var")
+    names = [f"step{k}/buffer/{module}.running_var" for k in range(1, step + 1)]
+    if plain.ok or init is None or a.dtype.kind != "f" or any(k not in original or k not in port for k in names):
+        return plain
+    o = [init.astype(np.float64)] + [original[k].astype(np.float64) for k in names]
+    p = [init.astype(np.float64)] + [port[k].astype(np.float64) for k in names]
+    if any(x.shape != o[0].shape for x in o + p) or np.any(o[0] == 0):
+        return plain
+    with np.errstate(all="ignore"):
+        per_channel = (o[0] - o[1] + n * (o[1] - p[1])) / o[0]  # m, solved from step 1
+    if not np.all(np.isfinite(per_channel)):
+        return plain
+    m = float(np.median(per_channel))
+    if not 0.0 < m <= 1.0:
+        return plain
+    predicted = (1 - m) * p[step - 1] + (o[step] - (1 - m) * o[step - 1]) * (n - 1) / n
+    rtol, atol = tol.for_dtype(str(a.dtype))
+    if not np.all(np.abs(p[step] - predicted) <= atol + rtol * np.abs(predicted)):
+        return plain
+    return TensorResult(plain.key, plain.phase, plain.name, plain.step, plain.shape, plain.dtype, plain.max_abs,
+                        plain.max_rel, True,
+                        f"torch_xla updates running_var with the biased batch variance, PyTorch with the unbiased "
+                        f"(n={n} values per channel, momentum {m:.3g}): the port's value is torch_xla's update of "
+                        f"the original's batch statistics")
+
+
 def compare_all(order: Sequence[str], original: Mapping[str, np.ndarray], port: Mapping[str, np.ndarray],
                 tol: Tolerance) -> list[TensorResult]:
     """Compare in the original's recording order (layers in execution order, outputs,
@@ -103,7 +164,11 @@ def compare_all(order: Sequence[str], original: Mapping[str, np.ndarray], port: 
             results.append(TensorResult(key, phase, name, step, tuple(original[key].shape), str(original[key].dtype),
                                         float("inf"), float("inf"), False, "missing in the port"))
             continue
-        results.append(compare_tensor(key, original[key], port[key], tol))
+        n = batchnorm_values_per_channel(key, original)
+        if n is not None and n > 1:
+            results.append(compare_running_var(key, original, port, n, tol))
+        else:
+            results.append(compare_tensor(key, original[key], port[key], tol))
     return results
 
 

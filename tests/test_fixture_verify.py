@@ -1,0 +1,89 @@
+"""Every torch_xla fixture's port verified the way a user verifies it: `porter verify` on the
+command line, at model level (port.toml's `model` and `inputs`) and at script level (port.toml's
+`run` arguments), the JSON report read back.
+
+Where an unsafe fix deliberately changes what is computed (port.toml's `reference_rules`:
+drop_last, SparseAdam -> Adam, dense embeddings), the port is verified against the reference:
+the original with only those fixes applied (Fixture.reference()), written next to nothing else
+in a temporary folder (every fixture is self-contained).
+
+The runs are kept short: 3 model-level steps; script level the warm-up iterations and two more.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from porter.fixtures import fixtures
+
+FIXTURES = fixtures()
+IDS = [f.name for f in FIXTURES]
+
+pytestmark = [pytest.mark.xla, pytest.mark.slow]
+
+# model level, known not to pass yet, for reasons outside the port (see port.toml's comments)
+MODEL_XFAIL = {
+    "vae": "the model draws eps with torch.randn_like; model-level sides do not draw random numbers "
+           "on the host in the same order yet, so the run differs from fc3 on",
+    "xla_deprecated": "the original imports torch_xla, which the model-level original side (CPU, CUDA shim) "
+                      "cannot import",
+}
+
+
+def verify(*args):
+    proc = subprocess.run([sys.executable, "-m", "porter", "verify", *map(str, args), "--format", "json"],
+                          capture_output=True, text=True, timeout=900, env={**os.environ, "PJRT_DEVICE": "CPU"})
+    assert proc.stdout.strip(), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def reference_of(fx, tmp_path: Path) -> Path:
+    """The file the port is compared with: the original, or where the port applies unsafe fixes
+    that change what is computed, the original with only those fixes."""
+    if not fx.reference_rules:
+        return fx.original
+    path = tmp_path / "reference" / "train.py"
+    path.parent.mkdir()
+    path.write_text(fx.reference(), encoding="utf-8")
+    return path
+
+
+def test_every_fixture_names_a_model_and_inputs():
+    for fx in FIXTURES:
+        assert fx.model and fx.inputs, f"{fx.folder / 'port.toml'}: model and inputs for model-level verification"
+
+
+@pytest.mark.parametrize("fx", FIXTURES, ids=IDS)
+def test_model_level(fx, tmp_path, request):
+    if fx.name in MODEL_XFAIL:
+        request.applymarker(pytest.mark.xfail(reason=MODEL_XFAIL[fx.name], strict=True))
+    inputs = [arg for spec in fx.inputs for arg in ("--input", spec)]
+    code, report = verify(reference_of(fx, tmp_path), fx.expected, "--model", fx.model, *inputs, "--steps", "3")
+    assert code == 0 and report["passed"], report["summary"]
+    assert report["status"] == "passed" and report["first_divergence"] is None
+    health = report["health"]
+    assert health["within_budget"], health["problems"]
+    assert health["compiles_after_warmup"] == 0 and health["max_transfers_per_step"] == 0
+    # every layer's output, the gradients and 3 steps of parameters were compared
+    phases = {t["phase"] for t in report["tensors"]}
+    assert {"layer", "gradient", "loss", "parameter"} <= phases, phases
+    assert sum(t["phase"] == "loss" for t in report["tensors"]) == 3
+
+
+@pytest.mark.parametrize("fx", FIXTURES, ids=IDS)
+def test_script_level(fx, tmp_path):
+    k = fx.optimizer_steps_per_iteration
+    warmup = fx.warmup_iterations * k
+    steps = warmup + 2 * k
+    code, report = verify("--script", reference_of(fx, tmp_path), fx.expected, "--steps", steps,
+                          "--warmup-steps", warmup, "--", *fx.run)
+    assert code == 0 and report["passed"], report["summary"]
+    assert [s["step"] for s in report["steps"]] == list(range(1, steps + 1))
+    assert all(s["ok"] for s in report["steps"])
+    health = report["health"]
+    assert health["within_budget"] and health["compiles_after_warmup"] == 0, health["problems"]
+    if fx.original_runs_on == "xla-legacy":
+        assert any("already imports torch_xla" in n for n in report["notes"])
