@@ -1,0 +1,245 @@
+"""`porter verify` with a Flax NNX port, from the user's side: hand-written ports that follow
+the JAX target's contract pass (forward, gradients and 5 optimizer steps within float32
+tolerance, the step compiled once); broken ports are caught with the right tensor named; a
+step that calls back to the host fails the health check."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from porter.verify import backends
+from porter.verify.side_jax import PortError, model_expression
+
+DATA = Path(__file__).parent / "data" / "verify" / "jax"
+MLP = ("--model", "MLP()", "--input", "float32[8,16]")
+CNN = ("--model", "SmallCNN()", "--input", "float32[4,3,16,16]")
+
+
+def porter(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "porter", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PJRT_DEVICE": "CPU"})
+
+
+def verify_json(original, port, *args):
+    proc = porter("verify", original, port, *args, "--steps", "5", "--format", "json")
+    return proc, json.loads(proc.stdout)
+
+
+def variant(tmp_path, source: Path, name: str, old: str, new: str) -> Path:
+    """A copy of a port with one deliberate change."""
+    text = source.read_text()
+    assert old in text, old
+    path = tmp_path / name
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def worst(report, phase):
+    return max(t["max_abs"] for t in report["tensors"] if t["phase"] == phase)
+
+
+# ---- fast: the pieces
+
+def test_model_expression_gets_rngs():
+    assert model_expression("Net(10)", "R") == "Net(10, rngs=R)"
+    assert model_expression("Net", "R") == "Net(rngs=R)"
+    assert model_expression("models.Net", "R") == "models.Net(rngs=R)"
+    assert model_expression("Net(3, rngs=nnx.Rngs(1))", "R") == "Net(3, rngs=nnx.Rngs(1))"
+    for bad in ("Net(", "[Net()]", "lambda: Net()"):
+        with pytest.raises(PortError):
+            model_expression(bad, "R")
+
+
+def test_a_jax_port_gets_the_jax_backend(tmp_path):
+    port = tmp_path / "p.py"
+    port.write_text("import jax.numpy as jnp\nfrom flax import nnx\n")
+    backend = backends.port_backend(port)
+    assert backend.name == "jax" and backend.module == "porter.verify.side_jax"
+    assert backend.environment()["JAX_PLATFORMS"]
+    port.write_text("import torch\nimport torch_xla\n")
+    assert backends.port_backend(port).name == "torch-xla"
+
+
+def test_host_callbacks_found_in_nested_jaxprs():
+    import jax
+    import jax.numpy as jnp
+
+    from porter.verify.side_jax import host_callbacks
+
+    def clean(x):
+        return jnp.sin(x).sum()
+
+    def noisy(x):
+        y = jax.lax.cond(x.sum() > 0, lambda v: v * 2, lambda v: v, x)
+        jax.debug.print("y {}", y.sum())
+        return jax.jit(lambda v: jax.pure_callback(np.cos, jax.ShapeDtypeStruct(v.shape, v.dtype), v))(y).sum()
+
+    x = jnp.ones(3)
+    assert host_callbacks(jax.make_jaxpr(clean)(x)) == {}
+    assert host_callbacks(jax.make_jaxpr(noisy)(x)) == {"debug_print": 1, "pure_callback": 1}
+
+
+def test_nnx_paths_become_torch_names():
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from porter.verify.side_jax import LayerRecorder, torch_names
+
+    class Net(nnx.Module):
+        def __init__(self, *, rngs):
+            self.body = nnx.Sequential(nnx.Linear(4, 4, rngs=rngs), nnx.relu, nnx.Linear(4, 2, rngs=rngs))
+            self.blocks = nnx.List([nnx.Linear(2, 2, rngs=rngs)])
+            self.act = nnx.tanh
+
+        def __call__(self, x):
+            return self.act(self.blocks[0](self.body(x)))
+
+    net = Net(rngs=nnx.Rngs(0))
+    assert sorted(n for n, _ in torch_names(net).values()) == ["blocks.0", "body", "body.0", "body.2"]
+    torch_layers = {f"layer/{n}": () for n in ("body.0", "body.1", "body.2", "body", "blocks.0", "act")}
+    with LayerRecorder(net, torch_layers) as rec:
+        y = net(jnp.ones((3, 4)))
+    assert [n for n, _, _ in rec.records] == ["body.0", "body.1", "body.2", "body", "blocks.0", "act"]
+    assert net.act is nnx.tanh and net.body.layers[1] is nnx.relu  # put back
+    assert np.array_equal(net(jnp.ones((3, 4))), y)
+
+
+@pytest.mark.slow
+def test_optax_sgd_momentum_and_adam_equal_torch():
+    """The comparison steps use optax on the port's side and torch.optim on the original's:
+    SGD with momentum 0.9 and Adam with torch's defaults must be the same update. SGD agrees
+    to float32 rounding; Adam to 1e-5: optax computes the bias corrections 1 - beta**t in
+    float32 (1 - 0.999 is 1.3e-5 off there), torch in float64 on the host."""
+    import jax.numpy as jnp
+    import optax
+    import torch
+
+    rng = np.random.default_rng(0)
+    w0 = rng.standard_normal(6).astype(np.float32)
+    grads = [rng.standard_normal(6).astype(np.float32) for _ in range(6)]
+    for make_torch, tx, rtol in ((lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9), optax.sgd(0.05, momentum=0.9), 1e-6),
+                                 (lambda p: torch.optim.Adam(p, lr=0.05), optax.adam(0.05), 2e-5)):
+        p = torch.nn.Parameter(torch.from_numpy(w0.copy()))
+        opt = make_torch([p])
+        w = jnp.asarray(w0)
+        state = tx.init(w)
+        for g in grads:
+            p.grad = torch.from_numpy(g)
+            opt.step()
+            updates, state = tx.update(jnp.asarray(g), state, w)
+            w = optax.apply_updates(w, updates)
+        np.testing.assert_allclose(np.asarray(w), p.detach().numpy(), rtol=rtol, atol=1e-7)
+
+
+# ---- the CLI, as a user runs it
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_mlp_port_passes(optimizer):
+    proc, report = verify_json(DATA / "mlp.py", DATA / "mlp_nnx.py", *MLP, "--optimizer", optimizer)
+    assert proc.returncode == 0 and report["passed"], report["summary"]
+    assert report["port"]["backend"] == "jax"
+    keys = [t["key"] for t in report["tensors"]]
+    assert {"layer/fc1", "layer/act", "layer/fc2", "layer/drop", "layer/head", "output/0", "grad/fc1.weight",
+            "step5/loss", "step5/param/head.bias"} <= set(keys)
+    assert worst(report, "layer") <= 1e-4 and worst(report, "output") <= 1e-4 and worst(report, "gradient") <= 1e-4
+    assert all(t["max_rel"] <= 1e-4 for t in report["tensors"] if t["phase"] == "loss")
+    assert report["health"]["compiles_total"] == 1 and report["health"]["max_transfers_per_step"] == 0
+    assert any("dropout switched off for the comparison in: drop" in n for n in report["notes"])
+
+
+@pytest.mark.slow
+def test_cnn_port_with_batchnorm_and_flatten_passes():
+    proc, report = verify_json(DATA / "cnn.py", DATA / "cnn_nnx.py", *CNN)
+    assert proc.returncode == 0 and report["passed"], report["summary"]
+    by_key = {t["key"]: t for t in report["tensors"]}
+    # every layer of the original compared, channels-last ones in torch's NCHW
+    for name in ("features.0", "features.1", "features.2", "features.3", "features", "conv2", "bn2", "drop", "fc"):
+        assert by_key[f"layer/{name}"]["ok"], name
+    assert by_key["layer/features.3"]["shape"] == [4, 8, 8, 8]
+    assert worst(report, "layer") <= 1e-4 and worst(report, "output") <= 1e-4 and worst(report, "gradient") <= 1e-4
+    assert all(t["max_rel"] <= 1e-4 for t in report["tensors"] if t["phase"] == "loss")
+    for step in range(1, 6):
+        assert by_key[f"step{step}/buffer/bn2.running_var"]["ok"]
+    steps = report["health"]["steps"]
+    assert [s["compiles"] for s in steps] == [1, 0, 0, 0, 0]
+    assert all(s["transfers"] == 0 and s["executions"] == 1 for s in steps)
+    assert any("channels moved to axis 1" in n and "features.3" in n for n in report["notes"])
+
+
+@pytest.mark.slow
+def test_flax_default_batchnorm_momentum_is_named(tmp_path):
+    port = variant(tmp_path, DATA / "cnn_nnx.py", "cnn_nnx_momentum.py",
+                   "BatchNorm(8, momentum=0.9, ", "BatchNorm(8, ")  # flax's default 0.99 = torch's 0.01
+    proc, report = verify_json(DATA / "cnn.py", port, *CNN)
+    assert proc.returncode == 1 and report["status"] == "diverged"
+    assert report["first_divergence"]["where"] == "buffer features.1.running_mean at step 1"
+    # the forward pass, the gradients and the first update do not depend on the momentum
+    assert all(t["ok"] for t in report["tensors"] if t["phase"] in ("layer", "output", "gradient"))
+
+
+@pytest.mark.slow
+def test_plain_nnx_batchnorm_running_variance_is_named(tmp_path):
+    """nnx.BatchNorm updates the running variance with the biased batch variance, torch with the
+    unbiased one: with momentum 0.9 the port is still off by n/(n-1) (here n = 4*8*8)."""
+    port = variant(tmp_path, DATA / "cnn_nnx.py", "cnn_nnx_plain_bn.py",
+                   "self.bn2 = BatchNorm(", "self.bn2 = nnx.BatchNorm(")
+    proc, report = verify_json(DATA / "cnn.py", port, *CNN)
+    assert proc.returncode == 1
+    assert report["first_divergence"]["where"] == "buffer bn2.running_var at step 1"
+
+
+@pytest.mark.slow
+def test_linear_kernel_not_transposed_is_named(tmp_path):
+    port = variant(tmp_path, DATA / "mlp_nnx.py", "mlp_nnx_no_transpose.py",
+                   "lambda w: w.T, lambda k: k.T", "lambda w: w, lambda k: k")
+    proc, report = verify_json(DATA / "mlp.py", port, *MLP)
+    assert proc.returncode == 1 and report["status"] == "diverged"
+    assert report["summary"] == "weight fc1.weight has shape (32, 16) in the original and (16, 32) in the port"
+
+
+@pytest.mark.slow
+def test_square_kernel_not_transposed_diverges_at_that_layer(tmp_path):
+    """A square kernel fits either way round: the values show it, at the layer's output."""
+    port = variant(tmp_path, DATA / "mlp_nnx.py", "mlp_nnx_no_transpose.py",
+                   "lambda w: w.T, lambda k: k.T",
+                   "(lambda w: w) if m.in_features == m.out_features else (lambda w: w.T), "
+                   "(lambda k: k) if m.in_features == m.out_features else (lambda k: k.T)")
+    proc, report = verify_json(DATA / "mlp.py", port, "--model", "MLP(d_in=32)", "--input", "float32[8,32]")
+    assert proc.returncode == 1
+    assert report["first_divergence"]["where"] == "output of fc1"
+
+
+@pytest.mark.slow
+def test_debug_print_in_the_step_fails_health(tmp_path):
+    port = variant(tmp_path, DATA / "mlp_nnx.py", "mlp_nnx_print.py",
+                   "        x = self.act(self.fc2(x))\n",
+                   "        x = self.act(self.fc2(x))\n        jax.debug.print('hidden mean {m}', m=x.mean())\n")
+    port.write_text("import jax\n" + port.read_text())
+    proc, report = verify_json(DATA / "mlp.py", port, *MLP)
+    assert proc.returncode == 1 and report["status"] == "over-budget", report["summary"]
+    assert all(t["ok"] for t in report["tensors"])  # the numbers are right; the step is not
+    assert [s["transfers"] for s in report["health"]["steps"]] == [1] * 5
+    assert any("jax.debug.print" in n and "calls back to the host" in n for n in report["notes"])
+
+
+@pytest.mark.slow
+def test_a_port_without_the_weight_converter_is_a_side_error(tmp_path):
+    port = variant(tmp_path, DATA / "mlp_nnx.py", "mlp_nnx_no_converter.py",
+                   "def load_torch_state_dict(", "def load_weights(")
+    proc = porter("verify", DATA / "mlp.py", port, *MLP, "--steps", "2")
+    assert proc.returncode == 2
+    text = " ".join(proc.stdout.split())
+    assert "the port could not run" in text and "defines no load_torch_state_dict()" in text
+
+
+@pytest.mark.slow
+def test_a_model_that_is_not_an_nnx_module_is_a_side_error(tmp_path):
+    port = variant(tmp_path, DATA / "mlp_nnx.py", "mlp_nnx_factory.py", "class MLP(nnx.Module):",
+                   "def MLP(*, rngs):\n    return object()\n\n\nclass Net(nnx.Module):")
+    proc = porter("verify", DATA / "mlp.py", port, *MLP, "--steps", "2")
+    assert proc.returncode == 2 and "not an nnx.Module" in " ".join(proc.stdout.split())
