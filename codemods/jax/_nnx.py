@@ -1,0 +1,430 @@
+"""Shared facts and code builders of the module rules (JX001-JX099): which classes of a file
+are modules, the ``rngs`` threading, the emitted helper classes and weight converter (rendered
+from templates/jax_layers.py.j2 and templates/jax_weights.py.j2), and the ``# porter: manual``
+marker.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Iterable, Optional
+
+import jinja2
+import libcst as cst
+
+from porter import astutil
+from porter._layout import templates_dir
+from porter.context import PREFERRED_ALIASES, FileContext, dotted_name
+
+# The contract's names: fixes that need these modules get `import flax.nnx as nnx`,
+# `import jax.numpy as jnp`, `import numpy as np` (setdefault: the same entries the other JAX
+# rule families register).
+for _module, _alias in (("jax.numpy", "jnp"), ("numpy", "np"), ("flax.nnx", "nnx")):
+    PREFERRED_ALIASES.setdefault(_module, _alias)
+
+MANUAL = "porter: manual"
+TORCH_MODULE = ("torch.nn.Module", "torch.nn.modules.module.Module")
+NNX_MODULE = "flax.nnx.Module"
+_EMPTY = cst.Module([])
+
+
+def code(node: cst.CSTNode) -> str:
+    return _EMPTY.code_for_node(node)
+
+
+NOT_LITERAL = object()
+
+
+def literal(node: Optional[cst.CSTNode]):
+    """The Python value of a literal expression (``3``, ``(1, 2)``, ``'same'``, ``None``,
+    ``-1``, ``True``), else NOT_LITERAL."""
+    if node is None:
+        return NOT_LITERAL
+    try:
+        return ast.literal_eval(code(node))
+    except Exception:
+        return NOT_LITERAL
+
+
+def nnx_name(ctx: FileContext) -> str:
+    return ctx.module_alias("flax.nnx")
+
+
+# --------------------------------------------------------------------------------------
+# Module classes of a file
+# --------------------------------------------------------------------------------------
+def module_classes(ctx: FileContext) -> dict[str, cst.ClassDef]:
+    """Top-level classes deriving from torch.nn.Module or nnx.Module, directly or through
+    other such classes of the file (in file order), by name."""
+    key = ("jx0.module_classes",)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    found: dict[str, cst.ClassDef] = {}
+    changed = True
+    classes = [s for s in ctx.module.body if isinstance(s, cst.ClassDef)]
+    while changed:
+        changed = False
+        for cls in classes:
+            if cls.name.value in found:
+                continue
+            for base in cls.bases:
+                q = ctx.qualname(base.value)
+                name = dotted_name(base.value)
+                if q in TORCH_MODULE or q == NNX_MODULE or (name in found):
+                    found[cls.name.value] = cls
+                    changed = True
+                    break
+    ordered = {c.name.value: c for c in classes if c.name.value in found}
+    ctx.cache[key] = ordered
+    return ordered
+
+
+def direct_base(cls: cst.ClassDef, ctx: FileContext) -> Optional[str]:
+    """"torch" when the class derives from torch.nn.Module itself, "nnx" for nnx.Module,
+    "file" for another module class of the file, else None."""
+    for base in cls.bases:
+        q = ctx.qualname(base.value)
+        if q in TORCH_MODULE:
+            return "torch"
+        if q == NNX_MODULE:
+            return "nnx"
+        if dotted_name(base.value) in module_classes(ctx):
+            return "file"
+    return None
+
+
+def enclosing_module_class(ctx: FileContext) -> Optional[cst.ClassDef]:
+    """The top-level module class around the current node, if any."""
+    for anc in ctx.ancestors[:-1]:
+        if isinstance(anc, cst.ClassDef):
+            return anc if module_classes(ctx).get(anc.name.value) is anc else None
+    return None
+
+
+def top_level_defs(module: cst.Module) -> set[str]:
+    names: set[str] = set()
+    for stmt in module.body:
+        if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
+            names.add(stmt.name.value)
+        elif isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assign):
+                    for t in small.targets:
+                        names.update(astutil.target_names(t.target))
+    return names
+
+
+# --------------------------------------------------------------------------------------
+# Calls and arguments
+# --------------------------------------------------------------------------------------
+def has_kwarg(call: cst.Call, name: str) -> bool:
+    return any(a.keyword is not None and a.keyword.value == name for a in call.args)
+
+
+def kwarg(name: str, value: cst.BaseExpression) -> cst.Arg:
+    return cst.Arg(
+        value, keyword=cst.Name(name),
+        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+    )
+
+
+def with_arg(call: cst.Call, arg: cst.Arg) -> cst.Call:
+    """``call`` with one more argument at the end (keeping a multi-line call's layout)."""
+    args = list(call.args)
+    if args:
+        last = args[-1]
+        comma = last.comma
+        if comma is cst.MaybeSentinel.DEFAULT or comma is None:
+            args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            return call.with_changes(args=[*args, arg])
+        # a trailing comma (a multi-line call): the new argument goes on its own line, like the others
+        args.append(arg.with_changes(comma=comma))
+        args[-2] = last.with_changes(comma=_comma_like(args[-3].comma if len(args) > 2 else comma))
+        return call.with_changes(args=args)
+    return call.with_changes(args=[arg])
+
+
+def _comma_like(comma):
+    return comma if isinstance(comma, cst.Comma) else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+
+
+def with_rngs(call: cst.Call) -> cst.Call:
+    if has_kwarg(call, "rngs"):
+        return call
+    return with_arg(call, kwarg("rngs", cst.Name("rngs")))
+
+
+# --------------------------------------------------------------------------------------
+# The `# porter: manual` marker
+# --------------------------------------------------------------------------------------
+def statement_of(ctx: FileContext) -> Optional[cst.SimpleStatementLine]:
+    for anc in reversed(ctx.ancestors[:-1]):
+        if isinstance(anc, cst.SimpleStatementLine):
+            return anc
+        if isinstance(anc, cst.BaseCompoundStatement):
+            return None
+    return None
+
+
+def has_manual_marker(stmt: Optional[cst.CSTNode]) -> bool:
+    if isinstance(stmt, cst.SimpleStatementLine):
+        c = stmt.trailing_whitespace.comment
+        if c is not None and MANUAL in c.value:
+            return True
+    return False
+
+
+def manual_comment(code_: str, reason: str):
+    """An Edit replacement for a statement: the statement with a trailing
+    ``# porter: manual (CODE): reason`` comment (after a comment it already has)."""
+
+    def apply(stmt: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+        text = f"# {MANUAL} ({code_}): {reason}"
+        old = stmt.trailing_whitespace.comment
+        if old is not None:
+            text = f"{old.value}  {text}"
+        return stmt.with_changes(trailing_whitespace=stmt.trailing_whitespace.with_changes(
+            whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(text)))
+
+    return apply
+
+
+# --------------------------------------------------------------------------------------
+# Emitted code (helpers and the weight converter), rendered from templates/
+# --------------------------------------------------------------------------------------
+_ENV = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(templates_dir())), keep_trailing_newline=True,
+    autoescape=False, trim_blocks=True, lstrip_blocks=True,
+)
+
+
+def render(template: str, **values) -> list[cst.BaseStatement]:
+    text = _ENV.get_template(template).render(**values)
+    return list(cst.parse_module(text).body)
+
+
+def insert_statements(statements: list[cst.BaseStatement], where: str):
+    """An Edit replacement for the Module: ``statements`` inserted before the first top-level
+    class or function definition ("before_defs"), or after the last module class / before an
+    ``if __name__ == "__main__":`` block ("after_classes")."""
+
+    def apply(module: cst.Module) -> cst.Module:
+        body = list(module.body)
+        at = _insertion_index(body, where)
+        new = list(statements)
+        if at < len(body):
+            body[at] = body[at].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+        if new and at > 0:
+            new[0] = new[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+        return module.with_changes(body=[*body[:at], *new, *body[at:]])
+
+    return apply
+
+
+def _insertion_index(body: list, where: str) -> int:
+    if where == "before_defs":
+        for i, stmt in enumerate(body):
+            if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
+                return i
+        for i, stmt in enumerate(body):
+            if not _is_head(stmt):
+                return i
+        return len(body)
+    last = None
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, cst.ClassDef):
+            last = i
+    if last is not None:
+        return last + 1
+    for i, stmt in enumerate(body):
+        if _is_main_guard(stmt):
+            return i
+    return len(body)
+
+
+def _is_head(stmt) -> bool:
+    if isinstance(stmt, cst.SimpleStatementLine):
+        return all(
+            isinstance(s, (cst.Import, cst.ImportFrom))
+            or (isinstance(s, cst.Expr) and isinstance(s.value, (cst.SimpleString, cst.ConcatenatedString)))
+            for s in stmt.body
+        )
+    return False
+
+
+def _is_main_guard(stmt) -> bool:
+    return isinstance(stmt, cst.If) and "__name__" in code(stmt.test)
+
+
+def names_used(node: cst.CSTNode, wanted: Iterable[str]) -> set[str]:
+    wanted = set(wanted)
+    return {n.value for n in astutil.walk(node, into_functions=True) if isinstance(n, cst.Name) and n.value in wanted}
+
+
+# --------------------------------------------------------------------------------------
+# Where `rngs` flows: functions that build modules, and the calls that get rngs=rngs
+# --------------------------------------------------------------------------------------
+class RngsPlan:
+    """Per file: the functions that take ``*, rngs: nnx.Rngs`` (the __init__ of every module
+    class, methods and top-level factory functions that build layers or modules), and the
+    calls inside them that pass ``rngs=rngs`` on."""
+
+    def __init__(self, ctx: FileContext) -> None:
+        from . import _layers  # circular at import time
+
+        self.ctx = ctx
+        self.classes = module_classes(ctx)
+        self.functions: dict[cst.FunctionDef, Optional[cst.ClassDef]] = {}
+        top_functions = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.FunctionDef)}
+        for cls in self.classes.values():
+            if root_kind(cls, ctx) != "torch":
+                continue  # an NNX module already: only what builds layers below
+            for stmt in cls.body.body:
+                if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__init__":
+                    self.functions[stmt] = cls
+        # fixed point: methods and factories that construct something taking rngs
+        changed = True
+        while changed:
+            changed = False
+            candidates = [(f, None) for f in top_functions.values() if _returns(f)]
+            for cls in self.classes.values():
+                candidates += [(s, cls) for s in cls.body.body if isinstance(s, cst.FunctionDef)]
+            for func, cls in candidates:
+                if func in self.functions:
+                    continue
+                if func.name.value == "forward" or func.name.value == "__call__":
+                    continue
+                if any(self.call_needs_rngs(c, func, cls, _layers) for c in astutil.calls_in(func.body)):
+                    self.functions[func] = cls
+                    changed = True
+
+    def call_needs_rngs(self, call: cst.Call, func: cst.FunctionDef, cls: Optional[cst.ClassDef], _layers=None) -> bool:
+        """The call builds a layer or module that takes rngs (inside ``func``)."""
+        if _layers is None:
+            from . import _layers
+        if has_kwarg(call, "rngs"):
+            return True
+        qual = self.ctx.qualname(call.func)
+        if qual and qual.startswith("torch.nn."):
+            layer = _layers.LAYERS.get(qual[len("torch.nn."):])
+            if layer is not None and layer.rngs:
+                return True
+            return False
+        return self.passes_rngs(call, func, cls)
+
+    def passes_rngs(self, call: cst.Call, func: cst.FunctionDef, cls: Optional[cst.ClassDef]) -> bool:
+        """A call of the file that should get rngs=rngs: a module class, a factory function,
+        a method of the class that builds modules, super().__init__ of a subclass of a module
+        class of the file, or a parameter annotated as a module class (``block: Type[BasicBlock]``)."""
+        f = call.func
+        if any(a.star == "**" for a in call.args):
+            return False  # **kwargs passed on may carry rngs (a factory's own callers give it)
+        if isinstance(f, cst.Name):
+            if f.value in self.classes or any(g.name.value == f.value and c is None for g, c in self.functions.items()):
+                return True
+            return self._module_parameter(f.value, func)
+        if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value == "self" and cls is not None:
+            name = f.attr.value
+            return any(g.name.value == name and c is cls for g, c in self.functions.items())
+        if (
+            isinstance(f, cst.Attribute) and f.attr.value == "__init__" and isinstance(f.value, cst.Call)
+            and isinstance(f.value.func, cst.Name) and f.value.func.value == "super"
+            and cls is not None and direct_base(cls, self.ctx) == "file"
+        ):
+            return True
+        return False
+
+    def _module_parameter(self, name: str, func: cst.FunctionDef) -> bool:
+        for p in (*func.params.params, *func.params.kwonly_params, *func.params.posonly_params):
+            if p.name.value == name and p.annotation is not None:
+                mentioned = {n.value for n in astutil.walk(p.annotation.annotation, into_functions=True) if isinstance(n, cst.Name)}
+                if mentioned & set(self.classes):
+                    return True
+        return False
+
+
+def rngs_plan(ctx: FileContext) -> RngsPlan:
+    key = ("jx0.rngs_plan",)
+    if key not in ctx.cache:
+        ctx.cache[key] = RngsPlan(ctx)
+    return ctx.cache[key]
+
+
+def _returns(func: cst.FunctionDef) -> bool:
+    return any(isinstance(n, cst.Return) and n.value is not None for n in astutil.walk(func.body))
+
+
+def enclosing_function(ctx: FileContext) -> Optional[cst.FunctionDef]:
+    for anc in reversed(ctx.ancestors[:-1]):
+        if isinstance(anc, cst.FunctionDef):
+            return anc
+        if isinstance(anc, (cst.Lambda, cst.ClassDef)):
+            return None
+    return None
+
+
+def in_rngs_scope(ctx: FileContext) -> bool:
+    """The current node sits in a function that has (or gets) an ``rngs`` parameter."""
+    func = enclosing_function(ctx)
+    if func is None:
+        return False
+    if func in rngs_plan(ctx).functions:
+        return True
+    return any(p.name.value == "rngs" for p in (*func.params.params, *func.params.kwonly_params))
+
+
+def root_kind(cls: cst.ClassDef, ctx: FileContext, seen=None) -> Optional[str]:
+    """"torch" or "nnx": what the class's chain of module classes of the file ends in."""
+    seen = seen or set()
+    if cls.name.value in seen:
+        return None
+    seen.add(cls.name.value)
+    kind = direct_base(cls, ctx)
+    if kind != "file":
+        return kind
+    for base in cls.bases:
+        name = dotted_name(base.value)
+        if name in module_classes(ctx):
+            return root_kind(module_classes(ctx)[name], ctx, seen)
+    return None
+
+
+def has_param(func: cst.FunctionDef, name: str) -> bool:
+    p = func.params
+    every = [*p.posonly_params, *p.params, *p.kwonly_params]
+    if isinstance(p.star_arg, cst.Param):
+        every.append(p.star_arg)
+    if p.star_kwarg is not None:
+        every.append(p.star_kwarg)
+    return any(q.name.value == name for q in every)
+
+
+def add_rngs_param(nnx: str):
+    """An Edit replacement for a FunctionDef: a keyword-only ``rngs: nnx.Rngs`` parameter."""
+
+    def apply(func: cst.FunctionDef) -> cst.FunctionDef:
+        if has_param(func, "rngs"):
+            return func
+        params = func.params
+        new = cst.Param(cst.Name("rngs"), annotation=cst.Annotation(cst.parse_expression(f"{nnx}.Rngs")))
+        star = params.star_arg
+        if star is cst.MaybeSentinel.DEFAULT or star is None:
+            star = cst.ParamStar()
+        kwonly = list(params.kwonly_params)
+        if kwonly and kwonly[-1].comma is cst.MaybeSentinel.DEFAULT:
+            kwonly[-1] = kwonly[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        plain = list(params.params)
+        if plain and not isinstance(plain[-1].comma, cst.Comma):
+            plain[-1] = plain[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        if params.star_kwarg is not None:
+            new = new.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        return func.with_changes(params=params.with_changes(params=plain, star_arg=star, kwonly_params=[*kwonly, new]))
+
+    return apply
+
+
+def spaced(statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """Two blank lines before every definition after the first (PEP 8 between top-level defs)."""
+    return [
+        s.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]) if i else s.with_changes(leading_lines=[])
+        for i, s in enumerate(statements)
+    ]

@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from porter.rules import Example, Fix, Rule, Severity
+
+from . import _nnx
+
+# helper -> the helpers it needs
+HELPERS = {
+    "TorchConv1d": ("_ntuple",), "TorchConv2d": ("_ntuple",), "TorchConv3d": ("_ntuple",),
+    "TorchConvTranspose1d": ("_ntuple",), "TorchConvTranspose2d": ("_ntuple",), "TorchConvTranspose3d": ("_ntuple",),
+    "TorchBatchNorm": (), "TorchGroupNorm": (),
+    "TorchMaxPool2d": ("_window_args", "_ntuple"), "TorchAvgPool2d": ("_window_args", "_ntuple"),
+    "TorchAdaptiveAvgPool2d": ("_ntuple",), "TorchEmbedding": (),
+    "TorchLSTM": (), "TorchGRU": (), "TorchMultiheadAttention": (),
+}
+
+
+class TorchLayerHelpers(Rule):
+    """
+    ## What it does
+    Defines, once per file, the small classes the translated layers use
+    (`TorchConv2d`, `TorchBatchNorm`, `TorchMaxPool2d`, `TorchLSTM`, `TorchMultiheadAttention`...,
+    see JX002), right before the file's first class or function. Only the classes the file
+    uses are emitted; each is a few lines on top of an NNX layer or `jax.lax`, with a
+    docstring saying what it keeps of torch:
+
+    - `TorchConvNd` / `TorchConvTransposeNd`: `nnx.Conv` / `nnx.ConvTranspose` taking torch's
+      arguments (zero padding on both sides, `groups`, `output_padding`), applied to
+      channels-first input: `jnp.moveaxis` to channels-last, the NNX layer, and back. This is
+      where the port's layout transposes live: tensors between layers stay NCHW, so
+      `x.view(x.size(0), -1)` before a Linear flattens in torch's order.
+    - `TorchBatchNorm`: `nnx.BatchNorm` over axis 1, torch's momentum and eps, running
+      variance updated with the unbiased batch variance as torch does.
+    - `TorchGroupNorm`, `TorchMaxPool2d`, `TorchAvgPool2d` (`count_include_pad`),
+      `TorchAdaptiveAvgPool2d` (output sizes dividing the input), on NCHW.
+    - `TorchEmbedding`: `nnx.Embed` whose `padding_idx` row gets no gradient.
+    - `TorchLSTM`, `TorchGRU`: torch's parameters (`weight_ih_l0`, `bias_hh_l0`, gate order
+      i, f, g, o / r, z, n) and return values, `batch_first`, `num_layers`, inter-layer
+      dropout; a `jax.lax.scan` over time.
+    - `TorchMultiheadAttention`: `in_proj_weight` / `in_proj_bias` / `out_proj` as in torch,
+      `key_padding_mask`, `attn_mask`, `batch_first`, head-averaged weights.
+
+    ## Why
+    Flax's LSTM cells keep one kernel per gate with a single bias, nnx.MultiHeadAttention
+    keeps separate (E, heads, head_dim) kernels, and convolutions and pooling are
+    channels-last: written as explicit classes that keep torch's layouts, the port computes
+    exactly what the original computes and its parameters keep torch's names.
+
+    ## Fix safety
+    Safe: adds definitions only. Each class is tested against torch (forward, gradients,
+    running statistics) in tests/test_jax_modules.py.
+    """
+
+    code = "JX011"
+    name = "torch-layer-helpers"
+    target = "jax"
+    summary = "define the Torch* layer classes the port uses (torch semantics on Flax NNX)"
+    severity = Severity.ERROR
+    needs_text = ("Torch",)
+    examples = [
+        Example(
+            """
+            import flax.nnx as nnx
+
+            class Net(nnx.Module):
+                def __init__(self, *, rngs: nnx.Rngs):
+                    self.pool = TorchMaxPool2d(2)
+            """,
+            """
+            import flax.nnx as nnx
+            import jax
+            import jax.numpy as jnp
+
+
+            def _ntuple(value, n):
+                \"\"\"torch's int-or-tuple arguments: 3 -> (3, 3).\"\"\"
+                return tuple(value) if isinstance(value, (tuple, list)) else (value,) * n
+
+
+            def _window_args(x, kernel_size, stride, padding, dilation=1):
+                n = x.ndim - 2
+                k, s, p, d = (_ntuple(v, n) for v in (kernel_size, stride, padding, dilation))
+                return (1, 1, *k), (1, 1, *s), ((0, 0), (0, 0), *((pi, pi) for pi in p)), (1, 1, *d)
+
+
+            class TorchMaxPool2d(nnx.Module):
+                \"\"\"torch.nn.MaxPool2d on NCHW input (-inf padding), via jax.lax.reduce_window.\"\"\"
+
+                def __init__(self, kernel_size, stride=None, padding=0, dilation=1):
+                    self.kernel_size, self.stride = kernel_size, kernel_size if stride is None else stride
+                    self.padding, self.dilation = padding, dilation
+
+                def __call__(self, x):
+                    window, strides, padding, dilation = _window_args(
+                        x, self.kernel_size, self.stride, self.padding, self.dilation)
+                    return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window, strides, padding,
+                                                 window_dilation=dilation)
+
+
+            class Net(nnx.Module):
+                def __init__(self, *, rngs: nnx.Rngs):
+                    self.pool = TorchMaxPool2d(2)
+            """,
+        ),
+    ]
+    valid = ["import torch\nx = 1\n"]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        used = _nnx.names_used(node, HELPERS)
+        if not used:
+            return
+        defined = _nnx.top_level_defs(node)
+        wanted = used - defined
+        if not wanted:
+            return
+        names = set(wanted)
+        for helper in wanted:
+            names.update(HELPERS[helper])
+        names -= defined
+        conv = sorted(int(h[len("TorchConv"):-1]) for h in names if h.startswith("TorchConv") and h[len("TorchConv"):-1].isdigit())
+        convt = sorted(int(h[len("TorchConvTranspose"):-1]) for h in names if h.startswith("TorchConvTranspose"))
+        statements = _nnx.render("jax_layers.py.j2", names=names, conv_dims=conv, conv_transpose_dims=convt)
+        statements = _nnx.spaced(statements)
+        self.report(
+            node,
+            f"the port uses {', '.join(sorted(wanted))}: defined in the file (torch semantics on Flax NNX)",
+            Fix((self.replace(node, _nnx.insert_statements(statements, "before_defs")),),
+                imports=("jax", "jax.numpy", "flax.nnx")),
+        )

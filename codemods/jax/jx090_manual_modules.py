@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from porter import astutil
+from porter.rules import Example, Fix, Rule, Severity
+
+from . import _layers, _nnx
+from .jx004_containers import _has_ordered_dict
+
+
+class ManualModule(Rule):
+    """
+    ## What it does
+    Reports the module constructs the JAX port cannot translate with the same semantics and
+    leaves them in place, marked `# porter: manual (JX090): <reason>` on their line:
+
+    - torch.nn layers without a translation (`nn.TransformerEncoderLayer`, `nn.RNN`,
+      `nn.Upsample`, `nn.EmbeddingBag`...) and arguments the translation does not cover
+      (`ceil_mode=True`, `return_indices=True`, a bidirectional LSTM, `padding_mode='reflect'`,
+      `nn.Softmax()` without `dim`, LayerNorm over several dimensions, `dtype=`...);
+    - a layer with parameters built outside a module class or a factory function (it has no
+      `rngs` to draw its parameters from);
+    - `nn.Sequential(OrderedDict(...))` (named children), `register_buffer` with a computed
+      name or a `None` tensor, `add_module`, forward/backward hooks, `self.training`
+      (NNX modules have no training flag: Dropout and BatchNorm read `deterministic` /
+      `use_running_average`, set by `model.train()` / `model.eval()`);
+    - classes deriving from a torch.nn layer other than `nn.Module` (`class MyConv(nn.Conv2d)`).
+
+    ## Why
+    A port that runs but computes something else is worse than no port: these need a person.
+
+    ## Fix safety
+    The marker comment is the only change: the code stays as it was.
+    """
+
+    code = "JX090"
+    name = "nnx-manual-module"
+    target = "jax"
+    summary = "module constructs without a faithful NNX translation: reported, marked # porter: manual"
+    severity = Severity.ERROR
+    needs_text = ("nn", "Module", "register_", "training")
+    examples = [
+        Example(
+            """
+            import torch.nn as nn
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.pool = nn.MaxPool2d(2, ceil_mode=True)
+                    self.enc = nn.TransformerEncoderLayer(64, 4)
+            """,
+            """
+            import torch.nn as nn
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.pool = nn.MaxPool2d(2, ceil_mode=True)  # porter: manual (JX090): nn.MaxPool2d(ceil_mode=True): ceil_mode output sizes are not translated
+                    self.enc = nn.TransformerEncoderLayer(64, 4)  # porter: manual (JX090): nn.TransformerEncoderLayer: not translated: write the block with nn.MultiheadAttention, Linear, LayerNorm and Dropout (those are)
+            """,
+            title="a layer argument and a layer without translation",
+        ),
+        Example(
+            """
+            import torch.nn as nn
+
+            model = nn.Linear(10, 2)
+            """,
+            """
+            import torch.nn as nn
+
+            model = nn.Linear(10, 2)  # porter: manual (JX090): a layer built outside a module class or factory function has no rngs: build it in a module's __init__, or pass rngs=nnx.Rngs(seed)
+            """,
+            title="a layer built at script level",
+        ),
+    ]
+    valid = [
+        "import torch.nn as nn\nclass Net(nn.Module):\n    def __init__(self):\n        self.fc = nn.Linear(2, 2)\n",
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._marked: set[int] = set()
+
+    def _manual(self, node: cst.CSTNode, reason: str) -> None:
+        stmt = _nnx.statement_of(self.ctx)
+        if _nnx.has_manual_marker(stmt):
+            self.report(node, reason, severity=Severity.WARNING)
+            return
+        fix = None
+        if stmt is not None and id(stmt) not in self._marked:
+            self._marked.add(id(stmt))
+            fix = Fix((self.replace(stmt, _nnx.manual_comment(self.code, reason)),), description="marked for a manual port")
+        self.report(node, reason, fix)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        qual = self.ctx.qualname(node.func) or ""
+        if qual.startswith("torch.nn."):
+            if qual == "torch.nn.Sequential" and _has_ordered_dict(node, self.ctx):
+                self._manual(node, "nn.Sequential of named children (OrderedDict): write the layers as attributes, or an nnx.Sequential with torch's names mapped by hand")
+                return
+            result = _layers.plan(node, qual, self.ctx)
+            if isinstance(result, _layers.Manual):
+                self._manual(node, str(result))
+            elif result is not None and result.rngs and not _nnx.in_rngs_scope(self.ctx):
+                self._manual(node, "a layer built outside a module class or factory function has no rngs: build it in a module's __init__, or pass rngs=nnx.Rngs(seed)")
+            return
+        method = astutil.method_name(node)
+        if method in ("register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook", "register_backward_hook"):
+            self._manual(node, f"{method}: NNX modules have no hooks; call the code explicitly in __call__")
+        elif method == "add_module" and _nnx.enclosing_module_class(self.ctx) is not None:
+            self._manual(node, "add_module: assign the submodule as an attribute (setattr(self, name, module))")
+        elif method == "register_buffer" and _nnx.enclosing_module_class(self.ctx) is not None:
+            name = astutil.arg(node, "name", 0)
+            tensor = astutil.arg(node, "tensor", 1)
+            key = astutil.string_value(name.value) if name else None
+            if key is None or not key.isidentifier():
+                self._manual(node, "register_buffer with a computed name: assign an nnx.Variable attribute by hand")
+            elif tensor is None or _nnx.literal(tensor.value) is None:
+                self._manual(node, "register_buffer(name, None): an optional buffer has no NNX counterpart")
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if (
+            node.attr.value == "training" and isinstance(node.value, cst.Name) and node.value.value == "self"
+            and _nnx.enclosing_module_class(self.ctx) is not None
+        ):
+            self._manual(node, "self.training: NNX modules have no training flag; read a flag that model.train()/eval() set (deterministic) or pass one in")
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        for base in node.bases:
+            qual = self.ctx.qualname(base.value) or ""
+            if qual.startswith("torch.nn.") and qual not in _nnx.TORCH_MODULE and qual.split(".")[-1][:1].isupper():
+                self.report(node, f"class {node.name.value} derives from {qual}: subclasses of torch layers are not translated; derive from nn.Module and hold the layer as an attribute")
