@@ -338,8 +338,18 @@ class TrainStep(Rule):
         new_body: list[cst.BaseStatement] = []
         for region, call in zip(plan.regions, calls):
             part = [*region.before, call, *region.after]
+            # the comments of the statements the step replaces go above the call
+            comments = [line for d in region.dropped for line in d.leading_lines if line.comment is not None]
+            at = part.index(call)
+            lead = list(call.leading_lines)
             if region.first is not None and any(region.first is d for d in region.dropped):
-                part[0] = part[0].with_changes(leading_lines=region.first.leading_lines)
+                lead = list(region.first.leading_lines)
+                comments = [c for c in comments if not any(c is x for x in lead)]
+                at = 0
+                if part[0] is not call:
+                    part[0] = part[0].with_changes(leading_lines=lead)
+                    lead, at = list(call.leading_lines), part.index(call)
+            part[at] = call.with_changes(leading_lines=[*lead, *comments])
             new_body.extend(part)
         new_body.extend(plan.tail)
         def_nodes = []
@@ -442,7 +452,7 @@ class TrainStep(Rule):
             if n in facts.modules:
                 dynamic.append(n)
                 continue
-            if n in facts.losses or n in called:
+            if n in facts.losses or n in called or _host_scalar(n, fn, loop, facts):
                 static.append(n)
                 static_values.append(n)
                 continue
@@ -553,6 +563,45 @@ def _attribute_chains(name: str, nodes) -> list[str] | None:
     if attr_uses != uses:
         return None
     return list(chains)
+
+
+_SCALAR_CALLS = ("len", "int", "float", "round", "min", "max", "abs")
+
+
+def _host_scalar(name: str, fn, loop, facts) -> bool:
+    """``name`` is a Python number fixed before the loop: every binding in the function is
+    a numeric literal, a field of an argparse namespace, len()/int()/... of such, or
+    arithmetic on those. Passed as a static argument (it may be a shape)."""
+    if fn is None:
+        return False
+    bindings = []
+    for node in astutil.walk(fn.body):
+        if isinstance(node, cst.Assign) and any(name in astutil.target_names(t.target) for t in node.targets):
+            if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+                return False
+            bindings.append(node)
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign)) and isinstance(node.target, cst.Name) and node.target.value == name:
+            return False
+        elif isinstance(node, (cst.For, cst.CompFor)) and name in astutil.target_names(node.target):
+            return False
+    if any(p.name.value == name for p in lp._params(fn.params)) or not bindings:
+        return False
+    inside = {id(n) for n in astutil.walk(loop)}
+    return all(id(b) not in inside and _scalar_expr(b.value, facts) for b in bindings)
+
+
+def _scalar_expr(expr, facts) -> bool:
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(expr, cst.UnaryOperation):
+        return _scalar_expr(expr.expression, facts)
+    if isinstance(expr, cst.BinaryOperation):
+        return _scalar_expr(expr.left, facts) and _scalar_expr(expr.right, facts)
+    if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name):
+        return expr.value.value in facts.namespaces or expr.value.value == "args"
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value in _SCALAR_CALLS:
+        return all(_scalar_expr(a.value, facts) or expr.func.value == "len" for a in expr.args)
+    return False
 
 
 def _module_assigned(module: cst.Module) -> set[str]:
