@@ -362,6 +362,21 @@ def verify(
     raise typer.Exit(report.exit_code)
 
 
+@app.command()
+@guarded
+def lsp(
+    debounce_ms: int = typer.Option(150, "--debounce-ms", min=0, help="Milliseconds after the last change before a document is checked again."),
+) -> None:
+    """Run porter's language server on stdin/stdout: diagnostics and quick-fixes in the editor (docs/lsp.md)."""
+    try:
+        import pygls  # noqa: F401
+    except ModuleNotFoundError:
+        raise UsageError("porter lsp needs pygls: pip install 'porter[lsp]'") from None
+    from porter.lsp import serve
+
+    serve(debounce_ms / 1000)
+
+
 def render_rule_doc(rule) -> str:
     from porter.docs import rule_markdown
 

@@ -1,0 +1,905 @@
+"""``porter lsp``: porter's findings and fixes in the editor, over the Language Server Protocol.
+
+A thin front end over the pure core (``porter.engine``): the same parse, rules, suppressions
+and fixes as ``porter check`` / ``porter migrate``, with the rules and target of the
+document's ``[tool.porter]`` (``porter.config``, looked up from the document's folder as the
+CLI does from the path it is given).
+
+- Diagnostics on open, save and change (debounced per document; the check runs in one worker
+  thread, so the server keeps reading messages meanwhile; a result for a version the editor
+  has already replaced is dropped). Code = rule id, link to the rule's page, severity of the
+  rule, the CLI's message. A document that does not parse gets one diagnostic: the syntax
+  error, at CPython's position.
+- Code actions from the result cached for the document's version (the rules are not run
+  again): a quick-fix per finding that applies exactly that finding's fix (and the imports it
+  needs) as minimal text edits; "suppress with ``# porter: ignore[CODE]``"; and
+  ``source.fixAll.porter`` (``porter migrate`` on this document), resolved lazily when the
+  client supports ``codeAction/resolve``. Unsafe fixes are offered, titled "(unsafe)" and
+  never preferred.
+- Positions in the encoding negotiated with the client (UTF-16 code units unless the client
+  offers another); LibCST columns are code points, converted both ways.
+
+The functions above the server class are plain functions of text, usable without a client
+(the tests and the benchmark call them too).
+"""
+from __future__ import annotations
+
+import asyncio
+import bisect
+import dataclasses
+import difflib
+import logging
+import re
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+from urllib.parse import unquote, urlparse
+
+import libcst as cst
+
+from porter import __version__, astutil, config, engine, registry
+from porter._layout import REPO
+from porter.context import FileContext
+from porter.rules import Finding, Position, Safety, Severity
+from porter.runner import Settings, UsageError, _parse_error
+
+SOURCE = "porter"
+FIX_ALL_KIND = "source.fixAll.porter"
+DEFAULT_DEBOUNCE = 0.15  # seconds between the last keystroke and the check
+_SUPPRESS_CODES = re.compile(r"(#\s*porter:\s*ignore\[)([A-Za-z0-9_,\s]+)(\])")
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+_WHERE = re.compile(r"\bline (\d+)(?:, column (\d+))?")
+
+log = logging.getLogger("porter.lsp")
+
+
+# --------------------------------------------------------------------------------------
+# Lines and position encodings
+# --------------------------------------------------------------------------------------
+def split_lines(text: str) -> list[str]:
+    """The document's lines as LSP counts them (ends kept): only ``\\n``, ``\\r\\n`` and ``\\r``
+    end a line (``str.splitlines`` also splits at form feeds, U+2028...), as in LibCST."""
+    return _LINE.findall(text)
+
+
+def _body(line: str) -> str:
+    return line.rstrip("\r\n")
+
+
+def units(text: str, encoding: str = "utf-16") -> int:
+    """Length of ``text`` in the client's code units."""
+    if encoding == "utf-8":
+        return len(text.encode("utf-8", "surrogatepass"))
+    if encoding == "utf-32":
+        return len(text)
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF) if not text.isascii() else len(text)
+
+
+def column_to_units(line: str, column: int, encoding: str = "utf-16") -> int:
+    """A code-point column of ``line`` (LibCST's) -> client code units."""
+    return units(_body(line)[:column], encoding)
+
+
+def column_from_units(line: str, character: int, encoding: str = "utf-16") -> int:
+    """Client code units -> a code-point column of ``line``, clamped to the line's end; a
+    position inside a surrogate pair (or a UTF-8 sequence) goes to the character's start."""
+    text = _body(line)
+    if encoding == "utf-32" or text.isascii():
+        return min(max(character, 0), len(text))
+    count = 0
+    for i, ch in enumerate(text):
+        width = units(ch, encoding)
+        if count + width > character:
+            return i
+        count += width
+    return len(text)
+
+
+# --------------------------------------------------------------------------------------
+# Settings of a document
+# --------------------------------------------------------------------------------------
+def settings_for(path: Optional[Path]) -> Settings:
+    """The settings ``porter check PATH`` would use: ``[tool.porter]`` of the nearest
+    pyproject.toml above ``path`` (or the working folder). Raises UsageError for bad settings."""
+    try:
+        cfg = config.load(path if path is not None else Path.cwd())
+    except config.ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    target = cfg.target or "torch-xla"
+    if target not in registry.TARGETS:
+        raise UsageError(f"unknown target {target!r} (from {cfg.source}); known: {', '.join(registry.TARGETS)}")
+    settings = Settings(target, cfg.select, cfg.ignore, cfg.unsafe_fixes)
+    if cfg.source is not None:
+        settings.validate(f"[tool.porter] in {cfg.source}")
+    settings.options()
+    return settings
+
+
+def rule_doc_uri(code: str) -> Optional[str]:
+    """``docs/rules/<CODE>.md`` of porter's checkout as a file: URI (``porter explain CODE``
+    prints the same page); None when porter runs from an installation without its docs."""
+    page = REPO / "docs" / "rules" / f"{code}.md"
+    return page.as_uri() if page.is_file() else None
+
+
+# --------------------------------------------------------------------------------------
+# One document version, checked
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TextChange:
+    """Replace the text between two (line, column) positions, 0-based, columns in code points."""
+
+    start: tuple[int, int]
+    end: tuple[int, int]
+    text: str
+
+
+@dataclass
+class Analysis:
+    """The result of checking one version of a document, kept for its code actions."""
+
+    text: str
+    lines: list[str]
+    settings: Optional[Settings]
+    module: Optional[cst.Module] = None
+    findings: list[Finding] = field(default_factory=list)
+    positions: dict = field(default_factory=dict)
+    error: Optional[str] = None  # the document could not be checked: why
+    error_at: tuple[int, int] = (0, 0)  # 0-based line, code-point column of the error
+    seconds: float = 0.0
+    _starts: Optional[list[int]] = None
+    _fixes: dict = field(default_factory=dict)
+    _string_lines: Optional[list[tuple[int, int]]] = None
+    fix_all: Optional[list[TextChange]] = None
+    fix_all_error: Optional[str] = None
+
+    # Where each top-level statement's text begins (0-based line, its leading lines included)
+    def statement_starts(self) -> list[int]:
+        if self._starts is None:
+            assert self.module is not None
+            self._starts = [_chunk_start(self, i) for i in range(len(self.module.body))]
+        return self._starts
+
+
+def analyze(text: str, settings: Optional[Settings], path: str = "<string>") -> Analysis:
+    """``engine.check`` of ``text``, keeping what the code actions need (the tree, every
+    node's position). Never raises: a parse error, bad settings or a crashing rule become
+    ``Analysis.error``."""
+    t0 = time.perf_counter()
+    an = Analysis(text, split_lines(text), settings)
+    if settings is None:
+        an.error = "no settings"
+        return an
+    try:
+        options = settings.options()
+        module = engine.parse(text)
+        findings = engine.run_rules(module, engine.applicable_rules(options.rules, text), path)
+        if findings:
+            # engine.attach_positions, keeping the positions of every node for the fixes
+            an.positions = engine.node_positions(module)
+            for f in findings:
+                rng = an.positions.get(f.node)
+                if rng is not None:
+                    f.position = Position(rng.start.line, rng.start.column, rng.end.line, rng.end.column)
+            findings.sort(key=lambda f: (f.position.line, f.position.column, f.code) if f.position else (0, 0, f.code))
+        an.module = module
+        an.findings = engine.drop_suppressed(text, findings)
+    except engine.PorterError as exc:
+        an.error = _parse_error(exc, text)
+        m = _WHERE.search(an.error)
+        if m:
+            line = max(int(m.group(1)) - 1, 0)
+            col = max(int(m.group(2)) - 1, 0) if m.group(2) else 0
+            an.error_at = (min(line, max(len(an.lines) - 1, 0)), col)
+    except Exception as exc:  # a rule crashed: say so in the editor, keep serving
+        log.error("porter: internal error on %s\n%s", path, traceback.format_exc())
+        an.error = f"internal error: {type(exc).__name__}: {exc}".splitlines()[0]
+    an.seconds = time.perf_counter() - t0
+    return an
+
+
+def _chunk_start(an: Analysis, i: int) -> int:
+    """0-based line where top-level statement ``i`` begins, its leading blank/comment lines
+    included (statement 0: the document's start, the module header included). Checked
+    against the text before use (``_span_edits``)."""
+    if i == 0:
+        return 0
+    stmt = an.module.body[i]  # type: ignore[union-attr]
+    decorators = getattr(stmt, "decorators", ())
+    first = an.positions.get(decorators[0] if decorators else stmt)
+    if first is None:
+        return -1
+    return first.start.line - 1 - len(stmt.leading_lines)
+
+
+# --------------------------------------------------------------------------------------
+# Fixes as minimal text edits
+# --------------------------------------------------------------------------------------
+def diff_changes(old: str, new: str, first_line: int = 0) -> list[TextChange]:
+    """The smallest edits that turn ``old`` into ``new``: changed line ranges (difflib), each
+    trimmed to its differing characters. Positions are relative to ``old``, whose first line
+    is line ``first_line`` of the document."""
+    a, b = split_lines(old), split_lines(new)
+    out: list[TextChange] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        old_block, new_block = "".join(a[i1:i2]), "".join(b[j1:j2])
+        p = _common_prefix(old_block, new_block)
+        s = _common_suffix(old_block[p:], new_block[p:])
+        start = _locate(a, i1, p)
+        end = _locate(a, i1, len(old_block) - s)
+        out.append(TextChange((first_line + i1 + start[0], start[1]), (first_line + i1 + end[0], end[1]),
+                              new_block[p:len(new_block) - s]))
+    return out
+
+
+def _common_prefix(x: str, y: str) -> int:
+    n = 0
+    limit = min(len(x), len(y))
+    while n < limit and x[n] == y[n]:
+        n += 1
+    if 0 < n < len(x) and x[n - 1] == "\r" and x[n] == "\n":
+        n -= 1  # never between the two characters of a CRLF
+    return n
+
+
+def _common_suffix(x: str, y: str) -> int:
+    n = 0
+    limit = min(len(x), len(y))
+    while n < limit and x[len(x) - 1 - n] == y[len(y) - 1 - n]:
+        n += 1
+    if 0 < n < len(x) and x[len(x) - n] == "\n" and x[len(x) - n - 1] == "\r":
+        n -= 1
+    return n
+
+
+def _locate(lines: Sequence[str], first: int, offset: int) -> tuple[int, int]:
+    """(line, column) of character ``offset`` of the text starting at ``lines[first]``."""
+    i = first
+    while i < len(lines) and offset >= len(lines[i]) and (offset > len(lines[i]) or lines[i].endswith(("\n", "\r"))):
+        offset -= len(lines[i])
+        i += 1
+    return i - first, offset
+
+
+def fix_changes(an: Analysis, finding: Finding) -> list[TextChange]:
+    """Exactly ``finding``'s fix (its edits and the imports it needs; one engine pass,
+    ``engine.apply_fixes``) as text changes. Cached per analysis."""
+    key = id(finding)
+    if key not in an._fixes:
+        an._fixes[key] = _fix_changes(an, finding)
+    return an._fixes[key]
+
+
+def _fix_changes(an: Analysis, finding: Finding) -> list[TextChange]:
+    fix = finding.fix
+    assert fix is not None and an.module is not None
+    changes = None
+    if not fix.remove_imports:
+        # the cheapest exact way first; each one checks itself against the text and the
+        # next one takes over where it cannot be sure
+        changes = _node_edits(an, fix)
+        if changes is None:
+            changes = _block_edits(an, fix)
+        if changes is None:
+            changes = _span_edits(an, fix)
+    if changes is None:  # the whole module (a removal of imports needs the scope of every name)
+        new = engine.apply_fixes(an.module, [fix], FileContext(an.module)).code
+        changes = diff_changes(an.text, new)
+    return changes
+
+
+def _first_line(an: Analysis, stmt: cst.CSTNode) -> int:
+    """0-based line of a statement's own first line (its first decorator), or -1."""
+    decorators = getattr(stmt, "decorators", ())
+    rng = an.positions.get(decorators[0] if decorators else stmt)
+    return rng.start.line - 1 if rng is not None else -1
+
+
+def _node_edits(an: Analysis, fix) -> Optional[list[TextChange]]:
+    """Each edit's replacement written in place of its target, when every target and
+    replacement is one line of code (no indentation is involved) and no target holds
+    another; plus the imports the fix needs (``_import_changes``). None otherwise."""
+    module = an.module
+    assert module is not None
+    spans = []
+    for edit in fix.edits:
+        rng = an.positions.get(edit.target)
+        if rng is None or rng.start.line != rng.end.line:
+            return None
+        rep = edit.replacement
+        new_node = rep(edit.target) if callable(rep) and not isinstance(rep, cst.CSTNode) else rep
+        if not isinstance(new_node, cst.CSTNode):
+            return None  # a removal or statements around the target: the parent is needed
+        old, new = module.code_for_node(edit.target), module.code_for_node(new_node)
+        if "\n" in new or "\r" in new:
+            return None
+        line = rng.start.line - 1
+        if _body(an.lines[line])[rng.start.column:rng.end.column] != old:
+            return None
+        spans.append((line, rng.start.column, rng.end.column, old, new))
+    spans.sort()
+    for a, b in zip(spans, spans[1:]):
+        if (a[0], a[2]) > (b[0], b[1]):
+            return None  # nested or overlapping targets: the edits compose in the tree
+    changes = []
+    for line, start, end, old, new in spans:
+        p = _common_prefix(old, new)
+        q = _common_suffix(old[p:], new[p:])
+        changes.append(TextChange((line, start + p), (line, end - q), new[p:len(new) - q]))
+    missing = tuple(sorted({m for m in fix.imports if m not in FileContext(module).module_names}))
+    if missing:
+        imports = _import_changes(an, missing)
+        if imports is None:
+            return None
+        boundary = imports[0]
+        if spans and spans[0][0] < boundary:
+            return None  # an edit in the module's head: the imports are added after it
+        changes = imports[1] + changes
+    return changes
+
+
+def _block_edits(an: Analysis, fix) -> Optional[list[TextChange]]:
+    """The fix applied to the innermost statement holding all its targets, written out
+    inside stand-in blocks with the indentation of its real ones (so LibCST writes every line
+    as it stands in the file); plus the imports the fix needs. None when the targets lie in
+    different top-level statements, or anything does not match the text."""
+    module = an.module
+    assert module is not None
+    body = module.body
+    starts = an.statement_starts()
+    if not body or any(s < 0 for s in starts):
+        return None
+    tops = set()
+    for edit in fix.edits:
+        rng = an.positions.get(edit.target)
+        if rng is None or edit.target is module:
+            return None
+        tops.add(bisect.bisect_right(starts, rng.start.line - 1) - 1)
+    if len(tops) != 1 or min(tops) < 0:
+        return None
+    top = body[tops.pop()]
+    parents: dict[int, cst.CSTNode] = {}
+    stack = [top]
+    while stack:
+        node = stack.pop()
+        for child in astutil.children(node):
+            parents[id(child)] = node
+            stack.append(child)
+    chains = []
+    for edit in fix.edits:
+        chain = [edit.target]
+        while chain[-1] is not top:
+            parent = parents.get(id(chain[-1]))
+            if parent is None:
+                return None
+            chain.append(parent)
+        chains.append(chain[::-1])  # top ... target
+    common = 0
+    while all(len(c) > common + 1 for c in chains) and len({id(c[common + 1]) for c in chains}) == 1:
+        common += 1
+    path = chains[0][: common + 1]  # top ... deepest node holding every target
+    # the innermost statement of a block on that path, above every target
+    at = max((i for i, n in enumerate(path) if i == 0 or (isinstance(n, cst.BaseStatement) and isinstance(path[i - 1], cst.IndentedBlock))), default=0)
+    if any(len(c) == at + 1 for c in chains) and at > 0:
+        at = max(i for i, n in enumerate(path[:at]) if i == 0 or (isinstance(n, cst.BaseStatement) and isinstance(path[i - 1], cst.IndentedBlock)))
+    stmt = path[at]
+    blocks = [n for n in path[:at] if isinstance(n, cst.IndentedBlock)]
+    wrapped: cst.BaseStatement = stmt  # type: ignore[assignment]
+    for block in reversed(blocks):
+        wrapped = cst.If(test=cst.Name("_"), body=cst.IndentedBlock(body=[wrapped], indent=block.indent))
+    span = module.with_changes(body=[wrapped], header=(), footer=(), has_trailing_newline=True)
+    old = span.code
+    old_lines = split_lines(old)
+    n = len(blocks)
+    first = _first_line(an, stmt) - len(stmt.leading_lines)  # type: ignore[attr-defined]
+    if first < 0 or "".join(an.lines[first:first + len(old_lines) - n]) != "".join(old_lines[n:]):
+        return None
+    missing = tuple(sorted({m for m in fix.imports if m not in FileContext(module).module_names}))
+    imports: tuple[int, list[TextChange]] = (0, [])
+    if missing:
+        found = _import_changes(an, missing)
+        if found is None or first < found[0]:
+            return None
+        imports = found
+    on_path = {id(n) for c in chains for n in c}
+    pruned = _PrunedEdits([e for e in fix.edits], lambda node: id(node) not in parents or id(node) in on_path)
+    new_node = span.visit(pruned)
+    if not isinstance(new_node, cst.Module) or pruned.applied != len(fix.edits):
+        return None
+    new_lines = split_lines(new_node.code)
+    if new_lines[:n] != old_lines[:n]:
+        return None
+    return imports[1] + diff_changes("".join(old_lines[n:]), "".join(new_lines[n:]), first)
+
+
+class _PrunedEdits(engine._ApplyEdits):
+    """The engine's edit transformer (the same edits, the same composition of callables),
+    entering only the nodes on the way to a target: the other subtrees stay the objects
+    they are, as the full walk would rebuild them equal."""
+
+    def __init__(self, edits, enter) -> None:
+        super().__init__(edits)
+        self.enter = enter
+
+    def on_visit(self, node) -> bool:  # type: ignore[override]
+        return self.enter(node)
+
+
+def _import_changes(an: Analysis, modules: tuple[str, ...]) -> Optional[tuple[int, list[TextChange]]]:
+    """The text changes of ``engine.add_imports`` for ``modules`` and the line where the
+    statement after the module's head begins (nothing at or after it changes). Computed as
+    the engine does, on the head and a stand-in for that statement; cached per analysis."""
+    key = ("imports", modules)
+    if key in an._fixes:
+        return an._fixes[key]
+    module = an.module
+    assert module is not None
+    body = list(module.body)
+    k = engine._head_length(body)
+    result = None
+    if k < len(body):
+        boundary = _first_line(an, body[k])
+        stand_in = cst.SimpleStatementLine([cst.Pass()], leading_lines=body[k].leading_lines)
+        span = module.with_changes(body=[*body[:k], stand_in], footer=(), has_trailing_newline=True)
+        tail = "pass" + module.default_newline
+        old = span.code
+        if boundary >= 0 and old.endswith(tail) and "".join(an.lines[:boundary]) + tail == old[: len(old) - len(tail)] + tail:
+            new = engine.add_imports(span, list(modules), FileContext(module)).code
+            if new.endswith(tail):
+                result = (boundary, diff_changes(old[: -len(tail)], new[: -len(tail)]))
+    an._fixes[key] = result
+    return result
+
+
+def _span_edits(an: Analysis, fix) -> Optional[list[TextChange]]:
+    """The fix applied to the top-level statements it touches only (the nodes are the same
+    objects as in the whole tree, so the engine applies the same edits), or None when that
+    cannot be done exactly (then the caller applies it to the whole module).
+
+    The touched statements are grouped in runs of adjacent statements; when the fix needs an
+    import the file lacks, the module's head (docstring, leading imports and the statement
+    after them, all that AddImportsVisitor reads and changes) is one run and gets the imports.
+    """
+    module = an.module
+    assert module is not None
+    body = module.body
+    if not body:
+        return None
+    starts = an.statement_starts()
+    if any(s < 0 for s in starts) or starts != sorted(starts):
+        return None
+    touched: set[int] = set()
+    for edit in fix.edits:
+        rng = an.positions.get(edit.target)
+        if rng is None or edit.target is module:
+            return None
+        i = bisect.bisect_right(starts, rng.start.line - 1) - 1
+        if i < 0:
+            return None
+        touched.add(i)
+    ctx = FileContext(module)
+    head = -1
+    if any(m not in ctx.module_names for m in fix.imports):
+        head = min(engine._head_length(list(body)) + 1, len(body))  # statements [0, head)
+        touched.update(range(head))
+    runs: list[list[int]] = []
+    for i in sorted(touched):
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    edits_only = dataclasses.replace(fix, imports=(), remove_imports=())
+    out: list[TextChange] = []
+    for run in runs:
+        lo, hi = run[0], run[-1]
+        last = hi == len(body) - 1
+        span = module.with_changes(
+            body=body[lo:hi + 1],
+            header=module.header if lo == 0 else (),
+            footer=module.footer if last else (),
+            has_trailing_newline=module.has_trailing_newline if last else True,
+        )
+        first_line = starts[lo]
+        end_line = len(an.lines) if last else starts[hi + 1]
+        old = span.code
+        if "".join(an.lines[first_line:end_line]) != old:
+            return None
+        new = engine.apply_fixes(span, [fix if lo == 0 and head > 0 else edits_only], ctx).code
+        out.extend(diff_changes(old, new, first_line))
+    return out
+
+
+def fix_all_changes(an: Analysis) -> list[TextChange]:
+    """``porter migrate`` of the document (every fix the settings allow, to a fixpoint) as
+    text changes. Raises engine.PorterError when the fixes fail."""
+    if an.fix_all is None:
+        assert an.settings is not None
+        result = engine.fix(an.text, an.settings.options())
+        an.fix_all = diff_changes(an.text, result.source) if result.changed else []
+    return an.fix_all
+
+
+def suppress_change(an: Analysis, finding: Finding) -> Optional[TextChange]:
+    """Add ``# porter: ignore[CODE]`` to the finding's first line (or add CODE to the
+    bracket already there); the last line when the first one cannot take a comment (it ends
+    inside a multi-line string or with a backslash). None when neither can."""
+    pos = finding.position
+    if pos is None:
+        return None
+    for lineno in dict.fromkeys((pos.line, pos.end_line)):
+        i = lineno - 1
+        if not 0 <= i < len(an.lines) or not _can_end_with_comment(an, lineno):
+            continue
+        body = _body(an.lines[i])
+        m = _SUPPRESS_CODES.search(body)
+        if m:
+            codes = [c.strip() for c in m.group(2).split(",") if c.strip()]
+            return TextChange((i, m.start(2)), (i, m.end(2)), ", ".join([*codes, finding.code]))
+        return TextChange((i, len(body)), (i, len(body)), f"  # porter: ignore[{finding.code}]")
+    return None
+
+
+def _can_end_with_comment(an: Analysis, lineno: int) -> bool:
+    body = _body(an.lines[lineno - 1])
+    if body.rstrip().endswith("\\"):
+        return False
+    if an._string_lines is None:  # (first, last) line of every string that spans lines
+        an._string_lines = [
+            (rng.start.line, rng.end.line) for node, rng in an.positions.items()
+            if rng.start.line != rng.end.line and isinstance(node, (cst.SimpleString, cst.FormattedString))
+        ]
+    return not any(first <= lineno < last for first, last in an._string_lines)
+
+
+# --------------------------------------------------------------------------------------
+# The language server
+# --------------------------------------------------------------------------------------
+def _path_of(uri: str) -> Optional[Path]:
+    parsed = urlparse(uri)
+    if parsed.scheme != "file":
+        return None
+    return Path(unquote(parsed.path))
+
+
+def build_server(debounce: float = DEFAULT_DEBOUNCE):
+    """The pygls server (imported here: pygls is the optional ``lsp`` dependency)."""
+    from lsprotocol import types
+    from pygls.exceptions import JsonRpcException
+    from pygls.lsp.server import LanguageServer
+    from pygls.protocol import LanguageServerProtocol
+
+    class _Unreadable:
+        """A request whose params do not fit its method (kept to answer it with an error)."""
+
+        jsonrpc = "2.0"
+
+        def __init__(self, msg_id, method: str, error: JsonRpcException) -> None:
+            self.id, self.method, self.error = msg_id, method, error
+
+    class PorterProtocol(LanguageServerProtocol):
+        """pygls logs a request it cannot deserialize and never answers it; the LSP wants an
+        error response (Invalid Params), so the client does not wait forever."""
+
+        def structure_message(self, data):
+            try:
+                return super().structure_message(data)
+            except JsonRpcException as exc:
+                if isinstance(data, dict) and "id" in data and "method" in data and data.get("jsonrpc") == "2.0":
+                    return _Unreadable(data["id"], str(data["method"]), exc)
+                raise
+
+        def handle_message(self, message):
+            if isinstance(message, _Unreadable):
+                self._send_response(message.id, error=types.ResponseError(
+                    code=message.error.code,
+                    message=f"{message.error.message or 'Invalid Params'}: the params of {message.method} do not match the LSP"))
+                return
+            super().handle_message(message)
+
+    severity = {
+        Severity.ERROR: types.DiagnosticSeverity.Error,
+        Severity.WARNING: types.DiagnosticSeverity.Warning,
+        Severity.INFO: types.DiagnosticSeverity.Information,
+    }
+
+    class PorterServer(LanguageServer):
+        def __init__(self) -> None:
+            super().__init__("porter", __version__, protocol_cls=PorterProtocol)
+            self.debounce = debounce
+            self.analyses: dict[str, tuple[Optional[int], Analysis]] = {}
+            self.pending: dict[str, asyncio.Task] = {}
+            # every rule run (checks, fix-all) in this one thread: in order, off the loop
+            self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="porter-check")
+            self.settings_cache: dict = {}
+
+        # -- positions ------------------------------------------------------------------
+        @property
+        def encoding(self) -> str:
+            enc = getattr(self.server_capabilities, "position_encoding", None) if self.protocol.server_capabilities else None
+            return str(enc.value if hasattr(enc, "value") else enc or "utf-16")
+
+        def to_lsp(self, lines: Sequence[str], line: int, column: int):
+            if line >= len(lines):
+                return types.Position(line=len(lines), character=0) if not lines or lines[-1].endswith(("\n", "\r")) else types.Position(line=len(lines) - 1, character=units(_body(lines[-1]), self.encoding))
+            return types.Position(line=line, character=column_to_units(lines[line], column, self.encoding))
+
+        def from_lsp(self, lines: Sequence[str], pos) -> tuple[int, int]:
+            if pos.line >= len(lines):
+                return (len(lines), 0)
+            return (pos.line, column_from_units(lines[pos.line], pos.character, self.encoding))
+
+        # -- checking -------------------------------------------------------------------
+        def settings(self, uri: str) -> Settings:
+            return settings_for(_path_of(uri))
+
+        def schedule(self, uri: str, delay: float) -> None:
+            old = self.pending.pop(uri, None)
+            if old is not None:
+                old.cancel()
+            self.pending[uri] = asyncio.get_running_loop().create_task(self._check_later(uri, delay))
+
+        async def _check_later(self, uri: str, delay: float) -> None:
+            if delay > 0:
+                await asyncio.sleep(delay)
+            try:
+                await self.current(uri)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.error("porter lsp: check of %s failed\n%s", uri, traceback.format_exc())
+
+        async def current(self, uri: str) -> Optional[Analysis]:
+            """The analysis of the document's current version: cached, or run now (in the
+            worker thread) and published."""
+            doc = self.workspace.text_documents.get(uri)
+            if doc is None:
+                return None
+            version, text = doc.version, doc.source
+            cached = self.analyses.get(uri)
+            if cached is not None and cached[0] == version and cached[1].text == text:
+                return cached[1]
+            try:
+                settings = self.settings(uri)
+                error = None
+            except UsageError as exc:
+                settings, error = None, str(exc)
+            path = str(_path_of(uri) or uri)
+            loop = asyncio.get_running_loop()
+            an = await loop.run_in_executor(self.worker, analyze, text, settings, path)
+            if error is not None:
+                an.error = f"cannot read porter's settings: {error}"
+            now = self.workspace.text_documents.get(uri)
+            if now is None or now.version != version:
+                return an  # the editor moved on: nothing published for a stale version
+            self.analyses[uri] = (version, an)
+            self.publish(uri, version, an)
+            return an
+
+        def publish(self, uri: str, version: Optional[int], an: Analysis) -> None:
+            self.text_document_publish_diagnostics(
+                types.PublishDiagnosticsParams(uri=uri, version=version, diagnostics=self.diagnostics(an, version))
+            )
+
+        def diagnostics(self, an: Analysis, version: Optional[int]) -> list:
+            if an.error is not None:
+                line, col = an.error_at
+                start = self.to_lsp(an.lines, line, col)
+                end_col = len(_body(an.lines[line])) if line < len(an.lines) else 0
+                end = self.to_lsp(an.lines, line, max(end_col, col))
+                return [types.Diagnostic(range=types.Range(start=start, end=end), message=an.error,
+                                         severity=types.DiagnosticSeverity.Error, source=SOURCE)]
+            out = []
+            for i, f in enumerate(an.findings):
+                out.append(types.Diagnostic(
+                    range=self.range_of(an, f), message=f.message + _mark(f), severity=severity[f.severity],
+                    code=f.code, source=SOURCE,
+                    code_description=types.CodeDescription(href=href) if (href := rule_doc_uri(f.code)) else None,
+                    data={"version": version, "index": i},
+                ))
+            return out
+
+        def range_of(self, an: Analysis, f: Finding):
+            p = f.position or Position(1, 0, 1, 0)
+            return types.Range(start=self.to_lsp(an.lines, p.line - 1, p.column),
+                               end=self.to_lsp(an.lines, p.end_line - 1, p.end_column))
+
+        def edit(self, uri: str, version: Optional[int], an: Analysis, changes: Sequence[TextChange]):
+            edits = [types.TextEdit(range=types.Range(start=self.to_lsp(an.lines, *c.start), end=self.to_lsp(an.lines, *c.end)),
+                                    new_text=c.text) for c in changes]
+            caps = self.client_capabilities
+            versioned = bool(caps.workspace and caps.workspace.workspace_edit and caps.workspace.workspace_edit.document_changes)
+            if versioned:
+                return types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
+                    text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version), edits=edits)])
+            return types.WorkspaceEdit(changes={uri: edits})
+
+        def resolve_supported(self) -> bool:
+            ca = self.client_capabilities.text_document and self.client_capabilities.text_document.code_action
+            rs = ca.resolve_support if ca else None
+            return bool(rs and "edit" in rs.properties)
+
+        async def finding_actions(self, uri: str, version, an: Analysis, i: int, wanted) -> list:
+            f = an.findings[i]
+            diag = self.diagnostics_for(an, version, [i])
+            out = []
+            if f.fix is not None and wanted(types.CodeActionKind.QuickFix):
+                unsafe = f.fix.safety is not Safety.SAFE
+                what = f.fix.description or registry.find(f.code).summary
+                action = types.CodeAction(
+                    title=f"Fix {f.code}: {what}" + (" (unsafe)" if unsafe else ""),
+                    kind=types.CodeActionKind.QuickFix, diagnostics=diag, is_preferred=not unsafe,
+                    data={"uri": uri, "version": version, "index": i},
+                )
+                if f.fix.remove_imports and id(f) not in an._fixes:
+                    # deciding which imports become unused takes LibCST's scope analysis of
+                    # the whole module (seconds on a large file): in the worker, and only when
+                    # the client asks for this action (codeAction/resolve), if it can
+                    if not self.resolve_supported():
+                        await self.resolve_fix(action)
+                        if action.edit is not None:
+                            out.append(action)
+                    else:
+                        out.append(action)
+                else:
+                    action.edit = self.edit(uri, version, an, fix_changes(an, f))
+                    out.append(action)
+            if wanted(types.CodeActionKind.QuickFix):
+                change = suppress_change(an, f)
+                if change is not None:
+                    out.append(types.CodeAction(
+                        title=f"Suppress {f.code} on this line (# porter: ignore[{f.code}])",
+                        kind=types.CodeActionKind.QuickFix, diagnostics=diag,
+                        edit=self.edit(uri, version, an, [change]),
+                    ))
+            return out
+
+        async def resolve_fix(self, action) -> None:
+            """Fill in the edit of a quick-fix offered without one (or leave it None when the
+            document has changed since)."""
+            data = action.data if isinstance(action.data, dict) else {}
+            uri, index = data.get("uri"), data.get("index")
+            cached = self.analyses.get(uri) if isinstance(uri, str) else None
+            if cached is None or cached[0] != data.get("version") or not isinstance(index, int) or not 0 <= index < len(cached[1].findings):
+                return
+            an = cached[1]
+            f = an.findings[index]
+            if f.fix is None:
+                return
+            changes = await asyncio.get_running_loop().run_in_executor(self.worker, fix_changes, an, f)
+            action.edit = self.edit(uri, cached[0], an, changes)
+
+        def diagnostics_for(self, an: Analysis, version, indices: Sequence[int]) -> list:
+            return [types.Diagnostic(range=self.range_of(an, an.findings[i]), message=an.findings[i].message + _mark(an.findings[i]),
+                                     severity=severity[an.findings[i].severity], code=an.findings[i].code, source=SOURCE,
+                                     data={"version": version, "index": i}) for i in indices]
+
+    server = PorterServer()
+
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: PorterServer, params: types.DidOpenTextDocumentParams) -> None:
+        ls.schedule(params.text_document.uri, 0)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: PorterServer, params: types.DidChangeTextDocumentParams) -> None:
+        ls.schedule(params.text_document.uri, ls.debounce)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
+    def did_save(ls: PorterServer, params: types.DidSaveTextDocumentParams) -> None:
+        ls.schedule(params.text_document.uri, 0)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: PorterServer, params: types.DidCloseTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        task = ls.pending.pop(uri, None)
+        if task is not None:
+            task.cancel()
+        ls.analyses.pop(uri, None)
+        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+    @server.feature(
+        types.TEXT_DOCUMENT_CODE_ACTION,
+        types.CodeActionOptions(
+            code_action_kinds=[types.CodeActionKind.QuickFix, types.CodeActionKind.SourceFixAll, FIX_ALL_KIND],
+            resolve_provider=True,
+        ),
+    )
+    async def code_action(ls: PorterServer, params: types.CodeActionParams):
+        uri = params.text_document.uri
+        doc = ls.workspace.text_documents.get(uri)
+        if doc is None:
+            return []
+        version = doc.version
+        an = await ls.current(uri)
+        if an is None or an.error is not None or an.module is None:
+            return []
+        only = params.context.only
+
+        def wanted(kind) -> bool:
+            kind = str(getattr(kind, "value", kind))
+            return not only or any(kind == str(getattr(o, "value", o)) or kind.startswith(str(getattr(o, "value", o)) + ".") for o in only)
+
+        # the findings of the diagnostics the client sent, else those the range touches
+        chosen: list[int] = []
+        for d in params.context.diagnostics:
+            if d.source != SOURCE:
+                continue
+            data = d.data if isinstance(d.data, dict) else {}
+            i = data.get("index")
+            if data.get("version") == version and isinstance(i, int) and 0 <= i < len(an.findings) and an.findings[i].code == d.code:
+                chosen.append(i)
+                continue
+            for j, f in enumerate(an.findings):
+                if f.code == d.code and ls.range_of(an, f) == d.range:
+                    chosen.append(j)
+                    break
+        if not params.context.diagnostics:
+            start = ls.from_lsp(an.lines, params.range.start)
+            end = ls.from_lsp(an.lines, params.range.end)
+            for j, f in enumerate(an.findings):
+                p = f.position
+                if p is not None and (p.line - 1, p.column) <= end and (p.end_line - 1, p.end_column) >= start:
+                    chosen.append(j)
+        actions = []
+        for i in dict.fromkeys(chosen):
+            actions.extend(await ls.finding_actions(uri, version, an, i, wanted))
+        allowed = an.settings.unsafe_fixes if an.settings else False
+        fixable = [f for f in an.findings if f.fix is not None and (allowed or f.fix.safety is Safety.SAFE)]
+        if fixable and wanted(FIX_ALL_KIND):
+            action = types.CodeAction(
+                title="Fix all porter findings in this file" + (" (unsafe fixes included, [tool.porter] unsafe-fixes)" if allowed else ""),
+                kind=FIX_ALL_KIND, data={"uri": uri, "version": version, "fixAll": True},
+            )
+            if not ls.resolve_supported():
+                await resolve_fix_all(ls, action)
+            if action.edit is not None or ls.resolve_supported():
+                actions.append(action)
+        return actions
+
+    async def resolve_fix_all(ls: PorterServer, action) -> None:
+        data = action.data if isinstance(action.data, dict) else {}
+        uri = data.get("uri")
+        cached = ls.analyses.get(uri) if isinstance(uri, str) else None
+        if cached is None or cached[0] != data.get("version") or cached[1].module is None:
+            return  # the document changed since: no edit (the client asks again)
+        an = cached[1]
+        try:
+            changes = await asyncio.get_running_loop().run_in_executor(ls.worker, fix_all_changes, an)
+        except engine.PorterError as exc:
+            an.fix_all_error = str(exc)
+            return
+        action.edit = ls.edit(uri, cached[0], an, changes)
+
+    @server.feature(types.CODE_ACTION_RESOLVE)
+    async def code_action_resolve(ls: PorterServer, action: types.CodeAction):
+        if isinstance(action.data, dict) and action.edit is None:
+            if action.data.get("fixAll"):
+                await resolve_fix_all(ls, action)
+            else:
+                await ls.resolve_fix(action)
+            if action.edit is None:
+                from pygls.exceptions import JsonRpcContentModified
+
+                raise JsonRpcContentModified("the document changed since this action was offered, or its fixes failed; ask for code actions again")
+        return action
+
+    return server
+
+
+def _mark(f: Finding) -> str:
+    """The CLI's marker after a message (``porter check``'s text output)."""
+    if f.fix is None:
+        return ""
+    return " [*]" if f.fix.safety is Safety.SAFE else " [unsafe fix]"
+
+
+def serve(debounce: float = DEFAULT_DEBOUNCE) -> None:
+    """Run the server on stdin/stdout until the client says exit."""
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    server = build_server(debounce)
+    registry.rules_for("torch-xla")  # import the rules before the first document arrives
+    server.start_io()
