@@ -238,3 +238,33 @@ def test_clear_errors(file, model, message, mxnet_python, tmp_path):
     assert proc.returncode == 3 and meta["ok"] is False
     assert message in meta["error"]
     assert not (tmp_path / "original.npz").exists()
+
+
+@pytest.mark.slow
+def test_porter_verify_mxnet_original_against_xla_port(mxnet_python, monkeypatch):
+    """The whole model-level verification: the original in MXNet 1.9.1, the (hand-written)
+    port on the XLA backend. Until backends.original_backend picks the MXNet side by itself
+    for a file importing mxnet, the test hands it that backend."""
+    from porter.verify.model import ModelRequest, verify_model
+
+    mxnet_backend = backends.Backend("mxnet", "porter.verify.side_mxnet", "cpu", python=mxnet_python)
+    try:
+        wired = backends.original_backend(FIXTURES["mlp"].original).name == "mxnet"
+    except ValueError:  # "MXNet originals are not supported yet"
+        wired = False
+    if not wired:
+        monkeypatch.setattr(backends, "original_backend", lambda path: mxnet_backend)
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    for name, torch_file in (("mlp", "mlp_torch.py"), ("cnn_bn_dropout", "cnn_torch.py")):
+        fx = FIXTURES[name]
+        report = verify_model(ModelRequest(fx.original, DATA / torch_file, fx.model, tuple(fx.inputs)))
+        assert report.original.backend == "mxnet" and report.port.backend == "torch-xla"
+        assert report.original.ok and report.port.ok, (report.original.error, report.port.error)
+        forward = [t for t in report.tensors if t["phase"] in ("layer", "output")]
+        losses = [t for t in report.tensors if t["phase"] == "loss"]
+        # the requirement: forward max abs error <= 1e-4 (float32), 5 steps within 1e-4 relative
+        assert forward and max(t["max_abs"] for t in forward) <= 1e-4, report.summary
+        assert len(losses) == 5 and max(t["max_rel"] for t in losses) <= 1e-4, report.summary
+        if name == "mlp":
+            assert report.passed, report.summary
