@@ -116,3 +116,17 @@ def test_other_running_var_differences_still_fail(wrong):
     layer, buffer = _bn_run(wrong)
     assert layer.ok and not buffer.ok and buffer.note == ""
     assert buffer.where == "buffer bn.running_var at step 1"
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_a_port_that_raises_mid_run_is_named_by_its_step():
+    """The same forgotten model.train() with BatchNorm instead of dropout: torch_xla 2.9 cannot run
+    BatchNorm's backward pass in eval mode, so the port raises in step 4. The report says where,
+    and that the steps before it matched."""
+    code, report = verify("--script", BROKEN / "train_bn.py", BROKEN / "train_bn_xla_no_train_mode.py", *SCRIPT)
+    assert code == 2 and report["status"] == "side-failed"
+    assert report["summary"].startswith("the port could not run: RuntimeError: The size of mean should be compatible")
+    assert report["summary"].endswith("(in step 4, after 3 optimizer steps; the losses of steps 1-3 match)")
+    assert [s["ok"] for s in report["steps"]] == [True, True, True]
+    assert report["first_divergence"] is None
