@@ -183,14 +183,33 @@ def test_flax_default_batchnorm_momentum_is_named(tmp_path):
 
 
 @pytest.mark.slow
-def test_plain_nnx_batchnorm_running_variance_is_named(tmp_path):
+def test_plain_nnx_batchnorm_biased_running_variance_is_recognised(tmp_path):
     """nnx.BatchNorm updates the running variance with the biased batch variance, torch with the
-    unbiased one: with momentum 0.9 the port is still off by n/(n-1) (here n = 4*8*8)."""
+    unbiased one (n/(n-1), here n = 4*8*8 values per channel): with momentum 0.9 that is the only
+    difference, recognised as such from the original's statistics and noted, not blamed on the port."""
     port = variant(tmp_path, DATA / "cnn_nnx.py", "cnn_nnx_plain_bn.py",
                    "self.bn2 = BatchNorm(", "self.bn2 = nnx.BatchNorm(")
     proc, report = verify_json(DATA / "cnn.py", port, *CNN)
-    assert proc.returncode == 1
-    assert report["first_divergence"]["where"] == "buffer bn2.running_var at step 1"
+    assert proc.returncode == 0, report["summary"]
+    by_key = {t["key"]: t for t in report["tensors"]}
+    for step in range(1, 6):
+        var = by_key[f"step{step}/buffer/bn2.running_var"]
+        assert var["max_rel"] > 1e-4 and "biased batch variance" in var["note"] and "n=256" in var["note"]
+
+
+@pytest.mark.slow
+def test_a_torch_module_without_nnx_counterpart_is_skipped_with_a_note(tmp_path):
+    """The port applies no dropout module at all (dropout is off in the comparison anyway): the
+    original's `drop` has no NNX counterpart, so its output cannot be compared; the port's side
+    says so instead of failing, and everything else is compared."""
+    port = variant(tmp_path, DATA / "cnn_nnx.py", "cnn_nnx_no_dropout.py",
+                   "        self.drop = nnx.Dropout(0.3, rngs=rngs)\n", "")
+    port.write_text(port.read_text().replace("self.fc(self.drop(", "self.fc(("))
+    proc, report = verify_json(DATA / "cnn.py", port, *CNN)
+    assert any("corresponds to the original's drop" in n and "not compared" in n for n in report["notes"])
+    assert all(t["ok"] for t in report["tensors"] if t["key"] != "layer/drop")
+    # where the verifier does not yet leave skipped layers out, the layer is reported missing
+    assert all(t["note"] == "missing in the port" for t in report["tensors"] if t["key"] == "layer/drop")
 
 
 @pytest.mark.slow
