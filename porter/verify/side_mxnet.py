@@ -229,6 +229,7 @@ def run(request: dict) -> dict:
         for p in fresh:
             p.initialize(ctx=ctx)  # Gluon's default: the parameter's own init, else Uniform(0.07)
         meta["notes"].append("the original's uninitialized parameters got Gluon's default initialization")
+    model.collect_params().reset_ctx(ctx)  # an expression may have initialized on mx.gpu()
 
     tensors: dict[str, np.ndarray] = {}
     shared = request.get("shared")
