@@ -101,7 +101,7 @@ def _reads(node: cst.CSTNode, out: dict) -> None:
                 out[name] = None
     elif isinstance(node, cst.CompFor):
         _target_reads(node.target, out)
-        for child in (node.iter, *[i.search for i in node.ifs]):
+        for child in (node.iter, *[i.test for i in node.ifs]):
             _reads(child, out)
         if node.inner_for_in is not None:
             _reads(node.inner_for_in, out)
