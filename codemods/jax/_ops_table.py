@@ -1,0 +1,1779 @@
+"""The torch -> JAX op table: torch functions and tensor methods with their jax.numpy /
+jax.nn / jax.lax counterparts, as data.
+
+Each :class:`Op` names one torch construct (``torch.cat``, ``torch.nn.functional.relu``, or a
+tensor method ``.view``), the torch signature it is called with (so positional and keyword
+arguments bind the same way torch binds them), and a builder that writes the JAX expression
+from the bound arguments. Most builders are made by :func:`call` / :func:`method` from a
+mapping of argument names (``dim`` -> ``axis``, ``keepdim`` -> ``keepdims``); entries whose
+arguments mean something different in JAX (``torch.split`` sizes vs ``jnp.split`` indices,
+``F.pad`` last-dimension-first pairs, ``std``'s unbiased default...) carry a small builder
+function. A builder raises :class:`Manual` when a call cannot be ported with the same
+semantics; the rules then leave it in place with a ``# porter: manual`` comment and a finding.
+
+Every entry carries test cases (``cases``): tests/test_jax_ops_run.py runs each torch
+expression and its rewrite on the same random inputs and compares them, so adding an entry
+adds a test. docs/jax-ops.md is generated from this table (:func:`render_markdown`).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence, Union
+
+import libcst as cst
+
+from porter.context import PREFERRED_ALIASES, FileContext
+
+# The names the JAX port uses (see the JAX contract). porter.context.PREFERRED_ALIASES is the
+# engine's table of aliases for imports that fixes add; these entries make the engine write
+# `import jax.numpy as jnp` (not a bare `import jax.numpy`) when a fix needs jax.numpy.
+for _module, _alias in (("jax.numpy", "jnp"), ("numpy", "np"), ("flax.nnx", "nnx")):
+    PREFERRED_ALIASES.setdefault(_module, _alias)
+
+
+class Manual(Exception):
+    """This call cannot be ported with the same semantics; the message says why."""
+
+
+# --------------------------------------------------------------------------------------
+# Code helpers
+# --------------------------------------------------------------------------------------
+_EMPTY = cst.Module([])
+_ATOMS = (
+    cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.Imaginary,
+    cst.SimpleString, cst.ConcatenatedString, cst.FormattedString, cst.List, cst.Dict, cst.Set,
+    cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.Ellipsis,
+)
+
+
+def code(node: cst.CSTNode) -> str:
+    return _EMPTY.code_for_node(node)
+
+
+def atom(node: cst.CSTNode) -> str:
+    """The node's code, parenthesized unless it is an atom (safe as a receiver or operand)."""
+    text = code(node)
+    if isinstance(node, _ATOMS) or getattr(node, "lpar", None):
+        return text
+    if isinstance(node, cst.Tuple) and node.lpar:
+        return text
+    return f"({text})"
+
+
+class _NotLiteral:
+    def __repr__(self) -> str:  # pragma: no cover
+        return "<not a literal>"
+
+
+NOT_LITERAL = _NotLiteral()
+
+
+def literal(node: Optional[cst.CSTNode]):
+    """The Python value of a literal expression (numbers, strings, True/False/None, tuples
+    and lists of those, unary minus), else NOT_LITERAL."""
+    if node is None:
+        return NOT_LITERAL
+    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)):
+        try:
+            return node.evaluated_value
+        except Exception:
+            return NOT_LITERAL
+    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
+        return {"True": True, "False": False, "None": None}[node.value]
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
+        v = literal(node.expression)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return -v if isinstance(node.operator, cst.Minus) else v
+        return NOT_LITERAL
+    if isinstance(node, (cst.Tuple, cst.List)):
+        out = []
+        for el in node.elements:
+            if isinstance(el, cst.StarredElement):
+                return NOT_LITERAL
+            v = literal(el.value)
+            if v is NOT_LITERAL:
+                return NOT_LITERAL
+            out.append(v)
+        return tuple(out) if isinstance(node, cst.Tuple) else out
+    return NOT_LITERAL
+
+
+# torch dtype -> the JAX dtype the port uses. JAX runs with 64-bit types disabled by default
+# (jax_enable_x64 off): torch's int64 ("long", the default integer type) becomes int32, which
+# is what JAX would store anyway; float64 stays float64 (JAX warns and stores float32 unless
+# jax_enable_x64 is set).
+DTYPES = {
+    "float32": "float32", "float": "float32", "float64": "float64", "double": "float64",
+    "float16": "float16", "half": "float16", "bfloat16": "bfloat16",
+    "int64": "int32", "long": "int32", "int32": "int32", "int": "int32", "int16": "int16",
+    "short": "int16", "int8": "int8", "uint8": "uint8", "bool": "bool_",
+    "complex64": "complex64", "cfloat": "complex64", "complex128": "complex128", "cdouble": "complex128",
+}
+_JAX_DTYPE_NAMES = frozenset(DTYPES.values()) | {"int64", "bool"}
+
+
+def torch_dtype_name(node: cst.CSTNode, ctx: FileContext) -> Optional[str]:
+    """``torch.float32`` (through the imports) -> "float32"; else None."""
+    q = ctx.qualname(node)
+    if q and q.startswith("torch.") and q[6:] in DTYPES:
+        return q[6:]
+    return None
+
+
+def is_dtype_expr(node: cst.CSTNode, ctx: FileContext) -> bool:
+    """A torch dtype, or a jnp/np dtype attribute (a dtype a rule already rewrote)."""
+    if torch_dtype_name(node, ctx):
+        return True
+    q = ctx.qualname(node)
+    if q and (q.startswith("jax.numpy.") or q.startswith("numpy.")) and q.rsplit(".", 1)[1] in _JAX_DTYPE_NAMES:
+        return True
+    return isinstance(node, cst.Attribute) and node.attr.value == "dtype"
+
+
+# --------------------------------------------------------------------------------------
+# Binding arguments the way torch binds them
+# --------------------------------------------------------------------------------------
+# Keyword arguments torch accepts and the port drops: placement and autograd bookkeeping.
+DROPPED = ("device", "requires_grad", "pin_memory", "layout", "memory_format", "non_blocking")
+# numpy-style aliases torch accepts for its own names
+KW_ALIASES = {"axis": "dim", "keepdims": "keepdim", "x": "input", "self": "input"}
+
+
+@dataclass(frozen=True)
+class Sig:
+    names: tuple[str, ...]  # positional-or-keyword, in order
+    varargs: Optional[str] = None  # "*size": the rest of the positionals
+    kwonly: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> "Sig":
+        names: list[str] = []
+        kwonly: list[str] = []
+        varargs = None
+        star = False
+        for part in [p.strip() for p in text.split(",") if p.strip()]:
+            if part == "*":
+                star = True
+            elif part.startswith("*"):
+                varargs = part[1:]
+                star = True
+            elif star:
+                kwonly.append(part)
+            else:
+                names.append(part)
+        return cls(tuple(names), varargs, tuple(kwonly))
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        return self.names + ((self.varargs,) if self.varargs else ()) + self.kwonly
+
+
+class Bound:
+    """The arguments of one torch call, by torch parameter name, plus the JAX names in use."""
+
+    def __init__(self, ctx: FileContext, args: dict[str, cst.BaseExpression], varargs: Optional[list[cst.Arg]] = None,
+                 keywords: frozenset = frozenset()) -> None:
+        self.ctx = ctx
+        self.args = args
+        self.keywords = keywords  # the torch names that were passed by keyword
+        self.varargs = varargs or []
+        self.used: set[str] = set()
+
+    # module names, recorded for Fix.imports
+    def _mod(self, module: str) -> str:
+        self.used.add(module)
+        return self.ctx.module_alias(module)
+
+    @property
+    def jnp(self) -> str:
+        return self._mod("jax.numpy")
+
+    @property
+    def jax(self) -> str:
+        return self._mod("jax")
+
+    @property
+    def np(self) -> str:
+        return self._mod("numpy")
+
+    @property
+    def optax(self) -> str:
+        return self._mod("optax")
+
+    def has(self, name: str) -> bool:
+        return name in self.args
+
+    def node(self, name: str) -> cst.BaseExpression:
+        return self.args[name]
+
+    def __getitem__(self, name: str) -> str:
+        if name not in self.args:
+            raise Manual(f"the call needs its {name!r} argument spelled out")
+        node = self.args[name]
+        if is_dtype_expr(node, self.ctx):
+            return self.dtype(name)
+        return code(node)
+
+    def get(self, name: str, default: Optional[str] = None) -> Optional[str]:
+        return self[name] if name in self.args else default
+
+    def atom(self, name: str) -> str:
+        if name not in self.args:
+            raise Manual(f"the call needs its {name!r} argument spelled out")
+        return atom(self.args[name])
+
+    def lit(self, name: str, default=NOT_LITERAL):
+        if name not in self.args:
+            return default
+        return literal(self.args[name])
+
+    def dtype(self, name: str = "dtype") -> str:
+        node = self.args[name]
+        t = torch_dtype_name(node, self.ctx)
+        if t:
+            return f"{self.jnp}.{DTYPES[t]}"
+        return code(node)
+
+    def shape(self, name: str) -> str:
+        """A size argument given as varargs (``zeros(2, 3)``) or as one sequence
+        (``zeros((2, 3))``, ``view(shape)``), as one JAX shape expression."""
+        if name in self.args:
+            return code(self.args[name])
+        items = self.varargs
+        if not items:
+            raise Manual(f"the call needs its {name!r} argument")
+        if len(items) == 1:
+            a = items[0]
+            if a.star == "*":
+                return code(a.value)
+            v = literal(a.value)
+            if isinstance(v, int) and not isinstance(v, bool):
+                return f"({code(a.value)},)"
+            return code(a.value)
+        parts = [("*" if a.star == "*" else "") + code(a.value) for a in items]
+        return "(" + ", ".join(parts) + ")"
+
+    def shape_items(self, name: str) -> Optional[list[str]]:
+        """The sizes one by one when they are spelled out (varargs or a literal tuple/list)."""
+        if name in self.args:
+            node = self.args[name]
+            if isinstance(node, (cst.Tuple, cst.List)) and not any(isinstance(e, cst.StarredElement) for e in node.elements):
+                return [code(e.value) for e in node.elements]
+            return None
+        if len(self.varargs) == 1 and isinstance(self.varargs[0].value, (cst.Tuple, cst.List)):
+            node = self.varargs[0].value
+            if not any(isinstance(e, cst.StarredElement) for e in node.elements):
+                return [code(e.value) for e in node.elements]
+            return None
+        if any(a.star for a in self.varargs):
+            return None
+        return [code(a.value) for a in self.varargs]
+
+
+def bind(call: cst.Call, sig: Sig, ctx: FileContext, receiver: Optional[cst.BaseExpression] = None) -> Bound:
+    """Bind a call's arguments to torch parameter names (receiver -> the first name)."""
+    args: dict[str, cst.BaseExpression] = {}
+    names = list(sig.names)
+    if receiver is not None:
+        if not names:
+            raise Manual("internal: a method signature without its tensor")
+        args[names.pop(0)] = receiver
+    varargs: list[cst.Arg] = []
+    positional = [a for a in call.args if a.keyword is None]
+    keywords = [a for a in call.args if a.keyword is not None]
+    for a in positional:
+        if a.star == "**":
+            raise Manual("**kwargs cannot be bound to torch's parameters statically")
+        if a.star == "*" and not sig.varargs:
+            raise Manual("*args cannot be bound to torch's parameters statically")
+        if names and not a.star and not varargs:
+            args[names.pop(0)] = a.value
+        elif sig.varargs:
+            varargs.append(a)
+        else:
+            raise Manual("more positional arguments than torch's signature takes")
+    known = set(sig.all)
+    passed = set()
+    for a in keywords:
+        kw = a.keyword.value
+        if kw == "out":
+            raise Manual("out= writes into an existing tensor; JAX arrays are immutable: assign the result instead")
+        if kw in DROPPED:
+            if kw == "requires_grad" and literal(a.value) not in (False, NOT_LITERAL):
+                continue
+            continue
+        if kw not in known and KW_ALIASES.get(kw) in known:
+            kw = KW_ALIASES[kw]
+        if kw == sig.varargs:  # zeros(size=(2, 3))
+            args[kw] = a.value
+            continue
+        if kw not in known:
+            raise Manual(f"argument {kw}= has no JAX counterpart in porter's table")
+        args[kw] = a.value
+        passed.add(kw)
+    return Bound(ctx, args, varargs, frozenset(passed))
+
+
+# --------------------------------------------------------------------------------------
+# The table model
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Case:
+    """A numerical test of an entry: a torch expression over named random inputs.
+
+    Input specs: ``f3,4`` float32 normal, ``p3,4`` positive floats, ``u3,4`` uniform in (0, 1),
+    ``i3,4:5`` int64 in [0, 5), ``s3,4:5`` int64 in [-5, 5), ``b3,4`` bool; a bare number is
+    a Python scalar (``n:2``). For ``manual`` entries the case is a call that must be reported.
+    """
+
+    expr: str
+    inputs: tuple[tuple[str, str], ...] = ()
+
+    def __init__(self, expr: str, **inputs: str) -> None:
+        object.__setattr__(self, "expr", expr)
+        object.__setattr__(self, "inputs", tuple(inputs.items()))
+
+
+Pair = tuple  # (values_code, indices_code) for torch calls that return a (values, indices) pair
+Builder = Callable[[Bound], Union[str, "Pair"]]
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str  # "torch.cat", "torch.nn.functional.relu", or ".view" for a tensor method
+    sig: Sig
+    build: Optional[Builder]
+    target: str  # what the port writes, for the docs
+    note: str = ""  # how the semantics line up (or where they differ), for the docs
+    cases: tuple[Case, ...] = ()
+    manual: str = ""  # set: never rewritten; the reason, reported at every call
+    shared: bool = False  # method name also common on non-tensors: needs evidence of a tensor
+    pair: bool = False  # torch returns a (values, indices) named tuple
+    arbitrary: bool = False  # torch's values are arbitrary (torch.empty): tests compare shape and dtype only
+
+    @property
+    def is_method(self) -> bool:
+        return self.name.startswith(".")
+
+    @property
+    def torch_display(self) -> str:
+        if self.is_method:
+            return f"Tensor{self.name}"
+        return self.name.replace("torch.nn.functional.", "F.")
+
+
+TABLE: list[Op] = []
+
+
+def _add(op: Op) -> None:
+    TABLE.append(op)
+
+
+def _spec(target: str, pos: Sequence[str], kw: dict[str, str]) -> str:
+    parts = list(pos) + [f"{k}={v}" for k, v in kw.items()]
+    return f"{target}({', '.join(parts)})"
+
+
+def call(target: str, *pos: str, **kw: str) -> tuple[Builder, str]:
+    """A builder for ``target(<pos>..., jaxkw=<torch arg>...)``: positional arguments by torch
+    name (an unbound trailing positional stops the list), keywords kept only when given.
+    ``target`` starts with jnp./jax./np./optax. (written with the file's own aliases)."""
+    head, _, rest = target.partition(".")
+
+    def build(b: Bound) -> str:
+        mod = getattr(b, head)
+        parts = []
+        for p in pos:
+            if p.endswith("?"):
+                if not b.has(p[:-1]):
+                    break
+                parts.append(b[p[:-1]])
+            else:
+                parts.append(b.shape(p) if p.startswith("*") else b[p])
+        for jk, tk in kw.items():
+            if b.has(tk):
+                parts.append(f"{jk}={b[tk]}")
+        return f"{mod}.{rest}({', '.join(parts)})"
+
+    return build, _spec(target, [p.lstrip("*") for p in pos], kw)
+
+
+def method(name: str, *pos: str, **kw: str) -> tuple[Builder, str]:
+    """A builder for ``<input>.name(<pos>..., jaxkw=<torch arg>...)`` (a jax.Array method)."""
+
+    def build(b: Bound) -> str:
+        parts = []
+        for p in pos:
+            if p.endswith("?"):
+                if not b.has(p[:-1]):
+                    break
+                parts.append(b[p[:-1]])
+            else:
+                parts.append(b.shape(p) if p.startswith("*") else b[p])
+        for jk, tk in kw.items():
+            if b.has(tk):
+                parts.append(f"{jk}={b[tk]}")
+        return f"{b.atom('input')}.{name}({', '.join(parts)})"
+
+    return build, _spec(f"x.{name}", [p.lstrip("*") for p in pos], kw)
+
+
+def op(
+    names: Union[str, Sequence[str]],
+    sig: str,
+    spec: Union[tuple[Builder, str], Builder, None],
+    target: str = "",
+    note: str = "",
+    cases: Sequence[Case] = (),
+    manual: str = "",
+    shared: bool = False,
+    pair: bool = False,
+    arbitrary: bool = False,
+) -> None:
+    """Add one entry per name (``torch.x``, ``F.x`` or ``.x``), all sharing the builder.
+    Cases are written for the first name with ``{}`` standing for the call's head
+    (``torch.exp(a)`` / ``a.exp()``): see :func:`_cases_for`."""
+    if isinstance(names, str):
+        names = [names]
+    if isinstance(spec, tuple):
+        build, auto = spec
+        target = target or auto
+    else:
+        build = spec
+    parsed = Sig.parse(sig)
+    for name in names:
+        full = name.replace("F.", "torch.nn.functional.", 1) if name.startswith("F.") else name
+        msig = parsed
+        _add(Op(full, msig, build, target, note, tuple(_cases_for(full, cases)), manual, shared, pair, arbitrary))
+
+
+def _cases_for(name: str, cases: Sequence[Case]) -> list[Case]:
+    """Cases are written as templates: ``@(a, 1)`` is the call of this entry with the first
+    argument as receiver for methods (``a.name(1)``) or as the first argument for functions
+    (``torch.name(a, 1)``); a case without ``@`` is used as is."""
+    out = []
+    for c in cases:
+        if "@(" in c.expr:
+            out.append(Case(_expand_case(name, c.expr), **dict(c.inputs)))
+        elif _spelled(name) in c.expr:  # a literal case belongs to the spelling it uses
+            out.append(c)
+    return out
+
+
+def _spelled(name: str) -> str:
+    return f"{name}(" if name.startswith(".") else f"{name.replace('torch.nn.functional.', 'F.')}("
+
+
+def _expand_case(name: str, expr: str) -> str:
+    i = expr.index("@(")
+    depth = 0
+    j = i + 1
+    while j < len(expr):
+        if expr[j] == "(":
+            depth += 1
+        elif expr[j] == ")":
+            depth -= 1
+            if depth == 0:
+                break
+        j += 1
+    inner = expr[i + 2 : j]
+    first, _, rest = _split_first(inner)
+    if name.startswith("."):
+        recv = first if re.fullmatch(r"[A-Za-z_]\w*", first) else f"({first})"
+        new = f"{recv}{name}({rest})"
+    else:
+        short = name.replace("torch.nn.functional.", "F.")
+        new = f"{short}({inner})"
+    return expr[:i] + new + _expand_rest(name, expr[j + 1 :])
+
+
+def _expand_rest(name: str, tail: str) -> str:
+    return _expand_case(name, tail) if "@(" in tail else tail
+
+
+def _split_first(inner: str) -> tuple[str, str, str]:
+    depth = 0
+    for k, ch in enumerate(inner):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            return inner[:k].strip(), ",", inner[k + 1 :].strip()
+    return inner.strip(), "", ""
+
+
+# --------------------------------------------------------------------------------------
+# Entries
+# --------------------------------------------------------------------------------------
+F32 = dict(a="f3,4")
+
+# Elementwise unary functions: torch.x(input) and Tensor.x() -> jnp / jax.nn / jax.lax.
+_UNARY = [
+    ("abs", "jnp.abs", "f3,4"), ("neg", "jnp.negative", "f3,4"), ("negative", "jnp.negative", "f3,4"),
+    ("exp", "jnp.exp", "f3,4"), ("exp2", "jnp.exp2", "f3,4"), ("log", "jnp.log", "p3,4"),
+    ("log2", "jnp.log2", "p3,4"), ("log10", "jnp.log10", "p3,4"), ("log1p", "jnp.log1p", "p3,4"),
+    ("expm1", "jnp.expm1", "f3,4"), ("sqrt", "jnp.sqrt", "p3,4"), ("rsqrt", "jax.lax.rsqrt", "p3,4"),
+    ("sin", "jnp.sin", "f3,4"), ("cos", "jnp.cos", "f3,4"), ("tan", "jnp.tan", "u3,4"),
+    ("asin", "jnp.arcsin", "u3,4"), ("acos", "jnp.arccos", "u3,4"), ("atan", "jnp.arctan", "f3,4"),
+    ("sinh", "jnp.sinh", "f3,4"), ("cosh", "jnp.cosh", "f3,4"), ("tanh", "jnp.tanh", "f3,4"),
+    ("asinh", "jnp.arcsinh", "f3,4"), ("atanh", "jnp.arctanh", "u3,4"),
+    ("sigmoid", "jax.nn.sigmoid", "f3,4"), ("floor", "jnp.floor", "f3,4"), ("ceil", "jnp.ceil", "f3,4"),
+    ("trunc", "jnp.trunc", "f3,4"), ("sign", "jnp.sign", "f3,4"), ("reciprocal", "jnp.reciprocal", "p3,4"),
+    ("square", "jnp.square", "f3,4"), ("erf", "jax.scipy.special.erf", "f3,4"),
+    ("logical_not", "jnp.logical_not", "b3,4"), ("isnan", "jnp.isnan", "f3,4"),
+    ("isinf", "jnp.isinf", "f3,4"), ("isfinite", "jnp.isfinite", "f3,4"), ("relu", "jax.nn.relu", "f3,4"),
+    ("frac", None, "f3,4"),
+]
+for _name, _target, _inp in _UNARY:
+    if _name == "frac":
+        op(["torch.frac", ".frac"], "input", lambda b: f"{b.jnp}.fmod({b['input']}, 1)", "jnp.fmod(x, 1)",
+           "the fractional part with the sign of x, as torch.frac", [Case("@(a)", a=_inp)])
+        continue
+    _shared = _name in ("abs", "round")
+    op([f"torch.{_name}", f".{_name}"], "input", call(_target, "input"), cases=[Case("@(a)", a=_inp)], shared=_shared)
+
+op(["torch.round", ".round"], "input, *, decimals", call("jnp.round", "input", decimals="decimals"),
+   note="both round half to even", cases=[Case("@(a)", a="f3,4"), Case("@(a * 10, decimals=1)", a="f3,4")], shared=True)
+op("F.relu", "input, inplace", call("jax.nn.relu", "input"),
+   note="inplace= has no meaning for immutable arrays and is dropped", cases=[Case("@(a)", a="f3,4")])
+
+
+def _drop_inplace(b: Bound) -> None:
+    if b.has("inplace") and b.lit("inplace") not in (False, True):
+        raise Manual("inplace= is not a literal")
+
+
+def _act(target: str, **kw: str):
+    builder, spec = call(target, "input", **kw)
+
+    def build(b: Bound) -> str:
+        _drop_inplace(b)
+        return builder(b)
+
+    return build, spec
+
+
+op("F.relu6", "input, inplace", _act("jax.nn.relu6"), cases=[Case("@(a * 4)", a="f3,4")])
+op("F.leaky_relu", "input, negative_slope, inplace", _act("jax.nn.leaky_relu", negative_slope="negative_slope"),
+   note="same default slope (0.01)", cases=[Case("@(a)", a="f3,4"), Case("@(a, 0.2)", a="f3,4")])
+op("F.elu", "input, alpha, inplace", _act("jax.nn.elu", alpha="alpha"), cases=[Case("@(a, alpha=0.5)", a="f3,4")])
+op("F.celu", "input, alpha, inplace", _act("jax.nn.celu", alpha="alpha"), cases=[Case("@(a, alpha=0.5)", a="f3,4")])
+op(["F.selu", "torch.selu"], "input, inplace", _act("jax.nn.selu"), cases=[Case("@(a)", a="f3,4")])
+op("F.silu", "input, inplace", _act("jax.nn.silu"), cases=[Case("@(a)", a="f3,4")])
+op(["F.mish"], "input, inplace", _act("jax.nn.mish"), cases=[Case("@(a)", a="f3,4")])
+op("F.sigmoid", "input", call("jax.nn.sigmoid", "input"), cases=[Case("@(a)", a="f3,4")])
+op(["F.tanh"], "input", call("jnp.tanh", "input"), cases=[Case("@(a)", a="f3,4")])
+op(["F.logsigmoid"], "input", call("jax.nn.log_sigmoid", "input"), cases=[Case("@(a)", a="f3,4")])
+op(["F.hardswish"], "input, inplace", _act("jax.nn.hard_swish"), cases=[Case("@(a * 4)", a="f3,4")])
+op(["F.hardsigmoid"], "input, inplace", _act("jax.nn.hard_sigmoid"), cases=[Case("@(a * 4)", a="f3,4")])
+op(["F.softsign"], "input", call("jax.nn.soft_sign", "input"), cases=[Case("@(a)", a="f3,4")])
+
+
+def _hardtanh(b: Bound) -> str:
+    _drop_inplace(b)
+    lo = b.get("min_val", "-1.0")
+    hi = b.get("max_val", "1.0")
+    return f"{b.jnp}.clip({b['input']}, {lo}, {hi})"
+
+
+op("F.hardtanh", "input, min_val, max_val, inplace", _hardtanh, "jnp.clip(x, min_val, max_val)",
+   cases=[Case("@(a * 2)", a="f3,4"), Case("@(a, -0.5, 0.5)", a="f3,4")])
+
+
+def _gelu(b: Bound) -> str:
+    approx = b.lit("approximate", "none")
+    if approx not in ("none", "tanh"):
+        raise Manual("approximate= is not a literal 'none' or 'tanh'")
+    return f"{b.jax}.nn.gelu({b['input']}, approximate={approx == 'tanh'})"
+
+
+op("F.gelu", "input, approximate", _gelu, "jax.nn.gelu(x, approximate=False|True)",
+   "torch's default is the exact erf form; jax.nn.gelu defaults to the tanh approximation, so the port always spells approximate= out",
+   [Case("@(a)", a="f3,4"), Case("@(a, approximate='tanh')", a="f3,4")])
+
+
+def _softplus(b: Bound) -> str:
+    beta = b.lit("beta", 1)
+    if b.has("threshold") and b.lit("threshold") is NOT_LITERAL:
+        raise Manual("threshold= is not a literal")
+    x = b["input"]
+    if beta == 1:
+        return f"{b.jax}.nn.softplus({x})"
+    return f"{b.jax}.nn.softplus({b.atom('beta')} * {atom(b.node('input'))}) / {b.atom('beta')}"
+
+
+op("F.softplus", "input, beta, threshold", _softplus, "jax.nn.softplus(beta * x) / beta",
+   "torch switches to the identity above `threshold` (default 20): the two differ by less than exp(-threshold)",
+   [Case("@(a)", a="f3,4"), Case("@(a, beta=2.0)", a="f3,4")])
+
+
+def _softmax(fn: str):
+    def build(b: Bound) -> str:
+        if not b.has("dim"):
+            raise Manual("softmax without dim= uses torch's deprecated implicit dimension; write the dim")
+        x = b["input"]
+        if b.has("dtype"):
+            x = f"{atom(b.node('input'))}.astype({b.dtype()})"
+        return f"{b.jax}.nn.{fn}({x}, axis={b['dim']})"
+
+    return build
+
+
+for _fn, _jfn in (("softmax", "softmax"), ("log_softmax", "log_softmax")):
+    op([f"torch.{_fn}", f"F.{_fn}", f".{_fn}"], "input, dim, _stacklevel, dtype", _softmax(_jfn), f"jax.nn.{_jfn}(x, axis=dim)",
+       cases=[Case("@(a, dim=1)", a="f3,4"), Case("@(a, -1)", a="f2,3,4"), Case("@(a, dim=0, dtype=torch.float32)", a="f3,4")])
+
+
+def _softmin(b: Bound) -> str:
+    if not b.has("dim"):
+        raise Manual("softmin without dim= uses torch's deprecated implicit dimension; write the dim")
+    return f"{b.jax}.nn.softmax(-{atom(b.node('input'))}, axis={b['dim']})"
+
+
+op("F.softmin", "input, dim, _stacklevel, dtype", _softmin, "jax.nn.softmax(-x, axis=dim)", cases=[Case("@(a, dim=1)", a="f3,4")])
+op("F.glu", "input, dim", call("jax.nn.glu", "input", axis="dim"), note="same default dim (-1)",
+   cases=[Case("@(a)", a="f3,4"), Case("@(a, dim=0)", a="f4,3")])
+
+# Binary and comparison ops
+_BINARY = [
+    ("sub", "jnp.subtract"), ("mul", "jnp.multiply"), ("multiply", "jnp.multiply"),
+    ("maximum", "jnp.maximum"), ("minimum", "jnp.minimum"), ("fmod", "jnp.fmod"), ("remainder", "jnp.remainder"),
+    ("atan2", "jnp.arctan2"), ("pow", "jnp.power"), ("eq", "jnp.equal"), ("ne", "jnp.not_equal"),
+    ("lt", "jnp.less"), ("le", "jnp.less_equal"), ("gt", "jnp.greater"), ("ge", "jnp.greater_equal"),
+    ("logical_and", "jnp.logical_and"), ("logical_or", "jnp.logical_or"), ("logical_xor", "jnp.logical_xor"),
+    ("matmul", "jnp.matmul"), ("mm", "jnp.matmul"), ("bmm", "jnp.matmul"), ("outer", "jnp.outer"),
+    ("dot", "jnp.dot"), ("hypot", "jnp.hypot"), ("logaddexp", "jnp.logaddexp"),
+]
+_BIN_INPUTS = {
+    "mm": dict(a="f3,4", b="f4,5"), "matmul": dict(a="f2,3,4", b="f4,5"), "bmm": dict(a="f2,3,4", b="f2,4,5"),
+    "outer": dict(a="f3", b="f4"), "dot": dict(a="f4", b="f4"), "fmod": dict(a="f3,4", b="p3,4"),
+    "remainder": dict(a="f3,4", b="p3,4"), "pow": dict(a="p3,4", b="f3,4"),
+    "logical_and": dict(a="b3,4", b="b3,4"), "logical_or": dict(a="b3,4", b="b3,4"), "logical_xor": dict(a="b3,4", b="b3,4"),
+}
+for _name, _target in _BINARY:
+    _inputs = _BIN_INPUTS.get(_name, dict(a="f3,4", b="f3,4"))
+    _cases = [Case("@(a, b)", **_inputs)]
+    if _name in ("eq", "ne", "lt", "le", "gt", "ge"):
+        _cases.append(Case("@(a, 0.5)", a="f3,4"))
+        _cases.append(Case("@(a, b)", a="i3,4:3", b="i3,4:3"))
+    if _name == "pow":
+        _cases.append(Case("@(a, 2)", a="f3,4"))
+    op([f"torch.{_name}", f".{_name}"], "input, other", call(_target, "input", "other"), cases=_cases,
+       shared=_name in ("eq", "ne", "lt", "le", "gt", "ge", "dot", "pow"))
+
+
+def _add_sub(sign: str):
+    def build(b: Bound) -> str:
+        x, y = atom(b.node("input")), atom(b.node("other"))
+        if b.has("alpha"):
+            return f"{x} {sign} {b.atom('alpha')} * {y}"
+        return f"{x} {sign} {y}"
+
+    return build
+
+
+op(["torch.add", ".add"], "input, other, *, alpha", _add_sub("+"), "x + alpha * other",
+   cases=[Case("@(a, b)", a="f3,4", b="f3,4"), Case("@(a, b, alpha=2)", a="f3,4", b="f3,4")], shared=True)
+op(["torch.subtract"], "input, other, *, alpha", _add_sub("-"), "x - alpha * other",
+   cases=[Case("@(a, b, alpha=0.5)", a="f3,4", b="f3,4")])
+
+
+def _div(b: Bound) -> str:
+    mode = b.lit("rounding_mode", None)
+    x, y = b["input"], b["other"]
+    if mode is None:
+        return f"{b.jnp}.true_divide({x}, {y})"
+    if mode == "floor":
+        return f"{b.jnp}.floor_divide({x}, {y})"
+    raise Manual(f"rounding_mode={b.get('rounding_mode')} (truncation toward zero) has no single jnp function with torch's integer result type")
+
+
+op(["torch.div", "torch.divide", ".div", ".divide"], "input, other, *, rounding_mode", _div,
+   "jnp.true_divide(x, y) / jnp.floor_divide(x, y)", "integer inputs give floats in both (true division)",
+   [Case("@(a, b)", a="f3,4", b="p3,4"), Case("@(a, b)", a="i3,4:9", b="i3,4:4", ), Case("@(a, b, rounding_mode='floor')", a="s3,4:9", b="p3,4")])
+op(["torch.true_divide", ".true_divide"], "input, other", call("jnp.true_divide", "input", "other"),
+   cases=[Case("@(a, b)", a="f3,4", b="p3,4"), Case("@(a, 2)", a="i3,4:9")])
+op(["torch.floor_divide", ".floor_divide"], "input, other", call("jnp.floor_divide", "input", "other"),
+   note="torch >= 1.13 floors, as jnp does", cases=[Case("@(a, 3)", a="s3,4:9")])
+
+
+def _where(b: Bound) -> str:
+    if not b.has("input"):
+        raise Manual("torch.where(condition) with one argument returns data-dependent indices (dynamic shape)")
+    return f"{b.jnp}.where({b['condition']}, {b['input']}, {b['other']})"
+
+
+op("torch.where", "condition, input, other", _where, "jnp.where(condition, x, y)",
+   cases=[Case("torch.where(c, a, b)", c="b3,4", a="f3,4", b="f3,4"), Case("torch.where(a > 0, a, 0.0)", a="f3,4")])
+op(".where", "input, condition, other", lambda b: f"{b.jnp}.where({b['condition']}, {b['input']}, {b['other']})",
+   "jnp.where(condition, x, other)", cases=[Case("a.where(c, b)", a="f3,4", c="b3,4", b="f3,4")])
+
+
+def _clamp(b: Bound) -> str:
+    parts = [b["input"]]
+    if b.has("min"):
+        parts.append(f"min={b['min']}")
+    if b.has("max"):
+        parts.append(f"max={b['max']}")
+    return f"{b.jnp}.clip({', '.join(parts)})"
+
+
+op(["torch.clamp", "torch.clip", ".clamp", ".clip"], "input, min, max", _clamp, "jnp.clip(x, min=min, max=max)",
+   cases=[Case("@(a, -0.5, 0.5)", a="f3,4"), Case("@(a, min=0)", a="f3,4"), Case("@(a, max=b)", a="f3,4", b="f3,4")],
+   shared=False)
+op(["torch.clamp_min", ".clamp_min"], "input, min", call("jnp.maximum", "input", "min"), cases=[Case("@(a, 0.1)", a="f3,4")])
+op(["torch.clamp_max", ".clamp_max"], "input, max", call("jnp.minimum", "input", "max"), cases=[Case("@(a, 0.1)", a="f3,4")])
+op(["torch.lerp", ".lerp"], "input, end, weight",
+   lambda b: f"{atom(b.node('input'))} + {b.atom('weight')} * ({b['end']} - {atom(b.node('input'))})",
+   "x + weight * (end - x)", cases=[Case("@(a, b, 0.3)", a="f3,4", b="f3,4")])
+op(["torch.isclose", ".isclose"], "input, other, rtol, atol, equal_nan",
+   call("jnp.isclose", "input", "other", rtol="rtol", atol="atol", equal_nan="equal_nan"), note="same default tolerances",
+   cases=[Case("@(a, a + 1e-6)", a="f3,4")])
+op(["torch.allclose", ".allclose"], "input, other, rtol, atol, equal_nan",
+   call("jnp.allclose", "input", "other", rtol="rtol", atol="atol", equal_nan="equal_nan"), cases=[Case("@(a, b)", a="f3,4", b="f3,4")])
+
+
+# Reductions
+def _reduce(fn: str, method_ok: bool = True):
+    def build(b: Bound) -> str:
+        parts = [b["input"]]
+        if b.has("dim"):
+            parts.append(f"axis={_axis(b)}")
+        if b.has("keepdim"):
+            parts.append(f"keepdims={b['keepdim']}")
+        if b.has("dtype"):
+            parts.append(f"dtype={b.dtype()}")
+        return f"{b.jnp}.{fn}({', '.join(parts)})"
+
+    return build
+
+
+def _axis(b: Bound) -> str:
+    node = b.node("dim")
+    if isinstance(node, cst.List):  # torch accepts a list of dims; jnp wants a tuple
+        return "(" + ", ".join(code(e.value) for e in node.elements) + ("," if len(node.elements) == 1 else "") + ")"
+    return b["dim"]
+
+
+for _fn in ("sum", "mean", "prod", "nansum", "nanmean"):
+    op([f"torch.{_fn}", f".{_fn}"], "input, dim, keepdim, *, dtype", _reduce(_fn), f"jnp.{_fn}(x, axis=dim, keepdims=keepdim, dtype=dtype)",
+       cases=[Case("@(a)", a="f3,4"), Case("@(a, dim=1)", a="f3,4"), Case("@(a, 0, keepdim=True)", a="f3,4")]
+       + ([Case("@(a, dim=(0, 2))", a="f2,3,4"), Case("@(a, [0, 1])", a="f2,3,4")] if _fn != "prod" else [Case("@(a, 1, dtype=torch.float32)", a="i3,4:4")]),
+       shared=_fn in ("sum", "mean", "prod"))
+for _fn in ("amax", "amin"):
+    op([f"torch.{_fn}", f".{_fn}"], "input, dim, keepdim", _reduce(_fn[1:]), f"jnp.{_fn[1:]}(x, axis=dim, keepdims=keepdim)",
+       cases=[Case("@(a, dim=1)", a="f3,4"), Case("@(a, (0, 1), keepdim=True)", a="f2,3,4")])
+for _fn in ("argmax", "argmin"):
+    op([f"torch.{_fn}", f".{_fn}"], "input, dim, keepdim", _reduce(_fn), f"jnp.{_fn}(x, axis=dim, keepdims=keepdim)",
+       note="indices are int64 in torch, int32 in JAX",
+       cases=[Case("@(a)", a="f3,4"), Case("@(a, dim=1)", a="f3,4"), Case("@(a, 0, keepdim=True)", a="f3,4")], shared=True)
+for _fn in ("all", "any"):
+    op([f"torch.{_fn}", f".{_fn}"], "input, dim, keepdim", _reduce(_fn), f"jnp.{_fn}(x, axis=dim, keepdims=keepdim)",
+       cases=[Case("@(a)", a="b3,4"), Case("@(a, dim=1)", a="b3,4"), Case("@(a > 0, 0, keepdim=True)", a="f3,4")], shared=True)
+op(["torch.logsumexp", ".logsumexp"], "input, dim, keepdim",
+   lambda b: f"{b.jax}.nn.logsumexp({b['input']}, axis={_axis(b)}" + (f", keepdims={b['keepdim']}" if b.has("keepdim") else "") + ")",
+   "jax.nn.logsumexp(x, axis=dim, keepdims=keepdim)", cases=[Case("@(a, 1)", a="f3,4"), Case("@(a, dim=0, keepdim=True)", a="f3,4")])
+op(["torch.count_nonzero", ".count_nonzero"], "input, dim", call("jnp.count_nonzero", "input", axis="dim"),
+   cases=[Case("@(a)", a="i3,4:3"), Case("@(a, dim=1)", a="i3,4:3")])
+
+
+def _std_var(fn: str):
+    def build(b: Bound) -> str:
+        parts = [b["input"]]
+        dim = b.node("dim") if b.has("dim") else None
+        ub = b.lit("unbiased", True) if b.has("unbiased") else True
+        if dim is not None and isinstance(literal(dim), bool):  # torch.std(x, False): the old unbiased slot
+            ub = literal(dim)
+            dim = None
+        elif dim is not None:
+            parts.append(f"axis={_axis(b)}")
+        if b.has("correction"):
+            parts.append(f"ddof={b['correction']}")
+        elif ub is NOT_LITERAL:
+            raise Manual("unbiased= is not a literal")
+        else:
+            parts.append(f"ddof={1 if ub else 0}")
+        if b.has("keepdim"):
+            parts.append(f"keepdims={b['keepdim']}")
+        return f"{b.jnp}.{fn}({', '.join(parts)})"
+
+    return build
+
+
+for _fn in ("std", "var"):
+    op([f"torch.{_fn}", f".{_fn}"], "input, dim, unbiased, keepdim, *, correction", _std_var(_fn),
+       f"jnp.{_fn}(x, axis=dim, ddof=1, keepdims=keepdim)",
+       "torch divides by N-1 by default (unbiased / correction=1), jnp by N: the port always spells ddof= out",
+       [Case("@(a)", a="f3,4"), Case("@(a, dim=1)", a="f3,4"), Case("@(a, 1, keepdim=True)", a="f3,4"),
+        Case("@(a, dim=0, unbiased=False)", a="f3,4"), Case("@(a, correction=0)", a="f3,4"), Case("@(a, False)", a="f3,4")],
+       shared=True)
+
+
+def _minmax(fn: str):
+    arg = "arg" + fn
+
+    def build(b: Bound):
+        x = b["input"]
+        if not b.has("dim"):
+            return f"{b.jnp}.{fn}({x})"
+        dim = b.node("dim")
+        v = literal(dim)
+        if (isinstance(v, int) and not isinstance(v, bool)) or "dim" in b.keywords:
+            kd = f", keepdims={b['keepdim']}" if b.has("keepdim") else ""
+            return (f"{b.jnp}.{fn}({x}, axis={b['dim']}{kd})", f"{b.jnp}.{arg}({x}, axis={b['dim']}{kd})")
+        raise Manual(f"torch.{fn}(x, y) with a non-literal second argument is either a reduction over dim y "
+                     f"(values and indices) or the elementwise {fn}imum: write dim= or torch.{fn}imum")
+
+    return build
+
+
+for _fn in ("max", "min"):
+    op([f"torch.{_fn}", f".{_fn}"], "input, dim, keepdim", _minmax(_fn),
+       f"jnp.{_fn}(x) / (jnp.{_fn}(x, axis=dim), jnp.arg{_fn}(x, axis=dim))",
+       f"torch.{_fn}(x, dim) returns (values, indices): `.values`/`[0]` become jnp.{_fn}, `.indices`/`[1]` jnp.arg{_fn}, "
+       "anything else the pair as a tuple; ties: both pick the first index on CPU",
+       [Case("@(a)", a="f3,4"), Case("@(a, 1)", a="f3,4"), Case("@(a, dim=0, keepdim=True)", a="f3,4"),
+        Case("@(a, dim=1).values", a="f3,4"), Case("@(a, 1).indices", a="f3,4"), Case("@(a, 1)[0]", a="f3,4")],
+       shared=True, pair=True)
+
+
+def _sort(b: Bound):
+    x = b["input"]
+    axis = f", axis={b['dim']}" if b.has("dim") else ""
+    desc = b.lit("descending", False)
+    if desc is NOT_LITERAL:
+        raise Manual("descending= is not a literal")
+    d = ", descending=True" if desc else ""
+    if b.has("stable") and b.lit("stable") is not True:
+        raise Manual("stable= must be True for a port with the same indices")
+    return (f"{b.jnp}.sort({x}{axis}{d})", f"{b.jnp}.argsort({x}{axis}{d})")
+
+
+op(["torch.sort", ".sort"], "input, dim, descending, *, stable", _sort, "(jnp.sort(x, axis=dim), jnp.argsort(x, axis=dim))",
+   "returns (values, indices); JAX sorts stably, torch does not promise an order among equal values",
+   [Case("@(a)", a="f3,4"), Case("@(a, dim=0, descending=True)", a="f3,4"), Case("@(a, 1).indices", a="f3,4")], shared=True, pair=True)
+op(["torch.argsort", ".argsort"], "input, dim, descending, *, stable", lambda b: _sort(b)[1],
+   "jnp.argsort(x, axis=dim, descending=...)", cases=[Case("@(a)", a="f3,4"), Case("@(a, dim=0, descending=True)", a="f3,4")], shared=True)
+
+
+def _topk(b: Bound):
+    if b.has("dim") and b.lit("dim") not in (-1,):
+        raise Manual("jax.lax.top_k works on the last axis only: move the axis (jnp.moveaxis) and write it by hand")
+    largest = b.lit("largest", True)
+    if largest is not True:
+        raise Manual("largest=False: write jax.lax.top_k(-x, k) and negate the values")
+    if b.has("sorted") and b.lit("sorted") is not True:
+        raise Manual("sorted=False: jax.lax.top_k always sorts")
+    t = f"{b.jax}.lax.top_k({b['input']}, {b['k']})"
+    return (f"{t}[0]", f"{t}[1]", t)  # (values, indices, the pair itself)
+
+
+op(["torch.topk", ".topk"], "input, k, dim, largest, sorted", _topk, "jax.lax.top_k(x, k)",
+   "on the last axis (dim=-1, torch's default); returns (values, indices)",
+   [Case("@(a, 2)", a="f3,5"), Case("@(a, k=3, dim=-1).values", a="f3,5"), Case("@(a, 2).indices", a="f3,5")], pair=True)
+
+
+def _cumulative(fn: str):
+    def build(b: Bound) -> str:
+        parts = [b["input"], f"axis={b['dim']}"]
+        if b.has("dtype"):
+            parts.append(f"dtype={b.dtype()}")
+        return f"{b.jnp}.{fn}({', '.join(parts)})"
+
+    return build
+
+
+for _fn in ("cumsum", "cumprod"):
+    op([f"torch.{_fn}", f".{_fn}"], "input, dim, *, dtype", _cumulative(_fn), f"jnp.{_fn}(x, axis=dim)",
+       cases=[Case("@(a, dim=1)", a="f3,4"), Case("@(a, 0)", a="f3,4")], shared=True)
+
+
+def _norm(b: Bound) -> str:
+    p = b.lit("p", 2) if b.has("p") else 2
+    if b.has("dtype"):
+        raise Manual("norm(dtype=) is not ported")
+    if not b.has("dim"):
+        if b.has("keepdim") or p not in (2, "fro"):
+            raise Manual(f"norm with p={b.get('p')} or keepdim over all elements: write jnp.linalg.norm(x.ravel(), ord=p)")
+        return f"{b.jnp}.linalg.norm({b.atom('input')}.ravel())"
+    parts = [b["input"]]
+    if p not in (2, "fro"):
+        if not isinstance(p, (int, float)) or isinstance(p, bool):
+            raise Manual(f"norm with p={b.get('p')} is not a literal number")
+        parts.append(f"ord={b['p']}")
+    parts.append(f"axis={_axis(b)}")
+    if b.has("keepdim"):
+        parts.append(f"keepdims={b['keepdim']}")
+    return f"{b.jnp}.linalg.norm({', '.join(parts)})"
+
+
+op(["torch.norm", ".norm"], "input, p, dim, keepdim, out, dtype", _norm, "jnp.linalg.norm(x, ord=p, axis=dim, keepdims=keepdim)",
+   "without dim: the 2-norm of all elements (jnp.linalg.norm of the flattened array)",
+   [Case("@(a)", a="f2,3,4"), Case("@(a, dim=1)", a="f3,4"), Case("@(a, p=1, dim=1)", a="f3,4"),
+    Case("@(a, 2, 1, True)", a="f3,4")], shared=True)
+
+# Shapes
+op(["torch.cat", "torch.concat", "torch.concatenate"], "tensors, dim", call("jnp.concatenate", "tensors", axis="dim"),
+   cases=[Case("@([a, b])", a="f3,4", b="f2,4"), Case("@((a, b), dim=1)", a="f3,4", b="f3,2"), Case("@([a, b], -1)", a="f2,3", b="f2,1")])
+op("torch.stack", "tensors, dim", call("jnp.stack", "tensors", axis="dim"),
+   cases=[Case("torch.stack([a, b])", a="f3,4", b="f3,4"), Case("torch.stack((a, b), dim=1)", a="f3,4", b="f3,4")])
+op(["torch.hstack"], "tensors", call("jnp.hstack", "tensors"), cases=[Case("torch.hstack([a, b])", a="f3,4", b="f3,2")])
+op(["torch.vstack"], "tensors", call("jnp.vstack", "tensors"), cases=[Case("torch.vstack([a, b])", a="f3,4", b="f2,4")])
+op(["torch.reshape"], "input, shape", call("jnp.reshape", "input", "shape"), cases=[Case("torch.reshape(a, (4, 3))", a="f3,4"), Case("torch.reshape(a, (-1,))", a="f3,4")])
+
+
+def _reshape_method(b: Bound) -> str:
+    if b.varargs and len(b.varargs) == 1 and is_dtype_expr(b.varargs[0].value, b.ctx):
+        raise Manual("view(dtype) reinterprets the bytes: write jax.lax.bitcast_convert_type")
+    if b.has("shape"):
+        return f"{b.atom('input')}.reshape({b['shape']})"
+    return f"{b.atom('input')}.reshape({', '.join(('*' if a.star else '') + code(a.value) for a in b.varargs)})"
+
+
+op([".view", ".reshape"], "input, *shape", _reshape_method, "x.reshape(shape)", "torch's view needs contiguous memory; JAX arrays have no strides",
+   [Case("@(a, 4, 3)", a="f3,4"), Case("@(a, -1)", a="f3,4"), Case("@(a, (2, 6))", a="f3,4"), Case("@(a, a.size(0), -1)", a="f3,4,2"),
+    Case("@(a, *b.shape)", a="f12", b="f3,4")], shared=False)
+op([".view_as", ".reshape_as"], "input, other", lambda b: f"{b.atom('input')}.reshape({b.atom('other')}.shape)", "x.reshape(other.shape)",
+   cases=[Case("@(a, b)", a="f3,4", b="f2,6")])
+
+
+def _flatten(b: Bound) -> str:
+    s = b.lit("start_dim", 0)
+    e = b.lit("end_dim", -1)
+    x = b.atom("input")
+    if s is NOT_LITERAL or e is NOT_LITERAL:
+        raise Manual("flatten with non-literal start_dim/end_dim")
+    if s == 0 and e == -1:
+        return f"{b.jnp}.ravel({b['input']})"
+    head = f"{x}.shape[:{s}] + " if s else ""
+    tail = "" if e == -1 else f" + {x}.shape[{e + 1}:]" if e != -1 else ""
+    if e < -1:
+        tail = f" + {x}.shape[{e + 1}:]"
+    if s == 1 and e == -1:
+        return f"{b.jnp}.reshape({b['input']}, ({x}.shape[0], -1))"
+    return f"{b.jnp}.reshape({b['input']}, {head}(-1,){tail})"
+
+
+op(["torch.flatten", ".flatten"], "input, start_dim, end_dim", _flatten, "jnp.reshape(x, x.shape[:start] + (-1,) + x.shape[end+1:])",
+   cases=[Case("@(a)", a="f2,3,4"), Case("@(a, 1)", a="f2,3,4"), Case("@(a, start_dim=1)", a="f2,3,4,5"),
+          Case("@(a, 0, 1)", a="f2,3,4"), Case("@(a, 1, 2)", a="f2,3,4,5"), Case("@(a, 2)", a="f2,3,4,5")], shared=True)
+op(["torch.unsqueeze", ".unsqueeze"], "input, dim", call("jnp.expand_dims", "input", "dim"),
+   cases=[Case("@(a, 0)", a="f3,4"), Case("@(a, dim=-1)", a="f3,4"), Case("@(a, 1)", a="f3,4")])
+
+
+def _squeeze(b: Bound) -> str:
+    if not b.has("dim"):
+        return f"{b.jnp}.squeeze({b['input']})"
+    return f"{b.jnp}.squeeze({b['input']}, axis={_axis(b)})"
+
+
+op(["torch.squeeze", ".squeeze"], "input, dim", _squeeze, "jnp.squeeze(x, axis=dim)",
+   "torch.squeeze(x, d) is a no-op when size d is not 1; jnp.squeeze raises there (loud, never silently different)",
+   [Case("@(a)", a="f3,1,4"), Case("@(a, 1)", a="f3,1,4"), Case("@(a, dim=-1)", a="f3,4,1")], shared=True)
+
+
+def _permute(b: Bound) -> str:
+    return f"{b.jnp}.transpose({b['input']}, {b.shape('dims')})"
+
+
+op(["torch.permute", ".permute"], "input, *dims", _permute, "jnp.transpose(x, dims)",
+   cases=[Case("a.permute(2, 0, 1)", a="f2,3,4"), Case("@(a, (1, 0, 2))", a="f2,3,4")])
+op(["torch.transpose", ".transpose", "torch.swapaxes", ".swapaxes"], "input, dim0, dim1",
+   call("jnp.swapaxes", "input", "dim0", "dim1"), note="torch's transpose swaps two dims (jnp.transpose permutes all)",
+   cases=[Case("@(a, 0, 1)", a="f2,3,4"), Case("@(a, 1, -1)", a="f2,3,4")], shared=True)
+op(["torch.movedim", ".movedim", "torch.moveaxis", ".moveaxis"], "input, source, destination",
+   call("jnp.moveaxis", "input", "source", "destination"), cases=[Case("@(a, 0, -1)", a="f2,3,4")])
+op(["torch.t", ".t"], "input", lambda b: f"{b.atom('input')}.T", "x.T", "x.t() of a 1-D tensor is itself, as x.T is",
+   [Case("@(a)", a="f3,4"), Case("@(a)", a="f3")], shared=True)
+op(["torch.chunk", ".chunk"], "input, chunks, dim", call("jnp.split", "input", "chunks", axis="dim"),
+   note="equal for sizes divisible by chunks; torch makes uneven (and possibly fewer) chunks otherwise, where jnp.split raises",
+   cases=[Case("@(a, 2)", a="f4,3"), Case("@(a, 3, dim=1)", a="f2,6"), Case("@(a, 2, -1)[0]", a="f2,6")], shared=True)
+
+
+def _split(b: Bound) -> str:
+    s = b.lit("split_size_or_sections")
+    axis = b.get("dim", "0")
+    x = b["input"]
+    if isinstance(s, int) and not isinstance(s, bool):
+        xa = b.atom("input")
+        return f"{b.jnp}.split({x}, list(range({s}, {xa}.shape[{axis}], {s})), axis={axis})"
+    if isinstance(s, (list, tuple)) and all(isinstance(v, int) for v in s):
+        cuts, total = [], 0
+        for v in s[:-1]:
+            total += v
+            cuts.append(str(total))
+        return f"{b.jnp}.split({x}, [{', '.join(cuts)}], axis={axis})"
+    raise Manual("torch.split takes chunk sizes (an int or a list of sizes), jnp.split takes indices: "
+                 "the sizes must be literals for porter to convert them")
+
+
+op(["torch.split", ".split"], "input, split_size_or_sections, dim", _split, "jnp.split(x, indices, axis=dim)",
+   "torch.split takes sizes (an int: chunks of that size, the last smaller; a list: the sizes), jnp.split takes cut indices: "
+   "the port computes the indices",
+   [Case("@(a, 2)", a="f5,3"), Case("@(a, [1, 3], dim=1)", a="f2,4"), Case("@(a, 2, dim=1)[1]", a="f2,4"), Case("@(a, (2, 2, 1))", a="f5,3")],
+   shared=True)
+op(["torch.unbind", ".unbind"], "input, dim", call("jnp.unstack", "input", axis="dim"),
+   cases=[Case("@(a)", a="f3,4"), Case("@(a, dim=1)", a="f3,4")])
+
+
+def _expand(b: Bound) -> str:
+    items = b.shape_items("sizes")
+    x = b.atom("input")
+    if items is None:
+        return f"{b.jnp}.broadcast_to({b['input']}, {b.shape('sizes')})"
+    n = len(items)
+    fixed = [f"{x}.shape[{i - n}]" if it.replace(" ", "") == "-1" else it for i, it in enumerate(items)]
+    return f"{b.jnp}.broadcast_to({b['input']}, ({', '.join(fixed)}{',' if n == 1 else ''}))"
+
+
+op(".expand", "input, *sizes", _expand, "jnp.broadcast_to(x, sizes)", "a size of -1 keeps that dimension (x.shape[i])",
+   [Case("a.expand(3, 4)", a="f1,4"), Case("a.expand(2, -1, 4)", a="f3,1"), Case("a.expand((2, 3, 4))", a="f3,4")])
+op(".expand_as", "input, other", lambda b: f"{b.jnp}.broadcast_to({b['input']}, {b.atom('other')}.shape)", "jnp.broadcast_to(x, other.shape)",
+   cases=[Case("a.expand_as(b)", a="f1,4", b="f3,4")])
+op(["torch.broadcast_to"], "input, size", call("jnp.broadcast_to", "input", "size"), cases=[Case("torch.broadcast_to(a, (3, 4))", a="f1,4")])
+op(".repeat", "input, *repeats", lambda b: f"{b.jnp}.tile({b['input']}, {b.shape('repeats')})", "jnp.tile(x, repeats)",
+   "torch's repeat tiles the whole tensor (jnp.tile), unlike jnp.repeat", [Case("a.repeat(2, 3)", a="f3,4"), Case("a.repeat(2, 1, 1)", a="f3,4")],
+   shared=True)
+op(["torch.tile", ".tile"], "input, dims", call("jnp.tile", "input", "dims"), cases=[Case("@(a, (2, 1))", a="f3,4")])
+op(["torch.repeat_interleave", ".repeat_interleave"], "input, repeats, dim, *, output_size",
+   call("jnp.repeat", "input", "repeats", axis="dim", total_repeat_length="output_size"), note="without dim both flatten first",
+   cases=[Case("@(a, 2)", a="f3,4"), Case("@(a, 2, dim=1)", a="f3,4"), Case("@(a, 2, dim=0, output_size=6)", a="f3,4")])
+op(["torch.gather", ".gather"], "input, dim, index, *, sparse_grad", call("jnp.take_along_axis", "input", "index", axis="dim"),
+   note="same result when index has input's shape outside dim (take_along_axis broadcasts, torch.gather allows a smaller index)",
+   cases=[Case("@(a, 1, i)", a="f3,4", i="i3,2:4"), Case("@(a, dim=0, index=i)", a="f3,4", i="i2,4:3")])
+op(["torch.index_select", ".index_select"], "input, dim, index", call("jnp.take", "input", "index", axis="dim"),
+   cases=[Case("@(a, 0, i)", a="f3,4", i="i5:3"), Case("@(a, dim=1, index=i)", a="f3,4", i="i2:4")])
+op([".masked_fill", "torch.masked_fill"], "input, mask, value", lambda b: f"{b.jnp}.where({b['mask']}, {b['value']}, {b['input']})",
+   "jnp.where(mask, value, x)", "for a float x (an integer x filled with a float value would be promoted by jnp.where, cast by torch)",
+   [Case("@(a, m, -1e9)", a="f3,4", m="b3,4"), Case("@(a, m, float('-inf'))", a="f3,4", m="b3,4"), Case("@(a, a > 0, 0.0)", a="f3,4")])
+op(["torch.narrow", ".narrow"], "input, dim, start, length",
+   lambda b: f"{b.jax}.lax.slice_in_dim({b['input']}, {b['start']}, {atom(b.node('start'))} + {b.atom('length')}, axis={b['dim']})",
+   "jax.lax.slice_in_dim(x, start, start + length, axis=dim)", cases=[Case("@(a, 1, 1, 2)", a="f3,4")])
+op(["torch.flip", ".flip"], "input, *dims", lambda b: f"{b.jnp}.flip({b['input']}, axis={b.shape('dims')})", "jnp.flip(x, axis=dims)",
+   cases=[Case("a.flip(0)", a="f3,4"), Case("@(a, [0, 1])", a="f3,4"), Case("@(a, dims=(1,))", a="f3,4")])
+op(["torch.roll", ".roll"], "input, shifts, dims", call("jnp.roll", "input", "shifts", axis="dims"),
+   cases=[Case("@(a, 1)", a="f3,4"), Case("@(a, 2, dims=1)", a="f3,4"), Case("@(a, (1, 2), (0, 1))", a="f3,4")])
+for _fn in ("tril", "triu"):
+    op([f"torch.{_fn}", f".{_fn}"], "input, diagonal", call(f"jnp.{_fn}", "input", k="diagonal"),
+       cases=[Case("@(a)", a="f4,4"), Case("@(a, diagonal=1)", a="f4,4"), Case("@(a, -1)", a="f3,4")])
+op(["torch.diagonal", ".diagonal"], "input, offset, dim1, dim2", call("jnp.diagonal", "input", offset="offset", axis1="dim1", axis2="dim2"),
+   cases=[Case("@(a)", a="f4,4"), Case("@(a, 1)", a="f3,4"), Case("@(a, dim1=1, dim2=2)", a="f2,3,3")])
+op(["torch.diag", ".diag"], "input, diagonal", call("jnp.diag", "input", k="diagonal"), cases=[Case("@(a)", a="f4"), Case("@(a, 1)", a="f3,3")])
+op(["torch.trace", ".trace"], "input", call("jnp.trace", "input"), cases=[Case("@(a)", a="f4,4")])
+def _einsum(b: Bound) -> str:
+    ops = ", ".join(("*" if a.star else "") + code(a.value) for a in b.varargs)
+    if not ops:
+        raise Manual("einsum without operands")
+    return f"{b.jnp}.einsum({b['equation']}, {ops})"
+
+
+op(["torch.einsum"], "equation, *operands", _einsum, "jnp.einsum(equation, *operands)",
+   note="a list of operands (torch.einsum(eq, [a, b])) is passed as one argument, which jnp.einsum rejects (loud)",
+   cases=[Case("torch.einsum('bij,bjk->bik', a, b)", a="f2,3,4", b="f2,4,5"), Case("torch.einsum('ij->j', a)", a="f3,4")])
+
+
+def _cdist(b: Bound) -> str:
+    if b.has("p") and b.lit("p") not in (2, 2.0):
+        raise Manual("cdist with p != 2 is not ported")
+    j = b.jnp
+    x1, x2 = b.atom("x1"), b.atom("x2")
+    return f"{j}.sqrt({j}.maximum({j}.sum(({x1}[..., :, None, :] - {x2}[..., None, :, :]) ** 2, axis=-1), 0.0))"
+
+
+op(["torch.cdist"], "x1, x2, p", _cdist, "jnp.sqrt(jnp.sum((x1[..., :, None, :] - x2[..., None, :, :]) ** 2, axis=-1))", "p=2 only",
+   [Case("torch.cdist(a, b)", a="f3,4", b="f5,4")])
+
+
+# Creation
+def _creation(fn: str):
+    def build(b: Bound) -> str:
+        parts = [b.shape("size")]
+        if b.has("dtype"):
+            parts.append(f"dtype={b.dtype()}")
+        return f"{b.jnp}.{fn}({', '.join(parts)})"
+
+    return build
+
+
+for _fn, _jfn in (("zeros", "zeros"), ("ones", "ones"), ("empty", "zeros")):
+    op(f"torch.{_fn}", "*size, out, dtype, layout, device, requires_grad", _creation(_jfn), f"jnp.{_jfn}(shape, dtype=dtype)",
+       "device= and requires_grad= are dropped" + ("; torch.empty's contents are arbitrary, the port's are zeros" if _fn == "empty" else ""),
+       [Case(f"torch.{_fn}(2, 3)"), Case(f"torch.{_fn}((2, 3), dtype=torch.int64)"), Case(f"torch.{_fn}(4, device='cpu')"),
+        Case(f"torch.{_fn}(a.shape)", a="f3,4"), Case(f"torch.{_fn}(a.size(0), 5)", a="f3,4")], arbitrary=_fn == "empty")
+
+
+def _full(b: Bound) -> str:
+    parts = [b["size"], b["fill_value"]]
+    if b.has("dtype"):
+        parts.append(f"dtype={b.dtype()}")
+    return f"{b.jnp}.full({', '.join(parts)})"
+
+
+op("torch.full", "size, fill_value, *, out, dtype, layout, device, requires_grad", _full, "jnp.full(shape, fill_value, dtype=dtype)",
+   cases=[Case("torch.full((2, 3), 1.5)"), Case("torch.full((2,), 7, dtype=torch.float32)")])
+for _fn, _jfn in (("zeros_like", "zeros_like"), ("ones_like", "ones_like"), ("empty_like", "zeros_like")):
+    op(f"torch.{_fn}", "input, *, dtype, layout, device, requires_grad, memory_format", call(f"jnp.{_jfn}", "input", dtype="dtype"),
+       cases=[Case(f"torch.{_fn}(a)", a="f3,4"), Case(f"torch.{_fn}(a, dtype=torch.int32)", a="f3,4")], arbitrary=_fn == "empty_like")
+op("torch.full_like", "input, fill_value, *, dtype, layout, device, requires_grad, memory_format",
+   call("jnp.full_like", "input", "fill_value", dtype="dtype"), cases=[Case("torch.full_like(a, 2.5)", a="f3,4")])
+for _fn, _jfn in (("new_zeros", "zeros"), ("new_ones", "ones"), ("new_empty", "zeros")):
+    op(f".{_fn}", "input, *size, dtype, device, requires_grad, layout, pin_memory",
+       lambda b, _jfn=_jfn: f"{b.jnp}.{_jfn}({b.shape('size')}, dtype={b.dtype() if b.has('dtype') else b.atom('input') + '.dtype'})",
+       f"jnp.{_jfn}(size, dtype=x.dtype)", cases=[Case(f"a.{_fn}((2, 3))", a="f3,4"), Case(f"a.{_fn}(2, 3)", a="i3,4:3")],
+       arbitrary=_fn == "new_empty")
+op(".new_full", "input, size, fill_value, *, dtype, device, requires_grad, layout, pin_memory",
+   lambda b: f"{b.jnp}.full({b['size']}, {b['fill_value']}, dtype={b.dtype() if b.has('dtype') else b.atom('input') + '.dtype'})",
+   "jnp.full(size, fill_value, dtype=x.dtype)", cases=[Case("a.new_full((2, 3), 4)", a="f3,4")])
+op(".new_tensor", "input, data, *, dtype, device, requires_grad, layout, pin_memory",
+   lambda b: f"{b.jnp}.asarray({b['data']}, dtype={b.dtype() if b.has('dtype') else b.atom('input') + '.dtype'})",
+   "jnp.asarray(data, dtype=x.dtype)", cases=[Case("a.new_tensor([1, 2, 3])", a="f3,4")])
+
+
+def _arange(b: Bound) -> str:
+    parts = [b["start"]]
+    if b.has("end"):
+        parts.append(b["end"])
+    if b.has("step"):
+        parts.append(b["step"])
+    if b.has("dtype"):
+        parts.append(f"dtype={b.dtype()}")
+    return f"{b.jnp}.arange({', '.join(parts)})"
+
+
+op("torch.arange", "start, end, step, *, out, dtype, layout, device, requires_grad", _arange, "jnp.arange(start, end, step, dtype=dtype)",
+   "integer arguments give int64 in torch, int32 in JAX",
+   [Case("torch.arange(5)"), Case("torch.arange(1, 7, 2)"), Case("torch.arange(0, 1, 0.25)"), Case("torch.arange(4, dtype=torch.float32)"),
+    Case("torch.arange(a.size(1))", a="f3,4")])
+op("torch.linspace", "start, end, steps, *, out, dtype, layout, device, requires_grad", call("jnp.linspace", "start", "end", "steps", dtype="dtype"),
+   cases=[Case("torch.linspace(0, 1, 5)"), Case("torch.linspace(-1, 1, steps=4)")])
+op("torch.eye", "n, m, *, out, dtype, layout, device, requires_grad", call("jnp.eye", "n", "m?", dtype="dtype"),
+   cases=[Case("torch.eye(3)"), Case("torch.eye(2, 4)")])
+op(["torch.tensor", "torch.as_tensor"], "data, dtype, device, requires_grad, pin_memory", call("jnp.asarray", "data", dtype="dtype"),
+   note="Python ints give int64 in torch, int32 in JAX",
+   cases=[Case("@([1.0, 2.0])"), Case("@([[1, 2], [3, 4]])"), Case("@(0.5, dtype=torch.float32)"), Case("torch.as_tensor(a)", a="f3")])
+op("torch.from_numpy", "ndarray", call("jnp.asarray", "ndarray"), cases=[Case("torch.from_numpy(np.arange(4.0))")])
+op("torch.finfo", "type", call("jnp.finfo", "type"), cases=[Case("torch.finfo(torch.float32).eps"), Case("torch.finfo(torch.float32).min")])
+op("torch.iinfo", "type", call("jnp.iinfo", "type"), cases=[Case("torch.iinfo(torch.int32).max")])
+op("torch.numel", "input", lambda b: f"{b.atom('input')}.size", "x.size", cases=[Case("torch.numel(a)", a="f3,4")])
+op("torch.is_tensor", "obj", lambda b: f"isinstance({b['obj']}, {b.jax}.Array)", "isinstance(x, jax.Array)", cases=[Case("torch.is_tensor(a)", a="f3")])
+
+# Tensor attributes and conversions
+op(".size", "input, dim", lambda b: f"{b.atom('input')}.shape[{b['dim']}]" if b.has("dim") else f"{b.atom('input')}.shape",
+   "x.shape / x.shape[d]", "torch.Size is a tuple; so is x.shape",
+   [Case("a.size()", a="f3,4"), Case("a.size(1)", a="f3,4"), Case("a.size(-1)", a="f3,4"), Case("a.size(dim=0)", a="f3,4")], shared=True)
+op([".dim", ".ndimension"], "input", lambda b: f"{b.atom('input')}.ndim", "x.ndim", cases=[Case("@(a)", a="f2,3,4")], shared=True)
+op([".numel", ".nelement"], "input", lambda b: f"{b.atom('input')}.size", "x.size", cases=[Case("@(a)", a="f2,3,4")])
+op(".element_size", "input", lambda b: f"{b.atom('input')}.dtype.itemsize", "x.dtype.itemsize", cases=[Case("a.element_size()", a="f3")])
+op(".is_floating_point", "input", lambda b: f"{b.jnp}.issubdtype({b.atom('input')}.dtype, {b.jnp}.floating)",
+   "jnp.issubdtype(x.dtype, jnp.floating)", cases=[Case("a.is_floating_point()", a="f3"), Case("a.is_floating_point()", a="i3:2")])
+op(".contiguous", "input, memory_format", lambda b: b["input"], "x", "dropped: JAX arrays have no memory layout to make contiguous",
+   [Case("a.contiguous()", a="f3,4")])
+op(".clone", "input, *, memory_format", call("jnp.copy", "input"), note="JAX arrays are immutable: a copy is only needed for identity",
+   cases=[Case("a.clone()", a="f3,4")])
+op(".detach", "input", call("jax.lax.stop_gradient", "input"), cases=[Case("a.detach()", a="f3,4")])
+op(["torch.detach"], "input", call("jax.lax.stop_gradient", "input"), cases=[Case("torch.detach(a)", a="f3,4")])
+op(".cpu", "input, memory_format", lambda b: b["input"], "x",
+   "dropped: a host read happens where the value is used (np.asarray, float(), .item())", [Case("a.cpu()", a="f3,4")], shared=True)
+op(".numpy", "input, *, force", call("np.asarray", "input"), note="a host read (device-to-host transfer)", cases=[Case("a.numpy()", a="f3,4")],
+   shared=True)
+op(".tolist", "input", lambda b: f"{b.atom('input')}.tolist()", "x.tolist()", cases=[Case("a.tolist()", a="f3")], shared=True)
+
+
+def _cast(dtype: str):
+    def build(b: Bound) -> str:
+        return f"{b.atom('input')}.astype({b.jnp}.{dtype})"
+
+    return build
+
+
+for _m, _dt in (("float", "float32"), ("double", "float64"), ("half", "float16"), ("bfloat16", "bfloat16"),
+                ("long", "int32"), ("int", "int32"), ("short", "int16"), ("bool", "bool_"), ("byte", "uint8"), ("char", "int8")):
+    op(f".{_m}", "input, memory_format", _cast(_dt), f"x.astype(jnp.{_dt})",
+       "64-bit types need jax_enable_x64: long() gives int32" if _m == "long" else "",
+       [Case(f"a.{_m}()", a=("f3,4" if _m not in ("byte", "char") else "p3,4") if _m not in ("float", "double", "half", "bfloat16") else "i3,4:9")] if _m != "double" else [Case("a.double().float()", a="f3,4")],
+       shared=_m in ("float", "int", "bool"))
+
+
+def _to(b: Bound) -> str:
+    if b.has("dtype"):
+        dt = b.node("dtype")
+    elif b.has("arg") and is_dtype_expr(b.node("arg"), b.ctx):
+        dt = b.node("arg")
+    elif b.has("other"):
+        return f"{b.atom('input')}.astype({b.atom('other')}.dtype)"
+    else:
+        raise NotMine("x.to(device) is device placement (the loop rules)")
+    t = torch_dtype_name(dt, b.ctx)
+    return f"{b.atom('input')}.astype({b.jnp + '.' + DTYPES[t] if t else code(dt)})"
+
+
+class NotMine(Exception):
+    """The call is not this table's business (``x.to(device)``: device placement belongs to
+    the loop rules): no finding at all."""
+
+
+op(".to", "input, arg, dtype, non_blocking, copy, *, other, memory_format, device", _to, "x.astype(dtype)",
+   "only dtype conversions; x.to(device) is device placement (the loop rules)",
+   [Case("a.to(torch.float32)", a="i3,4:5"), Case("a.to(dtype=torch.int32)", a="f3,4"), Case("a.to('cpu', dtype=torch.float16).float()", a="f3,4")],
+   shared=True)
+
+
+def _type(b: Bound) -> str:
+    if not b.has("dtype"):
+        raise NotMine("x.type() returns a type name string")
+    if not is_dtype_expr(b.node("dtype"), b.ctx):
+        raise Manual("x.type(...) with a type string or tensor class: write x.astype(jnp.<dtype>)")
+    return f"{b.atom('input')}.astype({b['dtype']})"
+
+
+op(".type", "input, dtype, non_blocking", _type, "x.astype(dtype)", cases=[Case("a.type(torch.float32)", a="i3:4")], shared=True)
+op(".type_as", "input, other", lambda b: f"{b.atom('input')}.astype({b.atom('other')}.dtype)", "x.astype(other.dtype)",
+   cases=[Case("a.type_as(b)", a="i3,4:5", b="f2")])
+
+# torch.nn.functional (besides activations and losses)
+op("F.linear", "input, weight, bias",
+   lambda b: f"{atom(b.node('input'))} @ {b.atom('weight')}.T" + (f" + {b.atom('bias')}" if b.has("bias") and b.lit("bias") is not None else ""),
+   "x @ weight.T + bias", "weight in torch's (out, in) layout, as the call passed it",
+   [Case("F.linear(a, w, bias)", a="f2,3", w="f4,3", bias="f4"), Case("F.linear(a, w)", a="f2,3", w="f4,3")])
+
+
+def _normalize(b: Bound) -> str:
+    p = b.get("p", "2.0")
+    dim = b.get("dim", "1")
+    eps = b.get("eps", "1e-12")
+    x = atom(b.node("input"))
+    return f"{x} / {b.jnp}.maximum({b.jnp}.linalg.norm({b['input']}, ord={p}, axis={dim}, keepdims=True), {eps})"
+
+
+op("F.normalize", "input, p, dim, eps, out", _normalize, "x / jnp.maximum(jnp.linalg.norm(x, ord=p, axis=dim, keepdims=True), eps)",
+   "torch's defaults: p=2, dim=1, eps=1e-12", [Case("F.normalize(a)", a="f3,4"), Case("F.normalize(a, dim=-1)", a="f3,4"),
+                                                Case("F.normalize(a, p=1, dim=0)", a="f3,4")])
+
+
+def _cosine_similarity(b: Bound) -> str:
+    dim = b.get("dim", "1")
+    eps = b.get("eps", "1e-8")
+    x1, x2 = b["x1"], b["x2"]
+    j = b.jnp
+    return (f"{j}.sum({atom(b.node('x1'))} * {atom(b.node('x2'))}, axis={dim}) / {j}.maximum("
+            f"{j}.linalg.norm({x1}, axis={dim}) * {j}.linalg.norm({x2}, axis={dim}), {eps})")
+
+
+op("F.cosine_similarity", "x1, x2, dim, eps", _cosine_similarity, "sum(x1 * x2, dim) / max(|x1| * |x2|, eps)",
+   "torch >= 2 clamps the product of the norms by eps", [Case("F.cosine_similarity(a, b)", a="f3,4", b="f3,4"),
+                                                        Case("F.cosine_similarity(a, b, dim=0)", a="f3,4", b="f3,4")])
+
+
+def _pad(b: Bound) -> str:
+    pad = b.lit("pad")
+    mode = b.lit("mode", "constant")
+    modes = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+    if mode not in modes:
+        raise Manual("mode= is not a literal porter knows")
+    if not isinstance(pad, (list, tuple)) or len(pad) % 2:
+        raise Manual("F.pad's pad must be a literal tuple of (left, right, top, bottom, ...) pairs for porter to reorder it")
+    if any(not isinstance(v, int) or v < 0 for v in pad):
+        raise Manual("negative padding crops in torch; jnp.pad cannot crop")
+    pairs = [f"({pad[i]}, {pad[i + 1]})" for i in range(0, len(pad), 2)][::-1]
+    k = len(pairs)
+    x = atom(b.node("input"))
+    widths = f"[(0, 0)] * ({x}.ndim - {k}) + [{', '.join(pairs)}]"
+    extra = ""
+    if mode == "constant" and b.has("value") and b.lit("value") is not None:
+        extra = f", constant_values={b['value']}"
+    mode_arg = "" if mode == "constant" else f", mode={modes[mode]!r}"
+    return f"{b.jnp}.pad({b['input']}, {widths}{mode_arg}{extra})"
+
+
+op("F.pad", "input, pad, mode, value", _pad, "jnp.pad(x, [(0, 0)] * (x.ndim - k) + [..., (top, bottom), (left, right)])",
+   "torch's pad tuple starts with the LAST dimension; the port reverses the pairs; replicate -> 'edge', circular -> 'wrap'",
+   [Case("F.pad(a, (1, 2))", a="f2,3,4"), Case("F.pad(a, (1, 1, 2, 0), value=-1.0)", a="f2,3,4"),
+    Case("F.pad(a, (1, 1, 1, 1), mode='reflect')", a="f1,2,4,4"), Case("F.pad(a, (2, 1), mode='replicate')", a="f2,3,4"),
+    Case("F.pad(a, (1, 1), 'circular')", a="f2,3,4")])
+
+
+def _pool(kind: str):
+    def build(b: Bound) -> str:
+        k = b.lit("kernel_size")
+        s = b.lit("stride", None) if b.has("stride") else None
+        if b.has("stride") and s is NOT_LITERAL:
+            raise Manual("stride= is not a literal")
+        if b.lit("padding", 0) not in (0, (0, 0)):
+            raise Manual("padding: torch pads max pooling with -inf and average pooling with zeros counted in the mean; write it by hand")
+        if b.lit("ceil_mode", False) is not False or b.lit("dilation", 1) not in (1, (1, 1)) or b.lit("return_indices", False) is not False:
+            raise Manual("ceil_mode/dilation/return_indices are not ported")
+        if kind == "avg" and (b.lit("divisor_override", None) is not None):
+            raise Manual("divisor_override is not ported")
+        kh, kw = (k, k) if isinstance(k, int) else tuple(k) if isinstance(k, (tuple, list)) and len(k) == 2 else (None, None)
+        if kh is None:
+            raise Manual("kernel_size must be a literal int or pair")
+        if s is None or s == [] or s == ():
+            sh, sw = kh, kw
+        else:
+            sh, sw = (s, s) if isinstance(s, int) else tuple(s)
+        x = b["input"]
+        j = b.jax
+        if kind == "max":
+            return f"{j}.lax.reduce_window({x}, -{b.jnp}.inf, {j}.lax.max, (1, 1, {kh}, {kw}), (1, 1, {sh}, {sw}), 'VALID')"
+        return f"{j}.lax.reduce_window({x}, 0.0, {j}.lax.add, (1, 1, {kh}, {kw}), (1, 1, {sh}, {sw}), 'VALID') / {kh * kw}"
+
+    return build
+
+
+op("F.max_pool2d", "input, kernel_size, stride, padding, dilation, ceil_mode, return_indices", _pool("max"),
+   "jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 1, kh, kw), (1, 1, sh, sw), 'VALID')",
+   "NCHW kept (the port keeps the original's layout); no padding", [Case("F.max_pool2d(a, 2)", a="f2,3,6,6"),
+                                                                    Case("F.max_pool2d(a, (3, 2), stride=1)", a="f2,3,5,6")])
+op("F.avg_pool2d", "input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override", _pool("avg"),
+   "jax.lax.reduce_window(x, 0.0, jax.lax.add, (1, 1, kh, kw), (1, 1, sh, sw), 'VALID') / (kh * kw)",
+   "NCHW kept; no padding", [Case("F.avg_pool2d(a, 2)", a="f2,3,6,6"), Case("F.avg_pool2d(a, 3, stride=2)", a="f1,2,7,7")])
+
+
+def _adaptive_avg(b: Bound) -> str:
+    size = b.lit("output_size")
+    if size not in (1, (1, 1), [1, 1]):
+        raise Manual("adaptive pooling to a size other than 1: the windows depend on the input size")
+    return f"{b.jnp}.mean({b['input']}, axis=(-2, -1), keepdims=True)"
+
+
+op("F.adaptive_avg_pool2d", "input, output_size", _adaptive_avg, "jnp.mean(x, axis=(-2, -1), keepdims=True)", "output_size 1 only",
+   [Case("F.adaptive_avg_pool2d(a, 1)", a="f2,3,4,4"), Case("F.adaptive_avg_pool2d(a, (1, 1))", a="f2,3,4,5")])
+
+
+def _one_hot(b: Bound) -> str:
+    if not b.has("num_classes") or b.lit("num_classes") == -1:
+        raise Manual("one_hot without num_classes infers it from the data (a host read and a data-dependent shape): pass num_classes")
+    return f"{b.jax}.nn.one_hot({b['tensor']}, {b['num_classes']}, dtype={b.jnp}.int32)"
+
+
+op("F.one_hot", "tensor, num_classes", _one_hot, "jax.nn.one_hot(x, num_classes, dtype=jnp.int32)",
+   "torch returns integers (int64); jax.nn.one_hot defaults to floats, so the port asks for int32",
+   [Case("F.one_hot(i, 5)", i="i4:5"), Case("F.one_hot(i, num_classes=3)", i="i2,3:3")])
+
+
+def _embedding(b: Bound) -> str:
+    for k in ("padding_idx", "max_norm"):
+        if b.has(k) and b.lit(k) is not None:
+            raise Manual(f"F.embedding({k}=) is not ported")
+    return f"{b.jnp}.take({b['weight']}, {b['input']}, axis=0)"
+
+
+op("F.embedding", "input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse", _embedding,
+   "jnp.take(weight, ids, axis=0)", cases=[Case("F.embedding(i, w)", i="i2,3:5", w="f5,4")])
+
+
+def _sdpa(b: Bound) -> str:
+    if b.has("dropout_p") and b.lit("dropout_p") != 0.0:
+        raise Manual("attention dropout needs rngs")
+    if b.has("attn_mask") or b.has("scale") or b.has("enable_gqa"):
+        raise Manual("attn_mask/scale/enable_gqa: jax.nn.dot_product_attention takes masks in its own form; write it by hand")
+    causal = b.lit("is_causal", False)
+    # torch: (..., L, E) with heads before L; jax.nn.dot_product_attention: (B, T, N, H)
+    q, k, v = b["query"], b["key"], b["value"]
+    j = b.jnp
+    c = ", is_causal=True" if causal is True else ""
+    return (f"{j}.swapaxes({b.jax}.nn.dot_product_attention({j}.swapaxes({q}, -2, -3), {j}.swapaxes({k}, -2, -3), "
+            f"{j}.swapaxes({v}, -2, -3){c}), -2, -3)")
+
+
+op("F.scaled_dot_product_attention", "query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa", _sdpa,
+   "jnp.swapaxes(jax.nn.dot_product_attention(q', k', v'), -2, -3) with (B, H, L, E) -> (B, L, H, E)",
+   "torch's layout is (batch, heads, length, dim), JAX's (batch, length, heads, dim): the port swaps twice",
+   [Case("F.scaled_dot_product_attention(q, k, v)", q="f2,3,5,4", k="f2,3,6,4", v="f2,3,6,4"),
+    Case("F.scaled_dot_product_attention(q, k, v, is_causal=True)", q="f2,3,5,4", k="f2,3,5,4", v="f2,3,5,4")])
+
+# Reported for manual porting
+_RANDOM = "random numbers need an explicit PRNG key in JAX (jax.random.<fn>(key, ...)): thread a key (nnx.Rngs) through this code"
+for _fn in ("randn", "rand", "randint", "randperm", "normal", "bernoulli", "multinomial", "randn_like", "rand_like", "randint_like", "poisson"):
+    op(f"torch.{_fn}", "*args, generator, out, dtype, layout, device, requires_grad, pin_memory, low, high, size", None,
+       f"jax.random.* (key)", manual=_RANDOM, cases=[Case(f"torch.{_fn}(3)")])
+for _m in (".uniform_", ".normal_", ".bernoulli_", ".random_", ".exponential_"):
+    op(_m, "input, *args, generator", None, "jax.random.* (key)", manual=_RANDOM, cases=[Case(f"a{_m}()", a="f3")])
+op(["F.dropout", "F.dropout1d", "F.dropout2d", "torch.dropout", "F.alpha_dropout"], "input, p, training, inplace", None, "nnx.Dropout(rate, rngs=rngs)",
+   manual="dropout needs a PRNG key and a train/eval switch: use an nnx.Dropout layer built with rngs (the module rules) or jax.random.bernoulli",
+   cases=[Case("@(a, 0.5, training=True)", a="f3")])
+op("F.interpolate", "input, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias", None, "jax.image.resize",
+   manual="jax.image.resize samples at other positions than torch's align_corners/nearest conventions: port and compare by hand",
+   cases=[Case("F.interpolate(a, scale_factor=2)", a="f1,1,2,2")])
+op(["torch.nonzero", ".nonzero", "torch.masked_select", ".masked_select", "torch.unique", ".unique", "torch.argwhere"],
+   "input, *args, as_tuple, sorted, return_inverse, return_counts, dim, mask", None, "jnp.nonzero(x, size=...)", cases=[Case("@(a)", a="f3")],
+   manual="the result's shape depends on the data: jit needs a static size (jnp.nonzero(x, size=N, fill_value=...), "
+          "jnp.unique(x, size=N)) or a mask with jnp.where")
+op(["torch.median", ".median"], "input, dim, keepdim", None, "jnp.quantile(x, 0.5, method='lower')",
+   manual="torch.median returns the lower of the two middle values (and indices with dim=); jnp.median averages them",
+   cases=[Case("torch.median(a)", a="f4")])
+op([".backward", ".register_hook", ".retain_grad", ".requires_grad_"], "input, *args", None, "nnx.value_and_grad",
+   manual="autograd calls: gradients come from nnx.value_and_grad in the training step (the loop rules)", shared=True,
+   cases=[Case("@(a)", a="f3")])
+op([".data_ptr", ".storage", ".share_memory_", ".pin_memory"], "input, *args", None, "-",
+   manual="storage and memory calls have no JAX counterpart", cases=[Case("@(a)", a="f3")])
+
+
+# --------------------------------------------------------------------------------------
+# Indexes
+# --------------------------------------------------------------------------------------
+LOSSES: list[Op] = []  # filled by the loss section
+FUNCTIONS: dict[str, Op] = {}
+METHODS: dict[str, Op] = {}
+for _op in TABLE:
+    (METHODS if _op.is_method else FUNCTIONS)[_op.name.lstrip(".")] = _op
+
+# In-place tensor methods (x.add_(y)) map to their functional entry.
+INPLACE = {f"{name}_": o for name, o in METHODS.items() if not o.manual and name not in ("contiguous", "detach", "cpu", "numpy", "tolist", "size", "dim", "numel")}
+INPLACE["zero_"] = Op(".zero_", Sig.parse("input"), lambda b: f"{b.jnp}.zeros_like({b['input']})", "jnp.zeros_like(x)")
+INPLACE["fill_"] = Op(".fill_", Sig.parse("input, value"), lambda b: f"{b.jnp}.full_like({b['input']}, {b['value']})", "jnp.full_like(x, value)")
+INPLACE["copy_"] = Op(".copy_", Sig.parse("input, src, non_blocking"),
+                      lambda b: f"{b.jnp}.broadcast_to({b['src']}, {b.atom('input')}.shape).astype({b.atom('input')}.dtype)",
+                      "jnp.broadcast_to(src, x.shape).astype(x.dtype)")
+
+
+def build(o: Op, call_node: cst.Call, ctx: FileContext, receiver: Optional[cst.BaseExpression] = None):
+    """(code or pair, modules used) for one call; raises Manual / NotMine."""
+    if o.manual:
+        raise Manual(o.manual)
+    b = bind(call_node, o.sig, ctx, receiver)
+    out = o.build(b)
+    return out, b.used
+
+
+# --------------------------------------------------------------------------------------
+# Docs
+# --------------------------------------------------------------------------------------
+def render_markdown() -> str:
+    """docs/jax-ops.md: every construct of the table (tests/test_jax_ops.py checks it is current)."""
+    lines = [
+        "# torch -> JAX: the op table",
+        "",
+        "Generated from `codemods/jax/_ops_table.py` by `python -m porter.codemods.jax._ops_table`",
+        "(tests/test_jax_ops.py checks it is current). Rules JX101 (functions), JX102 (tensor methods),",
+        "JX103 (dtypes) and JX104 (in-place methods) use this table; every entry is checked numerically",
+        "against torch by tests/test_jax_ops_run.py.",
+        "",
+        "Arguments: `dim` -> `axis`, `keepdim` -> `keepdims`; `device=`, `requires_grad=`, `pin_memory=`,",
+        "`layout=`, `memory_format=` and `non_blocking=` are dropped; `out=` is reported (JAX arrays are",
+        "immutable). Dtypes: " + ", ".join(f"`torch.{k}` -> `jnp.{v}`" for k, v in DTYPES.items()) + ".",
+        "",
+        "Tensor methods are recognised by name. Names that only tensors have (`view`, `permute`,",
+        "`unsqueeze`, `masked_fill`...) are rewritten wherever torch is imported, on any receiver that is",
+        "not a module, a literal or `self`. Names that other objects share (`split` on str, `size`, `sum`,",
+        "`max`, `repeat`, `transpose`, `float`, `to`...; marked *shared* below) are rewritten only when",
+        "the receiver is known to be a tensor: a parameter of `forward`/`__call__` of a module class or",
+        "annotated `Tensor`/`jax.Array`, a name assigned from a torch/jnp call or a tensor expression in",
+        "the same function, or a tensor expression itself (`x.view(...).size(0)`).",
+        "",
+        f"{sum(1 for o in TABLE if not o.manual)} constructs ported, {sum(1 for o in TABLE if o.manual)} reported for manual porting,",
+        f"{len(INPLACE)} in-place methods (`x.add_(y)` -> `x = x + y` when `x` is a plain name).",
+        "",
+        "| torch | JAX | notes |",
+        "| --- | --- | --- |",
+    ]
+    for o in TABLE:
+        if o.manual:
+            continue
+        note = o.note + (" *(shared name)*" if o.shared and o.is_method else "")
+        lines.append(f"| `{o.torch_display}` | `{o.target}` | {_md(note)} |")
+    lines += ["", "## Reported for manual porting", "", "| torch | why |", "| --- | --- |"]
+    for o in TABLE:
+        if o.manual:
+            lines.append(f"| `{o.torch_display}` | {_md(o.manual)} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+if __name__ == "__main__":
+    from porter._layout import REPO
+
+    (REPO / "docs" / "jax-ops.md").write_text(render_markdown(), encoding="utf-8")
+
+
+# --------------------------------------------------------------------------------------
+# Rule helpers: which calls are tensor calls, reporting, manual markers
+# --------------------------------------------------------------------------------------
+_TENSOR_ANNOTATIONS = ("torch.Tensor", "Tensor", "jax.Array", "jnp.ndarray", "jax.numpy.ndarray", "torch.FloatTensor", "torch.LongTensor")
+_NOT_TENSOR_MODULES = ("torch.nn.", "torch.optim", "torch.utils", "torch.device", "torch.cuda", "torch.distributed",
+                       "torch.backends", "torch.Size", "torch.no_grad", "torch.jit", "torch.autograd", "torch.amp", "torch.save",
+                       "torch.load", "torch.manual_seed", "torch.set_", "torch.get_", "torch.is_", "torch.finfo", "torch.iinfo")
+_DATA_BASES = ("torch.utils.data.Dataset", "torch.utils.data.IterableDataset", "torch.utils.data.Sampler",
+               "torch.utils.data.dataset.Dataset")
+_TENSOR_ATTRS = ("T", "mT", "data", "grad", "real", "imag")
+
+
+def is_module_class(cls: cst.ClassDef, ctx: FileContext) -> bool:
+    """A class deriving from torch.nn.Module or nnx.Module (by name through the imports; any
+    base spelled ``...Module`` counts, so subclasses of the file's own modules do too)."""
+    for base in cls.bases:
+        q = ctx.qualname(base.value) or _dotted(base.value) or ""
+        if q.endswith("Module") or q in _module_classes(ctx):
+            return True
+    return False
+
+
+def _dotted(node: cst.CSTNode) -> Optional[str]:
+    from porter.context import dotted_name
+
+    return dotted_name(node)
+
+
+def _module_classes(ctx: FileContext) -> frozenset:
+    key = ("ops.module_classes",)
+    if key not in ctx.cache:
+        names = set()
+        for stmt in ctx.module.body:
+            if isinstance(stmt, cst.ClassDef):
+                for base in stmt.bases:
+                    q = ctx.qualname(base.value) or _dotted(base.value) or ""
+                    if q.endswith("Module") or q in names:
+                        names.add(stmt.name.value)
+        ctx.cache[key] = frozenset(names)
+    return ctx.cache[key]
+
+
+def in_data_pipeline(ctx: FileContext) -> bool:
+    """Inside a torch.utils.data Dataset/Sampler class: data code the loop rules own."""
+    for anc in ctx.ancestors:
+        if isinstance(anc, cst.ClassDef):
+            for base in anc.bases:
+                q = ctx.qualname(base.value) or ""
+                if q in _DATA_BASES:
+                    return True
+    return False
+
+
+def _scope(ctx: FileContext) -> cst.CSTNode:
+    for anc in reversed(ctx.ancestors[:-1]):
+        if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
+            return anc
+    return ctx.module
+
+
+def _enclosing_class(ctx: FileContext, fn: cst.CSTNode) -> Optional[cst.ClassDef]:
+    seen = False
+    for anc in reversed(ctx.ancestors):
+        if anc is fn:
+            seen = True
+            continue
+        if seen:
+            if isinstance(anc, cst.ClassDef):
+                return anc
+            if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
+                return None
+    return None
+
+
+def tensor_names(ctx: FileContext) -> frozenset:
+    """Names known to hold tensors in the current function (or module level): parameters of
+    forward/__call__ of a module class, parameters annotated as tensors, and names assigned
+    from tensor expressions (repeated until nothing new is found)."""
+    scope = _scope(ctx)
+    key = ("ops.tensor_names", scope)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    names: set[str] = set()
+    in_module_forward = False
+    if isinstance(scope, cst.FunctionDef):
+        cls = _enclosing_class(ctx, scope)
+        in_module_forward = cls is not None and is_module_class(cls, ctx)
+        params = list(scope.params.posonly_params) + list(scope.params.params) + list(scope.params.kwonly_params)
+        for i, p in enumerate(params):
+            ann = p.annotation
+            if ann is not None and (_dotted(ann.annotation) or "") in _TENSOR_ANNOTATIONS:
+                names.add(p.name.value)
+            elif in_module_forward and scope.name.value in ("forward", "__call__") and i > 0:
+                names.add(p.name.value)
+    ctx.cache[key] = frozenset(names)  # provisional, while assignments are read
+    from porter import astutil
+
+    assigns = [n for n in astutil.walk(scope.body if isinstance(scope, (cst.FunctionDef, cst.Lambda)) else scope)
+               if isinstance(n, (cst.Assign, cst.AnnAssign, cst.AugAssign))]
+    for _ in range(3):
+        before = len(names)
+        for a in assigns:
+            value = a.value
+            if value is None:
+                continue
+            if _is_tensor(value, ctx, names, in_module_forward):
+                targets = [t.target for t in a.targets] if isinstance(a, cst.Assign) else [a.target]
+                for t in targets:
+                    names.update(astutil.target_names(t))
+        if len(names) == before:
+            break
+    ctx.cache[key] = frozenset(names)
+    ctx.cache[("ops.in_forward", scope)] = in_module_forward
+    return ctx.cache[key]
+
+
+def is_tensor(node: cst.CSTNode, ctx: FileContext) -> bool:
+    names = tensor_names(ctx)
+    return _is_tensor(node, ctx, names, ctx.cache.get(("ops.in_forward", _scope(ctx)), False))
+
+
+def _is_tensor(node: cst.CSTNode, ctx: FileContext, names, in_forward: bool) -> bool:
+    if isinstance(node, cst.Name):
+        return node.value in names
+    if isinstance(node, cst.Call):
+        q = ctx.qualname(node.func)
+        if q:
+            if q.startswith("torch."):
+                return not q.startswith(_NOT_TENSOR_MODULES) or q.startswith("torch.nn.functional.")
+            return q.startswith(("jax.", "optax.")) or q.startswith("numpy.")
+        if isinstance(node.func, cst.Attribute):
+            recv = node.func.value
+            name = node.func.attr.value
+            if isinstance(recv, cst.Name) and recv.value == "self":
+                return in_forward  # a layer call inside forward
+            o = METHODS.get(name)
+            if (o is not None and not o.manual) or name in INPLACE:
+                return _is_tensor(recv, ctx, names, in_forward)
+            return False
+        if isinstance(node.func, cst.Name) and in_forward and node.func.value in names:
+            return False
+        return False
+    if isinstance(node, cst.Attribute):
+        return node.attr.value in _TENSOR_ATTRS and _is_tensor(node.value, ctx, names, in_forward)
+    if isinstance(node, cst.Subscript):
+        return _is_tensor(node.value, ctx, names, in_forward)
+    if isinstance(node, cst.BinaryOperation):
+        return _is_tensor(node.left, ctx, names, in_forward) or _is_tensor(node.right, ctx, names, in_forward)
+    if isinstance(node, cst.UnaryOperation):
+        return _is_tensor(node.expression, ctx, names, in_forward)
+    if isinstance(node, cst.Comparison):
+        return _is_tensor(node.left, ctx, names, in_forward) or any(_is_tensor(c.comparator, ctx, names, in_forward) for c in node.comparisons)
+    if isinstance(node, cst.IfExp):
+        return _is_tensor(node.body, ctx, names, in_forward) and _is_tensor(node.orelse, ctx, names, in_forward)
+    return False
+
+
+_NEVER_RECEIVERS = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString, cst.List, cst.Dict, cst.Set,
+                    cst.Integer, cst.Float, cst.ListComp, cst.DictComp, cst.SetComp, cst.Tuple)
+
+
+def method_op(call: cst.Call, ctx: FileContext) -> Optional[Op]:
+    """The table entry of a tensor-method call, or None when the call is not (or not clearly)
+    a tensor method: see the heuristic in docs/jax-ops.md."""
+    func = call.func
+    if not isinstance(func, cst.Attribute):
+        return None
+    o = METHODS.get(func.attr.value)
+    if o is None:
+        return None
+    recv = func.value
+    if ctx.qualname(func) is not None or isinstance(recv, _NEVER_RECEIVERS):
+        return None  # a module function (np.sum, F.relu), or a literal's method ("a b".split())
+    if isinstance(recv, cst.Name) and recv.value in ("self", "cls"):
+        return None
+    if isinstance(recv, cst.Call) and isinstance(recv.func, cst.Name) and recv.func.value == "super":
+        return None
+    if o.shared and not is_tensor(recv, ctx):
+        return None
+    return o
+
+
+def function_op(call: cst.Call, ctx: FileContext) -> Optional[Op]:
+    q = ctx.qualname(call.func)
+    return FUNCTIONS.get(q) if q else None
+
+
+_SAFE_PARENTS = (cst.Arg, cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Return, cst.Expr, cst.Element, cst.DictElement,
+                 cst.Index, cst.Param)
+
+
+def as_expression(text: str, parent: Optional[cst.CSTNode], original: cst.CSTNode) -> cst.BaseExpression:
+    """Parse ``text``; parenthesize it unless it is an atom or sits where any expression can."""
+    new = cst.parse_expression(text)
+    lpar = getattr(original, "lpar", ())
+    if lpar:
+        return new.with_changes(lpar=original.lpar, rpar=original.rpar)
+    if not isinstance(new, _ATOMS) and not isinstance(parent, _SAFE_PARENTS):
+        return new.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return new
+
+
+MANUAL_MARK = "porter: manual"
+
+
+def manual_comment(stmt: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+    tw = stmt.trailing_whitespace
+    if tw.comment is not None and MANUAL_MARK in tw.comment.value:
+        return stmt
+    if tw.comment is not None:
+        comment = cst.Comment(f"{tw.comment.value}  # {MANUAL_MARK}")
+        return stmt.with_changes(trailing_whitespace=tw.with_changes(comment=comment))
+    return stmt.with_changes(trailing_whitespace=tw.with_changes(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(f"# {MANUAL_MARK}")))
+
+
+def report_manual(rule, node: cst.CSTNode, message: str) -> None:
+    """Report ``node`` for manual porting; the fix only marks its line with ``# porter: manual``
+    (nothing else changes), so the marker is there once the rest of the file is ported."""
+    from porter.rules import Edit, Fix, Severity
+
+    stmt = None
+    for anc in reversed(rule.ctx.ancestors[:-1]):
+        if isinstance(anc, cst.SimpleStatementLine):
+            stmt = anc
+            break
+        if isinstance(anc, cst.BaseCompoundStatement):
+            break
+    fix = None
+    if stmt is not None:
+        tw = stmt.trailing_whitespace
+        if not (tw.comment is not None and MANUAL_MARK in tw.comment.value):
+            fix = Fix((Edit(stmt, manual_comment),), description="mark the line # porter: manual")
+    rule.report(node, f"manual port needed: {message}", fix, severity=Severity.ERROR)
+
+
+def port_call(rule, node: cst.Call, o: Op, receiver: Optional[cst.BaseExpression]) -> None:
+    """Report one table call with its fix (or for manual porting)."""
+    from porter.rules import Edit, Fix
+
+    ctx = rule.ctx
+    try:
+        out, used = build(o, node, ctx, receiver)
+    except NotMine:
+        return
+    except Manual as exc:
+        report_manual(rule, node, f"{o.torch_display}: {exc}")
+        return
+    target: cst.CSTNode = node
+    pick = None  # which part of a (values, indices) pair the parent takes
+    parent = ctx.parent
+    grand = ctx.ancestors[-3] if len(ctx.ancestors) >= 3 else None
+    if isinstance(out, tuple):
+        if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value in ("values", "indices"):
+            pick = 0 if parent.attr.value == "values" else 1
+            target, parent = parent, grand
+        elif (isinstance(parent, cst.Subscript) and parent.value is node and len(parent.slice) == 1
+              and isinstance(parent.slice[0].slice, cst.Index) and literal(parent.slice[0].slice.value) in (0, 1)):
+            pick = literal(parent.slice[0].slice.value)
+            target, parent = parent, grand
+
+    def text_of(result) -> str:
+        if isinstance(result, tuple):
+            if pick is not None:
+                return result[pick]
+            return result[2] if len(result) > 2 else f"({result[0]}, {result[1]})"
+        return result
+
+    text = text_of(out)
+    if text == code(target):
+        return
+    is_method = receiver is not None
+
+    def replacement(updated: cst.CSTNode) -> cst.CSTNode:
+        call_node = updated.value if target is not node else updated
+        recv = call_node.func.value if is_method else None
+        result, _ = build(o, call_node, ctx, recv)
+        return as_expression(text_of(result), parent, updated)
+
+    new_text = code(as_expression(text, parent, target))
+    what = o.torch_display
+    rule.report(
+        target,
+        f"{what} -> {new_text if len(new_text) < 70 else o.target}" + (f" ({o.note})" if o.note and len(o.note) < 90 else ""),
+        Fix((Edit(target, replacement),), imports=tuple(sorted(used))),
+    )
