@@ -108,7 +108,7 @@ class NoGrad(Rule):
             keep[-1] = keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             new: object = node.with_changes(items=keep)
         else:
-            new = _unwrap(node)
+            new = _unwrap  # a callable: edits inside the block (other rules) are kept
         self.report(node, "torch.no_grad(): JAX computes gradients only inside nnx.grad / value_and_grad; "
                           "the context is not needed", Fix((self.replace(node, new),), Safety.SAFE))
 

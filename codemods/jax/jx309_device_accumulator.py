@@ -11,8 +11,8 @@ from . import _loop as lp
 class DeviceAccumulator(Rule):
     """
     ## What it does
-    In a loop that calls a jitted train step, a running sum updated on every step from the
-    step's results through `.item()` (`running_loss += loss.item()`, `correct +=
+    In a loop that calls a jitted step (a train step, or the evaluation's `eval_step`), a
+    running sum updated on every iteration from the step's results through `.item()` (`running_loss += loss.item()`, `correct +=
     (logits.argmax(1) == y).sum().item()`) accumulates the JAX value instead
     (`running_loss += loss`). The `.item()` calls under the loop's logging condition, and
     everything that reads the sum there, stay as they are: a JAX scalar array formats
