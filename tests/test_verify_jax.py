@@ -108,6 +108,40 @@ def test_nnx_paths_become_torch_names():
     assert np.array_equal(net(jnp.ones((3, 4))), y)
 
 
+def test_channels_last_outputs_are_recognised_by_what_the_layer_returns():
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from porter.verify.side_jax import LayerRecorder
+
+    class ChannelsFirstConv(nnx.Conv):  # NCHW in and out, around nnx.Conv (as the port's TorchConv2d)
+        def __call__(self, x):
+            return jnp.moveaxis(super().__call__(jnp.moveaxis(x, 1, -1)), -1, 1)
+
+    class Net(nnx.Module):
+        def __init__(self, *, rngs):
+            self.a = ChannelsFirstConv(4, 4, (1, 1), rngs=rngs)  # NCHW
+            self.b = nnx.Conv(4, 4, (1, 1), rngs=rngs)  # NHWC
+            self.c = nnx.BatchNorm(4, rngs=rngs)  # over the last axis: NHWC
+            self.d = nnx.BatchNorm(4, axis=1, rngs=rngs)  # NCHW
+
+        def __call__(self, x):  # x: (N, C, H, W), every shape the same: only the layout tells
+            x = self.a(x)
+            y = self.c(self.b(jnp.moveaxis(x, 1, -1)))
+            return self.d(jnp.moveaxis(y, -1, 1))
+
+    net = Net(rngs=nnx.Rngs(0))
+    x = jnp.arange(2 * 4 * 4 * 4, dtype=jnp.float32).reshape(2, 4, 4, 4) / 100
+    with LayerRecorder(net, {f"layer/{n}": (2, 4, 4, 4) for n in "abcd"}) as rec:
+        net(x)
+    notes: list = []
+    arrays = dict(rec.arrays(notes))
+    assert notes == ["outputs of channels-last NNX layers compared with the channels moved to axis 1: b, c"]
+    a = np.asarray(net.a(x))
+    np.testing.assert_allclose(arrays["layer/a"], a)
+    np.testing.assert_allclose(arrays["layer/b"], np.moveaxis(np.asarray(net.b(jnp.moveaxis(a, 1, -1))), -1, 1))
+
+
 @pytest.mark.slow
 def test_optax_sgd_momentum_and_adam_equal_torch():
     """The comparison steps use optax on the port's side and torch.optim on the original's:

@@ -100,6 +100,12 @@ def _flatten(obj, prefix: str, out: list):
             _flatten(item, f"{prefix}.{k}" if prefix else str(k), out)
 
 
+def _arrays(obj) -> list:
+    flat: list = []
+    _flatten(obj, "", flat)
+    return [t for _, t in flat]
+
+
 def _is_float(a) -> bool:
     return np.issubdtype(np.dtype(a.dtype), np.floating)
 
@@ -137,18 +143,24 @@ def _torch_name(path, modules) -> str:
     return ".".join(parts)
 
 
-def channel_axis(module, out) -> "int | None":
-    """Where a channels-last NNX layer has the channels of its output (torch has them at
-    axis 1), or None where the layer is not channels-last."""
+def _channels_last_bases() -> tuple:
     from flax import nnx
 
-    ndim = getattr(out, "ndim", 0)
+    return (nnx.Conv, nnx.ConvTranspose, nnx.GroupNorm, nnx.BatchNorm)
+
+
+def channel_axis(module, ndim: int) -> "int | None":
+    """Where the computation of a channels-last NNX layer (nnx.Conv, nnx.ConvTranspose,
+    nnx.GroupNorm: the last axis; nnx.BatchNorm: its ``axis``) puts the channels of an output
+    of ``ndim`` dimensions, when that is not axis 1 (where torch has them); else None."""
+    from flax import nnx
+
     if ndim < 3:
         return None
-    if isinstance(module, (nnx.Conv, nnx.ConvTranspose, nnx.GroupNorm)):
-        axis = -1
-    elif isinstance(module, nnx.BatchNorm):
+    if isinstance(module, nnx.BatchNorm):
         axis = module.axis if isinstance(module.axis, int) else None
+    elif isinstance(module, _channels_last_bases()):
+        axis = -1
     else:
         return None
     if axis is None or axis % ndim == 1:
@@ -166,9 +178,12 @@ class LayerRecorder:
     ``self.act = nnx.relu``) are wrapped in place on the clone.
 
     Layouts: the output of a channels-last layer (nnx.Conv, nnx.BatchNorm over the last
-    axis, ...) has its channels moved to axis 1 for the comparison. So does every output that
-    is that very array (an ``nnx.Sequential`` returning its last layer's output) or that a
-    plain function made of it (``nnx.relu``, pooling in a channels-last ``nnx.Sequential``)."""
+    axis, ...) has its channels moved to axis 1 for the comparison. A subclass that calls the
+    layer's own ``__call__`` is channels-last only where it returns the very array that call
+    gave (``TorchConv2d``, which moves the channels back to axis 1 around ``nnx.Conv``, is not);
+    one that never calls it is judged by the layer's attributes. So is every output that is
+    that very array (an ``nnx.Sequential`` returning its last layer's output) or that a plain
+    function made of it (``nnx.relu``, pooling in a channels-last ``nnx.Sequential``)."""
 
     def __init__(self, model, torch_layers: dict[str, tuple]):
         from flax import nnx
@@ -180,6 +195,7 @@ class LayerRecorder:
         self.records: list[tuple[str, object, dict]] = []  # (name, output, {id(array): channel axis})
         self.channels_last: dict[int, tuple[int, object]] = {}  # id(array) -> (channel axis, array)
         self.active: set[int] = set()
+        self.base_out: dict[int, list] = {}  # id(module) -> what the channels-last layer's own __call__ gave
         self._patched: list[tuple[type, object, bool]] = []
         modules = {path: m for path, m in nnx.iter_modules(model)}
         self._functions = []
@@ -202,8 +218,8 @@ class LayerRecorder:
         return any(t == name or t.startswith(name + ".") for t in self.torch_modules)
 
     def __enter__(self):
-        classes = {type(m) for _, m in self.names.values()}
-        for cls in classes:
+        classes = {type(m) for _, m in self.names.values()} | set(_channels_last_bases())
+        for cls in sorted(classes, key=lambda c: len(c.__mro__)):  # base classes first
             self._wrap_class(cls)
         for holder, key, name, f in self._functions:
             wrapped = self._wrap_function(name, f)
@@ -230,19 +246,27 @@ class LayerRecorder:
     def _wrap_class(self, cls):
         original = cls.__call__
         own = "__call__" in cls.__dict__
+        base = cls in _channels_last_bases()
         recorder = self
 
         def __call__(module, *args, **kwargs):
             key = id(module)
-            if key not in recorder.names or key in recorder.active:
+            if key not in recorder.names:
                 return original(module, *args, **kwargs)
+            if key in recorder.active:  # a subclass's __call__ calling super().__call__
+                out = original(module, *args, **kwargs)
+                if base:
+                    recorder.base_out[key] = _arrays(out)
+                return out
             recorder.active.add(key)
             try:
                 out = original(module, *args, **kwargs)
             finally:
                 recorder.active.discard(key)
+            if base:
+                recorder.base_out[key] = _arrays(out)
             name, _ = recorder.names[key]
-            recorder.record(name, out, module=module)
+            recorder.record(name, out, module=module, base_out=recorder.base_out.pop(key, None))
             return out
 
         __call__.__wrapped__ = original
@@ -259,12 +283,14 @@ class LayerRecorder:
 
         return recorded
 
-    def record(self, name, out, module=None, source=None):
+    def record(self, name, out, module=None, source=None, base_out=None):
         layout = {}
         flat: list = []
         _flatten(out, "", flat)
         for _, t in flat:
-            axis = channel_axis(module, t) if module is not None else None
+            axis = None
+            if module is not None and (base_out is None or any(t is b for b in base_out)):
+                axis = channel_axis(module, getattr(t, "ndim", 0))
             if axis is None and id(t) in self.channels_last:
                 axis = self.channels_last[id(t)][0]  # the very array a channels-last layer gave
             if axis is None and source is not None and id(source) in self.channels_last \
@@ -397,7 +423,8 @@ def run(request: dict) -> dict:
     try:
         model = eval(expr, dict(ns, __porter_nnx__=nnx))  # the user's expression, in the user's namespace
     except Exception as exc:
-        raise RuntimeError(f"--model {request['model']!r} (as {expr}) failed in {request['file']}: {exc}") from exc
+        shown = model_expression(request["model"], "nnx.Rngs(0)")
+        raise RuntimeError(f"--model {request['model']!r} (as {shown}) failed in {request['file']}: {exc}") from exc
     if not isinstance(model, nnx.Module):
         raise PortError(f"--model {request['model']!r} gave a {type(model).__name__}, not an nnx.Module")
 
