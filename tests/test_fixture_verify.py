@@ -34,7 +34,7 @@ MODEL_XFAIL = {
 
 
 def verify(*args):
-    proc = subprocess.run([sys.executable, "-m", "porter", "verify", *map(str, args), "--format", "json"],
+    proc = subprocess.run([sys.executable, "-m", "porter", "verify", "--format", "json", *map(str, args)],
                           capture_output=True, text=True, timeout=900, env={**os.environ, "PJRT_DEVICE": "CPU"})
     assert proc.stdout.strip(), proc.stderr
     return proc.returncode, json.loads(proc.stdout)

@@ -26,7 +26,7 @@ SCRIPT = ("--steps", "5", "--max-compiles", "1", "--rtol", "1e-9", "--atol", "1e
 
 
 def verify(*args):
-    proc = subprocess.run([sys.executable, "-m", "porter", "verify", *map(str, args), "--format", "json"],
+    proc = subprocess.run([sys.executable, "-m", "porter", "verify", "--format", "json", *map(str, args)],
                           capture_output=True, text=True, timeout=600, env={**os.environ, "PJRT_DEVICE": "CPU"})
     assert proc.stdout.strip(), proc.stderr
     return proc.returncode, json.loads(proc.stdout)
