@@ -34,7 +34,7 @@ COMPARED = 5  # steps whose losses are compared
 
 
 def test_the_jax_fixtures_are_there():
-    assert {"mlp", "mnist_cnn"} <= set(IDS), IDS
+    assert {"mlp", "mnist_cnn", "resnet18", "lstm_lm", "transformer_encoder", "vae"} <= set(IDS), IDS
 
 
 @pytest.mark.parametrize("fx", FIXTURES, ids=IDS)
