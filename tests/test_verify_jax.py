@@ -281,6 +281,18 @@ def test_debug_print_in_the_step_fails_health(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_host_read_in_the_forward_is_a_side_error_saying_so(tmp_path):
+    port = variant(tmp_path, DATA / "mlp_nnx.py", "mlp_nnx_item.py",
+                   "        return self.head(self.drop(x))\n",
+                   "        if float(x.mean()) > 100:\n            x = x / 2\n        return self.head(self.drop(x))\n")
+    proc = porter("verify", DATA / "mlp.py", port, *MLP, "--steps", "2")
+    text = " ".join(proc.stdout.split())
+    assert proc.returncode == 2
+    assert "the model reads a value on the host inside the jitted train step" in text
+    assert "ConcretizationTypeError" in text
+
+
+@pytest.mark.slow
 def test_a_port_without_the_weight_converter_is_a_side_error(tmp_path):
     port = variant(tmp_path, DATA / "mlp_nnx.py", "mlp_nnx_no_converter.py",
                    "def load_torch_state_dict(", "def load_weights(")

@@ -350,6 +350,7 @@ def host_callbacks(jaxpr) -> dict[str, int]:
 def _mismatch(own: dict, state: dict):
     """side_torch's mismatch record, or None when the names and shapes fit."""
     state_keys = {k for k in state if not k.endswith("num_batches_tracked")}
+    own = {k: v for k, v in own.items() if not k.endswith("num_batches_tracked")}
     missing = sorted(set(own) - state_keys)
     extra = sorted(state_keys - set(own))
     if missing or extra:
@@ -469,10 +470,14 @@ def run(request: dict) -> dict:
     model.train()
     names = torch_names(model)
     dropouts = []
-    for _, (name, m) in names.items():
+    for _, m in nnx.iter_modules(model):
         if isinstance(m, nnx.Dropout) and m.rate > 0:
             m.rate = 0.0
-            dropouts.append(name)
+        elif isinstance(m, nnx.MultiHeadAttention) and m.dropout_rate > 0:
+            m.dropout_rate = 0.0
+        else:
+            continue
+        dropouts.append(names[id(m)][0] if id(m) in names else type(m).__name__)
     if dropouts:
         meta["notes"].append(f"dropout switched off for the comparison in: {', '.join(dropouts)}")
 
@@ -533,7 +538,13 @@ def run(request: dict) -> dict:
     t0 = time.perf_counter()
     for step in range(1, request["steps"] + 1):
         before = compiles[0]
-        loss, out, grads = train_step(model, optimizer, inputs)
+        try:
+            loss, out, grads = train_step(model, optimizer, inputs)
+        except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+                jax.errors.TracerBoolConversionError, jax.errors.TracerIntegerConversionError) as exc:
+            raise PortError("the model reads a value on the host inside the jitted train step (float(), "
+                            ".item(), np.asarray(), or Python control flow on an array), which a compiled "
+                            f"step cannot do: {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
         if step == 1:
             first = (out, grads)
         snapshots.append((loss, nnx.clone(model)))
