@@ -22,7 +22,7 @@ import libcst as cst
 
 from porter.context import FileContext
 
-from ._nnx import NOT_LITERAL, code, kwarg, literal
+from ._nnx import NOT_LITERAL, code, kwarg, literal, with_rngs
 
 
 class Manual(Exception):
@@ -108,12 +108,16 @@ def plan(call: cst.Call, qual: str, ctx: FileContext) -> Optional[Union[Plan, Ma
 
 
 def _helper_plan(call: cst.Call, layer: Layer, bound: Bound) -> Plan:
+    """The same call (arguments and their layout kept, those without meaning in JAX dropped)
+    of the emitted class, with rngs=rngs when the layer has parameters or randomness."""
     helper = layer.helper or f"Torch{layer.torch}"
-    kept = [a for a in call.args if a in bound.values()]
-    args = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in kept]
+    kept = [a for a in call.args if any(a is b for b in bound.values())]
+    if kept and len(kept) < len(call.args) and call.args[-1] is not kept[-1]:
+        # the last argument was dropped: the new last one takes its comma (trailing or none)
+        kept[-1] = kept[-1].with_changes(comma=call.args[-1].comma)
+    new = call.with_changes(func=cst.Name(helper), args=kept)
     if layer.rngs:
-        args.append(kwarg("rngs", cst.Name("rngs")))
-    new = cst.Call(cst.Name(helper), args=_commas(args), lpar=call.lpar, rpar=call.rpar)
+        new = with_rngs(new)
     return Plan(new, (), helper=helper, rngs=layer.rngs)
 
 

@@ -319,7 +319,9 @@ class RngsPlan:
         if any(a.star == "**" for a in call.args):
             return False  # **kwargs passed on may carry rngs (a factory's own callers give it)
         if isinstance(f, cst.Name):
-            if f.value in self.classes or any(g.name.value == f.value and c is None for g, c in self.functions.items()):
+            if f.value in self.classes:
+                return self.class_takes_rngs(self.classes[f.value])
+            if any(g.name.value == f.value and c is None for g, c in self.functions.items()):
                 return True
             return self._module_parameter(f.value, func)
         if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value == "self" and cls is not None:
@@ -331,6 +333,22 @@ class RngsPlan:
             and cls is not None and direct_base(cls, self.ctx) == "file"
         ):
             return True
+        return False
+
+    def class_takes_rngs(self, cls: cst.ClassDef, seen=None) -> bool:
+        """A torch module class (its __init__ gets rngs), or an NNX one whose __init__, its own
+        or inherited from the file, has an rngs parameter (the emitted pooling classes do not)."""
+        if root_kind(cls, self.ctx) == "torch":
+            return True
+        seen = seen or set()
+        seen.add(cls.name.value)
+        for stmt in cls.body.body:
+            if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__init__":
+                return has_param(stmt, "rngs") or stmt in self.functions
+        for base in cls.bases:
+            name = dotted_name(base.value)
+            if name in self.classes and name not in seen:
+                return self.class_takes_rngs(self.classes[name], seen)
         return False
 
     def _module_parameter(self, name: str, func: cst.FunctionDef) -> bool:

@@ -117,6 +117,7 @@ class NnxModule(Rule):
     valid = [
         "from flax import nnx\nclass M(nnx.Module):\n    def __init__(self, *, rngs: nnx.Rngs):\n        self.fc = nnx.Linear(2, 2, rngs=rngs)\n",
         "import torch\nclass Config:\n    def forward(self):\n        pass\n",
+        "import torch.nn as nn\ndef f(m: nn.Module):\n    pass\n",
     ]
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
@@ -146,6 +147,19 @@ class NnxModule(Rule):
                 f"class {node.name.value}: a torch nn.Module -> a Flax NNX module (rngs, __call__)",
                 Fix(tuple(edits), imports=("flax.nnx",)),
             )
+
+    def visit_Annotation(self, node: cst.Annotation) -> None:
+        """`Optional[nn.Module]` -> `Optional[nnx.Module]` in the file's annotations."""
+        if not _nnx.module_classes(self.ctx):
+            return
+        nnx = _nnx.nnx_name(self.ctx)
+        edits = [
+            self.replace(n, cst.parse_expression(f"{nnx}.Module"))
+            for n in astutil.walk(node.annotation, into_functions=True)
+            if isinstance(n, (cst.Name, cst.Attribute)) and self.ctx.qualname(n) in _nnx.TORCH_MODULE
+        ]
+        if edits:
+            self.report(node, "an annotation naming nn.Module -> nnx.Module", Fix(tuple(edits), imports=("flax.nnx",)))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         """Module-level factory functions that build layers or modules."""

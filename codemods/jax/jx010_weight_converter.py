@@ -7,6 +7,28 @@ from porter.rules import Example, Fix, Rule, Severity
 from . import _nnx
 
 
+def _converter_text() -> str:
+    statements = _nnx.spaced(_nnx.render("jax_weights.py.j2"))
+    return cst.Module(statements).code
+
+
+# the converter as the rule emits it (from templates/jax_weights.py.j2)
+_AFTER = (
+    "import torch.nn as nn\n"
+    "import flax.nnx as nnx\n"
+    "import jax.numpy as jnp\n"
+    "import numpy as np\n"
+    "\n"
+    "class Net(nnx.Module):\n"
+    "    def __init__(self, *, rngs: nnx.Rngs):\n"
+    "        self.fc = nnx.Linear(4, 2, rngs=rngs)\n"
+    "\n\n"
+    + _converter_text()
+    + "\n\n"
+    "model = Net(rngs=nnx.Rngs(0))\n"
+)
+
+
 class TorchWeightConverter(Rule):
     """
     ## What it does
@@ -57,113 +79,7 @@ class TorchWeightConverter(Rule):
 
             model = Net(rngs=nnx.Rngs(0))
             """,
-            """
-            import torch.nn as nn
-            import flax.nnx as nnx
-            import jax.numpy as jnp
-            import numpy as np
-
-            class Net(nnx.Module):
-                def __init__(self, *, rngs: nnx.Rngs):
-                    self.fc = nnx.Linear(4, 2, rngs=rngs)
-
-
-            def _torch_layout(module):
-                \"\"\"(torch name, NNX variable, to NNX layout, to torch layout) for each array of one module.\"\"\"
-                same = (lambda w: w, lambda w: w)
-                if isinstance(module, nnx.Linear):
-                    pairs = [("weight", module.kernel, lambda w: w.T, lambda k: k.T), ("bias", module.bias, *same)]
-                elif isinstance(module, nnx.ConvTranspose):
-                    # torch (in, out, *k) <-> kernel (*k, in, out), spatially flipped (torch's is the conv gradient)
-                    n = module.kernel[...].ndim - 2
-                    to_nnx = lambda w: np.flip(w.transpose(*range(2, n + 2), 0, 1), tuple(range(n)))
-                    to_torch = lambda k: np.flip(k, tuple(range(n))).transpose(n, n + 1, *range(n))
-                    pairs = [("weight", module.kernel, to_nnx, to_torch), ("bias", module.bias, *same)]
-                elif isinstance(module, nnx.Conv):
-                    # torch (out, in / groups, *k) <-> kernel (*k, in / groups, out)
-                    n = module.kernel[...].ndim - 2
-                    to_nnx = lambda w: w.transpose(*range(2, n + 2), 1, 0)
-                    to_torch = lambda k: k.transpose(n + 1, n, *range(n))
-                    pairs = [("weight", module.kernel, to_nnx, to_torch), ("bias", module.bias, *same)]
-                elif isinstance(module, nnx.BatchNorm):
-                    pairs = [("weight", module.scale, *same), ("bias", module.bias, *same)]
-                    if getattr(module, "track_running_stats", True):
-                        pairs += [("running_mean", module.mean, *same), ("running_var", module.var, *same)]
-                elif isinstance(module, (nnx.LayerNorm, nnx.GroupNorm)):
-                    pairs = [("weight", module.scale, *same), ("bias", module.bias, *same)]
-                elif isinstance(module, nnx.Embed):
-                    pairs = [("weight", module.embedding, *same)]
-                else:
-                    # any other module (yours, the emitted Torch* layers, nnx.List / nnx.Dict): its own
-                    # nnx.Param and nnx.Variable attributes, under their names, in torch's layout already
-                    if isinstance(module, nnx.List):
-                        items = enumerate(module)
-                    elif isinstance(module, nnx.Dict):
-                        items = module.items()
-                    else:
-                        items = vars(module).items()
-                    pairs = [
-                        (str(name), value, *same)
-                        for name, value in items
-                        if type(value) in (nnx.Param, nnx.BatchStat, nnx.Variable)
-                        and value.get_metadata().get("persistent", True)
-                    ]
-                return [pair for pair in pairs if pair[1] is not None]
-
-
-            def _torch_names(model):
-                \"\"\"torch name (as in the original's state_dict()) -> (NNX variable, to NNX, to torch).\"\"\"
-                modules = dict(nnx.iter_modules(model))
-                names = {}
-                for path, module in modules.items():
-                    # nnx.Sequential keeps its layers in `.layers`; torch's Sequential names them 0, 1, ...
-                    prefix = [
-                        str(part) for i, part in enumerate(path)
-                        if not (part == "layers" and isinstance(modules.get(path[:i]), nnx.Sequential))
-                    ]
-                    for name, variable, to_nnx, to_torch in _torch_layout(module):
-                        names[".".join([*prefix, name])] = (variable, to_nnx, to_torch)
-                return names
-
-
-            def load_torch_state_dict(model, state_dict):
-                \"\"\"Set the model's parameters and buffers from the original's torch state dict.
-
-                state_dict: the original's `model.state_dict()` names -> arrays (numpy arrays, CPU torch
-                tensors, anything np.asarray takes) in torch layouts; `num_batches_tracked` is ignored.
-                Raises KeyError naming a missing or unexpected torch key, ValueError naming a key whose
-                shape does not fit.\"\"\"
-                names = _torch_names(model)
-                given = {k: v for k, v in state_dict.items() if not k.endswith("num_batches_tracked")}
-                for key in given:
-                    if key not in names:
-                        raise KeyError(f"unexpected key in the torch state dict: {key!r}")
-                for key in names:
-                    if key not in given:
-                        raise KeyError(f"missing key in the torch state dict: {key!r}")
-                for key, (variable, to_nnx, to_torch) in names.items():
-                    value = np.asarray(given[key])
-                    expected = to_torch(np.empty(variable[...].shape)).shape
-                    if value.shape != expected:
-                        raise ValueError(
-                            f"shape mismatch for {key!r}: the torch state dict has {tuple(value.shape)}, "
-                            f"the model expects {tuple(expected)}"
-                        )
-                    # a copy (jnp.array): never a view of the caller's array, which torch may update in place
-                    variable[...] = jnp.array(to_nnx(value), dtype=variable[...].dtype)
-
-
-            def torch_state_dict(model):
-                \"\"\"The model's parameters and buffers under the original's torch names, in torch layouts
-                (numpy arrays).\"\"\"
-                return {
-                    key: np.array(to_torch(np.asarray(variable[...])))
-                    for key, (variable, _, to_torch) in _torch_names(model).items()
-                }
-
-
-            model = Net(rngs=nnx.Rngs(0))
-            """,
+            _AFTER,
         ),
     ]
     valid = ["import torch\nx = torch.zeros(2)\n"]

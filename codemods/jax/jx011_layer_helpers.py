@@ -58,7 +58,7 @@ class TorchLayerHelpers(Rule):
     target = "jax"
     summary = "define the Torch* layer classes the port uses (torch semantics on Flax NNX)"
     severity = Severity.ERROR
-    needs_text = ("Torch",)
+    needs_text = ("torch", "Torch")
     examples = [
         Example(
             """
