@@ -557,7 +557,8 @@ def run(request: dict) -> dict:
 
     # the compiled step: does it call back to the host?
     problems = []
-    callbacks = host_callbacks(train_step.trace(model, optimizer, inputs).traced.jaxpr)
+    traced_model, traced_optimizer = nnx.clone((model, optimizer))  # tracing leaves the model as it is
+    callbacks = host_callbacks(train_step.trace(traced_model, traced_optimizer, inputs).traced.jaxpr)
     if callbacks:
         n = sum(callbacks.values())
         what = ", ".join(f"{HOST_CALLBACKS[p]} ({p}) x{c}" for p, c in callbacks.items())
