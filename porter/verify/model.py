@@ -1,9 +1,22 @@
 """Model-level verification: the same model, weights and inputs on both sides; compare
-every layer's output, the gradients, and K training steps; measure the port's XLA health."""
+every layer's output, the gradients, and K training steps; measure the port's XLA health.
+
+Both sides start at once. The port's process imports its framework, opens its device and
+builds its model while the original runs, then waits for the original's weights and inputs:
+the ``.npz`` the original writes counts as there only once the original has exited cleanly
+(this process then creates ``original.ready``; the port waits for that file). When the
+original fails, the waiting port is killed. The port's timeout counts from that moment, so a
+port is allowed the same time as when the sides ran one after the other.
+
+``python -m porter.verify.model REQUEST.json`` is the port's side: the side module of its
+backend, with that warm-up and wait in front."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
@@ -12,7 +25,7 @@ import numpy as np
 
 from porter.verify import backends
 from porter.verify.compare import Tolerance, TensorResult, compare_all, first_failure
-from porter.verify.process import SideRun, run_side
+from porter.verify.process import Side, SideRun, watch
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,7 @@ class Report:
     notes: list = field(default_factory=list)
     settings: dict = field(default_factory=dict)
     steps: list = field(default_factory=list)  # script level: per-step losses of both sides
+    timings: dict = field(default_factory=dict)  # where the wall time went (seconds)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -75,15 +89,44 @@ class Report:
         return 0 if self.passed else (2 if self.status == "side-failed" else 1)
 
 
-def _run(backend: backends.Backend, request: dict, work: Path, role: str, timeout: float, memory_mb: float) -> tuple[SideRun, dict]:
+def _start(backend: backends.Backend, request: dict, work: Path, role: str, timeout: float, memory_mb: float,
+           wait_for: Optional[Path] = None) -> tuple[Side, Path]:
     req_path = work / f"{role}.request.json"
     request = dict(request, device=backend.device, meta=str(work / f"{role}.meta.json"), out=str(work / f"{role}.npz"))
+    if wait_for is not None:  # warm up, then wait for the original: this module's main() in front of the side
+        request.update(wait_for=str(wait_for), side_module=backend.module, parent=os.getpid())
+        cmd = [backend.python, "-m", __name__ if __name__ != "__main__" else "porter.verify.model", str(req_path)]
+    else:
+        cmd = [backend.python, "-m", backend.module, str(req_path)]
     req_path.write_text(json.dumps(request))
-    run = run_side([backend.python, "-m", backend.module, str(req_path)], backend.environment(),
-                   work / f"{role}.log", timeout, memory_mb)
-    meta_path = Path(request["meta"])
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    return run, meta
+    return Side(cmd, backend.environment(), work / f"{role}.log", timeout, memory_mb), Path(request["meta"])
+
+
+def _compare(order: Sequence[str], original: Path, port: Path, tol: Tolerance) -> list[TensorResult]:
+    """``compare_all`` in the original's order, the tensors shared out over threads (numpy
+    releases the GIL in its loops); each thread reads the two .npz files through its own
+    handles."""
+    workers = max(1, min(4, os.cpu_count() or 1, len(order)))
+
+    def part(keys: Sequence[str]) -> list[TensorResult]:
+        with np.load(original) as a, np.load(port) as b:
+            return compare_all(keys, a, b, tol)
+
+    if workers == 1:
+        return part(order)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers) as pool:
+        parts = list(pool.map(part, [order[i::workers] for i in range(workers)]))
+    by_key = {r.key: r for results in parts for r in results}
+    return [by_key[k] for k in order]
+
+
+def _meta(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except ValueError:  # a side killed while writing it
+        return {}
 
 
 def _side_report(role: str, path: Path, backend: backends.Backend, run: SideRun, meta: dict) -> SideReport:
@@ -130,14 +173,37 @@ def verify_model(req: ModelRequest) -> Report:
     }
     base = {"model": req.model, "inputs": list(req.inputs), "steps": req.steps, "optimizer": req.optimizer,
             "lr": req.lr, "seed": req.seed, "cuda_shim": True}
+    t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="porter-verify-") as tmp:
         work = Path(tmp)
-        run_o, meta_o = _run(orig_backend, dict(base, file=str(req.original.resolve())), work, "original", req.timeout, req.memory_mb)
+        ready = work / "original.ready"
+        orig, meta_o_path = _start(orig_backend, dict(base, file=str(req.original.resolve())), work, "original",
+                                   req.timeout, req.memory_mb)
+        try:
+            port, meta_p_path = _start(port_backend, dict(base, file=str(req.port.resolve()), shared=str(work / "original.npz"),
+                                                          cuda_shim=False), work, "port", req.timeout, req.memory_mb, wait_for=ready)
+        except BaseException:
+            orig.kill("stopped: the port could not be started")
+            raise
+
+        def on_end(side: Side) -> None:
+            if side is not orig:
+                return
+            if orig.result().ok and _meta(meta_o_path).get("ok"):
+                ready.touch()  # the original's .npz is complete: the port may load it
+                port.restart_clock()  # the port's own work starts now
+            else:
+                port.kill("stopped: the original failed")
+
+        watch([orig, port], on_end)
+        run_o, meta_o = orig.result(), _meta(meta_o_path)
         side_o = _side_report("original", req.original, orig_backend, run_o, meta_o)
         if not side_o.ok:
-            return Report("model", False, "side-failed", f"the original could not run: {side_o.error}", side_o, None, settings=settings)
-        run_p, meta_p = _run(port_backend, dict(base, file=str(req.port.resolve()), shared=str(work / "original.npz"), cuda_shim=False),
-                             work, "port", req.timeout, req.memory_mb)
+            stopped = ["the port, started alongside the original, was stopped when the original failed"] \
+                if port.cause.startswith("stopped") else []
+            return Report("model", False, "side-failed", f"the original could not run: {side_o.error}", side_o, None,
+                          notes=stopped, settings=settings)
+        run_p, meta_p = port.result(), _meta(meta_p_path)
         side_p = _side_report("port", req.port, port_backend, run_p, meta_p)
         notes = list(dict.fromkeys(side_o.notes + side_p.notes))
         if not side_p.ok:
@@ -151,10 +217,15 @@ def verify_model(req: ModelRequest) -> Report:
                 what = f"the port's state dict differs: missing {mm['missing'][:5]}, unexpected {mm['unexpected'][:5]}"
             first = {"key": f"init/{name}" if "shape" in mm else "init", "where": what}
             return Report("model", False, "diverged", what, side_o, side_p, first_divergence=first, notes=notes, settings=settings)
-        a = np.load(work / "original.npz")
-        b = np.load(work / "port.npz")
-        results = compare_all(meta_o["order"], a, b, req.tolerance)
+        t_compare = time.perf_counter()
+        results = _compare(meta_o["order"], work / "original.npz", work / "port.npz", req.tolerance)
         health = health_of(meta_p["health"]["steps"], req.budgets) if meta_p.get("health") else None
+        timings = {"original_s": round(run_o.seconds, 3), "port_s": round(run_p.seconds, 3),
+                   "port_waited_for_original_s": meta_p.get("waited_s"),
+                   "original_steps_s": round(meta_o.get("seconds", 0.0), 3),
+                   "port_steps_s": round(meta_p.get("seconds", 0.0), 3),
+                   "compare_s": round(time.perf_counter() - t_compare, 3)}
+    timings["total_s"] = round(time.perf_counter() - t0, 3)
     first = first_failure(results)
     passed = first is None and (health is None or health["within_budget"])
     if first is not None:
@@ -169,4 +240,70 @@ def verify_model(req: ModelRequest) -> Report:
         summary = f"{len(results)} tensors match (worst max abs error {worst:.3g}) over {req.steps} steps"
     return Report("model", passed, status, summary, side_o, side_p,
                   [r.as_dict() for r in results], first.as_dict() | {"where": first.where} if first else None,
-                  health, notes, settings)
+                  health, notes, settings, timings=timings)
+
+
+# --- the port's side: warm up while the original runs, then wait for its .npz ------------
+
+
+class _WhenReady(os.PathLike):
+    """The original's .npz as a path that is only handed out once ``ready`` exists (created by
+    the verifying process after the original exited cleanly). Waiting stops if that process
+    goes away (the port must never outlive it)."""
+
+    def __init__(self, path: str, ready: str, parent: int) -> None:
+        self.path, self.ready, self.parent = path, ready, parent
+        self.waited = 0.0
+
+    def __fspath__(self) -> str:
+        start = time.perf_counter()
+        while not os.path.exists(self.ready):
+            if os.getppid() != self.parent:
+                raise SystemExit("porter verify ended while the port waited for the original")
+            time.sleep(0.02)
+        self.waited += time.perf_counter() - start
+        return self.path
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __str__(self) -> str:
+        return self.path
+
+
+def _warm_up(device: str) -> None:
+    """What every run of the side does first and that needs nothing from the original: import
+    the framework and open the device."""
+    import torch  # noqa: F401
+
+    if device == "xla":
+        import torch_xla
+        import torch_xla.debug.metrics  # noqa: F401
+
+        torch_xla.device()
+
+
+def side_main(argv: Sequence[str]) -> int:
+    import importlib
+    import traceback
+
+    request = json.loads(Path(argv[0]).read_text())
+    meta_path = request["meta"]
+    shared = _WhenReady(request["shared"], request["wait_for"], request["parent"])
+    try:
+        _warm_up(request["device"])
+        side = importlib.import_module(request["side_module"])
+        meta = side.run(dict(request, shared=shared))
+        meta["ok"] = True
+        meta["waited_s"] = round(shared.waited, 3)
+    except BaseException as exc:  # as the side module's own main: every failure, with its traceback
+        meta = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        Path(meta_path).write_text(json.dumps(meta))
+        sys.stderr.write(meta["traceback"])
+        return 3
+    Path(meta_path).write_text(json.dumps(meta))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(side_main(sys.argv[1:]))

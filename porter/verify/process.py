@@ -4,6 +4,10 @@ The memory limit is enforced by watching the resident memory of the side's whole
 tree (an address-space rlimit would break XLA, which reserves far more address space than it
 uses). A side that crashes, hangs or grows past its limit is killed with its children and
 comes back as a clear cause, never as a hang or a lost exit code.
+
+``run_side`` runs one side to its end. ``Side`` is the same, one poll at a time, so that two
+sides can run at once (``watch``): model-level verification starts the port while the
+original still runs, and stops it when the original fails.
 """
 from __future__ import annotations
 
@@ -13,9 +17,11 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import psutil
+
+POLL_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -52,37 +58,106 @@ def _kill_tree(pid: int) -> None:
         pass
 
 
-def run_side(cmd: Sequence[str], env: dict, log_path: Path, timeout: float, memory_mb: float,
-             cwd: Optional[Path] = None, tail_chars: int = 20000) -> SideRun:
-    start = time.monotonic()
-    peak = 0
-    cause = ""
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=cwd, start_new_session=True)
-        watcher = psutil.Process(proc.pid)
-        while True:
+class Side:
+    """One side's process (its own session, so its whole tree can be killed), watched by
+    ``poll()``: past ``timeout`` seconds of its clock or ``memory_mb`` of resident memory it is
+    killed and the cause kept. ``restart_clock()`` starts the timeout over (a side that waited
+    for another one is timed from when it could start its own work)."""
+
+    def __init__(self, cmd: Sequence[str], env: dict, log_path: Path, timeout: float, memory_mb: float,
+                 cwd: Optional[Path] = None, tail_chars: int = 20000) -> None:
+        self.log_path = Path(log_path)
+        self.timeout = timeout
+        self.memory_mb = memory_mb
+        self.tail_chars = tail_chars
+        self.start = self.clock = time.monotonic()
+        self.peak = 0
+        self.cause = ""
+        self.code: Optional[int] = None
+        self.done = False
+        self.end = self.start
+        self._log = open(self.log_path, "wb")
+        try:
+            self.proc = subprocess.Popen(list(cmd), stdout=self._log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env, cwd=cwd, start_new_session=True)
+        except BaseException:
+            self._log.close()
+            raise
+        self._watcher = psutil.Process(self.proc.pid)
+
+    def restart_clock(self) -> None:
+        self.clock = time.monotonic()
+
+    def poll(self) -> bool:
+        """Check the side once; True when it has ended (by itself or killed)."""
+        if self.done:
+            return True
+        code = self.proc.poll()
+        if code is not None:
+            self._finish(code)
+            return True
+        rss = _tree_rss(self._watcher)
+        self.peak = max(self.peak, rss)
+        if rss > self.memory_mb * 1024 * 1024:
+            self.kill(f"memory limit exceeded ({rss / 2**20:.0f} MB > {self.memory_mb:.0f} MB); killed")
+        elif time.monotonic() - self.clock > self.timeout:
+            self.kill(f"timed out after {self.timeout:.0f} s; killed")
+        return self.done
+
+    def kill(self, cause: str) -> None:
+        if self.done:
+            return
+        self.cause = cause
+        _kill_tree(self.proc.pid)
+        self._finish(self.proc.wait())
+
+    def _finish(self, code: int) -> None:
+        self.code = code
+        self.end = time.monotonic()
+        _kill_tree(self.proc.pid)  # leftovers of a side that exited (daemons, workers)
+        self._log.close()
+        self.done = True
+
+    def wait(self) -> "SideRun":
+        while not self.poll():
             try:
-                code = proc.wait(timeout=0.2)
-                break
+                self.proc.wait(timeout=POLL_S)  # returns as soon as the side exits
             except subprocess.TimeoutExpired:
                 pass
-            rss = _tree_rss(watcher)
-            peak = max(peak, rss)
-            if rss > memory_mb * 1024 * 1024:
-                cause = f"memory limit exceeded ({rss / 2**20:.0f} MB > {memory_mb:.0f} MB); killed"
-            elif time.monotonic() - start > timeout:
-                cause = f"timed out after {timeout:.0f} s; killed"
-            if cause:
-                _kill_tree(proc.pid)
-                code = proc.wait()
-                break
-        _kill_tree(proc.pid)  # leftovers of a side that exited (daemons, workers)
-    seconds = time.monotonic() - start
-    text = log_path.read_bytes()[-tail_chars:].decode("utf-8", "replace")
-    if not cause and code is not None and code < 0:
-        try:
-            cause = f"killed by signal {signal.Signals(-code).name}"
-        except ValueError:
-            cause = f"killed by signal {-code}"
-    return SideRun(code, seconds, text, cause, peak / 2**20)
+        return self.result()
+
+    def result(self) -> SideRun:
+        assert self.done, "the side is still running"
+        text = self.log_path.read_bytes()[-self.tail_chars:].decode("utf-8", "replace")
+        cause = self.cause
+        code = self.code
+        if not cause and code is not None and code < 0:
+            try:
+                cause = f"killed by signal {signal.Signals(-code).name}"
+            except ValueError:
+                cause = f"killed by signal {-code}"
+        return SideRun(code, self.end - self.start, text, cause, self.peak / 2**20)
+
+
+def run_side(cmd: Sequence[str], env: dict, log_path: Path, timeout: float, memory_mb: float,
+             cwd: Optional[Path] = None, tail_chars: int = 20000) -> SideRun:
+    return Side(cmd, env, log_path, timeout, memory_mb, cwd, tail_chars).wait()
+
+
+def watch(sides: Sequence[Side], on_end: Callable[[Side], None] = lambda side: None) -> None:
+    """Poll SIDES until all have ended; ``on_end(side)`` runs once as each one ends (it may
+    kill the others or restart their clocks)."""
+    seen: set[int] = set()
+    try:
+        while True:
+            for side in sides:
+                if side.poll() and id(side) not in seen:
+                    seen.add(id(side))
+                    on_end(side)
+            if all(side.done for side in sides):
+                return
+            time.sleep(POLL_S)
+    finally:  # an exception here (Ctrl-C) must not leave a side running
+        for side in sides:
+            if not side.done:
+                side.kill("stopped: porter itself was interrupted")
