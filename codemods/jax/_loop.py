@@ -444,9 +444,9 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
         ))
         earlier_forward.extend(forward)
         start = end + 1
-    tail = [p.stmt for p in pieces[start:]]
+    tail = [p.stmt for p in pieces[start:] if p.kind != "zero_grad"]  # zero_grad() after the step goes too
     for p in pieces[start:]:
-        if p.kind != "other":
+        if p.kind not in ("other", "zero_grad"):
             raise Unsupported(f"`{code(p.stmt).strip()}` after the last optimizer.step()")
     # what each region's step returns: names its forward binds that anything else reads
     for k, region in enumerate(regions):
@@ -532,12 +532,10 @@ def _model_dependent(domain: list[cst.BaseStatement], models: set[str], ctx: Fil
     tainted: set[str] = set()
     found: set[int] = set()
     for s in domain:
-        calls_model = any(
-            isinstance(c.func, cst.Name) and c.func.value in models for c in astutil.calls_in(s)
-        ) or any(
-            isinstance(c.func, cst.Attribute) and code(c.func.value) in models and c.func.attr.value not in ("parameters", "train", "eval")
-            for c in astutil.calls_in(s)
-        )
+        mode_switch = isinstance(s, cst.SimpleStatementLine) and all(
+            isinstance(x, cst.Expr) and astutil.method_name(x.value) in ("train", "eval", "zero_grad") for x in s.body)
+        # calls a model, a method of one, or passes one to a function (loss = compute_loss(model, batch))
+        calls_model = not mode_switch and bool(models & set(reads(s)))
         if calls_model or tainted & set(reads(s)):
             found.add(id(s))
             tainted |= binds(s)
