@@ -135,3 +135,44 @@ def test_table_is_large_and_every_entry_is_tested():
     assert len(ported) >= 150
     untested = [o.name for o in ops.TABLE if not o.cases]
     assert not untested, untested
+
+
+def _inplace_cases():
+    """For every in-place method: the first method case of its functional entry, as a
+    statement (`a.add_(b)` then `return a`)."""
+    out = []
+    for name, o in sorted(ops.INPLACE.items()):
+        base = name[:-1]
+        for c in o.cases:
+            if c.expr.startswith(f"a.{base}(") and c.expr.endswith(")") and c.expr.count(f".{base}(") == 1:
+                out.append(pytest.param(name, c, id=f"{name}:{c.expr}"))
+                break
+        else:
+            if name not in ("zero_", "fill_", "copy_"):
+                out.append(pytest.param(name, None, id=f"{name}:no case"))
+    out.append(pytest.param("zero_", ops.Case("a.zero_()", a="f3,4"), id="zero_"))
+    out.append(pytest.param("fill_", ops.Case("a.fill_(2.5)", a="f3,4"), id="fill_"))
+    out.append(pytest.param("copy_", ops.Case("a.copy_(b)", a="f3,4", b="f4"), id="copy_"))
+    return out
+
+
+@pytest.mark.parametrize("name,case", _inplace_cases())
+def test_inplace(name, case):
+    assert case is not None, f"{name} has no method case to derive its in-place test from"
+    statement = case.expr.replace(f".{name[:-1]}(", f".{name}(", 1) if not case.expr.startswith(f"a.{name}(") else case.expr
+    params = ", ".join(["self"] + [n for n, _ in case.inputs])
+    src = (
+        "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+        f"class M(nn.Module):\n    def forward({params}):\n        {statement}\n        return a\n"
+    )
+    result = engine.fix(src, engine.Options(RULES))
+    assert f"a = " in result.source, result.source
+    rng = np.random.default_rng(zlib.crc32(statement.encode()))
+    arrays = [make_input(spec, rng) for _, spec in case.inputs]
+    try:
+        with torch.no_grad():
+            expected = run_forward(src, [torch.from_numpy(np.array(a)) for a in arrays])
+    except RuntimeError as exc:  # torch refuses this in-place form (a result dtype it cannot store)
+        pytest.skip(f"torch: {exc}")
+    got = run_forward(result.source, [jax.numpy.asarray(a) for a in arrays])
+    assert_same(to_numpy(expected), to_numpy(got), f"{statement} -> {result.source.splitlines()[-2].strip()}")

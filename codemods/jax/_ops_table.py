@@ -177,6 +177,7 @@ class Bound:
         self.ctx = ctx
         self.args = args
         self.keywords = keywords  # the torch names that were passed by keyword
+        self.is_method = False
         self.varargs = varargs or []
         self.used: set[str] = set()
 
@@ -312,7 +313,9 @@ def bind(call: cst.Call, sig: Sig, ctx: FileContext, receiver: Optional[cst.Base
             raise Manual(f"argument {kw}= has no JAX counterpart in porter's table")
         args[kw] = a.value
         passed.add(kw)
-    return Bound(ctx, args, varargs, frozenset(passed))
+    bound = Bound(ctx, args, varargs, frozenset(passed))
+    bound.is_method = receiver is not None
+    return bound
 
 
 # --------------------------------------------------------------------------------------
@@ -738,6 +741,8 @@ op(["torch.allclose", ".allclose"], "input, other, rtol, atol, equal_nan",
 # Reductions
 def _reduce(fn: str, method_ok: bool = True):
     def build(b: Bound) -> str:
+        if b.is_method and len(b.args) == 1:  # x.sum(): the same method on a jax.Array
+            return f"{b.atom('input')}.{fn}()"
         parts = [b["input"]]
         if b.has("dim"):
             parts.append(f"axis={_axis(b)}")
@@ -1421,7 +1426,16 @@ for _op in TABLE:
     (METHODS if _op.is_method else FUNCTIONS)[_op.name.lstrip(".")] = _op
 
 # In-place tensor methods (x.add_(y)) map to their functional entry.
-INPLACE = {f"{name}_": o for name, o in METHODS.items() if not o.manual and name not in ("contiguous", "detach", "cpu", "numpy", "tolist", "size", "dim", "numel")}
+# In-place tensor methods (x.add_(y)) map to their functional entry.
+_TORCH_INPLACE = (
+    "abs neg exp exp2 log log2 log10 log1p expm1 sqrt rsqrt sin cos tan asin acos atan sinh cosh tanh asinh atanh "
+    "sigmoid floor ceil trunc round sign reciprocal square erf relu frac add sub mul div pow fmod remainder atan2 "
+    "clamp clamp_min clamp_max clip masked_fill lerp logical_not logical_and logical_or eq ne lt le gt ge "
+    "t transpose swapaxes squeeze unsqueeze floor_divide true_divide hypot tril triu"
+).split()
+# in-place forms that store a result of another dtype (bool) back in x's dtype
+INPLACE_CAST = frozenset(f"{n}_" for n in "eq ne lt le gt ge logical_not logical_and logical_or".split())
+INPLACE = {f"{name}_": METHODS[name] for name in _TORCH_INPLACE if name in METHODS}
 INPLACE["zero_"] = Op(".zero_", Sig.parse("input"), lambda b: f"{b.jnp}.zeros_like({b['input']})", "jnp.zeros_like(x)")
 INPLACE["fill_"] = Op(".fill_", Sig.parse("input, value"), lambda b: f"{b.jnp}.full_like({b['input']}, {b['value']})", "jnp.full_like(x, value)")
 INPLACE["copy_"] = Op(".copy_", Sig.parse("input, src, non_blocking"),
