@@ -268,6 +268,18 @@ def test_square_kernel_not_transposed_diverges_at_that_layer(tmp_path):
 
 
 @pytest.mark.slow
+def test_outputs_of_another_shape_are_named_and_no_step_runs(tmp_path):
+    port = variant(tmp_path, DATA / "mlp_nnx.py", "mlp_nnx_transposed_output.py",
+                   "return self.head(self.drop(x))", "return self.head(self.drop(x)).T")
+    proc, report = verify_json(DATA / "mlp.py", port, *MLP)
+    assert proc.returncode == 1
+    assert report["first_divergence"]["where"] == "model output"
+    assert report["first_divergence"]["note"] == "shape (8, 10) in the original, (10, 8) in the port"
+    assert all(t["ok"] for t in report["tensors"] if t["phase"] == "layer")
+    assert any("no training step was run" in n for n in report["notes"])
+
+
+@pytest.mark.slow
 def test_debug_print_in_the_step_fails_health(tmp_path):
     port = variant(tmp_path, DATA / "mlp_nnx.py", "mlp_nnx_print.py",
                    "        x = self.act(self.fc2(x))\n",

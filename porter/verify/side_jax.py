@@ -493,7 +493,7 @@ def run(request: dict) -> dict:
     # statistics move; step 1 below runs the same forward on the model itself)
     recording = nnx.clone(model)
     with LayerRecorder(recording, torch_layers) as recorder:
-        recording(*inputs)
+        first_out = recording(*inputs)
     layer_arrays = recorder.arrays(meta["notes"])
     del recording
     recorded = {k for k, _ in layer_arrays}
@@ -503,6 +503,22 @@ def run(request: dict) -> dict:
         meta["notes"].append("no NNX module or function of the port corresponds to the original's "
                              f"{', '.join(k.partition('/')[2] for k in skipped[:8])}{' ...' if len(skipped) > 8 else ''}: "
                              "their outputs are not compared")
+
+    # outputs that do not fit the original's: the loss (the original's projection of them) does
+    # not exist, so no step runs; the layers and outputs show where the port went wrong
+    flat_first: list = []
+    _flatten(first_out, "", flat_first)
+    shapes = [list(t.shape) for _, t in flat_first]
+    if shapes != [list(p.shape) for p in projection]:
+        for key, a in layer_arrays:
+            keep(key, a)
+        for suffix, t in flat_first:
+            keep(f"output/{suffix or '0'}", t)
+        meta["notes"].append(f"the port's model returned arrays of shapes {shapes}, the original's "
+                             f"{[list(p.shape) for p in projection]}: no training step was run")
+        meta["order"] = order
+        np.savez(request["out"], **tensors)
+        return meta
 
     if request["optimizer"] == "adam":
         tx = optax.adam(request["lr"])  # torch's defaults: betas (0.9, 0.999), eps 1e-8 outside the sqrt
@@ -514,9 +530,7 @@ def run(request: dict) -> dict:
         flat: list = []
         _flatten(out, "", flat)
         if not any(_is_float(t) for _, t in flat):
-            raise RuntimeError("the model returned no floating-point array")
-        if len(flat) != len(projection):
-            raise RuntimeError(f"the port's model returned {len(flat)} arrays, the original's {len(projection)}")
+            raise PortError("the model returned no floating-point array")
         # the original's fixed random projection of every output (side_torch)
         return sum(jnp.sum(t.astype(jnp.float32) * w) / max(t.size, 1)
                    for (_, t), w in zip(flat, projection) if _is_float(t)), flat
