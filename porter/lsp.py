@@ -660,14 +660,14 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
             if doc is None:
                 return None
             version, text = doc.version, doc.source
-            cached = self.analyses.get(uri)
-            if cached is not None and cached[0] == version and cached[1].text == text:
-                return cached[1]
             try:
                 settings = self.settings(uri)
                 error = None
             except UsageError as exc:
                 settings, error = None, str(exc)
+            cached = self.analyses.get(uri)
+            if cached is not None and cached[0] == version and cached[1].text == text and cached[1].settings == settings:
+                return cached[1]  # (a save after editing pyproject.toml checks again)
             path = str(_path_of(uri) or uri)
             loop = asyncio.get_running_loop()
             an = await loop.run_in_executor(self.worker, analyze, text, settings, path)

@@ -425,3 +425,15 @@ async def test_settings_from_pyproject(client: LanguageClient, tmp_path: Path):
     uri = open_doc(client, bad / "train.py", text)
     (d,) = await diagnostics(client, uri, 1)
     assert d.severity == types.DiagnosticSeverity.Error and "NOPE9" in d.message
+
+
+def test_lines_and_columns_as_the_lsp_counts_them():
+    text = "a = '\x0c\u2028'\r\nb = 1\rc = '🙂é'\n"
+    assert lsp.split_lines(text) == ["a = '\x0c\u2028'\r\n", "b = 1\r", "c = '🙂é'\n"]  # not str.splitlines
+    line = "c = '🙂é'  # x\n"
+    assert [lsp.column_to_units(line, c) for c in (5, 6, 7)] == [5, 7, 8]  # the emoji is 2 UTF-16 units
+    assert [lsp.column_from_units(line, u) for u in (5, 6, 7, 8, 99)] == [5, 5, 6, 7, len(line) - 1]
+    assert lsp.column_to_units(line, 6, "utf-8") == 9 and lsp.column_to_units(line, 6, "utf-32") == 6
+    # a text change never splits a CRLF, and keeps to the characters that differ
+    (change,) = lsp.diff_changes("x = 1\r\ny = 2\r\n", "x = 1\r\ny = 3\r\n")
+    assert change == lsp.TextChange((1, 4), (1, 5), "3")
