@@ -47,19 +47,14 @@ def make_input(spec: str, rng: np.random.Generator) -> np.ndarray:
 
 
 def module_source(case: ops.Case) -> str:
+    """A module whose forward returns the case's expression (``stmt; stmt; expr``: statements
+    first, the last part returned)."""
     params = ", ".join(["self"] + [n for n, _ in case.inputs])
-    return textwrap.dedent(
-        f"""\
-        import numpy as np
-        import torch
-        import torch.nn as nn
-        import torch.nn.functional as F
-
-
-        class M(nn.Module):
-            def forward({params}):
-                return {case.expr}
-        """
+    *statements, expr = case.expr.split("; ")
+    body = "".join(f"        {s}\n" for s in statements)
+    return (
+        "import numpy as np\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+        f"class M(nn.Module):\n    def forward({params}):\n{body}        return {expr}\n"
     )
 
 
@@ -115,7 +110,7 @@ def test_entry(entry, case):
         assert any("manual port needed" in f.message for f in result.remaining), result.remaining
         assert "# porter: manual" in result.source
         return
-    body = result.source.split("return ", 1)[1]
+    body = result.source.split("def forward", 1)[1].split(":", 1)[1]
     assert "torch" not in body and "F." not in body, f"torch left in the port: {body}"
     assert not [f for f in result.remaining if f.code.startswith("JX1")], result.remaining
     rng = np.random.default_rng(zlib.crc32(case.expr.encode()))

@@ -1417,9 +1417,251 @@ op([".data_ptr", ".storage", ".share_memory_", ".pin_memory"], "input, *args", N
 
 
 # --------------------------------------------------------------------------------------
+# Losses (rules JX150 for F.<loss>(...), JX151 for nn.<Loss>() instances)
+# --------------------------------------------------------------------------------------
+def _reduction(b: Bound, allowed=("mean", "sum", "none")) -> str:
+    for k in ("size_average", "reduce"):
+        if b.has(k) and b.lit(k) is not None:
+            raise Manual("size_average=/reduce= are deprecated in torch: write reduction=")
+    r = b.lit("reduction", "mean")
+    if r not in allowed:
+        raise Manual("reduction= must be a literal " + "/".join(repr(a) for a in allowed))
+    return r
+
+
+def _reduce_loss(b: Bound, per: str, r: str) -> str:
+    if r == "mean":
+        return f"{_atom_text(per)}.mean()"
+    if r == "sum":
+        return f"{_atom_text(per)}.sum()"
+    return per
+
+
+def _atom_text(text: str) -> str:
+    return atom(cst.parse_expression(text))
+
+
+def _opt(b: Bound, name: str) -> Optional[str]:
+    """An optional argument's code; None when absent or a literal None."""
+    if not b.has(name) or b.lit(name) is None:
+        return None
+    return b[name]
+
+
+_FLOAT_MAKERS = ("float", "double", "half", "softmax", "sigmoid", "log_softmax")
+
+
+def _float_target(node: cst.CSTNode, ctx: FileContext) -> bool:
+    """A target that is visibly a float tensor (class probabilities): `y.float()`,
+    `F.softmax(...)`, `jax.nn.softmax(...)`, `x.astype(jnp.float32)`, `y.to(torch.float32)`."""
+    if isinstance(node, cst.Call):
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value in _FLOAT_MAKERS + ("astype", "to"):
+            if node.func.attr.value in ("astype", "to"):
+                return any((code(a.value).rsplit(".", 1)[-1] in ("float32", "float", "float64", "float16", "bfloat16")) for a in node.args)
+            return True
+        q = ctx.qualname(node.func) or ""
+        return q.rsplit(".", 1)[-1] in ("softmax", "sigmoid", "smooth_labels")
+    return False
+
+
+def _class_loss(kind: str):
+    def build(b: Bound) -> str:
+        r = _reduction(b)
+        x, y = b["input"], b["target"]
+        xa = b.atom("input")
+        w = _opt(b, "weight")
+        eps = None
+        if kind == "ce" and b.has("label_smoothing"):
+            v = b.lit("label_smoothing")
+            if v != 0 and v != 0.0:
+                eps = b["label_smoothing"] if v is NOT_LITERAL else repr(v)
+        w_cls = f"{_atom_text(w)}.reshape((-1,) + (1,) * ({xa}.ndim - 2))" if w else None
+        if kind == "ce" and _float_target(b.node("target"), b.ctx):
+            if b.has("ignore_index"):
+                raise Manual("ignore_index= with class-probability targets: torch does not allow it either")
+            t = y if eps is None else f"{_atom_text(y)} * (1 - {eps}) + {eps} / {xa}.shape[1]"
+            if w:
+                per = f"-{b.jnp}.sum({b.jax}.nn.log_softmax({x}, axis=1) * {_atom_text(t)} * {w_cls}, axis=1)"
+            else:
+                per = f"{b.optax}.softmax_cross_entropy({x}, {t}, axis=1)"
+            return _reduce_loss(b, per, r)
+        mask = None
+        ysafe = y
+        if b.has("ignore_index"):
+            mask = f"{b.atom('target')} != {b.atom('ignore_index')}"
+            ysafe = f"{b.jnp}.where({mask}, {y}, 0)"
+        if kind == "ce":
+            per = f"{b.optax}.softmax_cross_entropy_with_integer_labels({x}, {ysafe}, axis=1)"
+        else:
+            per = f"-{b.jnp}.take_along_axis({x}, {b.jnp}.expand_dims({ysafe}, 1), axis=1).squeeze(1)"
+        wy = None
+        if w:
+            wy = f"{_atom_text(w)}[{ysafe}]"
+            if mask:
+                wy = f"{b.jnp}.where({mask}, {wy}, 0.0)"
+            per = f"{wy} * {_atom_text(per)}"
+        elif mask:
+            per = f"({mask}) * {_atom_text(per)}"
+        if eps is not None:
+            logp = f"{b.jax}.nn.log_softmax({x}, axis=1)"
+            smooth = f"-{b.jnp}.sum({logp} * {w_cls}, axis=1)" if w else f"-{b.jnp}.sum({logp}, axis=1)"
+            if mask:
+                smooth = f"({mask}) * {_atom_text(smooth)}"
+            per = f"(1 - {eps}) * {_atom_text(per)} + {eps} / {xa}.shape[1] * {_atom_text(smooth)}"
+        if r == "mean" and (w or mask):
+            return f"{b.jnp}.sum({per}) / {b.jnp}.sum({wy if w else mask})"
+        return _reduce_loss(b, per, r)
+
+    return build
+
+
+def _pointwise_loss(per_fn):
+    def build(b: Bound) -> str:
+        r = _reduction(b)
+        per = per_fn(b)
+        w = _opt(b, "weight")
+        if w:
+            per = f"{_atom_text(w)} * {_atom_text(per)}"
+        return _reduce_loss(b, per, r)
+
+    return build
+
+
+def _bce(b: Bound) -> str:
+    x, y = b.atom("input"), b.atom("target")
+    j = b.jnp
+    return f"-({y} * {j}.maximum({j}.log({x}), -100.0) + (1 - {y}) * {j}.maximum({j}.log(1 - {x}), -100.0))"
+
+
+def _bce_logits(b: Bound) -> str:
+    pw = _opt(b, "pos_weight")
+    if pw is None:
+        return f"{b.optax}.sigmoid_binary_cross_entropy({b['input']}, {b['target']})"
+    x, y = b["input"], b.atom("target")
+    return f"-({_atom_text(pw)} * {y} * {b.jax}.nn.log_sigmoid({x}) + (1 - {y}) * {b.jax}.nn.log_sigmoid(-{b.atom('input')}))"
+
+
+def _smooth_l1(b: Bound) -> str:
+    beta = b.lit("beta", 1.0) if b.has("beta") else 1.0
+    if beta == 0:
+        return f"{b.jnp}.abs({b.atom('input')} - {b.atom('target')})"
+    if beta == 1:
+        return f"{b.optax}.huber_loss({b['input']}, {b['target']})"
+    return f"{b.optax}.huber_loss({b['input']}, {b['target']}, delta={b['beta']}) / {b.atom('beta')}"
+
+
+def _kl_div(b: Bound) -> str:
+    r = _reduction(b, ("mean", "sum", "none", "batchmean"))
+    x, y = b.atom("input"), b.atom("target")
+    log_target = b.lit("log_target", False)
+    if log_target is NOT_LITERAL:
+        raise Manual("log_target= is not a literal")
+    if log_target:
+        per = f"{b.jnp}.exp({y}) * ({y} - {x})"
+    else:
+        per = f"{b.jax}.scipy.special.xlogy({b['target']}, {b['target']}) - {y} * {x}"
+    if r == "batchmean":
+        return f"{_atom_text(per)}.sum() / {x}.shape[0]"
+    return _reduce_loss(b, per, r)
+
+
+@dataclass(frozen=True)
+class LossModule:
+    name: str  # torch.nn.CrossEntropyLoss
+    sig: Sig  # the constructor's parameters
+    functional: Op
+
+
+_LOSS_DEFS = [
+    # functional name, functional signature, builder, target text, note, constructor, constructor signature, cases
+    ("cross_entropy", "input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing", _class_loss("ce"),
+     "optax.softmax_cross_entropy_with_integer_labels(x, y, axis=1).mean()",
+     "class axis 1 as in torch; ignore_index: masked mean over the other targets; label_smoothing and weight as torch "
+     "defines them; a target that is visibly a float tensor (y.float(), softmax(...)) is read as class probabilities "
+     "(optax.softmax_cross_entropy). torch's default ignore_index=-100 is not masked unless written: a -100 label gives NaN, never a silent value",
+     "CrossEntropyLoss", "weight, size_average, ignore_index, reduce, reduction, label_smoothing",
+     [Case("@(a, y)", a="f4,5", y="i4:5"), Case("@(a, y, reduction='sum')", a="f4,5", y="i4:5"),
+      Case("@(a, y, reduction='none')", a="f4,5", y="i4:5"), Case("@(a, y, ignore_index=0)", a="f6,5", y="i6:5"),
+      Case("@(a, y, ignore_index=1, reduction='sum')", a="f6,5", y="i6:3"), Case("@(a, y, label_smoothing=0.1)", a="f4,5", y="i4:5"),
+      Case("@(a, y, weight=w)", a="f6,5", y="i6:5", w="p5"), Case("@(a, y, weight=w, reduction='none')", a="f6,5", y="i6:5", w="p5"),
+      Case("@(a, y, weight=w, ignore_index=2, label_smoothing=0.2)", a="f8,5", y="i8:5", w="p5"),
+      Case("@(a, y, ignore_index=0, label_smoothing=0.1, reduction='sum')", a="f8,5", y="i8:4"),
+      Case("@(a, y)", a="f2,5,3", y="i2,3:5"), Case("@(a, y, label_smoothing=0.1, weight=w)", a="f2,5,3", y="i2,3:5", w="p5"),
+      Case("@(a, p.softmax(dim=1))", a="f4,5", p="f4,5"), Case("@(a, p.softmax(dim=1), label_smoothing=0.1, weight=w)", a="f4,5", p="f4,5", w="p5"),
+      Case("nn.CrossEntropyLoss()(a, y)", a="f4,5", y="i4:5"),
+      Case("crit = nn.CrossEntropyLoss(ignore_index=0, label_smoothing=0.05); crit(a, y)", a="f6,5", y="i6:5")]),
+    ("nll_loss", "input, target, weight, size_average, ignore_index, reduce, reduction", _class_loss("nll"),
+     "-jnp.take_along_axis(logp, jnp.expand_dims(y, 1), axis=1).squeeze(1).mean()",
+     "weights and ignore_index as torch (weighted mean over the other targets)", "NLLLoss", "weight, size_average, ignore_index, reduce, reduction",
+     [Case("@(a.log_softmax(dim=1), y)", a="f4,5", y="i4:5"), Case("@(a, y, reduction='sum')", a="f4,5", y="i4:5"),
+      Case("@(a, y, weight=w, ignore_index=1)", a="f6,5", y="i6:5", w="p5"), Case("@(a, y, reduction='none')", a="f2,5,3", y="i2,3:5"),
+      Case("crit = nn.NLLLoss(weight=w); crit(a, y)", a="f6,5", y="i6:5", w="p5")]),
+    ("mse_loss", "input, target, size_average, reduce, reduction, weight", _pointwise_loss(lambda b: f"{b.optax}.squared_error({b['input']}, {b['target']})"),
+     "optax.squared_error(x, y).mean()", "", "MSELoss", "size_average, reduce, reduction",
+     [Case("@(a, b)", a="f3,4", b="f3,4"), Case("@(a, b, reduction='sum')", a="f3,4", b="f3,4"), Case("@(a, b, reduction='none')", a="f3,4", b="f3,4"),
+      Case("crit = nn.MSELoss(); crit(a, b)", a="f3,4", b="f3,4")]),
+    ("l1_loss", "input, target, size_average, reduce, reduction", _pointwise_loss(lambda b: f"{b.jnp}.abs({b.atom('input')} - {b.atom('target')})"),
+     "jnp.abs(x - y).mean()", "", "L1Loss", "size_average, reduce, reduction",
+     [Case("@(a, b)", a="f3,4", b="f3,4"), Case("@(a, b, reduction='none')", a="f3,4", b="f3,4"), Case("nn.L1Loss(reduction='sum')(a, b)", a="f3,4", b="f3,4")]),
+    ("smooth_l1_loss", "input, target, size_average, reduce, reduction, beta", _pointwise_loss(_smooth_l1),
+     "(optax.huber_loss(x, y, delta=beta) / beta).mean()", "torch's smooth L1 is the Huber loss divided by beta (beta=0: L1)",
+     "SmoothL1Loss", "size_average, reduce, reduction, beta",
+     [Case("@(a * 2, b)", a="f3,4", b="f3,4"), Case("@(a, b, beta=0.5)", a="f3,4", b="f3,4"), Case("@(a, b, beta=0.0, reduction='sum')", a="f3,4", b="f3,4"),
+      Case("crit = nn.SmoothL1Loss(beta=2.0); crit(a * 3, b)", a="f3,4", b="f3,4")]),
+    ("huber_loss", "input, target, reduction, delta, weight", _pointwise_loss(lambda b: f"{b.optax}.huber_loss({b['input']}, {b['target']}" + (f", delta={b['delta']})" if b.has("delta") else ")")),
+     "optax.huber_loss(x, y, delta=delta).mean()", "", "HuberLoss", "reduction, delta",
+     [Case("@(a * 2, b)", a="f3,4", b="f3,4"), Case("@(a * 2, b, delta=0.5, reduction='sum')", a="f3,4", b="f3,4"),
+      Case("nn.HuberLoss(delta=0.3)(a, b)", a="f3,4", b="f3,4")]),
+    ("binary_cross_entropy", "input, target, weight, size_average, reduce, reduction", _pointwise_loss(_bce),
+     "-(y * jnp.maximum(jnp.log(p), -100.0) + (1 - y) * jnp.maximum(jnp.log(1 - p), -100.0))", "torch clamps the logs at -100",
+     "BCELoss", "weight, size_average, reduce, reduction",
+     [Case("@(p, y)", p="u3,4", y="u3,4"), Case("@(p, y, weight=w, reduction='sum')", p="u3,4", y="u3,4", w="p4"),
+      Case("crit = nn.BCELoss(); crit(p, y)", p="u5", y="u5")]),
+    ("binary_cross_entropy_with_logits", "input, target, weight, size_average, reduce, reduction, pos_weight", _pointwise_loss(_bce_logits),
+     "optax.sigmoid_binary_cross_entropy(x, y).mean()", "pos_weight: -(pos_weight * y * log_sigmoid(x) + (1 - y) * log_sigmoid(-x))",
+     "BCEWithLogitsLoss", "weight, size_average, reduce, reduction, pos_weight",
+     [Case("@(a, y)", a="f3,4", y="u3,4"), Case("@(a, y, pos_weight=pw)", a="f3,4", y="u3,4", pw="p4"),
+      Case("@(a, y, weight=w, pos_weight=pw, reduction='none')", a="f3,4", y="u3,4", w="p4", pw="p4"),
+      Case("crit = nn.BCEWithLogitsLoss(pos_weight=pw); crit(a, y)", a="f3,4", y="u3,4", pw="p4")]),
+    ("kl_div", "input, target, size_average, reduce, reduction, log_target", _kl_div,
+     "(jax.scipy.special.xlogy(y, y) - y * x).mean()", "reduction='batchmean' divides the sum by the batch size", "KLDivLoss",
+     "size_average, reduce, reduction, log_target",
+     [Case("@(a.log_softmax(dim=1), p.softmax(dim=1))", a="f3,4", p="f3,4"), Case("@(a, p, reduction='batchmean')", a="f3,4", p="u3,4"),
+      Case("@(a, b, reduction='sum', log_target=True)", a="f3,4", b="f3,4"), Case("nn.KLDivLoss(reduction='batchmean')(a, p)", a="f3,4", p="u3,4")]),
+]
+LOSSES: list[Op] = []
+LOSS_MODULES: dict[str, LossModule] = {}
+for _fname, _sig, _builder, _target, _note, _mod, _msig, _cases in _LOSS_DEFS:
+    _full = f"torch.nn.functional.{_fname}"
+    _module_cases = [c for c in _cases if "@(" not in c.expr and f"nn.{_mod}(" in c.expr]  # tests of the module form (JX151)
+    _o = Op(_full, Sig.parse(_sig), _builder, _target, _note, tuple(_cases_for(_full, _cases)) + tuple(_module_cases))
+    LOSSES.append(_o)
+    LOSS_MODULES[f"torch.nn.{_mod}"] = LossModule(f"torch.nn.{_mod}", Sig.parse(_msig), _o)
+    LOSS_MODULES[f"torch.nn.modules.loss.{_mod}"] = LOSS_MODULES[f"torch.nn.{_mod}"]
+LOSS_FUNCTIONS = {o.name: o for o in LOSSES}
+
+
+def build_loss_module(lm: LossModule, ctor: cst.Call, ctx: FileContext, call: Optional[cst.Call] = None):
+    """(code, modules) for an nn.<Loss>(...) instance: a lambda of (input, target), or, when
+    ``call`` applies the new instance at once (``nn.MSELoss()(a, b)``), the loss expression."""
+    kw = bind(ctor, lm.sig, ctx)
+    args = dict(kw.args)
+    if call is not None:
+        outer = bind(call, Sig(("input", "target")), ctx)
+        args.update(outer.args)
+    else:
+        args["input"] = cst.Name("input")
+        args["target"] = cst.Name("target")
+    b = Bound(ctx, args, keywords=frozenset(kw.args))
+    body = lm.functional.build(b)
+    if call is not None:
+        return body, b.used
+    return f"lambda input, target: {body}", b.used
+
+
+# --------------------------------------------------------------------------------------
 # Indexes
 # --------------------------------------------------------------------------------------
-LOSSES: list[Op] = []  # filled by the loss section
 FUNCTIONS: dict[str, Op] = {}
 METHODS: dict[str, Op] = {}
 for _op in TABLE:
@@ -1488,6 +1730,14 @@ def render_markdown() -> str:
             continue
         note = o.note + (" *(shared name)*" if o.shared and o.is_method else "")
         lines.append(f"| `{o.torch_display}` | `{o.target}` | {_md(note)} |")
+    lines += ["", "## Losses (JX150, JX151)", "",
+              "`nn.<Loss>(...)` instances become `lambda input, target: <expression>`; an instance called at once becomes the expression.",
+              "", "| torch | JAX | notes |", "| --- | --- | --- |"]
+    for lm_name, lm in LOSS_MODULES.items():
+        if ".modules.loss." in lm_name:
+            continue
+        o = lm.functional
+        lines.append(f"| `{o.torch_display}`, `{lm_name.replace('torch.nn.', 'nn.')}` | `{o.target}` | {_md(o.note)} |")
     lines += ["", "## Reported for manual porting", "", "| torch | why |", "| --- | --- |"]
     for o in TABLE:
         if o.manual:
