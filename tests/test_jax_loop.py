@@ -239,3 +239,71 @@ def test_unported_pieces_are_marked_manual():
     assert "# porter: manual (JX301): loss.backward() is nested in a block of the loop body" in text
     found = engine.check(text, engine.Options(LOOP_RULES)).findings
     assert [f.code for f in found if not f.fixable] == ["JX301"]
+
+
+RECURRENT = '''
+import jax.numpy as jnp
+import optax
+import torch
+from flax import nnx
+
+
+class Cell(nnx.Module):
+    def __init__(self, *, rngs):
+        self.fc1 = nnx.Linear(3, 5, rngs=rngs)
+        self.fc2 = nnx.Linear(5, 2, rngs=rngs)
+
+    def __call__(self, x, h):
+        h = jnp.tanh(self.fc1(x) + h)
+        return self.fc2(h), h
+
+
+def fit(model, windows):
+    optimizer = nnx.Optimizer(model, optax.sgd(0.5), wrt=nnx.Param)
+    hidden = jnp.zeros((4, 5))
+    losses = []
+    for x, y in windows:
+        optimizer.zero_grad()
+        out, hidden = model(x, hidden)
+        loss = jnp.mean((out - y) ** 2)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+'''
+
+
+@pytest.mark.slow
+def test_state_carried_across_steps():
+    """`out, hidden = model(x, hidden)`: hidden is read and rebound by the forward pass; it is
+    a parameter of loss_fn, returned by the step, and fed back (no gradient flows across
+    steps, as with PyTorch's detached hidden state)."""
+    import jax.numpy as jnp
+    import torch
+    import torch.nn as nn
+    from flax import nnx
+
+    text = port(RECURRENT)
+    assert "    def loss_fn(model, hidden):" in text
+    assert "loss, hidden = train_step(model, optimizer, x, hidden, y)" in text
+    rng = np.random.default_rng(2)
+    windows = [(rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((4, 2)).astype(np.float32))
+               for _ in range(5)]
+    torch.manual_seed(2)
+    t = nn.Sequential(nn.Linear(3, 5), nn.Identity(), nn.Linear(5, 2))
+    namespace: dict = {}
+    exec(compile(text, "recurrent_port", "exec"), namespace)
+    model = namespace["Cell"](rngs=nnx.Rngs(0))
+    _copy_into(model, t)
+    got = namespace["fit"](model, [(jnp.asarray(x), jnp.asarray(y)) for x, y in windows])
+    opt = torch.optim.SGD(t.parameters(), lr=0.5)
+    h = torch.zeros(4, 5)
+    want = []
+    for x, y in windows:
+        opt.zero_grad()
+        h = torch.tanh(t[0](torch.from_numpy(x)) + h.detach())
+        loss = torch.mean((t[2](h) - torch.from_numpy(y)) ** 2)
+        loss.backward()
+        opt.step()
+        want.append(loss.item())
+    np.testing.assert_allclose(got, want, rtol=1e-5)

@@ -43,6 +43,11 @@ def code(node: cst.CSTNode) -> str:
     return cst.Module([]).code_for_node(node)
 
 
+def imports_torch(ctx: FileContext) -> bool:
+    """The file imports PyTorch (an MXNet script's `loss.backward()` is not ours)."""
+    return any(full == "torch" or full.startswith("torch.") for full in ctx.aliases.values())
+
+
 def nnx_name(ctx: FileContext) -> str:
     return ctx.module_alias(NNX)
 
@@ -461,6 +466,8 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
         for r in regions:
             if r is not region:
                 readers.update(free_reads(r.forward))
+        # read before being rebound: the next iteration reads it (a recurrent state)
+        readers.update(free_reads(region.forward))
         region.outputs = [n for n in _ordered_binds(region.forward) if n in readers]
     return Plan(regions, tail)
 

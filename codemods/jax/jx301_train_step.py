@@ -35,7 +35,11 @@ class TrainStep(Rule):
     The model is the one the optimizer was built on (`optim.SGD(model.parameters())`,
     `nnx.Optimizer(model, ...)`). The step's parameters are the model, the optimizer and
     every local the forward pass reads; loss objects (`criterion = nn.CrossEntropyLoss()`)
-    and the fields of an argparse namespace (`args.clip`) are passed as static arguments.
+    the fields of an argparse namespace (`args.clip`) and Python numbers fixed before the
+    loop (`ntokens = args.vocab_size`, which may be a shape) are passed as static arguments.
+    A name the forward pass reads and rebinds (`output, hidden = model(data, hidden)`) is an
+    argument of `loss_fn` and is returned by the step, so the next iteration reads the new
+    value (no gradient flows across steps, as with a detached hidden state).
     `clip_grad_norm_(model.parameters(), c)` becomes `optax.clip_by_global_norm(c)` applied
     to the gradients inside the step (`clip_grad_value_` -> `optax.clip`). Several
     `backward()` calls before one step sum their losses (gradients accumulate in PyTorch).
@@ -312,7 +316,7 @@ class TrainStep(Rule):
 
     # ----------------------------------------------------------------------------------
     def _loop(self, loop) -> None:
-        if not isinstance(loop.body, cst.IndentedBlock):
+        if not isinstance(loop.body, cst.IndentedBlock) or not lp.imports_torch(self.ctx):
             return
         top = [lp.classify(s, self.ctx) for s in loop.body.body]
         if not any(p.kind == "backward" for p in top) and not any(
@@ -474,13 +478,17 @@ class TrainStep(Rule):
         if static:
             decorator += "(static_argnames=(" + ", ".join(f'"{s}"' for s in static) + ("," if len(static) == 1 else "") + "))"
         params = [model, opt, *dynamic, *static]
-        lines = [decorator, f"def {step}({', '.join(params)}):", f"    def loss_fn({model}):", "        __porter_forward__"]
+        # a name the forward pass reads and then rebinds (`output, hidden = model(x, hidden)`)
+        # is a parameter of loss_fn: a closure variable cannot be rebound in the inner function
+        carried = [renames.get(n, n) for n in free if n in bound and n != model]
+        inner = ", ".join([model, *carried])
+        lines = [decorator, f"def {step}({', '.join(params)}):", f"    def loss_fn({inner}):", "        __porter_forward__"]
         if aux:
             lines.append(f"        return {loss_expr}, {aux_text}")
-            lines.append(f"    ({loss_var}, {aux_text}), grads = {nnx}.value_and_grad(loss_fn, has_aux=True)({model})")
+            lines.append(f"    ({loss_var}, {aux_text}), grads = {nnx}.value_and_grad(loss_fn, has_aux=True)({inner})")
         else:
             lines.append(f"        return {loss_expr}")
-            lines.append(f"    {loss_var}, grads = {nnx}.value_and_grad(loss_fn)({model})")
+            lines.append(f"    {loss_var}, grads = {nnx}.value_and_grad(loss_fn)({inner})")
         for piece, call in zip(region.clips, clips):
             kind = lp._CLIP[ctx.qualname(piece.call.func) or ""]
             params_arg = astutil.arg(piece.call, "parameters", 0)
