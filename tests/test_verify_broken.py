@@ -130,3 +130,24 @@ def test_a_port_that_raises_mid_run_is_named_by_its_step():
     assert report["summary"].endswith("(in step 4, after 3 optimizer steps; the losses of steps 1-3 match)")
     assert [s["ok"] for s in report["steps"]] == [True, True, True]
     assert report["first_divergence"] is None
+
+
+def test_text_report_shows_the_losses_per_step():
+    import io
+
+    from rich.console import Console
+
+    from porter.verify import render
+    from porter.verify.model import Report, SideReport
+
+    side = SideReport("original", "train.py", "torch", True, 1.0)
+    steps = [{"step": 1, "original": [1.25], "port": [1.25], "diff": 0.0, "ok": True},
+             {"step": 2, "original": [1.5], "port": [1.75], "diff": 0.25, "ok": False}]
+    report = Report("script", False, "diverged", "diverged first at loss at step 2: |original - port| = 0.25",
+                    side, side, steps=steps)
+    console = Console(file=io.StringIO(), width=120)
+    render.print_text(report, console)
+    text = console.file.getvalue()
+    assert "losses per optimizer step (2 compared)" in text
+    row = next(line for line in text.splitlines() if "DIFF" in line).split()
+    assert row == ["DIFF", "2", "1.5", "1.75", "0.25"]

@@ -55,6 +55,19 @@ def print_text(report: Report, console: Console) -> None:
             name = t["key"] + (f"  ({t['note']})" if t.get("note") else "")
             table.add_row(mark, name, "x".join(map(str, t["shape"])), f"{t['max_abs']:.3g}", f"{t['max_rel']:.3g}")
         console.print(table)
+    if report.steps:
+        table = Table(title=f"losses per optimizer step ({len(report.steps)} compared)", box=box.SIMPLE,
+                      header_style="bold")
+        for col in ("", "step", "original", "port", "|difference|"):
+            table.add_column(col)
+        first_bad = next((i for i, s in enumerate(report.steps) if not s["ok"]), None)
+        # the first differing step and the steps around it, else the first MAX_ROWS
+        start = 0 if first_bad is None else max(0, first_bad - MAX_ROWS // 2)
+        for s in report.steps[start:start + MAX_ROWS]:
+            mark = Text("ok", style="green") if s["ok"] else Text("DIFF", style="bold red")
+            values = lambda xs: ", ".join("none" if x is None else f"{x:.10g}" for x in xs)  # noqa: E731
+            table.add_row(mark, str(s["step"]), values(s["original"]), values(s["port"]), f"{s['diff']:.3g}")
+        console.print(table)
     if report.health:
         h = report.health
         table = Table(title="XLA health of the port", box=box.SIMPLE, header_style="bold")
