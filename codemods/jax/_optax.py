@@ -1,0 +1,423 @@
+"""torch.optim optimizers and LR schedulers -> optax, with torch's semantics (rules JX201, JX202).
+
+A torch optimizer holds its learning rate; a torch LR scheduler changes it each time
+``scheduler.step()`` runs (usually once per epoch, for OneCycleLR once per batch). optax
+takes the learning rate as a schedule: a function of the number of optimizer updates done.
+So porter builds the optimizer and its scheduler together:
+
+    scheduler = <the schedule, in scheduler steps>
+    optimizer = nnx.Optimizer(model, optax.sgd(lambda step: scheduler(step // len(train_loader)), ...), wrt=nnx.Param)
+
+where ``len(train_loader)`` (the optimizer updates per ``scheduler.step()``) is read from the
+loops: the loop that calls ``scheduler.step()`` runs a loop over ``train_loader`` whose body
+steps the optimizer (directly, or in a function of the file it calls with the loader). A
+scheduler stepped in the same loop as the optimizer needs no division.
+
+What differs is never guessed: torch options without an exact optax counterpart (SGD
+dampening, Adam amsgrad, maximize, OneCycleLR's momentum cycling, LambdaLR, ...) are reported
+(:class:`~codemods.jax._ops_table.Manual`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import libcst as cst
+
+from porter import astutil
+from porter.context import FileContext
+
+from ._ops_table import NOT_LITERAL, Bound, Manual, Sig, atom, bind, code, literal
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    sig: Sig
+    default_lr: str
+
+
+OPTIMIZERS = {
+    "torch.optim.SGD": OptimizerSpec(Sig.parse("params, lr, momentum, dampening, weight_decay, nesterov, *, maximize, foreach, differentiable, fused"), "0.001"),
+    "torch.optim.Adam": OptimizerSpec(Sig.parse("params, lr, betas, eps, weight_decay, amsgrad, *, foreach, maximize, capturable, differentiable, fused, decoupled_weight_decay"), "0.001"),
+    "torch.optim.AdamW": OptimizerSpec(Sig.parse("params, lr, betas, eps, weight_decay, amsgrad, *, maximize, foreach, capturable, differentiable, fused"), "0.001"),
+    "torch.optim.RMSprop": OptimizerSpec(Sig.parse("params, lr, alpha, eps, weight_decay, momentum, centered, capturable, foreach, maximize, differentiable"), "0.01"),
+}
+for _k in list(OPTIMIZERS):
+    _short = _k.rsplit(".", 1)[1]
+    OPTIMIZERS[f"torch.optim.{_short.lower()}.{_short}"] = OPTIMIZERS[_k]  # torch.optim.sgd.SGD
+_IGNORED = ("foreach", "fused", "differentiable", "capturable")
+
+SCHEDULERS = {
+    "StepLR": Sig.parse("optimizer, step_size, gamma, last_epoch, verbose"),
+    "MultiStepLR": Sig.parse("optimizer, milestones, gamma, last_epoch, verbose"),
+    "ExponentialLR": Sig.parse("optimizer, gamma, last_epoch, verbose"),
+    "CosineAnnealingLR": Sig.parse("optimizer, T_max, eta_min, last_epoch, verbose"),
+    "OneCycleLR": Sig.parse("optimizer, max_lr, total_steps, epochs, steps_per_epoch, pct_start, anneal_strategy, cycle_momentum, "
+                            "base_momentum, max_momentum, div_factor, final_div_factor, three_phase, last_epoch, verbose"),
+}
+SCHEDULER_PREFIX = "torch.optim.lr_scheduler."
+
+
+def is_scheduler(qual: Optional[str]) -> bool:
+    return bool(qual) and qual.startswith(SCHEDULER_PREFIX)
+
+
+# --------------------------------------------------------------------------------------
+# Optimizers
+# --------------------------------------------------------------------------------------
+def _flag(b: Bound, name: str, default=False):
+    if not b.has(name):
+        return default
+    v = b.lit(name)
+    if v is NOT_LITERAL:
+        raise Manual(f"{name}= is not a literal")
+    return v
+
+
+def model_of(params: cst.CSTNode) -> str:
+    """``model.parameters()`` (or ``list(model.parameters())``) -> "model"."""
+    node = params
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "list" and len(node.args) == 1:
+        node = node.args[0].value
+    if isinstance(node, cst.Call) and astutil.method_name(node) == "parameters" and not node.args:
+        return code(node.func.value)  # type: ignore[attr-defined]
+    raise Manual("the parameters are not `model.parameters()`: parameter groups, filters and lists of tensors need "
+                 "an optax.multi_transform / a wrt= filter written by hand")
+
+
+def transformation(qual: str, b: Bound, lr: str) -> str:
+    """The optax transformation of a torch optimizer call, with ``lr`` as learning rate."""
+    for k in _IGNORED:
+        b.args.pop(k, None)
+    if _flag(b, "maximize"):
+        raise Manual("maximize=True: negate the loss instead")
+    O = b.optax
+    kind = qual.rsplit(".", 1)[1]
+    wd = b.get("weight_decay") if b.has("weight_decay") and b.lit("weight_decay") not in (0, 0.0) else None
+    parts = [lr]
+    if kind == "SGD":
+        if b.has("dampening") and b.lit("dampening") not in (0, 0.0):
+            raise Manual("SGD dampening != 0 has no optax counterpart")
+        if b.has("momentum") and b.lit("momentum") not in (0, 0.0):
+            parts.append(f"momentum={b['momentum']}")
+        if _flag(b, "nesterov"):
+            parts.append("nesterov=True")
+        tx = f"{O}.sgd({', '.join(parts)})"
+    elif kind in ("Adam", "AdamW"):
+        if _flag(b, "amsgrad"):
+            raise Manual("amsgrad=True: torch keeps the maximum of the second moment, which optax.amsgrad does not match exactly")
+        if b.has("betas"):
+            betas = b.node("betas")
+            v = literal(betas)
+            if isinstance(v, (tuple, list)) and len(v) == 2:
+                els = betas.elements  # type: ignore[attr-defined]
+                parts += [f"b1={code(els[0].value)}", f"b2={code(els[1].value)}"]
+            else:
+                parts += [f"b1={atom(betas)}[0]", f"b2={atom(betas)}[1]"]
+        if b.has("eps"):
+            parts.append(f"eps={b['eps']}")
+        decoupled = kind == "AdamW" or _flag(b, "decoupled_weight_decay")
+        if decoupled:
+            parts.append(f"weight_decay={b.get('weight_decay', '0.01') if kind == 'AdamW' else wd or '0.0'}")
+            return f"{O}.adamw({', '.join(parts)})"
+        tx = f"{O}.adam({', '.join(parts)})"
+    elif kind == "RMSprop":
+        parts.append(f"decay={b.get('alpha', '0.99')}")
+        parts.append(f"eps={b.get('eps', '1e-08')}")
+        parts.append("eps_in_sqrt=False")
+        if _flag(b, "centered"):
+            parts.append("centered=True")
+        if b.has("momentum") and b.lit("momentum") not in (0, 0.0):
+            parts.append(f"momentum={b['momentum']}")
+        tx = f"{O}.rmsprop({', '.join(parts)})"
+    else:  # pragma: no cover - OPTIMIZERS lists the kinds
+        raise Manual(f"{kind} is not ported")
+    if wd is not None:
+        # torch's weight_decay for SGD/Adam/RMSprop is L2: added to the gradient before the update
+        tx = f"{O}.chain({O}.add_decayed_weights({wd}), {tx})"
+    return tx
+
+
+# --------------------------------------------------------------------------------------
+# Schedulers
+# --------------------------------------------------------------------------------------
+def schedule(kind: str, b: Bound, lr: str) -> tuple[str, bool]:
+    """(the schedule expression, counted in scheduler steps; whether torch steps it per batch)."""
+    O, j = b.optax, None
+    if b.has("last_epoch") and b.lit("last_epoch") != -1:
+        raise Manual("last_epoch= (resuming a schedule) is not ported")
+    if kind == "StepLR":
+        gamma = b.get("gamma", "0.1")
+        return f"{O}.exponential_decay({lr}, transition_steps={b['step_size']}, decay_rate={gamma}, staircase=True)", False
+    if kind == "ExponentialLR":
+        return f"{O}.exponential_decay({lr}, transition_steps=1, decay_rate={b['gamma']})", False
+    if kind == "MultiStepLR":
+        gamma = b.get("gamma", "0.1")
+        ms = b.lit("milestones")
+        if isinstance(ms, (list, tuple)) and all(isinstance(m, int) for m in ms):
+            if len(set(ms)) != len(ms):
+                raise Manual("repeated milestones")
+            scales = ", ".join(f"{m}: {gamma}" for m in ms)
+            return f"{O}.piecewise_constant_schedule({lr}, {{{scales}}})", False
+        return f"{O}.piecewise_constant_schedule({lr}, {{m: {gamma} for m in {b['milestones']}}})", False
+    if kind == "CosineAnnealingLR":
+        jnp = b.jnp
+        t_max = b.atom("T_max")
+        if b.has("eta_min") and b.lit("eta_min") not in (0, 0.0):
+            eta = b.atom("eta_min")
+            return f"lambda epoch: {eta} + ({lr} - {eta}) * (1 + {jnp}.cos({jnp}.pi * epoch / {t_max})) / 2", False
+        return f"lambda epoch: {atom(cst.parse_expression(lr))} * (1 + {jnp}.cos({jnp}.pi * epoch / {t_max})) / 2", False
+    if kind == "OneCycleLR":
+        if _flag(b, "cycle_momentum", True) is not False:
+            raise Manual("OneCycleLR cycles the momentum (SGD momentum / Adam beta1) unless cycle_momentum=False: "
+                         "optax would need inject_hyperparams for that; pass cycle_momentum=False or port by hand")
+        if _flag(b, "three_phase"):
+            raise Manual("three_phase=True is not ported")
+        if b.has("anneal_strategy") and b.lit("anneal_strategy") != "cos":
+            raise Manual("anneal_strategy='linear' is not ported")
+        jnp = b.jnp
+        if b.has("total_steps"):
+            total = b.atom("total_steps")
+        elif b.has("epochs") and b.has("steps_per_epoch"):
+            total = f"({b.atom('epochs')} * {b.atom('steps_per_epoch')})"
+        else:
+            raise Manual("OneCycleLR needs total_steps= or epochs= and steps_per_epoch=")
+        hi = b.atom("max_lr")
+        lo = f"{hi} / {b.atom('div_factor') if b.has('div_factor') else '25.0'}"
+        low = f"{lo} / {b.atom('final_div_factor') if b.has('final_div_factor') else '1e4'}"
+        pct = b.atom("pct_start") if b.has("pct_start") else "0.3"
+        e1 = f"({pct} * {total} - 1)"
+        up = f"{hi} + ({lo} - {hi}) / 2 * ({jnp}.cos({jnp}.pi * step / {e1}) + 1)"
+        down = f"{low} + ({hi} - {low}) / 2 * ({jnp}.cos({jnp}.pi * (step - {e1}) / ({total} - 1 - {e1})) + 1)"
+        return f"lambda step: {jnp}.where(step <= {e1}, {up}, {down})", True
+    raise Manual(f"{kind} is not ported (porter ports StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR and OneCycleLR)")
+
+
+# --------------------------------------------------------------------------------------
+# The file's optimizers and their schedulers
+# --------------------------------------------------------------------------------------
+@dataclass
+class Plan:
+    stmt: cst.SimpleStatementLine  # the optimizer's statement
+    call: cst.Call
+    qual: str
+    target: str  # the optimizer's name (`optimizer`, `self.opt`)
+    block: Optional[cst.CSTNode]  # the statements' block
+    scheduler_stmt: Optional[cst.SimpleStatementLine] = None
+    scheduler_call: Optional[cst.Call] = None
+    scheduler_target: Optional[str] = None
+    scheduler_error: Optional[str] = None  # why the scheduler cannot be folded in
+
+
+def _assign_of(stmt: cst.CSTNode) -> Optional[tuple[str, cst.Call]]:
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign):
+        a = stmt.body[0]
+        if len(a.targets) == 1 and isinstance(a.value, cst.Call):
+            return code(a.targets[0].target), a.value
+    return None
+
+
+def _blocks(node: cst.CSTNode):
+    """Every statement block (a module body, an indented block) under ``node``."""
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        if isinstance(cur, (cst.Module, cst.IndentedBlock)):
+            yield cur
+        if isinstance(cur, (cst.BaseExpression,)):
+            continue
+        stack.extend(astutil.children(cur))
+
+
+def plans(ctx: FileContext) -> list[Plan]:
+    key = ("optax.plans",)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    out: list[Plan] = []
+    for block in _blocks(ctx.module):
+        body = list(block.body)
+        for i, stmt in enumerate(body):
+            got = _assign_of(stmt)
+            if not got:
+                continue
+            target, call = got
+            qual = ctx.qualname(call.func) or ""
+            if qual not in OPTIMIZERS:
+                continue
+            plan = Plan(stmt, call, qual, target, block)
+            out.append(plan)
+    # schedulers: attach each to its optimizer (same block, after it)
+    for block in _blocks(ctx.module):
+        for stmt in block.body:
+            got = _assign_of(stmt)
+            if not got:
+                continue
+            target, call = got
+            qual = ctx.qualname(call.func) or ""
+            if not is_scheduler(qual):
+                continue
+            first = astutil.arg(call, "optimizer", 0)
+            owner = [p for p in out if first is not None and code(first.value) == p.target]
+            if not owner:
+                continue
+            p = owner[0]
+            if p.scheduler_stmt is not None:
+                p.scheduler_error = "two schedulers on one optimizer (chained schedulers) are not ported"
+                continue
+            p.scheduler_stmt, p.scheduler_call, p.scheduler_target = stmt, call, target
+            if p.block is not block or list(block.body).index(stmt) < list(block.body).index(p.stmt):
+                p.scheduler_error = "the scheduler is built in another block than its optimizer"
+    ctx.cache[key] = out
+    return out
+
+
+def scheduler_plan(ctx: FileContext, call: cst.Call) -> Optional[Plan]:
+    for p in plans(ctx):
+        if p.scheduler_call is call:
+            return p
+    return None
+
+
+def updates_per_step(ctx: FileContext, sched_target: str, optimizer_target: str) -> Optional[str]:
+    """How many optimizer updates happen per ``scheduler.step()``: "1" when the scheduler is
+    stepped in the loop that steps the optimizer, ``len(<loader>)`` when it is stepped in an
+    outer loop around a loop over the loader (possibly in a function of the file it calls);
+    None when porter cannot tell (also when the scheduler is never stepped)."""
+    functions = {s.name.value: s for s in astutil.walk(ctx.module, into_functions=True) if isinstance(s, cst.FunctionDef)}
+    answers = set()
+    for loop, call in _sched_steps(ctx.module, sched_target):
+        if loop is None:
+            return None
+        if _steps_optimizer(loop.body, optimizer_target):
+            answers.add("1")
+            continue
+        found = None
+        for inner in astutil.walk(loop.body, into_functions=False):
+            if isinstance(inner, cst.For) and inner is not loop and _steps_optimizer(inner.body, optimizer_target):
+                found = _length_of(inner.iter)
+                break
+            if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Name) and inner.func.value in functions:
+                fn = functions[inner.func.value]
+                loader = _loader_in_function(fn, inner, optimizer_target)
+                if loader is not None:
+                    found = loader
+                    break
+        if found is None:
+            return None
+        answers.add(found)
+    if len(answers) != 1:
+        return None
+    return answers.pop()
+
+
+def _sched_steps(module: cst.Module, target: str):
+    """(innermost loop or None, call) for every ``<target>.step()``."""
+    out = []
+
+    def visit(node: cst.CSTNode, loop: Optional[cst.CSTNode]) -> None:
+        if isinstance(node, cst.Call) and astutil.method_name(node) == "step" and code(node.func.value) == target:  # type: ignore[attr-defined]
+            out.append((loop, node))
+        if isinstance(node, (cst.For, cst.While)):
+            loop = node
+        if isinstance(node, cst.FunctionDef) and loop is not None:
+            loop = None
+        for child in astutil.children(node):
+            visit(child, loop)
+
+    visit(module, None)
+    return out
+
+
+def _walk_same_loop(node: cst.CSTNode):
+    """Nodes under ``node``, not entering nested loops or functions."""
+    stack = list(astutil.children(node))
+    while stack:
+        cur = stack.pop()
+        yield cur
+        if isinstance(cur, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            continue
+        stack.extend(astutil.children(cur))
+
+
+def _steps_optimizer(body: cst.CSTNode, optimizer_target: str) -> bool:
+    """The body (outside nested loops) steps an optimizer: ``opt.step()`` or ``scaler.step(opt)``."""
+    for n in _walk_same_loop(body):
+        if isinstance(n, cst.Call) and astutil.method_name(n) == "step":
+            recv = code(n.func.value)  # type: ignore[attr-defined]
+            if recv == optimizer_target or "opt" in recv.rsplit(".", 1)[-1].lower():
+                return True
+            if n.args and code(n.args[0].value) == optimizer_target:
+                return True
+    return False
+
+
+def _loop_bodies(node: cst.CSTNode):
+    for n in astutil.walk(node):
+        if isinstance(n, cst.For):
+            yield n
+
+
+def _length_of(iterable: cst.CSTNode) -> Optional[str]:
+    node = iterable
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("enumerate", "tqdm", "iter") and node.args:
+        node = node.args[0].value
+    if isinstance(node, (cst.Name, cst.Attribute)):
+        return f"len({code(node)})"
+    return None
+
+
+def _loader_in_function(fn: cst.FunctionDef, call: cst.Call, optimizer_target: str) -> Optional[str]:
+    """The call runs ``fn``, whose loop over one of its parameters steps an optimizer: the
+    length of the argument the call passes for that parameter."""
+    params = [p.name.value for p in fn.params.params]
+    for loop in _loop_bodies(fn.body):
+        if not _steps_optimizer(loop.body, optimizer_target):
+            continue
+        it = loop.iter
+        while isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value in ("enumerate", "tqdm") and it.args:
+            it = it.args[0].value
+        if isinstance(it, cst.Name) and it.value in params:
+            idx = params.index(it.value)
+            a = astutil.arg(call, it.value, idx)
+            if a is not None and isinstance(a.value, (cst.Name, cst.Attribute)):
+                return f"len({code(a.value)})"
+        return None
+    return None
+
+
+def fold(ctx: FileContext, p: Plan):
+    """(scheduler statement text or None, optimizer statement text, modules) for a plan, or
+    raises Manual with the reason the pair cannot be ported."""
+    from ._ops_table import DROPPED  # noqa: F401  (bind drops placement arguments)
+
+    first = astutil.arg(p.call, "params", 0)
+    if first is None:
+        raise Manual("the optimizer's parameters are not given")
+    model = model_of(first.value)
+    spec = OPTIMIZERS[p.qual]
+    b = bind(p.call, spec.sig, ctx)
+    lr = b["lr"] if b.has("lr") else spec.default_lr
+    sched_text = None
+    lr_arg = lr
+    used: set[str] = set()
+    if p.scheduler_stmt is not None:
+        if p.scheduler_error:
+            raise Manual(p.scheduler_error)
+        sq = ctx.qualname(p.scheduler_call.func) or ""
+        kind = sq.rsplit(".", 1)[1]
+        if kind not in SCHEDULERS:
+            raise Manual(f"{kind} is not ported (porter ports {', '.join(SCHEDULERS)})")
+        sb = bind(p.scheduler_call, SCHEDULERS[kind], ctx)
+        expr, _per_batch = schedule(kind, sb, lr)
+        used |= sb.used
+        factor = updates_per_step(ctx, p.scheduler_target, p.target)
+        if factor is None:
+            raise Manual(f"porter cannot tell how many optimizer updates run per {p.scheduler_target}.step() "
+                         "(optax counts updates): build the schedule by hand")
+        sched_text = f"{p.scheduler_target} = {expr}"
+        lr_arg = p.scheduler_target if factor == "1" else f"lambda step: {p.scheduler_target}(step // {factor})"
+    tx = transformation(p.qual, b, lr_arg)
+    used |= b.used
+    nnx = ctx.module_alias("flax.nnx")
+    used.add("flax.nnx")
+    return sched_text, f"{p.target} = {nnx}.Optimizer({model}, {tx}, wrt={nnx}.Param)", used

@@ -1,0 +1,140 @@
+import libcst as cst
+
+from porter.rules import Edit, Example, Fix, Rule, Severity
+
+from . import _ops_table as ops
+from . import _optax
+
+
+class OptimizerToOptax(Rule):
+    """
+    ## What it does
+    Rewrites a torch optimizer (`torch.optim.SGD/Adam/AdamW/RMSprop(model.parameters(), ...)`)
+    to `nnx.Optimizer(model, <optax transformation>, wrt=nnx.Param)` with torch's semantics:
+    SGD `momentum`/`nesterov` -> `optax.sgd`; torch's coupled (L2) `weight_decay` of SGD, Adam
+    and RMSprop -> `optax.add_decayed_weights` chained before the update; AdamW's decoupled
+    decay -> `optax.adamw(weight_decay=...)` (torch's default 0.01 spelled out); RMSprop ->
+    `optax.rmsprop(decay=alpha, eps_in_sqrt=False)` (torch adds eps outside the square root);
+    torch's default learning rates spelled out.
+
+    A learning-rate scheduler built on the optimizer (StepLR, MultiStepLR, ExponentialLR,
+    CosineAnnealingLR, OneCycleLR) is folded in: its statement becomes the optax schedule
+    (`scheduler = optax.exponential_decay(...)`), placed before the optimizer, and the
+    optimizer takes it as learning rate. torch steps most schedulers once per epoch while
+    optax counts optimizer updates, so the rule reads the loops: when `scheduler.step()` runs
+    in a loop around the loop over `train_loader` (or around a call of a function of the file
+    that loops over the loader it is given), the learning rate is
+    `lambda step: scheduler(step // len(train_loader))`; stepped next to the optimizer, it
+    is `scheduler`. `optimizer.zero_grad()`, `optimizer.step()` and `scheduler.step()` are the
+    training-loop rules' business.
+
+    Options with no exact optax counterpart (SGD dampening, amsgrad, maximize, parameter
+    groups, OneCycleLR's momentum cycling, LambdaLR and other schedulers, a schedule whose
+    steps per epoch porter cannot see) leave the optimizer in place, marked
+    `# porter: manual`, with the reason.
+
+    ## Why
+    A JAX training step updates parameters with an optax transformation; the learning rate
+    schedule is part of it rather than a separate object mutating the optimizer.
+
+    ## Fix safety
+    Safe: tests/test_jax_ops_run.py runs 20 steps of each optimizer and scheduler in torch and
+    in the port on the same problem and compares the parameters (1e-5 relative).
+    """
+
+    code = "JX201"
+    name = "optimizer-to-optax"
+    target = "jax"
+    summary = "torch.optim.X(model.parameters()) (+ LR scheduler) -> nnx.Optimizer(model, optax..., wrt=nnx.Param)"
+    severity = Severity.ERROR
+    needs_text = ("optim",)
+    examples = [
+        Example(
+            """
+            import torch
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+            """,
+            """
+            import torch
+            import optax
+            import flax.nnx as nnx
+
+            optimizer = nnx.Optimizer(model, optax.chain(optax.add_decayed_weights(5e-4), optax.sgd(0.1, momentum=0.9)), wrt=nnx.Param)
+            """,
+            title="SGD with torch's (coupled) weight decay",
+        ),
+        Example(
+            """
+            import torch.optim as optim
+            from torch.optim.lr_scheduler import StepLR
+
+            def main(model, train_loader, epochs):
+                optimizer = optim.Adam(model.parameters(), lr=1e-3)
+                scheduler = StepLR(optimizer, step_size=1, gamma=0.7)
+                for epoch in range(epochs):
+                    for x, y in train_loader:
+                        optimizer.zero_grad()
+                        loss_fn(model(x), y).backward()
+                        optimizer.step()
+                    scheduler.step()
+            """,
+            """
+            import torch.optim as optim
+            from torch.optim.lr_scheduler import StepLR
+            import optax
+            import flax.nnx as nnx
+
+            def main(model, train_loader, epochs):
+                scheduler = optax.exponential_decay(1e-3, transition_steps=1, decay_rate=0.7, staircase=True)
+                optimizer = nnx.Optimizer(model, optax.adam(lambda step: scheduler(step // len(train_loader))), wrt=nnx.Param)
+                for epoch in range(epochs):
+                    for x, y in train_loader:
+                        optimizer.zero_grad()
+                        loss_fn(model(x), y).backward()
+                        optimizer.step()
+                    scheduler.step()
+            """,
+            title="a per-epoch scheduler folded in as an optax schedule over updates",
+        ),
+        Example(
+            """
+            import torch
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, dampening=0.1)
+            """,
+            """
+            import torch
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, dampening=0.1)  # porter: manual
+            """,
+            title="no exact optax counterpart: marked for a manual port",
+        ),
+    ]
+    valid = ["import optax\nfrom flax import nnx\noptimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)\n"]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        qual = self.ctx.qualname(node.func)
+        if qual not in _optax.OPTIMIZERS:
+            return
+        plan = next((p for p in _optax.plans(self.ctx) if p.call is node), None)
+        display = qual.replace("torch.optim.", "optim.")
+        if plan is None:
+            ops.report_manual(self, node, f"{display}: porter ports optimizers assigned to a name in a statement of their own")
+            return
+        try:
+            sched_text, opt_text, used = _optax.fold(self.ctx, plan)
+        except ops.Manual as exc:
+            ops.report_manual(self, node, f"{display}: {exc}")
+            return
+        new_opt = cst.parse_statement(opt_text)
+        edits = []
+        if sched_text is not None:
+            new_sched = cst.parse_statement(sched_text).with_changes(leading_lines=plan.stmt.leading_lines)
+            edits.append(Edit(plan.stmt, cst.FlattenSentinel([new_sched, new_opt])))
+            edits.append(Edit(plan.scheduler_stmt, cst.RemoveFromParent()))
+        else:
+            edits.append(Edit(plan.stmt, new_opt.with_changes(leading_lines=plan.stmt.leading_lines,
+                                                              trailing_whitespace=plan.stmt.trailing_whitespace)))
+        what = f"{display} -> nnx.Optimizer with optax" + (" (scheduler folded in as the learning-rate schedule)" if sched_text else "")
+        self.report(node, what, Fix(tuple(edits), imports=tuple(sorted(used))))

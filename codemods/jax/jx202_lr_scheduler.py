@@ -1,0 +1,73 @@
+import libcst as cst
+
+from porter.rules import Example, Rule, Severity
+
+from . import _ops_table as ops
+from . import _optax
+
+
+class LRScheduler(Rule):
+    """
+    ## What it does
+    Reports torch LR schedulers that porter cannot fold into the optimizer's optax schedule
+    (JX201 folds StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR and OneCycleLR with
+    `cycle_momentum=False`): LambdaLR (the lambda receives the epoch as a Python int and may
+    branch on it, which a traced step count cannot do), ReduceLROnPlateau (it reads the
+    validation loss), chained or sequential schedulers, OneCycleLR cycling the momentum, a
+    scheduler whose optimizer porter cannot see, or one whose `step()` porter cannot place
+    relative to the optimizer updates. The line is marked `# porter: manual`.
+
+    ## Why
+    optax takes the learning rate as a function of the update count; a torch scheduler that
+    mutates the optimizer from outside has to be rewritten as such a function, and these
+    cannot be rewritten mechanically with the same values.
+
+    ## Fix safety
+    The fix only adds the `# porter: manual` marker; it changes no code.
+    """
+
+    code = "JX202"
+    name = "lr-scheduler-to-optax"
+    target = "jax"
+    summary = "LR schedulers optax cannot express mechanically (LambdaLR, ReduceLROnPlateau, ...): reported"
+    severity = Severity.ERROR
+    needs_text = ("lr_scheduler",)
+    examples = [
+        Example(
+            """
+            import torch
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: 0.95 ** epoch)
+            """,
+            """
+            import torch
+
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: 0.95 ** epoch)  # porter: manual
+            """,
+            title="LambdaLR",
+        ),
+    ]
+    valid = [
+        "import torch\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 10)\nfor e in range(3):\n"
+        "    for x in loader:\n        optimizer.step()\n    scheduler.step()\n",
+    ]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        qual = self.ctx.qualname(node.func)
+        if not _optax.is_scheduler(qual):
+            return
+        kind = qual.rsplit(".", 1)[1]
+        if not kind[:1].isupper():
+            return
+        plan = _optax.scheduler_plan(self.ctx, node)
+        if plan is None:
+            ops.report_manual(self, node, f"{kind}: porter cannot see the torch.optim optimizer it schedules "
+                                          "(optax takes the schedule as the optimizer's learning rate)")
+            return
+        try:
+            _optax.fold(self.ctx, plan)
+        except ops.Manual as exc:
+            ops.report_manual(self, node, f"{kind}: {exc}")
