@@ -50,6 +50,8 @@ class Layer:
     # parameters the port accepts only at these literal values (dropped from the call):
     # name -> (allowed values, why other values are not translated)
     only: dict = field(default_factory=dict)
+    # `only` parameters kept in the call (the emitted class reads them)
+    keep: tuple[str, ...] = ()
     # parameters accepted and dropped (no meaning in JAX): device placement
     drop: tuple[str, ...] = ("device",)
     build: Optional[Callable[[Bound, FileContext], tuple[str, tuple[str, ...]]]] = None
@@ -97,7 +99,8 @@ def plan(call: cst.Call, qual: str, ctx: FileContext) -> Optional[Union[Plan, Ma
                 if value is NOT_LITERAL or value not in allowed:
                     raise Manual(f"nn.{layer.torch}({name}={code(bound[name].value)}): {why}")
         for name in (*layer.only, *layer.drop):
-            bound.pop(name, None)
+            if name not in layer.keep:
+                bound.pop(name, None)
         if layer.kind == "helper":
             return _helper_plan(call, layer, bound)
         assert layer.build is not None
@@ -282,8 +285,8 @@ LAYERS: dict[str, Layer] = {
         # channels-first layers with torch's arguments (emitted classes)
         *[
             Layer(f"Conv{n}d", ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation",
-                                "groups", "bias", "padding_mode", "device", "dtype"), "helper", True,
-                  only={"padding_mode": (("zeros", "circular"), "only 'zeros' and 'circular' padding have an nnx.Conv counterpart")})
+                                "groups", "bias", "padding_mode", "device", "dtype"), "helper", True, keep=("padding_mode",),
+                  only={"padding_mode": (("zeros", "reflect", "replicate", "circular"), "a literal padding mode is needed")})
             for n in (1, 2, 3)
         ],
         *[
@@ -366,3 +369,44 @@ MANUAL_LAYERS = {
     "PReLU": "not translated (nnx.PReLU has one shared slope and another parameter name)",
     "Unflatten": "not translated",
 }
+
+
+# what an annotation naming a torch layer class becomes in the port
+_NNX_CLASSES = {"Linear": "Linear", "LayerNorm": "LayerNorm", "Embedding": "Embed", "Dropout": "Dropout"}
+
+
+def annotation_for(short: str, nnx: str) -> Optional[str]:
+    """`nn.Conv2d` in an annotation -> "TorchConv2d", `nn.Linear` -> "nnx.Linear"; None for
+    layers that become functions or are not translated."""
+    layer = LAYERS.get(short)
+    if layer is None:
+        return None
+    if layer.kind == "helper":
+        return layer.helper or f"Torch{layer.torch}"
+    if short in _NNX_CLASSES:
+        return f"{nnx}.{_NNX_CLASSES[short]}"
+    return None
+
+
+def inside_manual_construct(ctx: FileContext) -> bool:
+    """The current node is an argument of a torch.nn construction left for a manual port
+    (``nn.Sequential(OrderedDict(...))``, an untranslated layer): it stays as written too."""
+    for anc in ctx.ancestors[:-1]:
+        if isinstance(anc, cst.Call):
+            qual = ctx.qualname(anc.func) or ""
+            if not qual.startswith("torch.nn."):
+                continue
+            if qual == "torch.nn.Sequential" and has_ordered_dict(anc, ctx):
+                return True
+            if isinstance(plan(anc, qual, ctx), Manual):
+                return True
+    return False
+
+
+def has_ordered_dict(call: cst.Call, ctx: FileContext) -> bool:
+    if len(call.args) != 1 or call.args[0].star:
+        return False
+    value = call.args[0].value
+    return isinstance(value, cst.Dict) or (
+        isinstance(value, cst.Call) and (ctx.qualname(value.func) or "").endswith("OrderedDict")
+    )

@@ -7,7 +7,10 @@ import libcst as cst
 from porter import astutil
 from porter.rules import Edit, Example, Fix, Rule, Severity
 
-from . import _nnx
+from . import _layers, _nnx
+
+# left unused by the port of the module classes: removed when nothing else reads them
+_TORCH_IMPORTS = (("torch.nn", None), ("torch", "nn"), ("torch", None))
 
 
 class NnxModule(Rule):
@@ -145,21 +148,26 @@ class NnxModule(Rule):
             self.report(
                 node,
                 f"class {node.name.value}: a torch nn.Module -> a Flax NNX module (rngs, __call__)",
-                Fix(tuple(edits), imports=("flax.nnx",)),
+                Fix(tuple(edits), imports=("flax.nnx",), remove_imports=_TORCH_IMPORTS),
             )
 
     def visit_Annotation(self, node: cst.Annotation) -> None:
-        """`Optional[nn.Module]` -> `Optional[nnx.Module]` in the file's annotations."""
+        """`Optional[nn.Module]` -> `Optional[nnx.Module]`, `-> nn.Conv2d` -> `-> TorchConv2d`."""
         if not _nnx.module_classes(self.ctx):
             return
         nnx = _nnx.nnx_name(self.ctx)
-        edits = [
-            self.replace(n, cst.parse_expression(f"{nnx}.Module"))
-            for n in astutil.walk(node.annotation, into_functions=True)
-            if isinstance(n, (cst.Name, cst.Attribute)) and self.ctx.qualname(n) in _nnx.TORCH_MODULE
-        ]
+        edits = []
+        for n in astutil.walk(node.annotation, into_functions=True):
+            if not isinstance(n, (cst.Name, cst.Attribute)):
+                continue
+            qual = self.ctx.qualname(n) or ""
+            if qual in _nnx.TORCH_MODULE:
+                edits.append(self.replace(n, cst.parse_expression(f"{nnx}.Module")))
+            elif qual.startswith("torch.nn.") and (new := _layers.annotation_for(qual[len("torch.nn."):], nnx)):
+                edits.append(self.replace(n, cst.parse_expression(new)))
         if edits:
-            self.report(node, "an annotation naming nn.Module -> nnx.Module", Fix(tuple(edits), imports=("flax.nnx",)))
+            self.report(node, "an annotation naming a torch module class -> its NNX counterpart",
+                        Fix(tuple(edits), imports=("flax.nnx",), remove_imports=_TORCH_IMPORTS))
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         """Module-level factory functions that build layers or modules."""

@@ -33,7 +33,7 @@ class NnxLayer(Rule):
       `nn.Flatten()` -> `lambda x: x.reshape(x.shape[0], -1)`, `nn.Identity()` -> `lambda x: x`.
 
     Layers and arguments without a faithful translation (`ceil_mode=True`, a bidirectional
-    LSTM, `padding_mode='reflect'`...) are left alone and reported by JX090.
+    LSTM, grouped transposed convolutions...) are left alone and reported by JX090.
 
     ## Why
     NNX layers differ from torch's in their defaults (Conv padding 'SAME', LayerNorm epsilon
@@ -122,11 +122,14 @@ class NnxLayer(Rule):
         result = _layers.plan(node, qual, self.ctx)
         if result is None or isinstance(result, _layers.Manual):
             return
+        if _layers.inside_manual_construct(self.ctx):
+            return  # part of a construction left for a manual port (JX090)
         if result.rngs and not _nnx.in_rngs_scope(self.ctx):
             return  # built outside a module class or factory: JX090 reports it
         self.report(
             node,
             f"{_nnx.code(node.func)}(...) -> {_nnx.code(result.new.func) if isinstance(result.new, cst.Call) else _nnx.code(result.new)}: "
             "the Flax NNX layer with torch's semantics",
-            Fix((self.replace(node, result.new),), imports=result.imports),
+            Fix((self.replace(node, result.new),), imports=result.imports,
+                remove_imports=(("torch.nn", None), ("torch", "nn"), ("torch", None))),
         )

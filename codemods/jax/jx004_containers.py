@@ -4,7 +4,7 @@ import libcst as cst
 
 from porter.rules import Example, Fix, Rule, Severity
 
-from . import _nnx
+from . import _layers, _nnx
 
 _CONTAINERS = {
     "torch.nn.Sequential": "Sequential",
@@ -81,8 +81,10 @@ class NnxContainers(Rule):
         kind = _CONTAINERS.get(qual or "")
         if kind is None:
             return
-        if kind == "Sequential" and _has_ordered_dict(node, self.ctx):
+        if kind == "Sequential" and _layers.has_ordered_dict(node, self.ctx):
             return  # JX090
+        if _layers.inside_manual_construct(self.ctx):
+            return
         nnx = _nnx.nnx_name(self.ctx)
         new = node.with_changes(func=cst.parse_expression(f"{nnx}.{kind}"))
         if kind != "Sequential" and not node.args:
@@ -90,12 +92,8 @@ class NnxContainers(Rule):
         self.report(
             node,
             f"{_nnx.code(node.func)}(...) -> {nnx}.{kind}(...): NNX's container keeps the torch indices/keys",
-            Fix((self.replace(node, new),), imports=("flax.nnx",)),
+            Fix((self.replace(node, new),), imports=("flax.nnx",),
+                remove_imports=(("torch.nn", None), ("torch", "nn"), ("torch", None))),
         )
 
 
-def _has_ordered_dict(call: cst.Call, ctx) -> bool:
-    return len(call.args) == 1 and not call.args[0].star and isinstance(call.args[0].value, (cst.Call, cst.Dict)) and (
-        isinstance(call.args[0].value, cst.Dict)
-        or (ctx.qualname(call.args[0].value.func) or "").endswith("OrderedDict")
-    )

@@ -86,7 +86,9 @@ class TorchLayerHelpers(Rule):
 
 
             class TorchMaxPool2d(nnx.Module):
-                \"\"\"torch.nn.MaxPool2d on NCHW input (-inf padding), via jax.lax.reduce_window.\"\"\"
+                \"\"\"torch.nn.MaxPool2d on NCHW input (-inf padding), via jax.lax.reduce_window; with
+                dilation, the maximum over the kernel's shifted strided slices (reduce_window has no
+                gradient for dilated windows).\"\"\"
 
                 def __init__(self, kernel_size, stride=None, padding=0, dilation=1):
                     self.kernel_size, self.stride = kernel_size, kernel_size if stride is None else stride
@@ -95,8 +97,17 @@ class TorchLayerHelpers(Rule):
                 def __call__(self, x):
                     window, strides, padding, dilation = _window_args(
                         x, self.kernel_size, self.stride, self.padding, self.dilation)
-                    return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window, strides, padding,
-                                                 window_dilation=dilation)
+                    if dilation == (1, 1, 1, 1):
+                        return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window, strides, padding)
+                    (kh, kw), (sh, sw), (dh, dw) = window[2:], strides[2:], dilation[2:]
+                    x = jnp.pad(x, padding, constant_values=-jnp.inf)
+                    oh = (x.shape[2] - dh * (kh - 1) - 1) // sh + 1
+                    ow = (x.shape[3] - dw * (kw - 1) - 1) // sw + 1
+                    taps = [
+                        x[:, :, i * dh: i * dh + (oh - 1) * sh + 1: sh, j * dw: j * dw + (ow - 1) * sw + 1: sw]
+                        for i in range(kh) for j in range(kw)
+                    ]
+                    return jnp.max(jnp.stack(taps), axis=0)
 
 
             class Net(nnx.Module):

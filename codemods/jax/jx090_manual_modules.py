@@ -8,7 +8,6 @@ from porter import astutil
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _layers, _nnx
-from .jx004_containers import _has_ordered_dict
 
 
 class ManualModule(Rule):
@@ -19,14 +18,12 @@ class ManualModule(Rule):
 
     - torch.nn layers without a translation (`nn.TransformerEncoderLayer`, `nn.RNN`,
       `nn.Upsample`, `nn.EmbeddingBag`...) and arguments the translation does not cover
-      (`ceil_mode=True`, `return_indices=True`, a bidirectional LSTM, `padding_mode='reflect'`,
+      (`ceil_mode=True`, `return_indices=True`, a bidirectional LSTM, `nn.ConvTranspose2d(groups=2)`,
       `nn.Softmax()` without `dim`, LayerNorm over several dimensions, `dtype=`...);
     - a layer with parameters built outside a module class or a factory function (it has no
       `rngs` to draw its parameters from);
     - `nn.Sequential(OrderedDict(...))` (named children), `register_buffer` with a computed
-      name or a `None` tensor, `add_module`, forward/backward hooks, `self.training`
-      (NNX modules have no training flag: Dropout and BatchNorm read `deterministic` /
-      `use_running_average`, set by `model.train()` / `model.eval()`);
+      name or a `None` tensor, `add_module`, forward/backward hooks;
     - classes deriving from a torch.nn layer other than `nn.Module` (`class MyConv(nn.Conv2d)`).
 
     ## Why
@@ -41,7 +38,7 @@ class ManualModule(Rule):
     target = "jax"
     summary = "module constructs without a faithful NNX translation: reported, marked # porter: manual"
     severity = Severity.ERROR
-    needs_text = ("nn", "Module", "register_", "training")
+    needs_text = ("nn", "Module", "register_")
     examples = [
         Example(
             """
@@ -100,9 +97,11 @@ class ManualModule(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         qual = self.ctx.qualname(node.func) or ""
         if qual.startswith("torch.nn."):
-            if qual == "torch.nn.Sequential" and _has_ordered_dict(node, self.ctx):
+            if qual == "torch.nn.Sequential" and _layers.has_ordered_dict(node, self.ctx):
                 self._manual(node, "nn.Sequential of named children (OrderedDict): write the layers as attributes, or an nnx.Sequential with torch's names mapped by hand")
                 return
+            if _layers.inside_manual_construct(self.ctx):
+                return  # the enclosing construction is reported
             result = _layers.plan(node, qual, self.ctx)
             if isinstance(result, _layers.Manual):
                 self._manual(node, str(result))
@@ -122,13 +121,6 @@ class ManualModule(Rule):
                 self._manual(node, "register_buffer with a computed name: assign an nnx.Variable attribute by hand")
             elif tensor is None or _nnx.literal(tensor.value) is None:
                 self._manual(node, "register_buffer(name, None): an optional buffer has no NNX counterpart")
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        if (
-            node.attr.value == "training" and isinstance(node.value, cst.Name) and node.value.value == "self"
-            and _nnx.enclosing_module_class(self.ctx) is not None
-        ):
-            self._manual(node, "self.training: NNX modules have no training flag; read a flag that model.train()/eval() set (deterministic) or pass one in")
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         for base in node.bases:
