@@ -323,6 +323,12 @@ LAYERS: dict[str, Layer] = {
                     "add_zero_attn": ((False,), "a zero attention row is not translated"),
                     "kdim": ((None,), "separate key/value projections (kdim/vdim) are not translated"),
                     "vdim": ((None,), "separate key/value projections (kdim/vdim) are not translated")}),
+        Layer("TransformerEncoderLayer", ("d_model", "nhead", "dim_feedforward", "dropout", "activation",
+                                          "layer_norm_eps", "batch_first", "norm_first", "bias", "device", "dtype"),
+              "helper", True, keep=("activation",),
+              only={"activation": (("relu", "gelu"), "a callable activation is not translated: give \"relu\" or \"gelu\"")}),
+        Layer("TransformerEncoder", ("encoder_layer", "num_layers", "norm", "enable_nested_tensor", "mask_check"),
+              "helper", drop=("enable_nested_tensor", "mask_check")),
         # stateless layers: function values
         Layer("ReLU", ("inplace",), "function", only=_INPLACE, build=_fn("relu")),
         Layer("ReLU6", ("inplace",), "function", only=_INPLACE, build=_fn("relu6")),
@@ -353,9 +359,7 @@ NOT_LAYERS = frozenset({
 MANUAL_LAYERS = {
     "RNN": "Elman RNNs are not translated (LSTM and GRU are)",
     "Transformer": "not translated: build it from MultiheadAttention, Linear and LayerNorm",
-    "TransformerEncoderLayer": "not translated: write the block with nn.MultiheadAttention, Linear, LayerNorm and Dropout (those are)",
     "TransformerDecoderLayer": "not translated: write the block with nn.MultiheadAttention, Linear, LayerNorm and Dropout (those are)",
-    "TransformerEncoder": "not translated: stack explicit encoder blocks in an nn.ModuleList",
     "TransformerDecoder": "not translated: stack explicit decoder blocks in an nn.ModuleList",
     "EmbeddingBag": "not translated",
     "AdaptiveMaxPool2d": "not translated (AdaptiveAvgPool2d is)",

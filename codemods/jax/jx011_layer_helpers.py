@@ -14,6 +14,7 @@ HELPERS = {
     "TorchMaxPool2d": ("_window_args", "_ntuple"), "TorchAvgPool2d": ("_window_args", "_ntuple"),
     "TorchAdaptiveAvgPool2d": ("_ntuple",), "TorchEmbedding": (),
     "TorchLSTM": (), "TorchGRU": (), "TorchMultiheadAttention": (),
+    "TorchTransformerEncoderLayer": ("TorchMultiheadAttention",), "TorchTransformerEncoder": (),
 }
 
 
@@ -41,6 +42,9 @@ class TorchLayerHelpers(Rule):
       dropout; a `jax.lax.scan` over time.
     - `TorchMultiheadAttention`: `in_proj_weight` / `in_proj_bias` / `out_proj` as in torch,
       `key_padding_mask`, `attn_mask`, `batch_first`, head-averaged weights.
+    - `TorchTransformerEncoderLayer` / `TorchTransformerEncoder`: torch's blocks with their
+      submodule names (`layers.0.self_attn.in_proj_weight`, `linear1`, `norm2`...), post- or
+      pre-norm, relu or exact gelu; the encoder clones its layer as torch deep-copies it.
 
     ## Why
     Flax's LSTM cells keep one kernel per gate with a single bias, nnx.MultiHeadAttention
@@ -138,5 +142,5 @@ class TorchLayerHelpers(Rule):
             node,
             f"the port uses {', '.join(sorted(wanted))}: defined in the file (torch semantics on Flax NNX)",
             Fix((self.replace(node, _nnx.insert_statements(statements, "before_defs")),),
-                imports=("jax", "jax.numpy", "flax.nnx")),
+                imports=("jax", "jax.numpy", "flax.nnx", *(("functools",) if "TorchTransformerEncoderLayer" in names else ()))),
         )

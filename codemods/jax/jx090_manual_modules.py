@@ -16,7 +16,7 @@ class ManualModule(Rule):
     Reports the module constructs the JAX port cannot translate with the same semantics and
     leaves them in place, marked `# porter: manual (JX090): <reason>` on their line:
 
-    - torch.nn layers without a translation (`nn.TransformerEncoderLayer`, `nn.RNN`,
+    - torch.nn layers without a translation (`nn.Transformer`, `nn.TransformerDecoderLayer`, `nn.RNN`,
       `nn.Upsample`, `nn.EmbeddingBag`...) and arguments the translation does not cover
       (`ceil_mode=True`, `return_indices=True`, a bidirectional LSTM, `nn.ConvTranspose2d(groups=2)`,
       `nn.Softmax()` without `dim`, LayerNorm over several dimensions, `dtype=`...);
@@ -48,7 +48,7 @@ class ManualModule(Rule):
                 def __init__(self):
                     super().__init__()
                     self.pool = nn.MaxPool2d(2, ceil_mode=True)
-                    self.enc = nn.TransformerEncoderLayer(64, 4)
+                    self.enc = nn.Transformer(64, 4)
             """,
             """
             import torch.nn as nn
@@ -57,7 +57,7 @@ class ManualModule(Rule):
                 def __init__(self):
                     super().__init__()
                     self.pool = nn.MaxPool2d(2, ceil_mode=True)  # porter: manual (JX090): nn.MaxPool2d(ceil_mode=True): ceil_mode output sizes are not translated
-                    self.enc = nn.TransformerEncoderLayer(64, 4)  # porter: manual (JX090): nn.TransformerEncoderLayer: not translated: write the block with nn.MultiheadAttention, Linear, LayerNorm and Dropout (those are)
+                    self.enc = nn.Transformer(64, 4)  # porter: manual (JX090): nn.Transformer: not translated: build it from MultiheadAttention, Linear and LayerNorm
             """,
             title="a layer argument and a layer without translation",
         ),
