@@ -615,7 +615,8 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
             self.pending: dict[str, asyncio.Task] = {}
             # every rule run (checks, fix-all) in this one thread: in order, off the loop
             self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="porter-check")
-            self.settings_cache: dict = {}
+            # the check running for a document: (version, text, settings, future)
+            self.inflight: dict[str, tuple] = {}
 
         # -- positions ------------------------------------------------------------------
         @property
@@ -668,9 +669,18 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
             cached = self.analyses.get(uri)
             if cached is not None and cached[0] == version and cached[1].text == text and cached[1].settings == settings:
                 return cached[1]  # (a save after editing pyproject.toml checks again)
-            path = str(_path_of(uri) or uri)
-            loop = asyncio.get_running_loop()
-            an = await loop.run_in_executor(self.worker, analyze, text, settings, path)
+            running = self.inflight.get(uri)
+            if running is not None and running[:3] == (version, text, settings):
+                future = running[3]  # a code action while the check of this version runs: wait for it
+            else:
+                path = str(_path_of(uri) or uri)
+                future = asyncio.get_running_loop().run_in_executor(self.worker, analyze, text, settings, path)
+                self.inflight[uri] = (version, text, settings, future)
+            try:
+                an = await asyncio.shield(future)
+            finally:
+                if future.done() and self.inflight.get(uri, (None,) * 4)[3] is future:
+                    del self.inflight[uri]
             if error is not None:
                 an.error = f"cannot read porter's settings: {error}"
             now = self.workspace.text_documents.get(uri)
