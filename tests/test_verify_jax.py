@@ -83,6 +83,7 @@ def test_host_callbacks_found_in_nested_jaxprs():
     assert host_callbacks(jax.make_jaxpr(noisy)(x)) == {"debug_print": 1, "pure_callback": 1}
 
 
+@pytest.mark.slow  # eager NNX layers: one compilation per op
 def test_nnx_paths_become_torch_names():
     import jax.numpy as jnp
     from flax import nnx
@@ -108,6 +109,7 @@ def test_nnx_paths_become_torch_names():
     assert np.array_equal(net(jnp.ones((3, 4))), y)
 
 
+@pytest.mark.slow  # eager NNX layers: one compilation per op
 def test_channels_last_outputs_are_recognised_by_what_the_layer_returns():
     import jax.numpy as jnp
     from flax import nnx
