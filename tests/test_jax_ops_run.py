@@ -171,3 +171,137 @@ def test_inplace(name, case):
         pytest.skip(f"torch: {exc}")
     got = run_forward(result.source, [jax.numpy.asarray(a) for a in arrays])
     assert_same(to_numpy(expected), to_numpy(got), f"{statement} -> {result.source.splitlines()[-2].strip()}")
+
+
+# --------------------------------------------------------------------------------------
+# Optimizers and LR schedulers: 20 steps in torch and in the port (JX201)
+# --------------------------------------------------------------------------------------
+OPTIMIZERS = {
+    "sgd": "torch.optim.SGD(model.parameters(), lr=0.1)",
+    "sgd_momentum": "torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)",
+    "sgd_nesterov_wd": "torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.01)",
+    "adam": "torch.optim.Adam(model.parameters(), lr=0.01)",
+    "adam_betas_wd": "torch.optim.Adam(model.parameters(), lr=0.02, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)",
+    "adamw": "torch.optim.AdamW(model.parameters(), lr=0.01)",
+    "adamw_wd": "torch.optim.AdamW(model.parameters(), lr=0.02, weight_decay=0.2, betas=(0.85, 0.98))",
+    "rmsprop": "torch.optim.RMSprop(model.parameters(), lr=0.01)",
+    "rmsprop_centered": "torch.optim.RMSprop(model.parameters(), lr=0.01, alpha=0.9, centered=True, momentum=0.5, weight_decay=0.01)",
+}
+SCHEDULERS = {  # name: (constructor, stepped per "epoch" or per "batch")
+    "none": (None, None),
+    "step": ("torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)", "epoch"),
+    "multistep": ("torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=[1, 3], gamma=0.3)", "epoch"),
+    "exponential": ("torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.8)", "epoch"),
+    "cosine": ("torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=3)", "epoch"),
+    "cosine_eta_min": ("torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=2, eta_min=0.001)", "epoch"),
+    "onecycle": ("torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.05, total_steps=20, cycle_momentum=False)", "batch"),
+    "step_per_batch": ("torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.7)", "batch"),
+    "step_in_function": ("torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.6)", "function"),
+}
+EPOCHS, BATCHES = 4, 5  # 20 optimizer steps
+OPT_PAIRS = [pytest.param(o, s, id=f"{o}-{s}") for o in OPTIMIZERS for s in ("none", "step")]
+OPT_PAIRS += [pytest.param(o, s, id=f"{o}-{s}") for o, s in [
+    ("sgd_momentum", "multistep"), ("sgd_momentum", "exponential"), ("sgd_momentum", "cosine"), ("adam", "cosine_eta_min"),
+    ("sgd_momentum", "onecycle"), ("adamw", "onecycle"), ("rmsprop", "step_per_batch"), ("sgd_nesterov_wd", "step_in_function"),
+    ("adam", "exponential"), ("rmsprop_centered", "cosine"),
+]]
+
+
+def training_script(opt: str, sched: str) -> str:
+    ctor, when = SCHEDULERS[sched]
+    lines = ["import torch", ""]
+    if when == "function":
+        lines += ["def train_epoch(model, loader, optimizer):", "    for x, y in loader:", "        optimizer.zero_grad()",
+                  "        loss_fn(model(x), y).backward()", "        optimizer.step()", ""]
+    lines.append(f"optimizer = {OPTIMIZERS[opt]}")
+    if ctor:
+        lines.append(f"scheduler = {ctor}")
+    lines += ["", "for epoch in range(EPOCHS):"]
+    if when == "function":
+        lines.append("    train_epoch(model, train_loader, optimizer)")
+    else:
+        lines += ["    for x, y in train_loader:", "        optimizer.zero_grad()", "        loss = loss_fn(model(x), y)",
+                  "        loss.backward()", "        optimizer.step()"]
+        if when == "batch":
+            lines.append("        scheduler.step()")
+    if when in ("epoch", "function"):
+        lines.append("    scheduler.step()")
+    return "\n".join(lines) + "\n"
+
+
+def _problem():
+    rng = np.random.default_rng(7)
+    w0 = rng.standard_normal((2, 3)).astype(np.float32)
+    b0 = rng.standard_normal(2).astype(np.float32)
+    batches = [(rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((4, 2)).astype(np.float32)) for _ in range(BATCHES)]
+    return w0, b0, batches
+
+
+class _Recorder:
+    """The torch side's train_loader: records the parameters before each batch."""
+
+    def __init__(self, batches, model, trace):
+        self.batches, self.model, self.trace = batches, model, trace
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __iter__(self):
+        for x, y in self.batches:
+            self.trace.append(np.concatenate([p.detach().numpy().ravel().copy() for p in self.model.parameters()]))
+            yield torch.from_numpy(x), torch.from_numpy(y)
+
+
+@pytest.mark.parametrize("opt,sched", OPT_PAIRS)
+def test_optimizer_and_scheduler(opt, sched):
+    from flax import nnx
+
+    jnp = jax.numpy
+    src = training_script(opt, sched)
+    result = engine.fix(src, engine.Options(RULES + tuple(r for r in registry.rules_for("jax") if r.code.startswith("JX2"))))
+    assert "nnx.Optimizer(model" in result.source, result.source
+    assert not [f for f in result.remaining if f.code.startswith("JX2")], result.remaining
+    head = result.source.split("\nfor epoch", 1)[0]
+    assert "torch.optim" not in head, head
+
+    w0, b0, batches = _problem()
+    # torch: the original script
+    model = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        model.weight.copy_(torch.from_numpy(w0))
+        model.bias.copy_(torch.from_numpy(b0))
+    trace_t: list = []
+    ns = {"model": model, "EPOCHS": EPOCHS, "loss_fn": lambda out, y: ((out - y) ** 2).mean()}
+    ns["train_loader"] = _Recorder(batches, model, trace_t)
+    exec(compile(src, "<torch>", "exec"), ns)
+    trace_t.append(np.concatenate([p.detach().numpy().ravel() for p in model.parameters()]))
+
+    # JAX: the port's optimizer (and schedule), driven by the same loop
+    class Linear(nnx.Module):
+        def __init__(self):
+            self.weight = nnx.Param(jnp.asarray(w0))
+            self.bias = nnx.Param(jnp.asarray(b0))
+
+        def __call__(self, x):
+            return x @ self.weight.T + self.bias
+
+    jmodel = Linear()
+    jns = {"model": jmodel, "train_loader": batches, "EPOCHS": EPOCHS}
+    exec(compile(head, "<port>", "exec"), jns)
+    optimizer = jns["optimizer"]
+    trace_j = []
+
+    def flat(m):
+        return np.concatenate([np.asarray(m.weight[...]).ravel(), np.asarray(m.bias[...]).ravel()])
+
+    for _ in range(EPOCHS):
+        for x, y in batches:
+            trace_j.append(flat(jmodel))
+            grads = nnx.grad(lambda m: jnp.mean((m(jnp.asarray(x)) - jnp.asarray(y)) ** 2))(jmodel)
+            optimizer.update(jmodel, grads)
+    trace_j.append(flat(jmodel))
+    assert len(trace_t) == len(trace_j) == EPOCHS * BATCHES + 1
+    for step, (t, j) in enumerate(zip(trace_t, trace_j)):
+        # relative to the parameters' scale (an element crossing zero has no relative error)
+        err = np.max(np.abs(j - t)) / np.max(np.abs(t))
+        assert err <= 1e-5, f"parameters after {step} steps: relative error {err:.2e}\ntorch {t}\nport  {j}"

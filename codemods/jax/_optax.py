@@ -85,7 +85,7 @@ def model_of(params: cst.CSTNode) -> str:
                  "an optax.multi_transform / a wrt= filter written by hand")
 
 
-def transformation(qual: str, b: Bound, lr: str) -> str:
+def transformation(qual: str, b: Bound, lr: str, scheduled: bool = False) -> str:
     """The optax transformation of a torch optimizer call, with ``lr`` as learning rate."""
     for k in _IGNORED:
         b.args.pop(k, None)
@@ -121,6 +121,13 @@ def transformation(qual: str, b: Bound, lr: str) -> str:
             parts.append(f"weight_decay={b.get('weight_decay', '0.01') if kind == 'AdamW' else wd or '0.0'}")
             return f"{O}.adamw({', '.join(parts)})"
         tx = f"{O}.adam({', '.join(parts)})"
+    elif kind == "RMSprop" and scheduled and b.has("momentum") and b.lit("momentum") not in (0, 0.0):
+        # optax.rmsprop scales by the learning rate BEFORE its momentum trace; torch keeps the
+        # momentum of unscaled steps and multiplies by the current learning rate after it. Equal
+        # for a constant rate, not under a schedule: spell torch's order out.
+        scale = "scale_by_stddev" if _flag(b, "centered") else "scale_by_rms"
+        tx = (f"{O}.chain({O}.{scale}(decay={b.get('alpha', '0.99')}, eps={b.get('eps', '1e-08')}, eps_in_sqrt=False), "
+              f"{O}.trace(decay={b['momentum']}), {O}.scale_by_learning_rate({lr}))")
     elif kind == "RMSprop":
         parts.append(f"decay={b.get('alpha', '0.99')}")
         parts.append(f"eps={b.get('eps', '1e-08')}")
@@ -416,7 +423,7 @@ def fold(ctx: FileContext, p: Plan):
                          "(optax counts updates): build the schedule by hand")
         sched_text = f"{p.scheduler_target} = {expr}"
         lr_arg = p.scheduler_target if factor == "1" else f"lambda step: {p.scheduler_target}(step // {factor})"
-    tx = transformation(p.qual, b, lr_arg)
+    tx = transformation(p.qual, b, lr_arg, scheduled=sched_text is not None)
     used |= b.used
     nnx = ctx.module_alias("flax.nnx")
     used.add("flax.nnx")
