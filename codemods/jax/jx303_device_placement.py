@@ -46,7 +46,8 @@ class DevicePlacement(Rule):
             model = model.to(device)
             criterion = torch.nn.MSELoss().cuda()
             for batch_idx, (data, target) in enumerate(train_loader):
-                data, target = data.to(device), target.to(device, non_blocking=True)
+                data = data.to(device)
+                target = target.to(device, non_blocking=True)
                 noise = torch.randn(4, 8).to(device)
                 step(model, data, target, noise)
             """,
@@ -55,7 +56,8 @@ class DevicePlacement(Rule):
             model = Net()
             criterion = torch.nn.MSELoss()
             for batch_idx, (data, target) in enumerate(train_loader):
-                data, target = data.numpy(), target.numpy()
+                data = data.numpy()
+                target = target.numpy()
                 noise = torch.randn(4, 8)
                 step(model, data, target, noise)
             """,
@@ -83,10 +85,10 @@ class DevicePlacement(Rule):
         if receiver is None:
             return
         stmt = self.ctx.parent.__class__ is cst.Assign and self.ctx.parent
-        if stmt and len(stmt.targets) == 1 and lp.code(stmt.targets[0].target) == lp.code(receiver):
+        batch = self._batch(receiver)
+        if stmt and len(stmt.targets) == 1 and lp.code(stmt.targets[0].target) == lp.code(receiver) and not batch:
             return  # the whole statement goes (visit_SimpleStatementLine)
-        root = lp.root_name(receiver)
-        if root is not None and root in lp.loop_targets(self.ctx) and root not in lp.file_facts(self.ctx).modules:
+        if batch:
             new = cst.Call(cst.Attribute(receiver, cst.Name("numpy")))
             message = "a batch from the loader: JAX places arrays itself; hand the step a NumPy array"
         else:
@@ -102,7 +104,7 @@ class DevicePlacement(Rule):
             return
         value = assign.value
         receiver = lp.device_move(value, self.ctx)
-        if receiver is not None and lp.code(receiver) == lp.code(assign.targets[0].target):
+        if receiver is not None and lp.code(receiver) == lp.code(assign.targets[0].target) and not self._batch(receiver):
             # `net = net.to(device)`: nothing left to assign
             self.report(node, "JAX places modules itself: no explicit device move", Fix((self.remove(node),), Safety.SAFE))
             return
@@ -116,6 +118,11 @@ class DevicePlacement(Rule):
                         severity=Severity.INFO)
             return
         self.report(node, "JAX places arrays itself: no device object", Fix((self.remove(node),), Safety.SAFE))
+
+    def _batch(self, receiver) -> bool:
+        """A batch a for loop around the node reads from its iterable (not a model)."""
+        root = lp.root_name(receiver)
+        return root is not None and root in lp.loop_targets(self.ctx) and root not in lp.file_facts(self.ctx).modules
 
     def _other_uses(self, name: str) -> set[str]:
         """Where ``name`` is read other than as the device of a move this rule removes."""
