@@ -1409,8 +1409,9 @@ op(["torch.nonzero", ".nonzero", "torch.masked_select", ".masked_select", "torch
 op(["torch.median", ".median"], "input, dim, keepdim", None, "jnp.quantile(x, 0.5, method='lower')",
    manual="torch.median returns the lower of the two middle values (and indices with dim=); jnp.median averages them",
    cases=[Case("torch.median(a)", a="f4")])
-op([".backward", ".register_hook", ".retain_grad", ".requires_grad_"], "input, *args", None, "nnx.value_and_grad",
-   manual="autograd calls: gradients come from nnx.value_and_grad in the training step (the loop rules)", shared=True,
+op([".register_hook", ".retain_grad", ".requires_grad_"], "input, *args", None, "nnx.value_and_grad",
+   manual="autograd calls: gradients come from nnx.value_and_grad (wrt= filters choose what is trained); "
+          "`loss.backward()` itself belongs to the training-loop rules", shared=True,
    cases=[Case("@(a)", a="f3")])
 op([".data_ptr", ".storage", ".share_memory_", ".pin_memory"], "input, *args", None, "-",
    manual="storage and memory calls have no JAX counterpart", cases=[Case("@(a)", a="f3")])
