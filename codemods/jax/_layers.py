@@ -50,6 +50,8 @@ class Layer:
     # parameters the port accepts only at these literal values (dropped from the call):
     # name -> (allowed values, why other values are not translated)
     only: dict = field(default_factory=dict)
+    # parameters the port does not accept at these literal values: name -> (values, why)
+    forbid: dict = field(default_factory=dict)
     # `only` parameters kept in the call (the emitted class reads them)
     keep: tuple[str, ...] = ()
     # parameters accepted and dropped (no meaning in JAX): device placement
@@ -98,6 +100,9 @@ def plan(call: cst.Call, qual: str, ctx: FileContext) -> Optional[Union[Plan, Ma
                 value = literal(bound[name].value)
                 if value is NOT_LITERAL or value not in allowed:
                     raise Manual(f"nn.{layer.torch}({name}={code(bound[name].value)}): {why}")
+        for name, (values, why) in layer.forbid.items():
+            if name in bound and literal(bound[name].value) in values:
+                raise Manual(f"nn.{layer.torch}({name}={code(bound[name].value)}): {why}")
         for name in (*layer.only, *layer.drop):
             if name not in layer.keep:
                 bound.pop(name, None)
@@ -299,7 +304,8 @@ LAYERS: dict[str, Layer] = {
         ],
         *[
             Layer(f"BatchNorm{n}d", ("num_features", "eps", "momentum", "affine", "track_running_stats", "device", "dtype"),
-                  "helper", True, helper="TorchBatchNorm")
+                  "helper", True, helper="TorchBatchNorm",
+                  forbid={"momentum": ((None,), "a cumulative moving average is not translated: give a momentum")})
             for n in (1, 2, 3)
         ],
         Layer("GroupNorm", ("num_groups", "num_channels", "eps", "affine", "device", "dtype"), "helper", True),

@@ -28,8 +28,9 @@ class TorchLayerHelpers(Rule):
     docstring saying what it keeps of torch:
 
     - `TorchConvNd` / `TorchConvTransposeNd`: `nnx.Conv` / `nnx.ConvTranspose` taking torch's
-      arguments (zero padding on both sides, `groups`, `output_padding`), applied to
-      channels-first input: `jnp.moveaxis` to channels-last, the NNX layer, and back. This is
+      arguments (padding on both sides in any of torch's padding modes, `groups`,
+      `output_padding`), applied to channels-first input: `jnp.moveaxis` to channels-last,
+      the NNX layer, and back. This is
       where the port's layout transposes live: tensors between layers stay NCHW, so
       `x.view(x.size(0), -1)` before a Linear flattens in torch's order.
     - `TorchBatchNorm`: `nnx.BatchNorm` over axis 1, torch's momentum and eps, running
