@@ -295,6 +295,21 @@ def test_debug_print_in_the_step_fails_health(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_python_attribute_changed_in_the_forward_recompiles_every_step(tmp_path):
+    """An int attribute of an NNX module is static structure: changing it in __call__ makes
+    every step a new program."""
+    port = variant(tmp_path, DATA / "mlp_nnx.py", "mlp_nnx_counter.py",
+                   "        self.head = nnx.Linear(hidden, n_out, rngs=rngs)\n",
+                   "        self.head = nnx.Linear(hidden, n_out, rngs=rngs)\n        self.calls = 0\n")
+    port.write_text(port.read_text().replace("    def __call__(self, x):\n",
+                                             "    def __call__(self, x):\n        self.calls += 1\n", 1))
+    proc, report = verify_json(DATA / "mlp.py", port, *MLP)
+    assert proc.returncode == 1 and report["status"] == "over-budget", report["summary"]
+    assert [s["compiles"] for s in report["health"]["steps"]] == [1] * 5
+    assert any("the train step was compiled 5 times" in n for n in report["notes"])
+
+
+@pytest.mark.slow
 def test_a_host_read_in_the_forward_is_a_side_error_saying_so(tmp_path):
     port = variant(tmp_path, DATA / "mlp_nnx.py", "mlp_nnx_item.py",
                    "        return self.head(self.drop(x))\n",
