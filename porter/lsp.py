@@ -290,7 +290,22 @@ def _fix_changes(an: Analysis, finding: Finding) -> list[TextChange]:
     if changes is None:  # the whole module (a removal of imports needs the scope of every name)
         new = engine.apply_fixes(an.module, [fix], FileContext(an.module)).code
         changes = diff_changes(an.text, new)
-    return changes
+    return _joined(changes)
+
+
+def _joined(changes: list[TextChange]) -> list[TextChange]:
+    """In document order, and a change that ends where the next one starts merged with it
+    (an import inserted right before an edited line): the LSP wants edits that never
+    overlap, and clients differ on edits that share a position."""
+    out: list[TextChange] = []
+    for c in sorted(changes, key=lambda c: (c.start, c.end)):
+        if out and out[-1].end == c.start:
+            out[-1] = TextChange(out[-1].start, c.end, out[-1].text + c.text)
+        elif out and out[-1].end > c.start:
+            raise ValueError(f"overlapping edits {out[-1]} and {c}")  # a bug in porter: never send these
+        else:
+            out.append(c)
+    return out
 
 
 def _first_line(an: Analysis, stmt: cst.CSTNode) -> int:
