@@ -16,15 +16,23 @@ metadata), for a port written in Flax NNX to the JAX target's contract:
 - K optimizer steps (optax SGD with momentum 0.9, or Adam with torch's defaults) run in one
   ``nnx.jit`` train step; nothing is read back to the host until all steps ran.
 
+A torch module with no NNX counterpart (no module, no function attribute or Sequential entry
+of that name) cannot be recorded: its layer keys are listed in the metadata's ``skipped`` and
+in a note. Names or shapes of weights that do not fit give side_torch's ``mismatch`` record.
+
 Compiled programs are kept in JAX's persistent compilation cache (``<porter cache>/jax``,
 unless ``JAX_COMPILATION_CACHE_DIR`` names another), so building the model and the eager
 first pass do not compile again on the next run.
 
-Health, per step: compilations (every XLA compilation JAX reports through ``jax.monitoring``;
-JAX reports a program loaded from the persistent cache as one too: the step needed it), device-to-host transfers (this side reads nothing inside a step; each
-host-callback primitive in the compiled step — ``jax.debug.print``, ``jax.debug.callback``,
-``pure_callback``, ``io_callback`` — is a transfer to the host in every execution and is
-counted as one), executions (calls of the compiled step), and no CPU fallbacks (JAX has none).
+Health, per step (``health.steps``, as side_torch on XLA): compilations (every XLA
+compilation JAX reports through ``jax.monitoring``; it reports a program loaded from the
+persistent cache as one too: the step needed it), device-to-host transfers (this side reads
+nothing inside a step; each host-callback primitive in the compiled step —
+``jax.debug.print``, ``jax.debug.callback``, ``pure_callback``, ``io_callback`` — is a
+transfer to the host in every execution and is counted as one), executions (calls of the
+compiled step: one), and no CPU fallbacks (JAX has none). Besides: ``jit_cache_size`` (1
+when the step compiled once), ``host_callbacks``, and ``problems`` (both findings in words,
+also given as notes).
 """
 from __future__ import annotations
 
@@ -107,7 +115,9 @@ def _arrays(obj) -> list:
 
 
 def _is_float(a) -> bool:
-    return np.issubdtype(np.dtype(a.dtype), np.floating)
+    import jax.numpy as jnp
+
+    return bool(jnp.issubdtype(a.dtype, jnp.floating))
 
 
 def _host(a) -> np.ndarray:
