@@ -154,7 +154,7 @@ class Analysis:
     _fixes: dict = field(default_factory=dict)
     _string_lines: Optional[list[tuple[int, int]]] = None
     fix_all: Optional[list[TextChange]] = None
-    fix_all_error: Optional[str] = None
+    fix_all_error: Optional[str] = None  # why "fix all" failed (engine.PorterError)
 
     # Where each top-level statement's text begins (0-based line, its leading lines included)
     def statement_starts(self) -> list[int]:
@@ -529,14 +529,23 @@ def _span_edits(an: Analysis, fix) -> Optional[list[TextChange]]:
     return out
 
 
-def fix_all_changes(an: Analysis) -> list[TextChange]:
-    """``porter migrate`` of the document (every fix the settings allow, to a fixpoint) as
-    text changes. Raises engine.PorterError when the fixes fail."""
-    if an.fix_all is None:
-        assert an.settings is not None
-        result = engine.fix(an.text, an.settings.options())
-        an.fix_all = diff_changes(an.text, result.source) if result.changed else []
-    return an.fix_all
+def fix_all_job(text: str, settings: Settings) -> list[TextChange]:
+    """``porter migrate`` of ``text`` as text changes (run in the fixer process)."""
+    result = engine.fix(text, settings.options())
+    return diff_changes(text, result.source) if result.changed else []
+
+
+def fix_job(text: str, settings: Settings, path: str, index: int, code: str) -> Optional[list[TextChange]]:
+    """Finding ``index``'s fix as text changes, the document checked again in this process
+    (run in the fixer process: the tree and its fixes do not cross processes). None when
+    the check does not find that finding there."""
+    an = analyze(text, settings, path)
+    if an.error is not None or not 0 <= index < len(an.findings):
+        return None
+    f = an.findings[index]
+    if f.code != code or f.fix is None:
+        return None
+    return fix_changes(an, f)
 
 
 def suppress_change(an: Analysis, finding: Finding) -> Optional[TextChange]:
@@ -632,6 +641,7 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
             self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="porter-check")
             # the check running for a document: (version, text, settings, future)
             self.inflight: dict[str, tuple] = {}
+            self.fixer = None  # the process for "fix all" and slow fixes (in_fixer)
 
         # -- positions ------------------------------------------------------------------
         @property
@@ -795,8 +805,30 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
             f = an.findings[index]
             if f.fix is None:
                 return
-            changes = await asyncio.get_running_loop().run_in_executor(self.worker, fix_changes, an, f)
-            action.edit = self.edit(uri, cached[0], an, changes)
+            if id(f) not in an._fixes:
+                path = str(_path_of(uri) or uri)
+                changes = await self.in_fixer(fix_job, an.text, an.settings, path, index, f.code)
+                if changes is None:
+                    return
+                an._fixes[id(f)] = _joined(changes)
+            action.edit = self.edit(uri, cached[0], an, an._fixes[id(f)])
+
+        async def in_fixer(self, job, *args):
+            """Run ``job`` in the fixer process: "fix all" and fixes that remove imports take
+            seconds to minutes on a large file, and must not hold up the checks (the
+            worker thread) nor the messages (the event loop). One process, started on
+            first use, replaced if it dies."""
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+            from concurrent.futures.process import BrokenProcessPool
+
+            if self.fixer is None:
+                self.fixer = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+            try:
+                return await asyncio.get_running_loop().run_in_executor(self.fixer, job, *args)
+            except BrokenProcessPool:
+                self.fixer = None
+                raise
 
         def diagnostics_for(self, an: Analysis, version, indices: Sequence[int]) -> list:
             return [types.Diagnostic(range=self.range_of(an, an.findings[i]), message=an.findings[i].message + _mark(an.findings[i]),
@@ -892,12 +924,21 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
         if cached is None or cached[0] != data.get("version") or cached[1].module is None:
             return  # the document changed since: no edit (the client asks again)
         an = cached[1]
-        try:
-            changes = await asyncio.get_running_loop().run_in_executor(ls.worker, fix_all_changes, an)
-        except engine.PorterError as exc:
-            an.fix_all_error = str(exc)
-            return
-        action.edit = ls.edit(uri, cached[0], an, changes)
+        if an.fix_all is None:
+            try:
+                an.fix_all = await ls.in_fixer(fix_all_job, an.text, an.settings)
+            except engine.PorterError as exc:
+                an.fix_all_error = str(exc)
+                return
+        action.edit = ls.edit(uri, cached[0], an, an.fix_all)
+
+    @server.feature(types.SHUTDOWN)
+    def shutdown(ls: PorterServer, params) -> None:
+        if ls.fixer is not None:
+            for proc in list(getattr(ls.fixer, "_processes", {}).values()):
+                proc.terminate()  # a "fix all" still running is of no use to anyone now
+            ls.fixer.shutdown(wait=False, cancel_futures=True)
+            ls.fixer = None
 
     @server.feature(types.CODE_ACTION_RESOLVE)
     async def code_action_resolve(ls: PorterServer, action: types.CodeAction):

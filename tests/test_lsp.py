@@ -438,3 +438,22 @@ def test_lines_and_columns_as_the_lsp_counts_them():
     # a text change never splits a CRLF, and keeps to the characters that differ
     (change,) = lsp.diff_changes("x = 1\r\ny = 2\r\n", "x = 1\r\ny = 3\r\n")
     assert change == lsp.TextChange((1, 4), (1, 5), "3")
+
+
+@pytest.mark.slow
+@onserver
+async def test_quick_fix_that_removes_imports_is_resolved(client: LanguageClient, tmp_path: Path):
+    """A fix that also removes the imports it leaves unused (LibCST's scope analysis of the
+    whole module) is offered without an edit and computed on codeAction/resolve."""
+    text = (REPO / "fixtures" / "torch_xla" / "xla_deprecated" / "train.py").read_text(encoding="utf-8")
+    uri = open_doc(client, tmp_path / "deprecated.py", text)
+    diags = await diagnostics(client, uri, 1)
+    module = engine_findings(text)
+    (f,) = [x for x in module.findings if x.fix is not None and x.fix.remove_imports][:1]
+    d = next(x for x in diags if (x.code, x.range.start.line, x.range.start.character) == (f.code, f.position.line - 1, f.position.column))
+    (action,) = [a for a in await actions_for(client, uri, d) if a.title.startswith(f"Fix {f.code}")]
+    assert action.edit is None and action.data
+    resolved = await client.code_action_resolve_async(action)
+    edits = edits_of(resolved.edit, uri, 1)
+    assert not whole_line_or_document(edits, text)
+    assert apply_edits(text, edits) == engine.apply_fixes(module.module, [f.fix], FileContext(module.module)).code
