@@ -51,6 +51,13 @@ def code(node: cst.CSTNode) -> str:
     return _EMPTY.code_for_node(node)
 
 
+def bare(node: cst.CSTNode) -> str:
+    """The node's code without its own parentheses (for an argument position)."""
+    if getattr(node, "lpar", None) and not isinstance(node, (cst.Tuple, cst.GeneratorExp, cst.Yield)):
+        return code(node.with_changes(lpar=[], rpar=[]))
+    return code(node)
+
+
 def atom(node: cst.CSTNode) -> str:
     """The node's code, parenthesized unless it is an atom (safe as a receiver or operand)."""
     text = code(node)
@@ -214,7 +221,7 @@ class Bound:
         node = self.args[name]
         if is_dtype_expr(node, self.ctx):
             return self.dtype(name)
-        return code(node)
+        return bare(node)
 
     def get(self, name: str, default: Optional[str] = None) -> Optional[str]:
         return self[name] if name in self.args else default
@@ -1716,9 +1723,13 @@ def render_markdown() -> str:
         "`unsqueeze`, `masked_fill`...) are rewritten wherever torch is imported, on any receiver that is",
         "not a module, a literal or `self`. Names that other objects share (`split` on str, `size`, `sum`,",
         "`max`, `repeat`, `transpose`, `float`, `to`...; marked *shared* below) are rewritten only when",
-        "the receiver is known to be a tensor: a parameter of `forward`/`__call__` of a module class or",
-        "annotated `Tensor`/`jax.Array`, a name assigned from a torch/jnp call or a tensor expression in",
-        "the same function, or a tensor expression itself (`x.view(...).size(0)`).",
+        "the receiver is known to be a tensor: a parameter of `forward`/`__call__` of a module class, of a",
+        "jitted function (`@nnx.jit def train_step(...)`) or annotated `Tensor`/`jax.Array`; a name",
+        "assigned from a torch/jnp call, a model or loss call (`model(x)`, `criterion(out, y)`) or another",
+        "tensor expression in the same function; a tensor expression itself (`x.view(...).size(0)`); or",
+        "when the call is spelled as only torch spells it (`dim=`/`keepdim=` arguments, `x.size(0)`).",
+        "Data-loading code stays torch: torch.utils.data Dataset/Sampler classes, the arguments of",
+        "TensorDataset/DataLoader calls, and the functions and assignments that produce them.",
         "",
         f"{sum(1 for o in TABLE if not o.manual)} constructs ported, {sum(1 for o in TABLE if o.manual)} reported for manual porting,",
         f"{len(INPLACE)} in-place methods (`x.add_(y)` -> `x = x + y` when `x` is a plain name).",
@@ -1767,6 +1778,9 @@ _NOT_TENSOR_MODULES = ("torch.nn.", "torch.optim", "torch.utils", "torch.device"
 _DATA_BASES = ("torch.utils.data.Dataset", "torch.utils.data.IterableDataset", "torch.utils.data.Sampler",
                "torch.utils.data.dataset.Dataset")
 _TENSOR_ATTRS = ("T", "mT", "data", "grad", "real", "imag")
+# names of objects whose calls return tensors (a model, a loss) in training scripts
+_MODEL_NAMES = frozenset({"model", "net", "network", "module", "encoder", "decoder", "generator", "discriminator",
+                          "netG", "netD", "backbone", "head", "classifier", "criterion", "loss_fn", "loss_func"})
 
 
 def is_module_class(cls: cst.ClassDef, ctx: FileContext) -> bool:
@@ -1800,14 +1814,64 @@ def _module_classes(ctx: FileContext) -> frozenset:
 
 
 def in_data_pipeline(ctx: FileContext) -> bool:
-    """Inside a torch.utils.data Dataset/Sampler class: data code the loop rules own."""
+    """Inside data-loading code, which stays torch (the loop rules feed the port's step from a
+    torch DataLoader): a torch.utils.data Dataset/Sampler class, the arguments of a
+    TensorDataset/DataLoader call, an assignment of a name such a call reads, or a function of
+    the file whose result such a call reads (``x, y = make_data(...)``; ``TensorDataset(x, y)``)."""
+    facts = _data_facts(ctx)
     for anc in ctx.ancestors:
         if isinstance(anc, cst.ClassDef):
             for base in anc.bases:
                 q = ctx.qualname(base.value) or ""
                 if q in _DATA_BASES:
                     return True
+        elif isinstance(anc, cst.FunctionDef) and anc.name.value in facts[0]:
+            return True
+        elif id(anc) in facts[1]:
+            return True
     return False
+
+
+_DATA_CALLS = ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset",
+               "torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
+
+
+def _data_facts(ctx: FileContext) -> tuple[frozenset, frozenset]:
+    """(names of the file's data functions, ids of data nodes: TensorDataset/DataLoader
+    arguments and the statements assigning names they read)."""
+    key = ("ops.data_facts",)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    from porter import astutil
+
+    functions = {n.name.value for n in astutil.walk(ctx.module, into_functions=True) if isinstance(n, cst.FunctionDef)}
+    data_functions: set[str] = set()
+    data_nodes: set[int] = set()
+    scopes = [ctx.module] + [n for n in astutil.walk(ctx.module, into_functions=True) if isinstance(n, cst.FunctionDef)]
+    for scope in scopes:
+        read: set[str] = set()
+        for n in astutil.walk(scope.body if isinstance(scope, cst.FunctionDef) else scope):
+            if isinstance(n, cst.Call) and (ctx.qualname(n.func) or "") in _DATA_CALLS:
+                for a in n.args:
+                    data_nodes.add(id(a))
+                    for m in astutil.walk(a.value):
+                        if isinstance(m, cst.Name):
+                            read.add(m.value)
+                        if isinstance(m, cst.Call) and isinstance(m.func, cst.Name) and m.func.value in functions:
+                            data_functions.add(m.func.value)
+        if not read:
+            continue
+        for n in astutil.walk(scope.body if isinstance(scope, cst.FunctionDef) else scope):
+            if isinstance(n, cst.SimpleStatementLine) and len(n.body) == 1 and isinstance(n.body[0], cst.Assign):
+                a = n.body[0]
+                names = {t for target in a.targets for t in astutil.target_names(target.target)}
+                if names & read:
+                    data_nodes.add(id(n))
+                    v = a.value
+                    if isinstance(v, cst.Call) and isinstance(v.func, cst.Name) and v.func.value in functions:
+                        data_functions.add(v.func.value)
+    ctx.cache[key] = (frozenset(data_functions), frozenset(data_nodes))
+    return ctx.cache[key]
 
 
 def _scope(ctx: FileContext) -> cst.CSTNode:
@@ -1844,13 +1908,10 @@ def tensor_names(ctx: FileContext) -> frozenset:
     if isinstance(scope, cst.FunctionDef):
         cls = _enclosing_class(ctx, scope)
         in_module_forward = cls is not None and is_module_class(cls, ctx)
-        params = list(scope.params.posonly_params) + list(scope.params.params) + list(scope.params.kwonly_params)
-        for i, p in enumerate(params):
-            ann = p.annotation
-            if ann is not None and (_dotted(ann.annotation) or "") in _TENSOR_ANNOTATIONS:
-                names.add(p.name.value)
-            elif in_module_forward and scope.name.value in ("forward", "__call__") and i > 0:
-                names.add(p.name.value)
+        names |= _param_tensors(scope, in_module_forward)
+        for anc in ctx.ancestors:  # a closure reads the arrays of the functions around it
+            if isinstance(anc, cst.FunctionDef) and anc is not scope:
+                names |= _param_tensors(anc, False)
     ctx.cache[key] = frozenset(names)  # provisional, while assignments are read
     from porter import astutil
 
@@ -1871,6 +1932,25 @@ def tensor_names(ctx: FileContext) -> frozenset:
     ctx.cache[key] = frozenset(names)
     ctx.cache[("ops.in_forward", scope)] = in_module_forward
     return ctx.cache[key]
+
+
+def _param_tensors(fn: cst.FunctionDef, in_module_forward: bool) -> set[str]:
+    """Parameters known to be arrays: annotated as tensors, the inputs of a module's forward,
+    or any parameter of a jitted function (`@nnx.jit def train_step(model, optimizer, x, y)`;
+    calling a tensor method on the model or optimizer there would fail anyway)."""
+    params = list(fn.params.posonly_params) + list(fn.params.params) + list(fn.params.kwonly_params)
+    jitted = any((_dotted(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) or "").endswith("jit")
+                 for d in fn.decorators)
+    out = set()
+    for i, p in enumerate(params):
+        ann = p.annotation
+        if ann is not None and (_dotted(ann.annotation) or "") in _TENSOR_ANNOTATIONS:
+            out.add(p.name.value)
+        elif in_module_forward and fn.name.value in ("forward", "__call__") and i > 0:
+            out.add(p.name.value)
+        elif jitted:
+            out.add(p.name.value)
+    return out
 
 
 def is_tensor(node: cst.CSTNode, ctx: FileContext) -> bool:
@@ -1896,9 +1976,8 @@ def _is_tensor(node: cst.CSTNode, ctx: FileContext, names, in_forward: bool) -> 
             if (o is not None and not o.manual) or name in INPLACE:
                 return _is_tensor(recv, ctx, names, in_forward)
             return False
-        if isinstance(node.func, cst.Name) and in_forward and node.func.value in names:
-            return False
-        return False
+        last = (_dotted(node.func) or "").rsplit(".", 1)[-1]
+        return last in _MODEL_NAMES  # model(x), self.net(x), criterion(out, y): tensors
     if isinstance(node, cst.Attribute):
         return node.attr.value in _TENSOR_ATTRS and _is_tensor(node.value, ctx, names, in_forward)
     if isinstance(node, cst.Subscript):
@@ -1934,9 +2013,21 @@ def method_op(call: cst.Call, ctx: FileContext) -> Optional[Op]:
         return None
     if isinstance(recv, cst.Call) and isinstance(recv.func, cst.Name) and recv.func.value == "super":
         return None
-    if o.shared and not is_tensor(recv, ctx):
+    if o.shared and not is_tensor(recv, ctx) and not _torch_spelling(call):
         return None
     return o
+
+
+def _torch_spelling(call: cst.Call) -> bool:
+    """Arguments only torch spells this way: dim=/keepdim= (numpy says axis, str.split has
+    neither), or x.size(<int>) (numpy's size is an attribute)."""
+    if any(a.keyword is not None and a.keyword.value in ("dim", "keepdim") for a in call.args):
+        return True
+    name = call.func.attr.value  # type: ignore[attr-defined]
+    if name == "size" and len(call.args) == 1 and call.args[0].keyword is None:
+        v = literal(call.args[0].value)
+        return isinstance(v, int) and not isinstance(v, bool)
+    return False
 
 
 def function_op(call: cst.Call, ctx: FileContext) -> Optional[Op]:

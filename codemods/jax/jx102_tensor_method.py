@@ -62,7 +62,7 @@ class TensorMethod(Rule):
                 def forward(self, x, mask):
                     b, t, c = x.shape
                     q = jnp.swapaxes(x.reshape(b, t, 4, c // 4), 1, 2)
-                    att = jnp.where(mask == 0, float("-inf"), (q @ jnp.swapaxes(q, -2, -1)))
+                    att = jnp.where(mask == 0, float("-inf"), q @ jnp.swapaxes(q, -2, -1))
                     return jax.nn.softmax(att, axis=-1).reshape(b, -1)
             """,
             title="shape methods inside forward",
