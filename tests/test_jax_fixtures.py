@@ -66,6 +66,17 @@ def test_port_has_a_jitted_train_step(fx):
     assert ".backward(" not in fx.expected.read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
+def test_cli_port_equals_expected(tmp_path):
+    """The user's command, on one fixture: `porter migrate --to jax --out` writes the expected port."""
+    fx = next(f for f in FIXTURES if f.name == "mnist_cnn")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "porter", "migrate", str(fx.original), "--to", "jax",
+                           *fx.migrate, "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "train.py").read_text(encoding="utf-8") == fx.expected.read_text(encoding="utf-8")
+
+
 def _settings(fx) -> dict:
     """port.toml keys this test reads beyond porter.fixtures.Fixture (zero_noise)."""
     return tomllib.loads((fx.folder / "port.toml").read_text(encoding="utf-8"))
