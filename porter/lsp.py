@@ -15,7 +15,8 @@ CLI does from the path it is given).
   needs) as minimal text edits; "suppress with ``# porter: ignore[CODE]``"; and
   ``source.fixAll.porter`` (``porter migrate`` on this document), resolved lazily when the
   client supports ``codeAction/resolve``. Unsafe fixes are offered, titled "(unsafe)" and
-  never preferred.
+  never preferred. "Fix all" and fixes that remove imports (seconds to minutes on a large
+  file) run in a separate process, so the checks never wait for them.
 - Positions in the encoding negotiated with the client (UTF-16 code units unless the client
   offers another); LibCST columns are code points, converted both ways.
 
@@ -35,7 +36,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 from urllib.parse import unquote, urlparse
 
 import libcst as cst
