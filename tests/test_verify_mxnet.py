@@ -241,18 +241,12 @@ def test_clear_errors(file, model, message, mxnet_python, tmp_path):
 
 @pytest.mark.slow
 def test_porter_verify_mxnet_original_against_xla_port(mxnet_python, monkeypatch):
-    """The whole model-level verification: the original in MXNet 1.9.1, the (hand-written)
-    port on the XLA backend. Until backends.original_backend picks the MXNet side by itself
-    for a file importing mxnet, the test hands it that backend."""
+    """The whole model-level verification: the original in MXNet 1.9.1 (picked by
+    backends.original_backend for a file importing mxnet), the (hand-written) port on the XLA
+    backend."""
     from porter.verify.model import ModelRequest, verify_model
 
-    mxnet_backend = backends.Backend("mxnet", "porter.verify.side_mxnet", "cpu", python=mxnet_python)
-    try:
-        wired = backends.original_backend(FIXTURES["mlp"].original).name == "mxnet"
-    except ValueError:  # "MXNet originals are not supported yet"
-        wired = False
-    if not wired:
-        monkeypatch.setattr(backends, "original_backend", lambda path: mxnet_backend)
+    assert backends.original_backend(FIXTURES["mlp"].original).python == mxnet_python
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     for name, torch_file in (("mlp", "mlp_torch.py"), ("cnn_bn_dropout", "cnn_torch.py")):

@@ -53,7 +53,13 @@ def imported_modules(source: str) -> set[str]:
 def original_backend(path: Path) -> Backend:
     mods = imported_modules(path.read_text(encoding="utf-8", errors="replace"))
     if "mxnet" in mods:
-        raise ValueError(f"{path}: MXNet originals are not supported yet")
+        from porter.verify import mxnet_env
+
+        try:
+            python = mxnet_env.mxnet_python()
+        except mxnet_env.MXNetEnvError as exc:
+            raise ValueError(f"{path} is an MXNet original: {exc}") from None
+        return Backend("mxnet", "porter.verify.side_mxnet", "cpu", python=python)
     return BACKENDS["torch"]
 
 
