@@ -95,7 +95,7 @@ def _start(backend: backends.Backend, request: dict, work: Path, role: str, time
     request = dict(request, device=backend.device, meta=str(work / f"{role}.meta.json"), out=str(work / f"{role}.npz"))
     if wait_for is not None:  # warm up, then wait for the original: this module's main() in front of the side
         request.update(wait_for=str(wait_for), side_module=backend.module, parent=os.getpid())
-        cmd = [backend.python, "-m", __name__ if __name__ != "__main__" else "porter.verify.model", str(req_path)]
+        cmd = [backend.python, "-m", "porter.verify.model", str(req_path)]
     else:
         cmd = [backend.python, "-m", backend.module, str(req_path)]
     req_path.write_text(json.dumps(request))
