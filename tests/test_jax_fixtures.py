@@ -82,7 +82,12 @@ def _settings(fx) -> dict:
     return tomllib.loads((fx.folder / "port.toml").read_text(encoding="utf-8"))
 
 
+def _classes(path) -> set[str]:
+    return {n.name for n in ast.parse(path.read_text(encoding="utf-8")).body if isinstance(n, ast.ClassDef)}
+
+
 def _model_class(fx) -> str:
+    """The class (or factory function: `resnet18(...)`) that port.toml's model expression calls."""
     expr = ast.parse(fx.model, mode="eval").body
     func = expr.func if isinstance(expr, ast.Call) else expr
     return func.attr if isinstance(func, ast.Attribute) else func.id
@@ -112,7 +117,9 @@ def _env(**extra):
 def _harness(*args, cwd):
     proc = subprocess.run([sys.executable, str(HARNESS), *args], cwd=cwd, capture_output=True, text=True,
                           timeout=900, env=_env())
-    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])
+    if proc.returncode != 0:
+        errors = [line for line in proc.stderr.splitlines() if "Error" in line]
+        pytest.fail(f"harness {args[0]} side failed: {errors[-1] if errors else ''}\n{proc.stderr[-6000:]}", pytrace=False)
     return proc
 
 
@@ -128,7 +135,9 @@ def test_port_runs_under_jax_compiles_once_and_matches(fx, tmp_path):
     with np.load(torch_out) as data:
         original = data["losses"]
     port = json.loads(jax_out.read_text())
-    assert port["loaded"] == [_model_class(fx)], "the torch weights did not reach the port's model"
+    assert port["loaded"], "the torch weights did not reach the port's model"
+    if _model_class(fx) in _classes(fx.original):
+        assert port["loaded"] == [_model_class(fx)], port["loaded"]
     assert len(port["losses"]) == STEPS
     assert port["cache_sizes"] and all(n == 1 for n in port["cache_sizes"].values()), \
         f"train step compiled more than once over {STEPS} steps: {port['cache_sizes']}"
