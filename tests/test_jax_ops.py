@@ -17,12 +17,12 @@ def port(src: str):
     return engine.fix(textwrap.dedent(src), engine.Options(MINE))
 
 
-def test_jax_ops_doc_is_current():
+def test_JX1_jax_ops_doc_is_current():
     text = (REPO / "docs" / "jax-ops.md").read_text(encoding="utf-8")
     assert text == ops.render_markdown(), "run `python -m porter.codemods.jax._ops_table`"
 
 
-def test_rule_docs_of_ops_rules_are_current():
+def test_JX1_JX2_rule_docs_are_current():
     from porter import docs
 
     for rule in MINE:
@@ -30,7 +30,7 @@ def test_rule_docs_of_ops_rules_are_current():
         assert page.is_file() and page.read_text(encoding="utf-8") == docs.rule_markdown(rule), f"{rule.code}: run `python -m porter.docs`"
 
 
-def test_table_size_and_manual_entries_are_documented():
+def test_JX1_table_size_and_manual_entries_are_documented():
     doc = ops.render_markdown()
     ported = [o for o in ops.TABLE if not o.manual]
     assert len(ported) >= 150
@@ -38,7 +38,7 @@ def test_table_size_and_manual_entries_are_documented():
         assert f"`{o.torch_display}`" in doc
 
 
-def test_shared_method_names_need_a_tensor():
+def test_JX102_shared_method_names_need_a_tensor():
     r = port(
         """
         import torch
@@ -58,7 +58,7 @@ def test_shared_method_names_need_a_tensor():
     assert "jnp.max(jnp.sum(h, axis=1), axis=0)" in r.source
 
 
-def test_module_functions_and_numpy_are_left_alone():
+def test_JX102_module_functions_and_numpy_are_left_alone():
     r = port(
         """
         import numpy as np
@@ -72,7 +72,7 @@ def test_module_functions_and_numpy_are_left_alone():
     assert not r.changed
 
 
-def test_tensor_only_names_on_any_receiver():
+def test_JX102_tensor_only_names_on_any_receiver():
     r = port(
         """
         import torch
@@ -84,7 +84,7 @@ def test_tensor_only_names_on_any_receiver():
     assert 'jnp.expand_dims(batch["x"].reshape(4, -1), 0)' in r.source
 
 
-def test_output_is_stable_and_chains_convert_in_one_go():
+def test_JX1_output_is_stable_and_chains_convert_in_one_go():
     src = textwrap.dedent(
         """
         import torch
@@ -109,7 +109,7 @@ def test_output_is_stable_and_chains_convert_in_one_go():
     assert "F.layer_norm" in body  # not in the table: left for a human (and the module rules)
 
 
-def test_reported_calls_keep_their_code_and_get_a_marker():
+def test_JX101_reported_calls_keep_their_code_and_get_a_marker():
     r = port(
         """
         import torch
@@ -144,7 +144,7 @@ def test_reported_calls_keep_their_code_and_get_a_marker():
         ("import torch\noptimizer = torch.optim.LBFGS(model.parameters())\n", None),
     ],
 )
-def test_optimizers_optax_cannot_match_are_reported(src, reason):
+def test_JX201_optimizers_optax_cannot_match_are_reported(src, reason):
     r = engine.fix(src, engine.Options(MINE))
     if reason is None:  # not a torch.optim optimizer porter knows: untouched, nothing claimed
         assert not r.changed
@@ -153,7 +153,7 @@ def test_optimizers_optax_cannot_match_are_reported(src, reason):
     assert any(reason in f.message for f in r.remaining), [f.message for f in r.remaining]
 
 
-def test_scheduler_stepped_in_a_function_of_the_file_gets_its_loader_length():
+def test_JX201_scheduler_stepped_in_a_function_of_the_file_gets_its_loader_length():
     r = port(
         """
         import torch
@@ -177,7 +177,7 @@ def test_scheduler_stepped_in_a_function_of_the_file_gets_its_loader_length():
     assert "scheduler = lambda epoch: 0.1 * (1 + jnp.cos(jnp.pi * epoch / epochs)) / 2" in r.source
 
 
-def test_loss_module_in_a_model_class_and_a_call_with_target_probabilities():
+def test_JX151_loss_module_in_a_model_class_and_a_call_with_target_probabilities():
     r = port(
         """
         import torch.nn as nn

@@ -22,8 +22,15 @@ mapped_package("porter.codemods", "codemods")
 from porter.codemods.jax import _ops_table as ops  # noqa: E402
 
 RULES = tuple(r for r in registry.rules_for("jax") if r.code.startswith("JX1"))
-CASES = [pytest.param(o, c, id=f"{o.name}:{c.expr}") for o in ops.TABLE for c in o.cases]
-CASES += [pytest.param(o, c, id=f"{o.name}:{c.expr}") for o in ops.LOSSES for c in o.cases]
+def _code(o: ops.Op, c: ops.Case) -> str:
+    """The rule that ports the case (test ids start with it: `pytest -k JX102`)."""
+    if o in ops.LOSSES:
+        return "JX151" if "nn." in c.expr else "JX150"
+    return "JX102" if o.is_method else "JX101"
+
+
+CASES = [pytest.param(o, c, id=f"{_code(o, c)}-{o.name}:{c.expr}") for o in ops.TABLE for c in o.cases]
+CASES += [pytest.param(o, c, id=f"{_code(o, c)}-{o.name}:{c.expr}") for o in ops.LOSSES for c in o.cases]
 
 _SPEC = re.compile(r"^([fpuisb])([\d,]*)(?::(\d+))?$")
 
@@ -125,7 +132,7 @@ def test_entry(entry, case):
     assert_same(expected, got, f"{case.expr} -> {body.strip()}")
 
 
-def test_table_is_large_and_every_entry_is_tested():
+def test_JX101_JX102_table_is_large_and_every_entry_is_tested():
     ported = [o for o in ops.TABLE if not o.manual]
     assert len(ported) >= 150
     untested = [o.name for o in ops.TABLE if not o.cases]
@@ -140,14 +147,14 @@ def _inplace_cases():
         base = name[:-1]
         for c in o.cases:
             if c.expr.startswith(f"a.{base}(") and c.expr.endswith(")") and c.expr.count(f".{base}(") == 1:
-                out.append(pytest.param(name, c, id=f"{name}:{c.expr}"))
+                out.append(pytest.param(name, c, id=f"JX104-{name}:{c.expr}"))
                 break
         else:
             if name not in ("zero_", "fill_", "copy_"):
-                out.append(pytest.param(name, None, id=f"{name}:no case"))
-    out.append(pytest.param("zero_", ops.Case("a.zero_()", a="f3,4"), id="zero_"))
-    out.append(pytest.param("fill_", ops.Case("a.fill_(2.5)", a="f3,4"), id="fill_"))
-    out.append(pytest.param("copy_", ops.Case("a.copy_(b)", a="f3,4", b="f4"), id="copy_"))
+                out.append(pytest.param(name, None, id=f"JX104-{name}:no case"))
+    out.append(pytest.param("zero_", ops.Case("a.zero_()", a="f3,4"), id="JX104-zero_"))
+    out.append(pytest.param("fill_", ops.Case("a.fill_(2.5)", a="f3,4"), id="JX104-fill_"))
+    out.append(pytest.param("copy_", ops.Case("a.copy_(b)", a="f3,4", b="f4"), id="JX104-copy_"))
     return out
 
 
@@ -199,8 +206,8 @@ SCHEDULERS = {  # name: (constructor, stepped per "epoch" or per "batch")
     "step_in_function": ("torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.6)", "function"),
 }
 EPOCHS, BATCHES = 4, 5  # 20 optimizer steps
-OPT_PAIRS = [pytest.param(o, s, id=f"{o}-{s}") for o in OPTIMIZERS for s in ("none", "step")]
-OPT_PAIRS += [pytest.param(o, s, id=f"{o}-{s}") for o, s in [
+OPT_PAIRS = [pytest.param(o, s, id=f"JX201-{o}-{s}") for o in OPTIMIZERS for s in ("none", "step")]
+OPT_PAIRS += [pytest.param(o, s, id=f"JX201-{o}-{s}") for o, s in [
     ("sgd_momentum", "multistep"), ("sgd_momentum", "exponential"), ("sgd_momentum", "cosine"), ("adam", "cosine_eta_min"),
     ("sgd_momentum", "onecycle"), ("adamw", "onecycle"), ("rmsprop", "step_per_batch"), ("sgd_nesterov_wd", "step_in_function"),
     ("adam", "exponential"), ("rmsprop_centered", "cosine"),

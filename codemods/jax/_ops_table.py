@@ -135,6 +135,11 @@ def is_dtype_expr(node: cst.CSTNode, ctx: FileContext) -> bool:
     q = ctx.qualname(node)
     if q and (q.startswith("jax.numpy.") or q.startswith("numpy.")) and q.rsplit(".", 1)[1] in _JAX_DTYPE_NAMES:
         return True
+    if isinstance(node, cst.Attribute):
+        # a dtype another rule just wrote (jnp.float32: its import is added after the pass)
+        head = code(node.value)
+        if node.attr.value in _JAX_DTYPE_NAMES and head in ("jnp", "np", "numpy", "jax.numpy", ctx.module_alias("jax.numpy")):
+            return True
     return isinstance(node, cst.Attribute) and node.attr.value == "dtype"
 
 
@@ -746,9 +751,12 @@ op(["torch.allclose", ".allclose"], "input, other, rtol, atol, equal_nan",
 
 
 # Reductions
+_ARRAY_METHODS = frozenset({"sum", "mean", "prod", "all", "any", "argmax", "argmin", "max", "min"})
+
+
 def _reduce(fn: str, method_ok: bool = True):
     def build(b: Bound) -> str:
-        if b.is_method and len(b.args) == 1:  # x.sum(): the same method on a jax.Array
+        if b.is_method and len(b.args) == 1 and fn in _ARRAY_METHODS:  # x.sum(): the same method on a jax.Array
             return f"{b.atom('input')}.{fn}()"
         parts = [b["input"]]
         if b.has("dim"):
@@ -829,7 +837,7 @@ def _minmax(fn: str):
     def build(b: Bound):
         x = b["input"]
         if not b.has("dim"):
-            return f"{b.jnp}.{fn}({x})"
+            return f"{b.atom('input')}.{fn}()" if b.is_method and len(b.args) == 1 else f"{b.jnp}.{fn}({x})"
         dim = b.node("dim")
         v = literal(dim)
         if (isinstance(v, int) and not isinstance(v, bool)) or "dim" in b.keywords:
@@ -2123,7 +2131,10 @@ def port_call(rule, node: cst.Call, o: Op, receiver: Optional[cst.BaseExpression
     def replacement(updated: cst.CSTNode) -> cst.CSTNode:
         call_node = updated.value if target is not node else updated
         recv = call_node.func.value if is_method else None
-        result, _ = build(o, call_node, ctx, recv)
+        try:
+            result, _ = build(o, call_node, ctx, recv)
+        except (Manual, NotMine):  # an edit inside changed the call: the next pass decides again
+            return updated
         return as_expression(text_of(result), parent, updated)
 
     new_text = code(as_expression(text, parent, target))

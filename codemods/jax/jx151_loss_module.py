@@ -98,7 +98,10 @@ class LossModule(Rule):
 
         def replacement(updated: cst.CSTNode) -> cst.CSTNode:
             ctor = updated.func if applied is not None else updated
-            new_text, _ = ops.build_loss_module(lm, ctor, self.ctx, updated if applied is not None else None)
+            try:
+                new_text, _ = ops.build_loss_module(lm, ctor, self.ctx, updated if applied is not None else None)
+            except ops.Manual:  # an edit inside changed the call: the next pass decides again
+                return updated
             return ops.as_expression(new_text, grand, updated)
 
         self.report(
