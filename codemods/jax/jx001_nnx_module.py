@@ -210,6 +210,14 @@ class NnxModule(Rule):
         for call in astutil.calls_in(func.body):
             if not _nnx.has_kwarg(call, "rngs") and plan.passes_rngs(call, func, cls):
                 edits.append(self.replace(call, _nnx.with_rngs))
+            elif _nnx.has_kwarg(call, "rngs") and plan.passes_rngs(call.with_changes(args=[a for a in call.args if not (
+                    a.keyword is not None and a.keyword.value == "rngs")]), func, cls):
+                # a fresh nnx.Rngs(seed) (from the script-level rngs rule) inside a function that
+                # has its caller's rngs: the caller's stream, as torch's global generator would
+                for a in call.args:
+                    if a.keyword is not None and a.keyword.value == "rngs" and isinstance(a.value, cst.Call) \
+                            and self.ctx.qualname(a.value.func) == "flax.nnx.Rngs":
+                        edits.append(self.replace(a.value, cst.Name("rngs")))
         # a parameter that receives a module class from an annotated parameter of the caller:
         # `self._make_layer(block, ...)` with `block: Type[BasicBlock]` -> annotate it the same way
         if cls is not None:
@@ -251,7 +259,10 @@ def _insert_first(stmt: cst.BaseStatement):
         at = 1 if items and _is_docstring(items[0]) else 0
         if len(items) == 1 and isinstance(items[0], cst.SimpleStatementLine) and isinstance(items[0].body[0], cst.Pass):
             return body.with_changes(body=[stmt])
-        return body.with_changes(body=[*items[:at], stmt, *items[at:]])
+        rest = items[at:]
+        if rest and not rest[0].leading_lines:
+            rest[0] = rest[0].with_changes(leading_lines=[cst.EmptyLine()])
+        return body.with_changes(body=[*items[:at], stmt, *rest])
     return apply
 
 
