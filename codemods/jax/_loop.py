@@ -313,7 +313,7 @@ _CLIP = {
 }
 
 
-def classify(stmt: cst.BaseStatement, ctx: FileContext) -> Piece:
+def classify(stmt: cst.BaseStatement, ctx: FileContext, aliases: Optional[dict] = None) -> Piece:
     if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr):
         call = stmt.body[0].value
         if isinstance(call, cst.Call):
@@ -324,7 +324,8 @@ def classify(stmt: cst.BaseStatement, ctx: FileContext) -> Piece:
                 return Piece("backward", stmt, call.func.value, call)  # type: ignore[attr-defined]
             if m == "step" and not call.args:
                 receiver = call.func.value  # type: ignore[attr-defined]
-                if code(receiver) in file_facts(ctx).optimizers:
+                text = code(receiver)
+                if (aliases or {}).get(text, text) in file_facts(ctx).optimizers:
                     return Piece("step", stmt, receiver, call)
             if (ctx.qualname(call.func) or "") in _CLIP:
                 return Piece("clip", stmt, None, call)
@@ -360,14 +361,17 @@ class Unsupported(Exception):
     """The loop trains, but not in a form the rewrite handles; the message says why."""
 
 
-def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str]) -> Plan:
+def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str],
+               aliases: Optional[dict] = None) -> Plan:
     """Split the loop body into step regions. ``later_reads``: names read anywhere in the
     enclosing scope outside this loop body (after the loop, a ``return``)."""
     body = loop.body
     if not isinstance(body, cst.IndentedBlock):
         raise Unsupported("the loop body is on one line")
     stmts = list(body.body)
-    pieces = [classify(s, ctx) for s in stmts]
+    aliases = aliases or {}  # `model` -> "self.model" in a method (see SelfAliases)
+    back = {v: k for k, v in aliases.items()}
+    pieces = [classify(s, ctx, aliases) for s in stmts]
     for p in pieces:
         if p.kind == "other" and has_backward(p.stmt):
             raise Unsupported("loss.backward() is nested in a block of the loop body")
@@ -395,7 +399,8 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
         opt_text = code(pieces[end].receiver)
         if not isinstance(pieces[end].receiver, cst.Name):
             raise Unsupported(f"the optimizer {opt_text} is not a plain name")
-        model = facts.optimizers.get(opt_text)
+        model = facts.optimizers.get(aliases.get(opt_text, opt_text))
+        model = back.get(model, model) if model else model
         zero = [p for p in window if p.kind == "zero_grad"]
         if model is None:
             for z in zero:
@@ -403,7 +408,7 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
                     model = code(z.receiver)
         if model is None or not model.isidentifier():
             raise Unsupported(f"porter cannot tell which model {opt_text} trains")
-        models = facts.modules | {model}
+        models = facts.modules | {model} | {k for k, v in aliases.items() if v in facts.modules}
         # candidate statements: everything of the body before the last backward of the window
         domain = [p.stmt for p in pieces[:start + last_back] if p.kind == "other"]
         in_window = {id(p.stmt) for p in window if p.kind == "other"}
@@ -627,3 +632,55 @@ def root_name(expr: cst.CSTNode) -> Optional[str]:
     while isinstance(expr, (cst.Attribute, cst.Subscript, cst.Call)):
         expr = expr.func if isinstance(expr, cst.Call) else expr.value
     return expr.value if isinstance(expr, cst.Name) else None
+
+
+# --------------------------------------------------------------------------------------
+# A loop in a method: `self.model`, `self.optimizer` ... read as plain names
+# --------------------------------------------------------------------------------------
+def self_aliases(loop: cst.CSTNode, fn: Optional[cst.FunctionDef]) -> dict[str, str]:
+    """In a method, the ``self.x`` attributes the loop reads, as ``{"x": "self.x"}``, when
+    none of them is also a local name of the method (then the loop is analysed with plain
+    names and the attributes are put back in the code that stays in the method)."""
+    if fn is None or not fn.params.params or fn.params.params[0].name.value != "self":
+        return {}
+    found: dict[str, str] = {}
+    for n in astutil.walk(loop, into_functions=True):
+        if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == "self":
+            found[n.attr.value] = f"self.{n.attr.value}"
+    if not found or set(found) & (function_locals(fn) | _BUILTINS):
+        return {}
+    return found
+
+
+class ToNames(cst.CSTTransformer):
+    """``self.x`` -> ``x`` for the aliased attributes."""
+
+    def __init__(self, aliases: dict[str, str]) -> None:
+        super().__init__()
+        self.aliases = aliases
+
+    def leave_Attribute(self, original, updated):
+        if isinstance(updated.value, cst.Name) and updated.value.value == "self" and updated.attr.value in self.aliases:
+            return cst.Name(updated.attr.value, lpar=updated.lpar, rpar=updated.rpar)
+        return updated
+
+
+class ToAttributes(cst.CSTTransformer):
+    """``x`` -> ``self.x`` for the aliased names (not attribute or keyword names)."""
+
+    def __init__(self, aliases: dict[str, str]) -> None:
+        super().__init__()
+        self.aliases = aliases
+        self.skip: set[int] = set()
+
+    def visit_Attribute(self, node):
+        self.skip.add(id(node.attr))
+
+    def visit_Arg(self, node):
+        if node.keyword is not None:
+            self.skip.add(id(node.keyword))
+
+    def leave_Name(self, original, updated):
+        if id(original) in self.skip or updated.value not in self.aliases:
+            return updated
+        return cst.Attribute(cst.Name("self"), cst.Name(updated.value), lpar=updated.lpar, rpar=updated.rpar)

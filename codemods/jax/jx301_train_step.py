@@ -48,6 +48,10 @@ class TrainStep(Rule):
     netG(noise)`) is computed again inside the second step, so that its gradient reaches the
     second model.
 
+    In a method (a trainer class), the attributes the loop reads (`self.model`,
+    `self.optimizer`, `self.criterion`, `self.args.clip`) are handled like local names: the
+    step is still a module-level function and the loop passes it `self.model`, ...
+
     What the rewrite cannot handle (a host read such as `.item()` inside the forward pass,
     a backward nested in an `if`, an optimizer whose model porter cannot see, code between
     `backward()` and `step()`) is marked `# porter: manual` above the loop and reported.
@@ -213,6 +217,57 @@ class TrainStep(Rule):
         Example(
             """
             import torch
+            import torch.nn as nn
+
+            class Trainer:
+                def __init__(self, model, args):
+                    self.model = model
+                    self.args = args
+                    self.criterion = nn.CrossEntropyLoss()
+                    self.optimizer = torch.optim.Adam(self.model.parameters(), lr=args.lr)
+
+                def train_epoch(self, loader):
+                    self.model.train()
+                    for x, y in loader:
+                        self.optimizer.zero_grad()
+                        loss = self.criterion(self.model(x), y)
+                        loss.backward()
+                        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.clip)
+                        self.optimizer.step()
+            """,
+            """
+            import torch
+            import torch.nn as nn
+            import optax
+            import flax.nnx as nnx
+
+            @nnx.jit(static_argnames=("criterion", "clip"))
+            def train_step(model, optimizer, x, y, criterion, clip):
+                def loss_fn(model):
+                    loss = criterion(model(x), y)
+                    return loss
+                loss, grads = nnx.value_and_grad(loss_fn)(model)
+                grads, _ = optax.clip_by_global_norm(clip).update(grads, optax.EmptyState())
+                optimizer.update(model, grads)
+                return loss
+
+            class Trainer:
+                def __init__(self, model, args):
+                    self.model = model
+                    self.args = args
+                    self.criterion = nn.CrossEntropyLoss()
+                    self.optimizer = torch.optim.Adam(self.model.parameters(), lr=args.lr)
+
+                def train_epoch(self, loader):
+                    self.model.train()
+                    for x, y in loader:
+                        loss = train_step(self.model, self.optimizer, x, y, self.criterion, self.args.clip)
+            """,
+            title="a trainer method: self.model, self.optimizer, self.criterion, self.args.clip",
+        ),
+        Example(
+            """
+            import torch
 
             def fit(model, optimizer, loader):
                 for x, y in loader:
@@ -329,11 +384,15 @@ class TrainStep(Rule):
             return
         fn = self.ctx.enclosing(cst.FunctionDef)
         scope = fn if fn is not None else self.ctx.module
+        original = loop
+        aliases = lp.self_aliases(loop, fn)
+        if aliases:  # a trainer method: analyse `self.model` etc. as plain names
+            loop = loop.visit(lp.ToNames(aliases))
         try:
-            plan = lp.plan_steps(loop, self.ctx, self._later_reads(scope, loop))
-            built = [self._build(region, fn, loop, len(plan.regions) > 1) for region in plan.regions]
+            plan = lp.plan_steps(loop, self.ctx, self._later_reads(scope, original), aliases)
+            built = [self._build(region, fn, loop, len(plan.regions) > 1, aliases) for region in plan.regions]
         except lp.Unsupported as exc:
-            self._manual(loop, str(exc))
+            self._manual(original, str(exc))
             return
         defs, calls = [], []
         for region, (text, call) in zip(plan.regions, built):
@@ -356,6 +415,8 @@ class TrainStep(Rule):
             part[at] = call.with_changes(leading_lines=[*lead, *comments])
             new_body.extend(part)
         new_body.extend(plan.tail)
+        if aliases:  # the code that stays in the method reads the attributes again
+            new_body = [s.visit(lp.ToAttributes(aliases)) for s in new_body]
         def_nodes = []
         for i, text in enumerate(defs):
             node = cst.parse_module(text).body[0]
@@ -368,7 +429,7 @@ class TrainStep(Rule):
         imports = ("flax.nnx",) + (("optax",) if optax_needed else ())
         del nnx
         edits = [
-            self.replace(loop.body, loop.body.with_changes(body=new_body)),
+            self.replace(original.body, original.body.with_changes(body=new_body)),
             self.replace(holder, _insert_defs_before(def_nodes)),
         ]
         names = ", ".join(call_name(c) for c in calls)
@@ -400,14 +461,15 @@ class TrainStep(Rule):
         self.report(loop, f"training step not rewritten: {reason}", fix, severity=Severity.ERROR)
 
     # ----------------------------------------------------------------------------------
-    def _build(self, region: lp.Region, fn, loop, several: bool) -> tuple[str, cst.BaseStatement]:
+    def _build(self, region: lp.Region, fn, loop, several: bool, aliases=None) -> tuple[str, cst.BaseStatement]:
         ctx = self.ctx
         facts = lp.file_facts(ctx)
         nnx = lp.nnx_name(ctx)
         model, opt = region.model, region.optimizer
         assert model is not None
+        aliases = aliases or {}
         if fn is not None:
-            local = lp.function_locals(fn)
+            local = lp.function_locals(fn) | set(aliases)
         else:  # a script's top level: what the loops around the step bind changes per step
             local = set()
             for anc in ctx.ancestors:
@@ -427,6 +489,10 @@ class TrainStep(Rule):
             for n in lp.reads(node):
                 if n not in bound:
                     free[n] = None
+        if aliases:
+            facts = _with_aliases(facts, aliases)
+        if fn is not None and model not in local and model not in facts.toplevel:
+            raise lp.Unsupported(f"the model {opt} trains ({model}) is not visible in this function")
         if "self" in free:
             raise lp.Unsupported("the step reads `self` (a trainer method): move the model and optimizer to arguments")
         dynamic: list[str] = []
@@ -610,6 +676,17 @@ def _scalar_expr(expr, facts) -> bool:
     if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value in _SCALAR_CALLS:
         return all(_scalar_expr(a.value, facts) or expr.func.value == "len" for a in expr.args)
     return False
+
+
+def _with_aliases(facts, aliases):
+    """The file facts with `self.x` entries also under the alias `x`."""
+    import copy
+
+    out = copy.copy(facts)
+    out.modules = facts.modules | {k for k, v in aliases.items() if v in facts.modules}
+    out.losses = facts.losses | {k for k, v in aliases.items() if v in facts.losses}
+    out.namespaces = facts.namespaces | {k for k, v in aliases.items() if v in facts.namespaces}
+    return out
 
 
 def _module_assigned(module: cst.Module) -> set[str]:
