@@ -325,11 +325,75 @@ def test_hooks_are_reported():
     assert "self.fc.register_forward_hook(print)  # porter: manual (JX090)" in result.source
 
 
-def test_layers_outside_modules_are_not_given_an_undefined_rngs():
+def test_script_level_layers_draw_from_a_local_stream_seeded_like_the_script():
+    src = textwrap.dedent("""
+    import torch
+    import torch.nn as nn
+
+    torch.manual_seed(7)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    head = nn.Linear(2, 1)
+    """)
+    result = port(src)
+    assert "porter: manual" not in result.source
+    assert result.source.count("rngs = nnx.Rngs(7)") == 1
+    ported = load(result.source)
+    assert isinstance(ported.model, nnx.Sequential) and isinstance(ported.head, nnx.Linear)
+    assert ported.model(jnp.ones((3, 4))).shape == (3, 2)
+    assert port(result.source).source == result.source
+
+
+def test_layers_built_in_forward_are_reported():
     result = port("""
     import torch.nn as nn
 
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
+    class M(nn.Module):
+        def forward(self, x):
+            return nn.Linear(2, 2)(x)
     """)
-    assert "rngs=rngs" not in result.source
-    assert any(f.code == "JX090" and "outside a module class" in f.message for f in result.remaining)
+    assert "rngs=rngs" not in result.source.split("def __call__")[1].split("\n\n")[0]
+    assert any(f.code == "JX090" and "__init__" in f.message for f in result.remaining)
+
+
+def test_factories_classes_without_init_and_subclasses_pass_rngs_on():
+    src = textwrap.dedent("""
+    import torch
+    import torch.nn as nn
+
+    class Scale(nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    class Base(nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.fc = nn.Linear(d, d)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    class Child(Base):
+        def __init__(self, d):
+            super().__init__(d)
+            self.scale = Scale()
+            self.out = make_head(d)
+
+        def forward(self, x):
+            return self.out(self.scale(super().forward(x)))
+
+    def make_head(d):
+        return nn.Linear(d, 1)
+
+    def build(d=3):
+        return Child(d)
+    """)
+    result = port(src)
+    assert "porter: manual" not in result.source
+    assert "def make_head(d, *, rngs: nnx.Rngs):" in result.source
+    assert "return Child(d, rngs=rngs)" in result.source
+    original, ported = load(src, "orig"), load(result.source, "port")
+    tm, jm = original.build(), ported.build(rngs=nnx.Rngs(0))
+    ported.load_torch_state_dict(jm, {k: v.numpy() for k, v in tm.state_dict().items()})
+    assert sorted(ported.torch_state_dict(jm)) == sorted(tm.state_dict())
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(jm(jnp.asarray(x))), tm(torch.from_numpy(x)).detach().numpy(), atol=1e-6)

@@ -383,11 +383,10 @@ def enclosing_function(ctx: FileContext) -> Optional[cst.FunctionDef]:
 def in_rngs_scope(ctx: FileContext) -> bool:
     """The current node sits in a function that has (or gets) an ``rngs`` parameter."""
     func = enclosing_function(ctx)
-    if func is None:
-        return False
-    if func in rngs_plan(ctx).functions:
+    if func is not None and (func in rngs_plan(ctx).functions or has_param(func, "rngs")):
         return True
-    return any(p.name.value == "rngs" for p in (*func.params.params, *func.params.kwonly_params))
+    where = scope_statement(ctx)
+    return where is not None and assigns_rngs_before(*where)
 
 
 def root_kind(cls: cst.ClassDef, ctx: FileContext, seen=None) -> Optional[str]:
@@ -446,3 +445,61 @@ def spaced(statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
         s.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]) if i else s.with_changes(leading_lines=[])
         for i, s in enumerate(statements)
     ]
+
+
+def scope_statement(ctx: FileContext):
+    """(scope, statement): the function or module the current node runs in, and the statement
+    of that scope's own body that contains it; None where a layer built here cannot be given a
+    local ``rngs`` (class bodies, lambdas, methods of module classes: their layers belong in
+    ``__init__``)."""
+    anchor = None
+    for anc in reversed(ctx.ancestors[:-1]):
+        if isinstance(anc, (cst.Lambda, cst.ClassDef)):
+            return None
+        if isinstance(anc, cst.FunctionDef):
+            if enclosing_module_class_of(anc, ctx) is not None:
+                return None
+            return (anc, anchor) if anchor is not None else None
+        if isinstance(anc, cst.BaseStatement):
+            anchor = anc
+    return (ctx.module, anchor) if anchor is not None else None
+
+
+def enclosing_module_class_of(func: cst.FunctionDef, ctx: FileContext) -> Optional[cst.ClassDef]:
+    seen = False
+    for anc in reversed(ctx.ancestors):
+        if anc is func:
+            seen = True
+            continue
+        if seen and isinstance(anc, cst.ClassDef):
+            return anc if module_classes(ctx).get(anc.name.value) is anc else None
+        if seen and isinstance(anc, cst.FunctionDef):
+            return None
+    return None
+
+
+def scope_body(scope) -> list:
+    return list(scope.body) if isinstance(scope, cst.Module) else list(scope.body.body)
+
+
+def assigns_rngs_before(scope, anchor) -> bool:
+    """``rngs = ...`` is a statement of the scope's body before ``anchor`` (a port's local stream)."""
+    for stmt in scope_body(scope):
+        if stmt is anchor:
+            return False
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assign) and any("rngs" in astutil.target_names(t.target) for t in small.targets):
+                    return True
+    return False
+
+
+def seed_in(scope, anchor, ctx: FileContext) -> str:
+    """The argument of the scope's `torch.manual_seed(seed)` before ``anchor``, else "0"."""
+    for stmt in scope_body(scope):
+        if stmt is anchor:
+            break
+        for call in astutil.calls_in(stmt):
+            if ctx.qualname(call.func) in ("torch.manual_seed", "torch.random.manual_seed") and call.args:
+                return code(call.args[0].value)
+    return "0"

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from porter import astutil
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _layers, _nnx
@@ -31,6 +32,11 @@ class NnxLayer(Rule):
       `functools.partial(nnx.gelu, approximate=False)` (jax's default is the tanh
       approximation), `nn.Softmax(dim=1)` -> `functools.partial(nnx.softmax, axis=1)`,
       `nn.Flatten()` -> `lambda x: x.reshape(x.shape[0], -1)`, `nn.Identity()` -> `lambda x: x`.
+
+    Layers built by script code (outside module classes, factory functions and methods)
+    draw their parameters from a local `rngs = nnx.Rngs(seed)` inserted once before the
+    first such statement of the scope, seeded with the scope's `torch.manual_seed` argument
+    (else 0).
 
     Layers and arguments without a faithful translation (`ceil_mode=True`, a bidirectional
     LSTM, grouped transposed convolutions...) are left alone and reported by JX090.
@@ -110,10 +116,33 @@ class NnxLayer(Rule):
             title="channels-first layers: classes with torch's arguments (emitted by JX011)",
         ),
     ]
+    examples = [*examples, Example(
+        """
+        import torch
+        import torch.nn as nn
+
+        torch.manual_seed(args.seed)
+        model = nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
+        """,
+        """
+        import torch
+        import torch.nn as nn
+        import flax.nnx as nnx
+
+        torch.manual_seed(args.seed)
+        rngs = nnx.Rngs(args.seed)
+        model = nn.Sequential(nnx.Linear(784, 128, rngs=rngs), nnx.relu, nnx.Linear(128, 10, rngs=rngs))
+        """,
+        title="layers built by script code: a local nnx.Rngs from the script's seed",
+    )]
     valid = [
         "import flax.nnx as nnx\nfc = nnx.Linear(2, 3, rngs=nnx.Rngs(0))\n",
         "import torch.nn as nn\nclass Net(nn.Module):\n    def __init__(self):\n        self.pool = nn.MaxPool2d(2, ceil_mode=True)\n",
     ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._streams: set[int] = set()
 
     def visit_Call(self, node: cst.Call) -> None:
         qual = self.ctx.qualname(node.func)
@@ -124,12 +153,24 @@ class NnxLayer(Rule):
             return
         if _layers.inside_manual_construct(self.ctx):
             return  # part of a construction left for a manual port (JX090)
+        edits = [self.replace(node, result.new)]
+        imports = result.imports
         if result.rngs and not _nnx.in_rngs_scope(self.ctx):
-            return  # built outside a module class or factory: JX090 reports it
+            where = _nnx.scope_statement(self.ctx)
+            if where is None:
+                return  # in a class body or a method that is not __init__: JX090 reports it
+            scope, anchor = where
+            # script code building layers: a local stream, seeded like the script (once per scope)
+            if id(scope) not in self._streams:
+                self._streams.add(id(scope))
+                nnx = _nnx.nnx_name(self.ctx)
+                line = cst.parse_statement(f"rngs = {nnx}.Rngs({_nnx.seed_in(scope, anchor, self.ctx)})")
+                edits.append(self.replace(anchor, astutil.insert_before([line])))
+                imports = (*imports, "flax.nnx")
         self.report(
             node,
             f"{_nnx.code(node.func)}(...) -> {_nnx.code(result.new.func) if isinstance(result.new, cst.Call) else _nnx.code(result.new)}: "
             "the Flax NNX layer with torch's semantics",
-            Fix((self.replace(node, result.new),), imports=result.imports,
+            Fix(tuple(edits), imports=imports,
                 remove_imports=(("torch.nn", None), ("torch", "nn"), ("torch", None))),
         )

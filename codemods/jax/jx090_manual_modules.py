@@ -20,8 +20,9 @@ class ManualModule(Rule):
       `nn.Upsample`, `nn.EmbeddingBag`...) and arguments the translation does not cover
       (`ceil_mode=True`, `return_indices=True`, a bidirectional LSTM, `nn.ConvTranspose2d(groups=2)`,
       `nn.Softmax()` without `dim`, LayerNorm over several dimensions, `dtype=`...);
-    - a layer with parameters built outside a module class or a factory function (it has no
-      `rngs` to draw its parameters from);
+    - a layer with parameters built in `forward` or another method that is not `__init__`,
+      or in a class body (it has no `rngs` to draw its parameters from; torch would create
+      new parameters on every call);
     - `nn.Sequential(OrderedDict(...))` (named children), `register_buffer` with a computed
       name or a `None` tensor, `add_module`, forward/backward hooks;
     - classes deriving from a torch.nn layer other than `nn.Module` (`class MyConv(nn.Conv2d)`).
@@ -65,14 +66,18 @@ class ManualModule(Rule):
             """
             import torch.nn as nn
 
-            model = nn.Linear(10, 2)
+            class Net(nn.Module):
+                def forward(self, x):
+                    return nn.Linear(10, 2)(x)
             """,
             """
             import torch.nn as nn
 
-            model = nn.Linear(10, 2)  # porter: manual (JX090): a layer built outside a module class or factory function has no rngs: build it in a module's __init__, or pass rngs=nnx.Rngs(seed)
+            class Net(nn.Module):
+                def forward(self, x):
+                    return nn.Linear(10, 2)(x)  # porter: manual (JX090): a layer built in a class body or a method other than __init__ has no rngs: build it in __init__ (torch would create new parameters on every call)
             """,
-            title="a layer built at script level",
+            title="a layer built in forward",
         ),
     ]
     valid = [
@@ -105,8 +110,8 @@ class ManualModule(Rule):
             result = _layers.plan(node, qual, self.ctx)
             if isinstance(result, _layers.Manual):
                 self._manual(node, str(result))
-            elif result is not None and result.rngs and not _nnx.in_rngs_scope(self.ctx):
-                self._manual(node, "a layer built outside a module class or factory function has no rngs: build it in a module's __init__, or pass rngs=nnx.Rngs(seed)")
+            elif result is not None and result.rngs and not _nnx.in_rngs_scope(self.ctx) and _nnx.scope_statement(self.ctx) is None:
+                self._manual(node, "a layer built in a class body or a method other than __init__ has no rngs: build it in __init__ (torch would create new parameters on every call)")
             return
         method = astutil.method_name(node)
         if method in ("register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook", "register_backward_hook"):
