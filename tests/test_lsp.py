@@ -244,6 +244,7 @@ def _apply_changes(text: str, changes) -> str:
     return text
 
 
+@pytest.mark.slow
 @onserver
 async def test_fix_all(client: LanguageClient, tmp_path: Path):
     text = MNIST.read_text(encoding="utf-8")
