@@ -1287,31 +1287,33 @@ op("F.cosine_similarity", "x1, x2, dim, eps", _cosine_similarity, "sum(x1 * x2, 
 
 
 def _pad(b: Bound) -> str:
-    pad = b.lit("pad")
+    node = b.node("pad")
     mode = b.lit("mode", "constant")
     modes = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
     if mode not in modes:
         raise Manual("mode= is not a literal porter knows")
-    if not isinstance(pad, (list, tuple)) or len(pad) % 2:
-        raise Manual("F.pad's pad must be a literal tuple of (left, right, top, bottom, ...) pairs for porter to reorder it")
-    if any(not isinstance(v, int) or v < 0 for v in pad):
+    if not isinstance(node, (cst.Tuple, cst.List)) or any(isinstance(e, cst.StarredElement) for e in node.elements) or len(node.elements) % 2:
+        raise Manual("F.pad's pad must be written out as (left, right, top, bottom, ...) pairs for porter to reorder it")
+    widths = [bare(e.value) for e in node.elements]
+    if any(isinstance(literal(e.value), (int, float)) and literal(e.value) < 0 for e in node.elements):
         raise Manual("negative padding crops in torch; jnp.pad cannot crop")
-    pairs = [f"({pad[i]}, {pad[i + 1]})" for i in range(0, len(pad), 2)][::-1]
+    pairs = [f"({widths[i]}, {widths[i + 1]})" for i in range(0, len(widths), 2)][::-1]
     k = len(pairs)
     x = atom(b.node("input"))
-    widths = f"[(0, 0)] * ({x}.ndim - {k}) + [{', '.join(pairs)}]"
+    spec = f"[(0, 0)] * ({x}.ndim - {k}) + [{', '.join(pairs)}]"
     extra = ""
     if mode == "constant" and b.has("value") and b.lit("value") is not None:
         extra = f", constant_values={b['value']}"
     mode_arg = "" if mode == "constant" else f", mode={modes[mode]!r}"
-    return f"{b.jnp}.pad({b['input']}, {widths}{mode_arg}{extra})"
+    return f"{b.jnp}.pad({b['input']}, {spec}{mode_arg}{extra})"
 
 
 op("F.pad", "input, pad, mode, value", _pad, "jnp.pad(x, [(0, 0)] * (x.ndim - k) + [..., (top, bottom), (left, right)])",
-   "torch's pad tuple starts with the LAST dimension; the port reverses the pairs; replicate -> 'edge', circular -> 'wrap'",
-   [Case("F.pad(a, (1, 2))", a="f2,3,4"), Case("F.pad(a, (1, 1, 2, 0), value=-1.0)", a="f2,3,4"),
+   cases=[Case("F.pad(a, (1, 2))", a="f2,3,4"), Case("F.pad(a, (1, 1, 2, 0), value=-1.0)", a="f2,3,4"),
     Case("F.pad(a, (1, 1, 1, 1), mode='reflect')", a="f1,2,4,4"), Case("F.pad(a, (2, 1), mode='replicate')", a="f2,3,4"),
-    Case("F.pad(a, (1, 1), 'circular')", a="f2,3,4")])
+    Case("F.pad(a, (1, 1), 'circular')", a="f2,3,4"), Case("F.pad(a, (0, a.shape[-1] % 3, 1, a.size(1) // 2))", a="f2,3,4")],
+   note="torch's pad tuple starts with the LAST dimension; the port reverses the pairs; replicate -> 'edge', circular -> 'wrap'; "
+        "the widths may be expressions (a negative one makes jnp.pad raise where torch would crop)")
 
 
 def _pool(kind: str):
@@ -1414,9 +1416,44 @@ for _m in (".uniform_", ".normal_", ".bernoulli_", ".random_", ".exponential_"):
 op(["F.dropout", "F.dropout1d", "F.dropout2d", "torch.dropout", "F.alpha_dropout"], "input, p, training, inplace", None, "nnx.Dropout(rate, rngs=rngs)",
    manual="dropout needs a PRNG key and a train/eval switch: use an nnx.Dropout layer built with rngs (the module rules) or jax.random.bernoulli",
    cases=[Case("@(a, 0.5, training=True)", a="f3")])
-op("F.interpolate", "input, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias", None, "jax.image.resize",
-   manual="jax.image.resize samples at other positions than torch's align_corners/nearest conventions: port and compare by hand",
-   cases=[Case("F.interpolate(a, scale_factor=2)", a="f1,1,2,2")])
+def _interpolate(b: Bound) -> str:
+    mode = b.lit("mode", "nearest")
+    s = b.lit("scale_factor", None)
+    if mode != "nearest" or b.has("size") or not (isinstance(s, int) and not isinstance(s, bool) and s >= 1):
+        raise Manual("only mode='nearest' with an integer scale_factor is ported exactly (repeat); jax.image.resize samples "
+                     "at other positions than torch's linear/align_corners conventions: port and compare by hand")
+    for k in ("align_corners", "recompute_scale_factor", "antialias"):
+        if b.has(k) and b.lit(k) not in (None, False):
+            raise Manual(f"{k}= is not ported")
+    x = b.atom("input")
+    # each element repeated in an s x s (x s) block: a Kronecker product with a block of ones
+    return f"{b.jnp}.kron({b['input']}, {b.jnp}.ones((1, 1) + ({s},) * ({x}.ndim - 2), {x}.dtype))"
+
+
+op("F.interpolate", "input, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias", _interpolate,
+   "jnp.kron(x, jnp.ones((1, 1) + (s,) * (x.ndim - 2), x.dtype))", "nearest with an integer scale_factor (any number of spatial dims); other modes are reported",
+   cases=[Case("F.interpolate(a, scale_factor=2)", a="f1,2,2,3"), Case("F.interpolate(a, scale_factor=3, mode='nearest')", a="f2,3,4"),
+          Case("F.interpolate(a, scale_factor=2)", a="f1,2,2,3,2")])
+op(["F.upsample_bilinear", "F.grid_sample", "F.affine_grid"], "input, *args, size, scale_factor, mode, padding_mode, align_corners", None,
+   "jax.image.resize / jax.scipy.ndimage.map_coordinates",
+   manual="resampling: JAX's resize and map_coordinates sample at other positions than torch's conventions: port and compare by hand",
+   cases=[Case("@(a, scale_factor=2)", a="f1,1,2,2")])
+
+
+def _meshgrid(b: Bound) -> str:
+    indexing = b.lit("indexing", "ij")
+    if indexing not in ("ij", "xy"):
+        raise Manual("indexing= is not a literal")
+    ops_ = ", ".join(("*" if a.star else "") + code(a.value) for a in b.varargs)
+    if len(b.varargs) == 1 and isinstance(b.varargs[0].value, (cst.List, cst.Tuple)) and not b.varargs[0].star:
+        ops_ = "*" + code(b.varargs[0].value)
+    return f"{b.jnp}.meshgrid({ops_}, indexing={indexing!r})"
+
+
+op("torch.meshgrid", "*tensors, indexing", _meshgrid, "jnp.meshgrid(*tensors, indexing='ij')",
+   "torch's default indexing is 'ij', jnp's 'xy': the port spells it out; the grids come back as a list (torch: a tuple)",
+   [Case("torch.meshgrid(a, b, indexing='ij')", a="f3", b="f4"), Case("torch.meshgrid([a, b], indexing='xy')", a="f3", b="f4"),
+    Case("torch.stack(torch.meshgrid(a, b))", a="f3", b="f2")])
 op(["torch.nonzero", ".nonzero", "torch.masked_select", ".masked_select", "torch.unique", ".unique", "torch.argwhere"],
    "input, *args, as_tuple, sorted, return_inverse, return_counts, dim, mask", None, "jnp.nonzero(x, size=...)", cases=[Case("@(a)", a="f3")],
    manual="the result's shape depends on the data: jit needs a static size (jnp.nonzero(x, size=N, fill_value=...), "
@@ -1931,10 +1968,16 @@ def tensor_names(ctx: FileContext) -> frozenset:
             value = a.value
             if value is None:
                 continue
+            targets = [t.target for t in a.targets] if isinstance(a, cst.Assign) else [a.target]
             if _is_tensor(value, ctx, names, in_module_forward):
-                targets = [t.target for t in a.targets] if isinstance(a, cst.Assign) else [a.target]
                 for t in targets:
                     names.update(astutil.target_names(t))
+            elif isinstance(value, cst.Tuple):  # q, k, v = qkv[0], qkv[1], qkv[2]
+                for t in targets:
+                    if isinstance(t, (cst.Tuple, cst.List)) and len(t.elements) == len(value.elements):
+                        for te, ve in zip(t.elements, value.elements):
+                            if isinstance(te.value, cst.Name) and _is_tensor(ve.value, ctx, names, in_module_forward):
+                                names.add(te.value.value)
         if len(names) == before:
             break
     ctx.cache[key] = frozenset(names)
