@@ -428,3 +428,24 @@ def fold(ctx: FileContext, p: Plan):
     nnx = ctx.module_alias("flax.nnx")
     used.add("flax.nnx")
     return sched_text, f"{p.target} = {nnx}.Optimizer({model}, {tx}, wrt={nnx}.Param)", used
+
+
+def folded_schedules(ctx: FileContext) -> frozenset:
+    """Names assigned an optax schedule (an ``optax.*`` call or a lambda) that an
+    ``nnx.Optimizer(...)`` construction of the file reads."""
+    key = ("optax.folded",)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    candidates: set[str] = set()
+    readers: set[str] = set()
+    for n in astutil.walk(ctx.module, into_functions=True):
+        if isinstance(n, cst.Assign) and len(n.targets) == 1:
+            v = n.value
+            if isinstance(v, cst.Lambda) or (isinstance(v, cst.Call) and (ctx.qualname(v.func) or "").startswith("optax.")):
+                candidates.add(code(n.targets[0].target))
+        if isinstance(n, cst.Call) and (ctx.qualname(n.func) or "") == "flax.nnx.Optimizer":
+            for m in astutil.walk(n, into_functions=True):
+                if isinstance(m, (cst.Name, cst.Attribute)):
+                    readers.add(code(m))
+    ctx.cache[key] = frozenset(candidates & readers)
+    return ctx.cache[key]
