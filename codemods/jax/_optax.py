@@ -449,3 +449,16 @@ def folded_schedules(ctx: FileContext) -> frozenset:
                     readers.add(code(m))
     ctx.cache[key] = frozenset(candidates & readers)
     return ctx.cache[key]
+
+
+def nnx_optimizers(ctx: FileContext) -> frozenset:
+    """Names the file assigns an ``nnx.Optimizer(...)``."""
+    key = ("optax.nnx_optimizers",)
+    if key not in ctx.cache:
+        ctx.cache[key] = frozenset(
+            code(n.targets[0].target)
+            for n in astutil.walk(ctx.module, into_functions=True)
+            if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.value, cst.Call)
+            and (ctx.qualname(n.value.func) or "") == "flax.nnx.Optimizer"
+        )
+    return ctx.cache[key]

@@ -25,8 +25,8 @@ class OptimizerToOptax(Rule):
     in a loop around the loop over `train_loader` (or around a call of a function of the file
     that loops over the loader it is given), the learning rate is
     `lambda step: scheduler(step // len(train_loader))`; stepped next to the optimizer, it
-    is `scheduler`. `optimizer.zero_grad()`, `optimizer.step()` and `scheduler.step()` are the
-    training-loop rules' business.
+    is `scheduler`. JX203 then removes the `scheduler.step()` calls; `optimizer.zero_grad()`
+    and `optimizer.step()` are the training-loop rules' business.
 
     Options with no exact optax counterpart (SGD dampening, amsgrad, maximize, parameter
     groups, OneCycleLR's momentum cycling, LambdaLR and other schedulers, a schedule whose

@@ -17,6 +17,10 @@ class LRScheduler(Rule):
     scheduler whose optimizer porter cannot see, or one whose `step()` porter cannot place
     relative to the optimizer updates. The line is marked `# porter: manual`.
 
+    Once a scheduler is folded in, reads of torch's learning-rate state are reported the same
+    way: `scheduler.get_last_lr()` (the port's rate is `scheduler(<epoch>)` for the epoch the
+    code means) and `optimizer.param_groups` (an `nnx.Optimizer` has none).
+
     ## Why
     optax takes the learning rate as a function of the update count; a torch scheduler that
     mutates the optimizer from outside has to be rewritten as such a function, and these
@@ -31,7 +35,7 @@ class LRScheduler(Rule):
     target = "jax"
     summary = "LR schedulers optax cannot express mechanically (LambdaLR, ReduceLROnPlateau, ...): reported"
     severity = Severity.ERROR
-    needs_text = ("lr_scheduler",)
+    needs_text = ("lr_scheduler", "param_groups", "get_last_lr")
     examples = [
         Example(
             """
@@ -48,12 +52,41 @@ class LRScheduler(Rule):
             """,
             title="LambdaLR",
         ),
+        Example(
+            """
+            import optax
+            from flax import nnx
+
+            optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+            print(optimizer.param_groups[0]["lr"])
+            """,
+            """
+            import optax
+            from flax import nnx
+
+            optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+            print(optimizer.param_groups[0]["lr"])  # porter: manual
+            """,
+            title="torch's learning-rate state read from a ported optimizer",
+        ),
     ]
     valid = [
         "import torch\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 10)\nfor e in range(3):\n"
         "    for x in loader:\n        optimizer.step()\n    scheduler.step()\n",
     ]
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        name = node.attr.value
+        if name not in ("get_last_lr", "param_groups"):
+            return
+        owner = cst.Module([]).code_for_node(node.value)
+        if name == "get_last_lr" and owner in _optax.folded_schedules(self.ctx):
+            ops.report_manual(self, node, f"{owner}.get_last_lr(): {owner} is an optax schedule: the rate of epoch e is "
+                                          f"{owner}(e) (per-update schedules: the update count)")
+        elif name == "param_groups" and owner in _optax.nnx_optimizers(self.ctx):
+            ops.report_manual(self, node, f"{owner}.param_groups: an nnx.Optimizer has no parameter groups; the learning rate "
+                                          "is the schedule given to its optax transformation")
 
     def visit_Call(self, node: cst.Call) -> None:
         qual = self.ctx.qualname(node.func)
