@@ -465,11 +465,23 @@ def _import_changes(an: Analysis, modules: tuple[str, ...]) -> Optional[tuple[in
         tail = "pass" + module.default_newline
         old = span.code
         if boundary >= 0 and old.endswith(tail) and "".join(an.lines[:boundary]) + tail == old[: len(old) - len(tail)] + tail:
-            new = engine.add_imports(span, list(modules), FileContext(module)).code
-            if new.endswith(tail):
-                result = (boundary, diff_changes(old[: -len(tail)], new[: -len(tail)]))
+            # the same head and modules give the same changes in every version of every
+            # document (add_imports reads nothing else: only missing modules are passed)
+            changes = _IMPORTS.get((old, modules))
+            if changes is None:
+                new = engine.add_imports(span, list(modules), FileContext(module)).code
+                if new.endswith(tail):
+                    changes = diff_changes(old[: -len(tail)], new[: -len(tail)])
+                    if len(_IMPORTS) >= 256:
+                        _IMPORTS.pop(next(iter(_IMPORTS)))
+                    _IMPORTS[(old, modules)] = changes
+            if changes is not None:
+                result = (boundary, changes)
     an._fixes[key] = result
     return result
+
+
+_IMPORTS: dict[tuple[str, tuple[str, ...]], list[TextChange]] = {}
 
 
 def _span_edits(an: Analysis, fix) -> Optional[list[TextChange]]:
