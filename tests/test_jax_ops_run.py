@@ -6,7 +6,6 @@ tests. Each case is a small module whose `forward` returns the torch expression;
 rules rewrite it; the original runs on torch tensors, the rewrite on JAX arrays.
 """
 import re
-import textwrap
 import zlib
 
 import numpy as np
@@ -14,6 +13,9 @@ import pytest
 
 jax = pytest.importorskip("jax")
 torch = pytest.importorskip("torch")
+
+# about a thousand small cases (~3 minutes in all on 2 cores): the module is slow, each case is not
+pytestmark = pytest.mark.slow
 
 from porter import engine, registry  # noqa: E402
 from porter._layout import mapped_package  # noqa: E402

@@ -1199,6 +1199,9 @@ op(".cpu", "input, memory_format", lambda b: b["input"], "x",
 op(".numpy", "input, *, force", call("np.asarray", "input"), note="a host read (device-to-host transfer)", cases=[Case("a.numpy()", a="f3,4")],
    shared=True)
 op(".tolist", "input", lambda b: f"{b.atom('input')}.tolist()", "x.tolist()", cases=[Case("a.tolist()", a="f3")], shared=True)
+op(".item", "input", lambda b: f"{b.atom('input')}.item()", "x.item()",
+   "kept: jax.Array.item() exists; it is a host read (a device-to-host transfer), which the loop rules keep out of the jitted step",
+   [Case("a.item()", a="f1"), Case("a.sum().item()", a="i3:5")], shared=True)
 
 
 def _cast(dtype: str):
