@@ -194,3 +194,20 @@ def test_JX151_loss_module_in_a_model_class_and_a_call_with_target_probabilities
     )
     assert "self.ce = lambda input, target: " in r.source
     assert "optax.softmax_cross_entropy(student, jax.nn.softmax(teacher, axis=1), axis=1).mean()" in r.source
+
+
+def test_JX102_numpy_pandas_and_set_methods_are_not_tensor_methods():
+    r = port(
+        """
+        import numpy as np
+        import torch
+
+        def prepare(arr, frame, seen, x):
+            a = arr.clip(0, 1).view(np.float32)
+            idx = arr.nonzero()
+            seen.add(x)
+            return a, idx, frame.median(), frame.sub(1), arr.diagonal(), arr.where(arr > 0)
+        """
+    )
+    assert not r.changed, r.source
+    assert not r.remaining

@@ -676,7 +676,7 @@ for _name, _target in _BINARY:
     if _name == "pow":
         _cases.append(Case("@(a, 2)", a="f3,4"))
     op([f"torch.{_name}", f".{_name}"], "input, other", call(_target, "input", "other"), cases=_cases,
-       shared=_name in ("eq", "ne", "lt", "le", "gt", "ge", "dot", "pow"))
+       shared=_name in ("eq", "ne", "lt", "le", "gt", "ge", "dot", "pow", "sub", "mul", "multiply"))  # pandas has these
 
 
 def _add_sub(sign: str):
@@ -707,7 +707,8 @@ def _div(b: Bound) -> str:
 
 op(["torch.div", "torch.divide", ".div", ".divide"], "input, other, *, rounding_mode", _div,
    "jnp.true_divide(x, y) / jnp.floor_divide(x, y)", "integer inputs give floats in both (true division)",
-   [Case("@(a, b)", a="f3,4", b="p3,4"), Case("@(a, b)", a="i3,4:9", b="i3,4:4", ), Case("@(a, b, rounding_mode='floor')", a="s3,4:9", b="p3,4")])
+   [Case("@(a, b)", a="f3,4", b="p3,4"), Case("@(a, b)", a="i3,4:9", b="i3,4:4", ), Case("@(a, b, rounding_mode='floor')", a="s3,4:9", b="p3,4")],
+   shared=True)
 op(["torch.true_divide", ".true_divide"], "input, other", call("jnp.true_divide", "input", "other"),
    cases=[Case("@(a, b)", a="f3,4", b="p3,4"), Case("@(a, 2)", a="i3,4:9")])
 op(["torch.floor_divide", ".floor_divide"], "input, other", call("jnp.floor_divide", "input", "other"),
@@ -723,7 +724,7 @@ def _where(b: Bound) -> str:
 op("torch.where", "condition, input, other", _where, "jnp.where(condition, x, y)",
    cases=[Case("torch.where(c, a, b)", c="b3,4", a="f3,4", b="f3,4"), Case("torch.where(a > 0, a, 0.0)", a="f3,4")])
 op(".where", "input, condition, other", lambda b: f"{b.jnp}.where({b['condition']}, {b['input']}, {b['other']})",
-   "jnp.where(condition, x, other)", cases=[Case("a.where(c, b)", a="f3,4", c="b3,4", b="f3,4")])
+   "jnp.where(condition, x, other)", cases=[Case("a.where(c, b)", a="f3,4", c="b3,4", b="f3,4")], shared=True)
 
 
 def _clamp(b: Bound) -> str:
@@ -737,7 +738,7 @@ def _clamp(b: Bound) -> str:
 
 op(["torch.clamp", "torch.clip", ".clamp", ".clip"], "input, min, max", _clamp, "jnp.clip(x, min=min, max=max)",
    cases=[Case("@(a, -0.5, 0.5)", a="f3,4"), Case("@(a, min=0)", a="f3,4"), Case("@(a, max=b)", a="f3,4", b="f3,4")],
-   shared=False)
+   shared=True)  # numpy and pandas have .clip
 op(["torch.clamp_min", ".clamp_min"], "input, min", call("jnp.maximum", "input", "min"), cases=[Case("@(a, 0.1)", a="f3,4")])
 op(["torch.clamp_max", ".clamp_max"], "input, max", call("jnp.minimum", "input", "max"), cases=[Case("@(a, 0.1)", a="f3,4")])
 op(["torch.lerp", ".lerp"], "input, end, weight",
@@ -946,6 +947,8 @@ op(["torch.reshape"], "input, shape", call("jnp.reshape", "input", "shape"), cas
 
 def _reshape_method(b: Bound) -> str:
     if b.varargs and len(b.varargs) == 1 and is_dtype_expr(b.varargs[0].value, b.ctx):
+        if torch_dtype_name(b.varargs[0].value, b.ctx) is None:
+            raise NotMine("a numpy array's view(dtype)")
         raise Manual("view(dtype) reinterprets the bytes: write jax.lax.bitcast_convert_type")
     if b.has("shape"):
         return f"{b.atom('input')}.reshape({b['shape']})"
@@ -1002,7 +1005,7 @@ op(["torch.permute", ".permute"], "input, *dims", _permute, "jnp.transpose(x, di
    cases=[Case("a.permute(2, 0, 1)", a="f2,3,4"), Case("@(a, (1, 0, 2))", a="f2,3,4")])
 op(["torch.transpose", ".transpose", "torch.swapaxes", ".swapaxes"], "input, dim0, dim1",
    call("jnp.swapaxes", "input", "dim0", "dim1"), note="torch's transpose swaps two dims (jnp.transpose permutes all)",
-   cases=[Case("@(a, 0, 1)", a="f2,3,4"), Case("@(a, 1, -1)", a="f2,3,4")], shared=True)
+   cases=[Case("@(a, 0, 1)", a="f2,3,4"), Case("@(a, 1, -1)", a="f2,3,4")], shared=True)  # numpy: transpose, swapaxes
 op(["torch.movedim", ".movedim", "torch.moveaxis", ".moveaxis"], "input, source, destination",
    call("jnp.moveaxis", "input", "source", "destination"), cases=[Case("@(a, 0, -1)", a="f2,3,4")])
 op(["torch.t", ".t"], "input", lambda b: f"{b.atom('input')}.T", "x.T", "x.t() of a 1-D tensor is itself, as x.T is",
@@ -1079,9 +1082,9 @@ for _fn in ("tril", "triu"):
     op([f"torch.{_fn}", f".{_fn}"], "input, diagonal", call(f"jnp.{_fn}", "input", k="diagonal"),
        cases=[Case("@(a)", a="f4,4"), Case("@(a, diagonal=1)", a="f4,4"), Case("@(a, -1)", a="f3,4")])
 op(["torch.diagonal", ".diagonal"], "input, offset, dim1, dim2", call("jnp.diagonal", "input", offset="offset", axis1="dim1", axis2="dim2"),
-   cases=[Case("@(a)", a="f4,4"), Case("@(a, 1)", a="f3,4"), Case("@(a, dim1=1, dim2=2)", a="f2,3,3")])
+   cases=[Case("@(a)", a="f4,4"), Case("@(a, 1)", a="f3,4"), Case("@(a, dim1=1, dim2=2)", a="f2,3,3")], shared=True)
 op(["torch.diag", ".diag"], "input, diagonal", call("jnp.diag", "input", k="diagonal"), cases=[Case("@(a)", a="f4"), Case("@(a, 1)", a="f3,3")])
-op(["torch.trace", ".trace"], "input", call("jnp.trace", "input"), cases=[Case("@(a)", a="f4,4")])
+op(["torch.trace", ".trace"], "input", call("jnp.trace", "input"), cases=[Case("@(a)", a="f4,4")], shared=True)
 def _einsum(b: Bound) -> str:
     ops = ", ".join(("*" if a.star else "") + code(a.value) for a in b.varargs)
     if not ops:
@@ -1460,10 +1463,10 @@ op("torch.meshgrid", "*tensors, indexing", _meshgrid, "jnp.meshgrid(*tensors, in
 op(["torch.nonzero", ".nonzero", "torch.masked_select", ".masked_select", "torch.unique", ".unique", "torch.argwhere"],
    "input, *args, as_tuple, sorted, return_inverse, return_counts, dim, mask", None, "jnp.nonzero(x, size=...)", cases=[Case("@(a)", a="f3")],
    manual="the result's shape depends on the data: jit needs a static size (jnp.nonzero(x, size=N, fill_value=...), "
-          "jnp.unique(x, size=N)) or a mask with jnp.where")
+          "jnp.unique(x, size=N)) or a mask with jnp.where", shared=True)
 op(["torch.median", ".median"], "input, dim, keepdim", None, "jnp.quantile(x, 0.5, method='lower')",
    manual="torch.median returns the lower of the two middle values (and indices with dim=); jnp.median averages them",
-   cases=[Case("torch.median(a)", a="f4")])
+   cases=[Case("@(a)", a="f4")], shared=True)
 op([".register_hook", ".retain_grad", ".requires_grad_"], "input, *args", None, "nnx.value_and_grad",
    manual="autograd calls: gradients come from nnx.value_and_grad (wrt= filters choose what is trained); "
           "`loss.backward()` itself belongs to the training-loop rules", shared=True,
