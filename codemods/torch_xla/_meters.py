@@ -9,7 +9,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.astutil import target_names
+from porter.astutil import target_names, walk
 from porter.context import FileContext
 
 from ._host_sync import is_logging_call
@@ -58,15 +58,8 @@ def _instance_class(ctx: FileContext, fn: cst.FunctionDef, name: str) -> Optiona
     bound: set[str] = set()
     ok = True
 
-    class Bindings(cst.CSTVisitor):
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> Optional[bool]:
-            return node is fn  # nested functions have their own scope
-
-        def visit_ClassDef(self, node: cst.ClassDef) -> Optional[bool]:
-            return False
-
-        def visit_Assign(self, node: cst.Assign) -> None:
-            nonlocal ok
+    for node in walk(fn):  # the function's own scope: nested defs, lambdas and classes skipped
+        if isinstance(node, cst.Assign):
             for t in node.targets:
                 if isinstance(t.target, cst.Name) and t.target.value == name:
                     if len(node.targets) == 1 and isinstance(node.value, cst.Call) and isinstance(node.value.func, cst.Name):
@@ -75,38 +68,12 @@ def _instance_class(ctx: FileContext, fn: cst.FunctionDef, name: str) -> Optiona
                         ok = False
                 elif name in target_names(t.target):
                     ok = False
-
-        def visit_AugAssign(self, node: cst.AugAssign) -> None:
-            nonlocal ok
-            if name in target_names(node.target):
-                ok = False
-
-        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-            nonlocal ok
-            if name in target_names(node.target):
-                ok = False
-
-        def visit_For(self, node: cst.For) -> None:
-            nonlocal ok
-            if name in target_names(node.target):
-                ok = False
-
-        def visit_WithItem(self, node: cst.WithItem) -> None:
-            nonlocal ok
-            if node.asname is not None and name in target_names(node.asname.name):
-                ok = False
-
-        def visit_Global(self, node: cst.Global) -> None:
-            nonlocal ok
-            if any(n.name.value == name for n in node.names):
-                ok = False
-
-        def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
-            nonlocal ok
-            if any(n.name.value == name for n in node.names):
-                ok = False
-
-    fn.visit(Bindings())
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For)):
+            ok = ok and name not in target_names(node.target)
+        elif isinstance(node, cst.WithItem):
+            ok = ok and not (node.asname is not None and name in target_names(node.asname.name))
+        elif isinstance(node, (cst.Global, cst.Nonlocal)):
+            ok = ok and not any(n.name.value == name for n in node.names)
     if not ok or len(bound) != 1:
         return None
     return classes.get(next(iter(bound)))
@@ -159,36 +126,15 @@ def _arithmetic(expr: cst.CSTNode) -> bool:
 
 
 def _names(node: cst.CSTNode) -> list[str]:
-    out: list[str] = []
-
-    class V(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            out.append(n.value)
-
-    node.visit(V())
-    return out
+    return [n.value for n in walk(node, into_functions=True) if isinstance(n, cst.Name)]
 
 
 def prints(fn: cst.FunctionDef, ctx: FileContext) -> bool:
     """The method's own body (not nested functions or lambdas) has a logging call as a
     statement (``print(...)``, ``logger.info(...)``..., as TX402 recognizes them, names
     resolved through the file's imports): it writes a log line."""
-    found = False
-
-    class V(cst.CSTVisitor):
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> Optional[bool]:
-            return node is fn
-
-        def visit_Lambda(self, node: cst.Lambda) -> Optional[bool]:
-            return False
-
-        def visit_Expr(self, node: cst.Expr) -> None:
-            nonlocal found
-            if isinstance(node.value, cst.Call) and is_logging_call(node.value, ctx):
-                found = True
-
-    fn.visit(V())
-    return found
+    return any(isinstance(node, cst.Expr) and isinstance(node.value, cst.Call) and is_logging_call(node.value, ctx)
+               for node in walk(fn))
 
 
 def meter_update(ctx: FileContext, item: cst.Call) -> Optional[tuple[cst.Call, cst.ClassDef]]:

@@ -1252,14 +1252,7 @@ def wraps_in_ddp(ctx: FileContext) -> bool:
     cached = _DDP_CACHE.get(ctx)
     if cached is not None and cached[0] is ctx.module:
         return cached[1]
-    found = False
-
-    class Calls(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            nonlocal found
-            if not found and ctx.qualname(node.func) in DDP_NAMES:
-                found = True
-
-    ctx.module.visit(Calls())
+    found = any(isinstance(node, cst.Call) and ctx.qualname(node.func) in DDP_NAMES
+                for node in astutil.walk(ctx.module, into_functions=True))
     _DDP_CACHE[ctx] = (ctx.module, found)
     return found
