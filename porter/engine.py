@@ -184,11 +184,14 @@ def attach_positions(module: cst.Module, findings: list[Finding]) -> None:
     findings.sort(key=lambda f: (f.position.line, f.position.column, f.code) if f.position else (0, 0, f.code))
 
 
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
 def drop_suppressed(source: str, findings: list[Finding]) -> list[Finding]:
     """Honour ``# porter: ignore`` and ``# porter: ignore[CODE, ...]`` on a finding's lines."""
     if "porter:" not in source or not findings:
         return findings
-    lines = source.splitlines()
+    lines = _LINE_BREAK.split(source)  # line numbers count only \n, \r\n and \r (not U+2028...)
     kept = []
     for f in findings:
         if f.position is not None and _suppressed(lines, f):

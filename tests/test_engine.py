@@ -114,6 +114,12 @@ def test_suppression_comments():
     assert out.count("torch.cuda.synchronize()") == 2 and out.count("wait_device_ops") == 1
 
 
+def test_suppression_counts_lines_as_python_does():
+    # U+2028 inside a string is not a line break for Python (nor for LibCST's positions)
+    src = 'import torch\nx = "a\u2028b"\ntorch.cuda.synchronize()  # porter: ignore[T001]\n'
+    assert engine.check(src, opts(RenameCuda)).findings == []
+
+
 def test_fixes_that_never_converge_fail_the_file():
     with pytest.raises(engine.PorterError, match="did not converge"):
         engine.fix("h()\n", opts(NeverConverges))
