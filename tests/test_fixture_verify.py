@@ -26,8 +26,6 @@ pytestmark = [pytest.mark.xla, pytest.mark.slow]
 
 # model level, known not to pass yet, for reasons outside the port (see port.toml's comments)
 MODEL_XFAIL = {
-    "vae": "the model draws eps with torch.randn_like; model-level sides do not draw random numbers "
-           "on the host in the same order yet, so the run differs from fc3 on",
     "xla_deprecated": "the original imports torch_xla, which the model-level original side (CPU, CUDA shim) "
                       "cannot import",
 }

@@ -53,6 +53,15 @@ def _flatten(obj, prefix: str, out: list):
 
 
 def run(request: dict) -> dict:
+    from porter.verify.trace import HostRandomMode
+
+    # random numbers drawn in a forward (torch.randn_like in a VAE) come from the host
+    # generator in the same order on both sides, as at script level
+    with HostRandomMode():
+        return _run(request)
+
+
+def _run(request: dict) -> dict:
     import torch
 
     device_kind = request["device"]
