@@ -106,6 +106,23 @@ def test_original_runs(fx, tmp_path):
     assert m and np.isfinite(float(m.group("value"))), last
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("fx", FIXTURES, ids=IDS)
+def test_port_runs_to_the_end(fx, tmp_path):
+    """The port, run as the user runs it (under JAX, CPU here), trains its epoch, evaluates
+    (the jitted eval step, the sums on the device), saves its checkpoint and prints its
+    `Final <metric>: <value>` line."""
+    proc = subprocess.run([sys.executable, str(fx.expected), *fx.run, "--save-model"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=900, env=_env())
+    if proc.returncode != 0:
+        errors = [line for line in proc.stderr.splitlines() if "Error" in line]
+        pytest.fail(f"the port failed: {errors[-1] if errors else ''}\n{proc.stderr[-4000:]}", pytrace=False)
+    last = proc.stdout.strip().splitlines()[-1]
+    m = FINAL.match(last)
+    assert m and np.isfinite(float(m.group("value"))), last
+    assert any(tmp_path.rglob("*.p*")), "no checkpoint written"
+
+
 def _env(**extra):
     import os
 
