@@ -88,7 +88,7 @@ def plan(call: cst.Call, qual: str, ctx: FileContext) -> Optional[Union[Plan, Ma
     if layer is None:
         if short in MANUAL_LAYERS:
             return Manual(f"nn.{short}: {MANUAL_LAYERS[short]}")
-        if "." not in short and short[:1].isupper() and short not in NOT_LAYERS:
+        if "." not in short and short[:1].isupper() and short not in NOT_LAYERS and not short.endswith("Loss"):
             return Manual(f"nn.{short} has no Flax NNX translation in porter: port it by hand")
         return None
     try:
@@ -355,7 +355,8 @@ LAYERS: dict[str, Layer] = {
 # Identity takes and ignores any arguments in torch
 LAYERS["Identity"] = Layer("Identity", ("args", "kwargs"), "function", build=_identity)
 
-# torch.nn classes that are not layers (or are handled by other rules)
+# torch.nn classes that are not layers (or are handled by other rules; losses, `...Loss`, are the
+# op rules')
 NOT_LAYERS = frozenset({
     "Module", "Parameter", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
     "DataParallel", "Buffer",

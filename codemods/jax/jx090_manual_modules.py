@@ -82,6 +82,7 @@ class ManualModule(Rule):
     ]
     valid = [
         "import torch.nn as nn\nclass Net(nn.Module):\n    def __init__(self):\n        self.fc = nn.Linear(2, 2)\n",
+        "import torch.nn as nn\ncriterion = nn.CrossEntropyLoss()\n",
     ]
 
     def __init__(self, ctx) -> None:
