@@ -20,6 +20,10 @@ PREFERRED_ALIASES = {
     "torch_xla.debug.metrics": "met",
     "torch.distributed": "dist",
     "torch.utils.data.distributed": None,
+    # the JAX target's names
+    "jax.numpy": "jnp",
+    "numpy": "np",
+    "flax.nnx": "nnx",
 }
 
 _BUILTINS = frozenset(dir(builtins))

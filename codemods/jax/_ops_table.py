@@ -23,13 +23,7 @@ from typing import Callable, Optional, Sequence, Union
 
 import libcst as cst
 
-from porter.context import PREFERRED_ALIASES, FileContext
-
-# The names the JAX port uses (see the JAX contract). porter.context.PREFERRED_ALIASES is the
-# engine's table of aliases for imports that fixes add; these entries make the engine write
-# `import jax.numpy as jnp` (not a bare `import jax.numpy`) when a fix needs jax.numpy.
-for _module, _alias in (("jax.numpy", "jnp"), ("numpy", "np"), ("flax.nnx", "nnx")):
-    PREFERRED_ALIASES.setdefault(_module, _alias)
+from porter.context import FileContext
 
 
 class Manual(Exception):
