@@ -314,6 +314,22 @@ def test_training_flag_follows_train_and_eval():
         np.testing.assert_allclose(np.asarray(jm(jnp.asarray(x))), tm(torch.from_numpy(x)).detach().numpy(), atol=1e-6)
 
 
+def test_init_loops_over_modules_are_reported():
+    result = port("""
+    import torch.nn as nn
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3)
+            for m in self.modules():
+                if isinstance(m, nn.Conv2d):
+                    nn.init.kaiming_normal_(m.weight)
+    """)
+    assert "for m in self.modules():  # porter: manual (JX090)" in result.source
+    assert any(f.code == "JX090" and "self.modules()" in f.message for f in result.remaining)
+
+
 def test_hooks_are_reported():
     result = port("""
     import torch.nn as nn

@@ -156,34 +156,47 @@ def with_rngs(call: cst.Call) -> cst.Call:
 # --------------------------------------------------------------------------------------
 # The `# porter: manual` marker
 # --------------------------------------------------------------------------------------
-def statement_of(ctx: FileContext) -> Optional[cst.SimpleStatementLine]:
+def statement_of(ctx: FileContext) -> Optional[cst.CSTNode]:
+    """The simple statement line holding the current node, or the compound statement (for, if,
+    while, with) in whose header it sits: where its ``# porter: manual`` comment goes."""
     for anc in reversed(ctx.ancestors[:-1]):
         if isinstance(anc, cst.SimpleStatementLine):
             return anc
-        if isinstance(anc, cst.BaseCompoundStatement):
+        if isinstance(anc, (cst.IndentedBlock, cst.SimpleStatementSuite)):
             return None
+        if isinstance(anc, cst.BaseCompoundStatement):
+            return anc if isinstance(getattr(anc, "body", None), cst.IndentedBlock) else None
     return None
 
 
-def has_manual_marker(stmt: Optional[cst.CSTNode]) -> bool:
+def _trailing(stmt) -> Optional[cst.TrailingWhitespace]:
     if isinstance(stmt, cst.SimpleStatementLine):
-        c = stmt.trailing_whitespace.comment
-        if c is not None and MANUAL in c.value:
-            return True
-    return False
+        return stmt.trailing_whitespace
+    body = getattr(stmt, "body", None)
+    return body.header if isinstance(body, cst.IndentedBlock) else None
+
+
+def has_manual_marker(stmt: Optional[cst.CSTNode]) -> bool:
+    trailing = _trailing(stmt) if stmt is not None else None
+    return trailing is not None and trailing.comment is not None and MANUAL in trailing.comment.value
 
 
 def manual_comment(code_: str, reason: str):
-    """An Edit replacement for a statement: the statement with a trailing
-    ``# porter: manual (CODE): reason`` comment (after a comment it already has)."""
+    """An Edit replacement for a statement: the statement (or a compound statement's header
+    line) with a trailing ``# porter: manual (CODE): reason`` comment (after a comment it
+    already has)."""
 
-    def apply(stmt: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+    def apply(stmt):
+        trailing = _trailing(stmt)
+        if trailing is None:
+            return stmt
         text = f"# {MANUAL} ({code_}): {reason}"
-        old = stmt.trailing_whitespace.comment
-        if old is not None:
-            text = f"{old.value}  {text}"
-        return stmt.with_changes(trailing_whitespace=stmt.trailing_whitespace.with_changes(
-            whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(text)))
+        if trailing.comment is not None:
+            text = f"{trailing.comment.value}  {text}"
+        new = trailing.with_changes(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(text))
+        if isinstance(stmt, cst.SimpleStatementLine):
+            return stmt.with_changes(trailing_whitespace=new)
+        return stmt.with_changes(body=stmt.body.with_changes(header=new))
 
     return apply
 

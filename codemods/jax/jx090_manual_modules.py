@@ -10,6 +10,10 @@ from porter.rules import Example, Fix, Rule, Severity
 from . import _layers, _nnx
 
 
+_TREE_METHODS = ("modules", "named_modules", "children", "named_children", "parameters", "named_parameters",
+                 "buffers", "named_buffers", "apply")
+
+
 class ManualModule(Rule):
     """
     ## What it does
@@ -25,6 +29,10 @@ class ManualModule(Rule):
       new parameters on every call);
     - `nn.Sequential(OrderedDict(...))` (named children), `register_buffer` with a computed
       name or a `None` tensor, `add_module`, forward/backward hooks;
+    - `self.modules()`, `self.named_parameters()`, `self.apply(fn)` and the other tree walks
+      inside a module class (typically a weight-initialisation loop in `__init__`): NNX has
+      `nnx.iter_modules` / `nnx.state`, but a loop over torch layer types and `nn.init` calls
+      needs a person;
     - classes deriving from a torch.nn layer other than `nn.Module` (`class MyConv(nn.Conv2d)`).
 
     ## Why
@@ -117,6 +125,13 @@ class ManualModule(Rule):
         method = astutil.method_name(node)
         if method in ("register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook", "register_backward_hook"):
             self._manual(node, f"{method}: NNX modules have no hooks; call the code explicitly in __call__")
+        elif (
+            method in _TREE_METHODS and isinstance(node.func.value, cst.Name) and node.func.value.value == "self"  # type: ignore[attr-defined]
+            and _nnx.enclosing_module_class(self.ctx) is not None
+        ):
+            self._manual(node, f"self.{method}(): nn.Module's tree walks have no NNX method of that name "
+                               "(nnx.iter_modules(self) / nnx.state(self, nnx.Param)); a weight-init loop over torch "
+                               "layer types needs a hand port (or load the original's weights with load_torch_state_dict)")
         elif method == "add_module" and _nnx.enclosing_module_class(self.ctx) is not None:
             self._manual(node, "add_module: assign the submodule as an attribute (setattr(self, name, module))")
         elif method == "register_buffer" and _nnx.enclosing_module_class(self.ctx) is not None:
