@@ -27,13 +27,7 @@ from typing import Iterable, Optional
 import libcst as cst
 
 from porter import astutil
-from porter.context import PREFERRED_ALIASES, FileContext, dotted_name
-
-# The names the JAX port uses (the JAX contract): fixes that need flax.nnx, jax.numpy or numpy
-# get `import flax.nnx as nnx`, `import jax.numpy as jnp`, `import numpy as np` (the same
-# entries the op table registers; setdefault, so whichever module loads first sets them).
-for _module, _alias in (("jax.numpy", "jnp"), ("numpy", "np"), ("flax.nnx", "nnx")):
-    PREFERRED_ALIASES.setdefault(_module, _alias)
+from porter.context import FileContext, dotted_name
 
 _BUILTINS = frozenset(dir(builtins))
 NNX = "flax.nnx"
