@@ -13,13 +13,8 @@ import libcst as cst
 
 from porter import astutil
 from porter._layout import templates_dir
-from porter.context import PREFERRED_ALIASES, FileContext, dotted_name
+from porter.context import FileContext, dotted_name
 
-# The contract's names: fixes that need these modules get `import flax.nnx as nnx`,
-# `import jax.numpy as jnp`, `import numpy as np` (setdefault: the same entries the other JAX
-# rule families register).
-for _module, _alias in (("jax.numpy", "jnp"), ("numpy", "np"), ("flax.nnx", "nnx")):
-    PREFERRED_ALIASES.setdefault(_module, _alias)
 
 MANUAL = "porter: manual"
 TORCH_MODULE = ("torch.nn.Module", "torch.nn.modules.module.Module")

@@ -123,6 +123,8 @@ class ModelRngs(Rule):
         fn = self.ctx.enclosing(cst.FunctionDef)
         if fn is not None and any(p.name.value == "rngs" for p in lp._params(fn.params)):
             return
+        if fn is not None and fn.name.value in factories:
+            return  # a factory gets an rngs parameter from the module rules (JX001) and passes it on
         nnx = lp.nnx_name(self.ctx)
         seed = self._seed(node) or "0"
         new_arg = cst.Arg(cst.parse_expression(f"{nnx}.Rngs({seed})"), keyword=cst.Name("rngs"),
