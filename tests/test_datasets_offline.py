@@ -94,6 +94,16 @@ def test_image_folder_and_imagenet(tv, tmp_path):
     assert net[0][0].size == (224, 224)
 
 
+def test_image_size_is_configurable(tv):
+    from porter.verify.trace import _image_size
+
+    synthetic.install(size=8, seed=0, image_size=_image_size("40x60"), announce=False)
+    assert tv.ImageFolder("anywhere")[0][0].size == (60, 40)  # PIL: (width, height)
+    assert _image_size("32") == (32, 32)
+    with pytest.raises(Exception):
+        _image_size("0x5")
+
+
 def test_same_seed_same_data_other_seed_other_data(tv):
     a = tv.CIFAR10("x").data
     b = tv.CIFAR10("elsewhere").data

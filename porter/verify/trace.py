@@ -33,6 +33,7 @@ Datasets of torchvision that read or download files (MNIST, CIFAR10, ImageFolder
 replaced by deterministic synthetic data of the same form (``porter.verify.datasets``), seeded
 by ``--seed`` (0 without it), so both sides of a verification see the same samples offline:
 ``--synthetic-size N`` samples per dataset (default 256 per ``--max-steps`` step, else 2048);
+``--synthetic-image-size HxW`` sets the size of ImageFolder/ImageNet images (default 224x224);
 ``--real-datasets`` keeps the real classes. The record's ``notes`` name each substitution.
 
 ``--host-random`` aligns random numbers between a run on the CPU (the original under
@@ -438,6 +439,7 @@ def run(
     legacy_xla: bool = False,
     synthetic_data: bool = True,
     synthetic_size: int | None = None,
+    synthetic_image_size: tuple[int, int] | None = None,
 ) -> tuple[dict[str, Any], int]:
     """Run SCRIPT in this process and return (record, exit code).
 
@@ -487,7 +489,7 @@ def run(
 
         if synthetic_size is None:
             synthetic_size = max_steps * synthetic.DEFAULT_PER_STEP if max_steps else synthetic.DEFAULT_SIZE
-        synthetic.install(synthetic_size, seed if seed is not None else 0)
+        synthetic.install(synthetic_size, seed if seed is not None else 0, synthetic_image_size)
     if seed is not None:
         import random
 
@@ -557,6 +559,19 @@ def _split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
+def _image_size(text: str) -> tuple[int, int]:
+    """'HxW' or 'N' (square) -> (H, W)."""
+    try:
+        parts = [int(p) for p in text.lower().split("x")]
+    except ValueError:
+        parts = []
+    if len(parts) == 1:
+        parts *= 2
+    if len(parts) != 2 or min(parts) < 1:
+        raise argparse.ArgumentTypeError(f"image size {text!r}: give HxW (e.g. 224x224) or one number")
+    return parts[0], parts[1]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     own, script_args = _split_argv(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m porter.verify.trace", description=__doc__.split("\n\n")[0])
@@ -571,6 +586,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=None, help="stop the script after this many optimizer steps")
     parser.add_argument("--synthetic-size", type=int, default=None,
                         help="samples in each synthetic stand-in for a torchvision dataset (default 256 per --max-steps step)")
+    parser.add_argument("--synthetic-image-size", type=_image_size, default=None, metavar="HxW",
+                        help="size of the synthetic ImageFolder/ImageNet images (default 224x224)")
     parser.add_argument("--real-datasets", action="store_true",
                         help="keep torchvision's datasets as they are (they read local files or download)")
     parser.add_argument("script")
@@ -581,6 +598,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         options.script, script_args, cuda_shim=options.cuda_shim, host_random=options.host_random, seed=options.seed,
         dtype=options.dtype, max_steps=options.max_steps, legacy_xla=options.legacy_xla,
         synthetic_data=not options.real_datasets, synthetic_size=options.synthetic_size,
+        synthetic_image_size=options.synthetic_image_size,
     )
     out = Path(options.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -604,6 +622,7 @@ def trace_script(
     legacy_xla: bool = False,
     synthetic_data: bool = True,
     synthetic_size: int | None = None,
+    synthetic_image_size: tuple[int, int] | None = None,
     timeout: float = 600.0,
     memory_mb: float = 16384.0,
     env: dict[str, str] | None = None,
@@ -636,6 +655,8 @@ def trace_script(
         command += ["--legacy-xla"] * legacy_xla
         command += ["--real-datasets"] * (not synthetic_data)
         command += ["--synthetic-size", str(synthetic_size)] if synthetic_size is not None else []
+        if synthetic_image_size is not None:
+            command += ["--synthetic-image-size", f"{synthetic_image_size[0]}x{synthetic_image_size[1]}"]
         command += [str(Path(script).resolve()), "--", *map(str, args)]
         side = run_side(command, environment, Path(tmp) / "trace.log", timeout, memory_mb, cwd=cwd, tail_chars=4000)
         text = side.log
