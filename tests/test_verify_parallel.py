@@ -40,9 +40,10 @@ def test_ending_side_can_stop_the_other(tmp_path):
 
 
 def test_restarted_clock_gives_the_full_timeout_from_then(tmp_path):
-    side = Side(_python("import time; time.sleep(2.5)"), dict(os.environ), tmp_path / "c.log", 2.0, 4096)
-    time.sleep(1.5)
-    side.restart_clock()  # 2 s from now: the sleep ends first
+    # it sleeps past its 3 s timeout; restarted at 2.5 s, it may run until 5.5 s (slack for a slow start)
+    side = Side(_python("import time; time.sleep(3.5)"), dict(os.environ), tmp_path / "c.log", 3.0, 4096)
+    time.sleep(2.5)
+    side.restart_clock()
     assert side.wait().ok
     late = run_side(_python("import time; time.sleep(30)"), dict(os.environ), tmp_path / "d.log", 1.0, 4096)
     assert late.cause == "timed out after 1 s; killed" and late.returncode is not None and late.seconds < 20
