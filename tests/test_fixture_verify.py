@@ -24,12 +24,6 @@ IDS = [f.name for f in FIXTURES]
 
 pytestmark = [pytest.mark.xla, pytest.mark.slow]
 
-# model level, known not to pass yet, for reasons outside the port (see port.toml's comments)
-MODEL_XFAIL = {
-    "xla_deprecated": "the original imports torch_xla, which the model-level original side (CPU, CUDA shim) "
-                      "cannot import",
-}
-
 
 def verify(*args):
     proc = subprocess.run([sys.executable, "-m", "porter", "verify", "--format", "json", *map(str, args)],
@@ -55,9 +49,7 @@ def test_every_fixture_names_a_model_and_inputs():
 
 
 @pytest.mark.parametrize("fx", FIXTURES, ids=IDS)
-def test_model_level(fx, tmp_path, request):
-    if fx.name in MODEL_XFAIL:
-        request.applymarker(pytest.mark.xfail(reason=MODEL_XFAIL[fx.name], strict=True))
+def test_model_level(fx, tmp_path):
     inputs = [arg for spec in fx.inputs for arg in ("--input", spec)]
     code, report = verify(reference_of(fx, tmp_path), fx.expected, "--model", fx.model, *inputs, "--steps", "3")
     assert code == 0 and report["passed"], report["summary"]

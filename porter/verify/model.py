@@ -138,7 +138,9 @@ def _side_report(role: str, path: Path, backend: backends.Backend, run: SideRun,
                       round(run.peak_mb, 1), meta.get("notes", []))
 
 
-def health_of(steps: Sequence[dict], budgets: Budgets) -> dict:
+def health_of(steps: Sequence[dict], budgets: Budgets, side_problems: Sequence[str] = ()) -> dict:
+    """``side_problems``: what the port's side found itself (the JAX side: a host callback in
+    the compiled step, a train step compiled more than once)."""
     after = steps[budgets.warmup_steps:]
     compiles_after = sum(s["compiles"] for s in after)
     worst_transfers = max((s["transfers"] for s in steps), default=0)
@@ -152,6 +154,7 @@ def health_of(steps: Sequence[dict], budgets: Budgets) -> dict:
     if over:
         problems.append(f"device-to-host transfers in step {', '.join(map(str, over))} "
                         f"(up to {worst_transfers} in a step; budget {budgets.max_transfers_per_step})")
+    problems += [p for p in side_problems if p not in problems]
     return {
         "steps": list(steps),
         "compiles_total": sum(s["compiles"] for s in steps),
@@ -172,7 +175,9 @@ def verify_model(req: ModelRequest) -> Report:
         "lr": req.lr, "seed": req.seed, "tolerance": asdict(req.tolerance),
     }
     base = {"model": req.model, "inputs": list(req.inputs), "steps": req.steps, "optimizer": req.optimizer,
-            "lr": req.lr, "seed": req.seed, "cuda_shim": True}
+            "lr": req.lr, "seed": req.seed,
+            # an original already on torch_xla imports it; the CUDA shim would block that import
+            "cuda_shim": "torch_xla" not in backends.imported_modules(req.original.read_text(encoding="utf-8", errors="replace"))}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="porter-verify-") as tmp:
         work = Path(tmp)
@@ -218,8 +223,13 @@ def verify_model(req: ModelRequest) -> Report:
             first = {"key": f"init/{name}" if "shape" in mm else "init", "where": what}
             return Report("model", False, "diverged", what, side_o, side_p, first_divergence=first, notes=notes, settings=settings)
         t_compare = time.perf_counter()
-        results = _compare(meta_o["order"], work / "original.npz", work / "port.npz", req.tolerance)
-        health = health_of(meta_p["health"]["steps"], req.budgets) if meta_p.get("health") else None
+        # layers the port's backend cannot record (no NNX module stands for that torch module):
+        # its side names them in `skipped` and says so in its notes
+        skipped = set(meta_p.get("skipped", ()))
+        order = [k for k in meta_o["order"] if k not in skipped]
+        results = _compare(order, work / "original.npz", work / "port.npz", req.tolerance)
+        health = (health_of(meta_p["health"]["steps"], req.budgets, meta_p["health"].get("problems", ()))
+                  if meta_p.get("health") else None)
         timings = {"original_s": round(run_o.seconds, 3), "port_s": round(run_p.seconds, 3),
                    "port_waited_for_original_s": meta_p.get("waited_s"),
                    "original_steps_s": round(meta_o.get("seconds", 0.0), 3),
@@ -272,8 +282,8 @@ class _WhenReady(os.PathLike):
 
 
 def _warm_up(device: str) -> None:
-    """What every run of the side does first and that needs nothing from the original: import
-    the framework and open the device."""
+    """What a torch side does first and that needs nothing from the original: import the
+    framework and open the device. (A side module with a ``warm_up(request)`` does its own.)"""
     import torch  # noqa: F401
 
     if device == "xla":
@@ -291,8 +301,11 @@ def side_main(argv: Sequence[str]) -> int:
     meta_path = request["meta"]
     shared = _WhenReady(request["shared"], request["wait_for"], request["parent"])
     try:
-        _warm_up(request["device"])
         side = importlib.import_module(request["side_module"])
+        if callable(getattr(side, "warm_up", None)):
+            side.warm_up(request)
+        else:
+            _warm_up(request["device"])
         meta = side.run(dict(request, shared=shared))
         meta["ok"] = True
         meta["waited_s"] = round(shared.waited, 3)
