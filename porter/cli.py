@@ -311,6 +311,7 @@ def verify(
     warmup: int = typer.Option(2, "--warmup-steps", min=0, help="Steps allowed to compile."),
     timeout: float = typer.Option(900.0, "--timeout", help="Seconds each side may run."),
     memory_mb: float = typer.Option(16384.0, "--memory-mb", help="Resident memory each side may use (its whole process tree)."),
+    synthetic_size: Optional[int] = typer.Option(None, "--synthetic-size", min=1, help="Script level: samples in each synthetic stand-in for a torchvision dataset (default 256 per step)."),
     fmt: str = typer.Option("text", "--format", help="text, json or html."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the report here (json or html) instead of stdout."),
 ) -> None:
@@ -340,7 +341,7 @@ def verify(
             raise UsageError(f"unknown dtype {dtype!r} (float32, float64)")
         report = verify_script(ScriptRequest(original, ported, steps or 12, tuple(ctx.args), seed, dtype,
                                              rtol if rtol is not None else 1e-5, atol if atol is not None else 1e-5,
-                                             budgets, timeout, memory_mb))
+                                             budgets, timeout, memory_mb, synthetic_size=synthetic_size))
     else:
         if ctx.args:
             raise UsageError(f"unexpected arguments {' '.join(ctx.args)} (script arguments go with --script)")

@@ -155,6 +155,9 @@ def test_verify_script_runs_offline_on_identical_synthetic_data(tmp_path, datase
     assert proc.returncode == 0 and report["passed"], report["summary"] + report["original"]["log"] + (report["port"] or {}).get("log", "")
     expected = f"porter: torchvision.datasets.{name}(train=True) replaced by 768 synthetic samples"
     assert expected in report["original"]["log"] and expected in report["port"]["log"]
+    # the report itself names the substitution, once
+    named = [n for n in report["notes"] if n.startswith(f"torchvision.datasets.{name}(train=True) replaced by 768")]
+    assert len(named) == 1, report["notes"]
     lines = [line.split() for line in digests.read_text().splitlines()]
     seen = {side: {int(step): rest for s, step, *rest in lines if s == side} for side in ("original", "port")}
     assert sorted(seen["port"]) == [0, 1, 2]

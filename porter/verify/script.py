@@ -30,6 +30,7 @@ class ScriptRequest:
     budgets: Budgets = Budgets()
     timeout: float = 900.0
     memory_mb: float = 16384.0
+    synthetic_size: Optional[int] = None  # samples in each synthetic stand-in for a torchvision dataset
 
 
 def _side(role: str, path: Path, backend: str, record: dict) -> SideReport:
@@ -145,15 +146,17 @@ def verify_script(req: ScriptRequest) -> Report:
         (work / "original").mkdir()
         (work / "port").mkdir()
         common = dict(host_random=True, seed=req.seed, dtype=req.dtype, max_steps=req.steps, timeout=req.timeout,
-                      memory_mb=req.memory_mb)
+                      memory_mb=req.memory_mb, synthetic_size=req.synthetic_size)
         orig = trace_script(req.original, req.args, cwd=work / "original", **reference, **common)
         side_o = _side("original", req.original, backend, orig)
+        notes += [n for n in orig.get("synthetic_datasets", []) if n not in notes]
         if not side_o.ok:
             return Report("script", False, "side-failed",
                           f"the original could not run: {side_o.error}" + (f" ({_where_it_stopped(orig)})" if _where_it_stopped(orig) else ""), side_o, None,
                           notes=notes, settings=settings)
         port = trace_script(req.port, req.args, cwd=work / "port", env={"PJRT_DEVICE": "CPU"}, **common)
         side_p = _side("port", req.port, "torch-xla", port)
+        notes += [n for n in port.get("synthetic_datasets", []) if n not in notes]
     if not side_p.ok:
         # the steps the port completed before it failed are still compared: the report says
         # in which step it stopped and whether the steps before it matched
