@@ -8,6 +8,8 @@ names it reads through nested modules and containers, and what is left for a man
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 import types
 
@@ -121,7 +123,14 @@ def _outputs(out):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,layer,call,inputs", LAYERS, ids=[c[0] for c in LAYERS])
-def test_layer_matches_torch(name, layer, call, inputs):
+def test_layer_matches_torch(name, layer, call, inputs, request):
+    if "GRU" in layer and "torch_xla" in sys.modules:
+        # torch_xla 2.9, once imported, serves CPU nn.GRU through its own xla::scan, which
+        # rejects CPU tensors: the torch reference runs in a process without torch_xla
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", request.node.nodeid],
+                              cwd=str(request.config.rootpath), capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        return
     source = textwrap.dedent(one_layer(layer, call))
     result = port(source)
     assert "porter: manual" not in result.source, result.source
