@@ -295,27 +295,23 @@ def _warm_up(device: str) -> None:
 
 def side_main(argv: Sequence[str]) -> int:
     import importlib
-    import traceback
+
+    from porter.verify import sideproto
 
     request = json.loads(Path(argv[0]).read_text())
-    meta_path = request["meta"]
     shared = _WhenReady(request["shared"], request["wait_for"], request["parent"])
-    try:
+
+    def run() -> dict:
         side = importlib.import_module(request["side_module"])
         if callable(getattr(side, "warm_up", None)):
             side.warm_up(request)
         else:
             _warm_up(request["device"])
         meta = side.run(dict(request, shared=shared))
-        meta["ok"] = True
         meta["waited_s"] = round(shared.waited, 3)
-    except BaseException as exc:  # as the side module's own main: every failure, with its traceback
-        meta = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-        Path(meta_path).write_text(json.dumps(meta))
-        sys.stderr.write(meta["traceback"])
-        return 3
-    Path(meta_path).write_text(json.dumps(meta))
-    return 0
+        return meta
+
+    return sideproto.record(request["meta"], run)
 
 
 if __name__ == "__main__":

@@ -37,15 +37,15 @@ also given as notes).
 from __future__ import annotations
 
 import ast
-import json
 import os
 import runpy
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
+
+from porter.verify import sideproto
 
 
 def _load_namespace(path: str) -> dict:
@@ -630,17 +630,7 @@ def run(request: dict) -> dict:
 
 
 def main() -> None:
-    request = json.loads(Path(sys.argv[1]).read_text())
-    meta_path = request["meta"]
-    try:
-        meta = run(request)
-        meta["ok"] = True
-    except BaseException as exc:  # report every failure of the user's code, with its traceback
-        meta = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-        Path(meta_path).write_text(json.dumps(meta))
-        sys.stderr.write(meta["traceback"])
-        sys.exit(3)
-    Path(meta_path).write_text(json.dumps(meta))
+    sideproto.main(run)
 
 
 if __name__ == "__main__":

@@ -82,16 +82,16 @@ takes them.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 import runpy
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
+
+from porter.verify import sideproto
 
 _RNN_PARAM = re.compile(r"^(l|r)(\d+)_(i2h|h2h|h2r)_(weight|bias)$")
 _CELL_PARAM = re.compile(r"^(i2h|h2h|h2r)_(weight|bias)$")
@@ -376,17 +376,7 @@ def run(request: dict) -> dict:
 
 
 def main() -> None:
-    request = json.loads(Path(sys.argv[1]).read_text())
-    meta_path = request["meta"]
-    try:
-        meta = run(request)
-        meta["ok"] = True
-    except BaseException as exc:  # report every failure of the user's code, with its traceback
-        meta = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-        Path(meta_path).write_text(json.dumps(meta))
-        sys.stderr.write(meta["traceback"])
-        sys.exit(3)
-    Path(meta_path).write_text(json.dumps(meta))
+    sideproto.main(run)
 
 
 if __name__ == "__main__":

@@ -10,15 +10,14 @@ the compilations, transfers and CPU fallbacks of each step.
 """
 from __future__ import annotations
 
-import json
-import os
 import runpy
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
+
+from porter.verify import sideproto
 
 
 def _load_namespace(path: str) -> dict:
@@ -251,17 +250,7 @@ def _as_tuple(x):
 
 
 def main() -> None:
-    request = json.loads(Path(sys.argv[1]).read_text())
-    meta_path = request["meta"]
-    try:
-        meta = run(request)
-        meta["ok"] = True
-    except BaseException as exc:  # report every failure of the user's code, with its traceback
-        meta = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-        Path(meta_path).write_text(json.dumps(meta))
-        sys.stderr.write(meta["traceback"])
-        sys.exit(3)
-    Path(meta_path).write_text(json.dumps(meta))
+    sideproto.main(run)
 
 
 if __name__ == "__main__":
