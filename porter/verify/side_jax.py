@@ -38,22 +38,11 @@ from __future__ import annotations
 
 import ast
 import os
-import runpy
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 from porter.verify import sideproto
-
-
-def _load_namespace(path: str) -> dict:
-    """The port's module namespace (its ``__main__`` block does not run)."""
-    folder = str(Path(path).resolve().parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    return runpy.run_path(path, run_name="__porter_verify__")
 
 
 # primitives that leave the compiled program for the host while it runs
@@ -93,19 +82,9 @@ def model_expression(expr: str, rngs: str) -> str:
 
 
 def _flatten(obj, prefix: str, out: list):
-    """Like side_torch._flatten, for JAX arrays."""
     import jax
 
-    if isinstance(obj, (jax.Array, np.ndarray)):
-        out.append((prefix, obj))
-    elif hasattr(obj, "_asdict"):
-        _flatten(obj._asdict(), prefix, out)
-    elif isinstance(obj, (tuple, list)):
-        for i, item in enumerate(obj):
-            _flatten(item, f"{prefix}.{i}" if prefix else str(i), out)
-    elif isinstance(obj, dict):
-        for k, item in obj.items():
-            _flatten(item, f"{prefix}.{k}" if prefix else str(k), out)
+    out.extend(sideproto.flatten(obj, lambda a: isinstance(a, (jax.Array, np.ndarray)), prefix))
 
 
 def _arrays(obj) -> list:
@@ -424,7 +403,7 @@ def run(request: dict) -> dict:
 
     jax.monitoring.register_event_duration_secs_listener(on_duration)
 
-    ns = _load_namespace(request["file"])
+    ns = sideproto.load_namespace(request["file"])
     for fn in ("load_torch_state_dict", "torch_state_dict"):
         if not callable(ns.get(fn)):
             raise PortError(f"{request['file']} defines no {fn}(): a JAX port converts the original's weights "

@@ -84,10 +84,7 @@ from __future__ import annotations
 
 import math
 import re
-import runpy
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -99,13 +96,6 @@ _GATES = {"i2h": "ih", "h2h": "hh", "h2r": "hr"}
 _RENAMED = {"gamma": "weight", "beta": "bias"}
 _BUFFERS = {"running_mean", "running_var"}
 ADAM_BETA1, ADAM_BETA2, ADAM_EPS = 0.9, 0.999, 1e-8  # torch.optim.Adam's and optax.adam's defaults
-
-
-def _load_namespace(path: str) -> dict:
-    folder = str(Path(path).resolve().parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    return runpy.run_path(path, run_name="__porter_verify__")
 
 
 def _param_name(block, attr: str) -> str:
@@ -169,14 +159,7 @@ def torch_style_names(model) -> list[tuple[str, object, str]]:
 def _flatten(obj, prefix: str, out: list):
     import mxnet as mx
 
-    if isinstance(obj, mx.nd.NDArray):
-        out.append((prefix, obj))
-    elif isinstance(obj, (tuple, list)):
-        for i, item in enumerate(obj):
-            _flatten(item, f"{prefix}.{i}" if prefix else str(i), out)
-    elif isinstance(obj, dict):
-        for k, item in obj.items():
-            _flatten(item, f"{prefix}.{k}" if prefix else str(k), out)
+    out.extend(sideproto.flatten(obj, lambda a: isinstance(a, mx.nd.NDArray), prefix))
 
 
 def _is_float(a) -> bool:
@@ -185,10 +168,6 @@ def _is_float(a) -> bool:
 
 def _numpy(a) -> np.ndarray:
     return a.asnumpy().copy()
-
-
-def _as_tuple(x):
-    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
 def run(request: dict) -> dict:
@@ -202,7 +181,7 @@ def run(request: dict) -> dict:
     np.random.seed(seed)
     ctx = mx.cpu()
 
-    ns = _load_namespace(request["file"])
+    ns = sideproto.load_namespace(request["file"])
     try:
         model = eval(request["model"], ns)  # the user's expression, in the user's namespace
     except Exception as exc:
@@ -243,7 +222,7 @@ def run(request: dict) -> dict:
         inputs_np = [InputSpec.parse(s).generate(rng) for s in request["inputs"]]
     elif callable(ns.get("example_inputs")):
         inputs_np = [x.asnumpy() if isinstance(x, mx.nd.NDArray) else np.asarray(x)
-                     for x in _as_tuple(ns["example_inputs"]())]
+                     for x in sideproto.as_tuple(ns["example_inputs"]())]
     else:
         raise RuntimeError("no --input given and the original defines no example_inputs()")
     for x in inputs_np:

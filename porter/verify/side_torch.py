@@ -10,21 +10,11 @@ the compilations, transfers and CPU fallbacks of each step.
 """
 from __future__ import annotations
 
-import runpy
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 from porter.verify import sideproto
-
-
-def _load_namespace(path: str) -> dict:
-    folder = str(Path(path).resolve().parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    return runpy.run_path(path, run_name="__porter_verify__")
 
 
 def _to_numpy(t):
@@ -39,16 +29,7 @@ def _to_numpy(t):
 def _flatten(obj, prefix: str, out: list):
     import torch
 
-    if isinstance(obj, torch.Tensor):
-        out.append((prefix, obj))
-    elif isinstance(obj, (tuple, list)):
-        for i, item in enumerate(obj):
-            _flatten(item, f"{prefix}.{i}" if prefix else str(i), out)
-    elif isinstance(obj, dict):
-        for k, item in obj.items():
-            _flatten(item, f"{prefix}.{k}" if prefix else str(k), out)
-    elif hasattr(obj, "_asdict"):
-        _flatten(obj._asdict(), prefix, out)
+    out.extend(sideproto.flatten(obj, lambda t: isinstance(t, torch.Tensor), prefix))
 
 
 def run(request: dict) -> dict:
@@ -93,7 +74,7 @@ def _run(request: dict) -> dict:
         sync = lambda: None  # noqa: E731
         met = None
 
-    ns = _load_namespace(request["file"])
+    ns = sideproto.load_namespace(request["file"])
     try:
         model = eval(request["model"], ns)  # the user's expression, in the user's namespace
     except Exception as exc:
@@ -141,7 +122,7 @@ def _run(request: dict) -> dict:
             rng = np.random.default_rng(request["seed"])
             inputs_np = [InputSpec.parse(s).generate(rng) for s in request["inputs"]]
         elif callable(ns.get("example_inputs")):
-            inputs_np = [_to_numpy(t) if isinstance(t, torch.Tensor) else np.asarray(t) for t in _as_tuple(ns["example_inputs"]())]
+            inputs_np = [_to_numpy(t) if isinstance(t, torch.Tensor) else np.asarray(t) for t in sideproto.as_tuple(ns["example_inputs"]())]
         else:
             raise RuntimeError("no --input given and the original defines no example_inputs()")
         for i, x in enumerate(inputs_np):
@@ -243,10 +224,6 @@ def _run(request: dict) -> dict:
         meta["health"] = {"steps": health_steps}
     np.savez(request["out"], **tensors)
     return meta
-
-
-def _as_tuple(x):
-    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 
 def main() -> None:
