@@ -377,13 +377,13 @@ def _import_statements(module: cst.Module) -> Iterable[Union[cst.Import, cst.Imp
 
 def fix(source: str, options: Options, path: str = "<string>") -> FixResult:
     """Apply every selected fix until nothing changes; then verify a pass changes nothing."""
-    rules = applicable_rules(options.rules, source)
     module = parse(source)
     counts: dict[str, int] = {}
     current = source
     settled: Optional[list[Finding]] = None  # findings of a pass that changed nothing
     for _ in range(MAX_PASSES):
-        findings = run_rules(module, rules, path)
+        # the text pre-filter reads this pass's text: a rule may act on another rule's output
+        findings = run_rules(module, applicable_rules(options.rules, current), path)
         if "porter:" in current:
             attach_positions(module, findings)
             findings = drop_suppressed(current, findings)

@@ -12,8 +12,16 @@ from functools import lru_cache
 from porter._layout import mapped_package
 from porter.rules import Rule, RuleInfo
 
-TARGETS = ("torch-xla", "jax")
-_PACKAGES = {"torch-xla": "porter.codemods.torch_xla", "jax": "porter.codemods.jax"}
+TARGETS = ("torch-xla", "jax", "torch")
+_PACKAGES = {
+    "torch-xla": "porter.codemods.torch_xla",
+    "jax": "porter.codemods.jax",
+    "torch": "porter.codemods.gluon",  # MXNet/Gluon sources -> plain (GPU-style) PyTorch
+}
+# Rule sets a target runs together with its own: an MXNet/Gluon source is first translated to
+# PyTorch by the "torch" rules, and the target's rules take it from there, in the same
+# fix-until-nothing-changes loop (each pass re-reads the text the previous pass produced).
+_FRONT_ENDS = {"torch-xla": ("torch",), "jax": ("torch",)}
 
 
 class RegistryError(Exception):
@@ -22,6 +30,14 @@ class RegistryError(Exception):
 
 @lru_cache(maxsize=None)
 def rules_for(target: str) -> tuple[type[Rule], ...]:
+    """Every rule a run for ``target`` uses: its own and those of its front ends."""
+    rules = own_rules(target) + tuple(r for front in _FRONT_ENDS.get(target, ()) for r in own_rules(front))
+    return tuple(sorted(rules, key=lambda r: r.code))
+
+
+@lru_cache(maxsize=None)
+def own_rules(target: str) -> tuple[type[Rule], ...]:
+    """The rules defined under ``codemods/<target's package>/``."""
     if target not in _PACKAGES:
         raise RegistryError(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
     mapped_package("porter.codemods", "codemods")
@@ -49,7 +65,7 @@ def rules_for(target: str) -> tuple[type[Rule], ...]:
 
 
 def all_rules() -> tuple[type[Rule], ...]:
-    return tuple(r for t in TARGETS for r in rules_for(t))
+    return tuple(r for t in TARGETS for r in own_rules(t))
 
 
 def find(code: str) -> type[Rule]:
@@ -75,5 +91,5 @@ def select(target: str, select: tuple[str, ...] = (), ignore: tuple[str, ...] = 
 
 
 def infos(target: str | None = None) -> list[RuleInfo]:
-    rules = rules_for(target) if target else all_rules()
+    rules = own_rules(target) if target else all_rules()
     return [RuleInfo.of(r) for r in rules]
