@@ -1,0 +1,184 @@
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from porter.rules import Example, Fix, Rule, Severity
+
+from . import _script as sc
+
+_GPU = ("mxnet.gpu", "mxnet.context.gpu")
+_CPU = ("mxnet.cpu", "mxnet.context.cpu", "mxnet.cpu_pinned", "mxnet.context.cpu_pinned")
+_NUM_GPUS = ("mxnet.context.num_gpus", "mxnet.num_gpus", "mxnet.util.get_gpu_count")
+_DEVICE_LIKE = ("device", "dev")
+
+
+def _is_context(node: cst.CSTNode, ctx) -> bool:
+    if isinstance(node, cst.IfExp):
+        return _is_context(node.body, ctx) and _is_context(node.orelse, ctx)
+    return sc.call_name(ctx, node) in (*_GPU, *_CPU)
+
+
+def renamed(ctx) -> dict[str, str]:
+    """Variables assigned a context (``ctx = mx.gpu() if ... else mx.cpu()``) -> ``device``."""
+    key = ("gluon.context_names", ctx.module)
+    if key not in ctx.cache:
+        out: dict[str, str] = {}
+        names = sc.used_names(ctx)
+        for name, value, _ in sc.assignments(ctx):
+            if "." in name or name.lower().endswith(_DEVICE_LIKE) or not _is_context(value, ctx):
+                continue
+            if sc.call_name(ctx, value) in _CPU and name not in ("ctx", "context"):
+                continue  # `cpu = mx.cpu()`: a name of its own
+            if "device" not in names:
+                out[name] = "device"
+        if len(set(out)) > 1:  # two context variables: keep their names
+            out = {}
+        ctx.cache[key] = out
+    return ctx.cache[key]
+
+
+class MxnetContext(Rule):
+    """
+    ## What it does
+    Translates MXNet contexts to torch devices:
+
+    | MXNet | PyTorch |
+    | --- | --- |
+    | `mx.gpu() if mx.context.num_gpus() else mx.cpu()` | `torch.device("cuda" if torch.cuda.is_available() else "cpu")` |
+    | `mx.gpu()`, `mx.gpu(i)` | `torch.device("cuda")`, `torch.device("cuda", i)` |
+    | `mx.cpu()` | `torch.device("cpu")` |
+    | `mx.context.num_gpus()`, `mx.num_gpus()` | `torch.cuda.device_count()` |
+
+    The variable a context is assigned to (`ctx`) is renamed `device` in the whole file
+    (helpers' parameters of the same name included), the name PyTorch code gives it and the
+    torch-xla and JAX rules recognise; when the file already uses the name `device`, or holds
+    two context variables, the names stay.
+
+    ## Why
+    PyTorch places tensors and modules on a `torch.device`; `torch.cuda.is_available()` is
+    the GPU check the downstream rules turn into the XLA device.
+
+    ## Fix safety
+    Safe: the same device choice.
+    """
+
+    code = "GL002"
+    name = "gluon-context"
+    target = "torch"
+    summary = "mx.gpu()/mx.cpu()/num_gpus() -> torch.device / torch.cuda; the context variable becomes `device`"
+    severity = Severity.ERROR
+    needs_text = sc.NEEDS_MXNET
+    examples = [
+        Example(
+            """
+            import mxnet as mx
+
+            ctx = mx.gpu() if mx.context.num_gpus() else mx.cpu()
+
+            def evaluate(net, data, ctx):
+                return net(data.as_in_context(ctx))
+            """,
+            """
+            import mxnet as mx
+            import torch
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            def evaluate(net, data, device):
+                return net(data.as_in_context(device))
+            """,
+            title="the usual context choice (as_in_context is GL003's)",
+        ),
+        Example(
+            """
+            import mxnet as mx
+
+            devices = [mx.gpu(i) for i in range(mx.num_gpus())]
+            cpu = mx.cpu()
+            """,
+            """
+            import mxnet as mx
+            import torch
+
+            devices = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+            cpu = torch.device("cpu")
+            """,
+        ),
+    ]
+    valid = [
+        "import torch\nctx = torch.device('cpu')\n",
+        "import mxnet as mx\nx = mx.nd.ones((2,))\n",
+    ]
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        if not (sc.call_name(self.ctx, node.body) in _GPU and sc.call_name(self.ctx, node.orelse) in _CPU):
+            return
+        if not self._is_gpu_check(node.test):
+            return
+        torch = sc.torch_name(self.ctx)
+        new = sc.expr(f'{torch}.device("cuda" if {torch}.cuda.is_available() else "cpu")')
+        self.report(node, "MXNet context choice -> torch.device", Fix((self.replace(node, new),), imports=("torch",)))
+
+    def _is_gpu_check(self, test: cst.BaseExpression) -> bool:
+        if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+            comp = test.comparisons[0]
+            if isinstance(comp.operator, cst.GreaterThan) and isinstance(comp.comparator, cst.Integer) and comp.comparator.value == "0":
+                test = test.left
+        return sc.call_name(self.ctx, test) in _NUM_GPUS
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = sc.call_name(self.ctx, node)
+        if name not in (*_GPU, *_CPU, *_NUM_GPUS):
+            return
+        if self._inside_choice(node):
+            return
+        torch = sc.torch_name(self.ctx)
+        if name in _NUM_GPUS:
+            new = sc.expr(f"{torch}.cuda.device_count()")
+            self.report(node, "mx.context.num_gpus() -> torch.cuda.device_count()", Fix((self.replace(node, new),), imports=("torch",)))
+            return
+        kind = "cuda" if name in _GPU else "cpu"
+        args = [a for a in node.args if a.keyword is None or a.keyword.value == "device_id"]
+        if kind == "cuda" and args:
+            index = args[0].value
+
+            def build(updated: cst.Call, kind=kind) -> cst.BaseExpression:
+                value = [a for a in updated.args if a.keyword is None or a.keyword.value == "device_id"][0].value
+                return sc.expr(f'{torch}.device("cuda", _)').with_changes(
+                    args=[cst.Arg(cst.SimpleString('"cuda"')), cst.Arg(value)])
+
+            del index
+            self.report(node, "mx.gpu(i) -> torch.device(\"cuda\", i)", Fix((self.replace(node, build),), imports=("torch",)))
+            return
+        new = sc.expr(f'{torch}.device("{kind}")')
+        self.report(node, f"{sc.code(node.func)}() -> torch.device(\"{kind}\")", Fix((self.replace(node, new),), imports=("torch",)))
+
+    def _inside_choice(self, node: cst.Call) -> bool:
+        for anc in reversed(self.ctx.ancestors[:-1]):
+            if isinstance(anc, cst.IfExp):
+                return sc.call_name(self.ctx, anc.body) in _GPU and sc.call_name(self.ctx, anc.orelse) in _CPU and self._is_gpu_check(anc.test)
+            if not isinstance(anc, (cst.Call, cst.Arg, cst.Comparison, cst.ComparisonTarget)):
+                return False
+        return False
+
+    # the context variable's new name ---------------------------------------------------
+    def visit_Name(self, node: cst.Name) -> None:
+        new = renamed(self.ctx).get(node.value)
+        if new is None or self._is_keyword_or_attr(node):
+            return
+        self.report(node, f"the context variable {node.value!r} is a torch device: named {new!r}",
+                    Fix((self.replace(node, cst.Name(new)),)), severity=Severity.INFO)
+
+    def _is_keyword_or_attr(self, node: cst.Name) -> bool:
+        parent: Optional[cst.CSTNode] = self.ctx.parent
+        if isinstance(parent, cst.Attribute) and parent.attr is node:
+            return True
+        if isinstance(parent, cst.Arg) and parent.keyword is node:
+            return True
+        if isinstance(parent, (cst.ImportAlias, cst.AsName)):
+            return True
+        if isinstance(parent, (cst.FunctionDef, cst.ClassDef)) and parent.name is node:
+            return True
+        return False
