@@ -1,0 +1,186 @@
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from porter import astutil
+from porter.context import dotted_name
+from porter.rules import Example, Fix, Rule, Severity
+
+from . import _script as sc
+from .gl302_trainer import trainer_names
+
+_RECORD = ("mxnet.autograd.record",)
+
+
+def _expr_call(stmt: cst.CSTNode) -> Optional[cst.Call]:
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr):
+        value = stmt.body[0].value
+        if isinstance(value, cst.Call):
+            return value
+    return None
+
+
+def _backward(stmt: cst.CSTNode) -> Optional[cst.Call]:
+    call = _expr_call(stmt)
+    if call is not None and astutil.method_name(call) == "backward":
+        return call
+    return None
+
+
+class GluonRecordStep(Rule):
+    """
+    ## What it does
+    Turns Gluon's training step into PyTorch's, with `trainer.step(n)`'s scaling written out:
+
+        with autograd.record():                 trainer.zero_grad()
+            output = net(data)                  output = net(data)
+            loss = loss_fn(output, label)  ->   loss = loss_fn(output, label)
+        loss.backward()                         (loss.sum() / n).backward()
+        trainer.step(n)                         trainer.step()
+
+    (the loss and the trainer are translated by GL301 and GL302). Gluon's `backward()` on a
+    loss of one value per sample sums them (its head gradient is ones), and
+    `trainer.step(n)` divides the gradients by `n` before the update: `(loss.sum() /
+    n).backward()` computes exactly those gradients, also for a ragged last batch with
+    `n = data.shape[0]`. Gluon's default `grad_req="write"` overwrites gradients at each
+    backward pass: `zero_grad()` before the forward pass gives the same. The block is the one
+    that a `trainer.step(n)` of a `gluon.Trainer` follows in the same body, with exactly one
+    `backward()` (inside the block or after it) before that step; statements between the
+    backward and the step (gradient clipping, GL304) stay where they are.
+
+    Reported: a `record()` block without such a step (a step in another function, several
+    backward passes, `backward` with a head gradient), `record(train_mode=False)`, and
+    `trainer.step(n, ignore_stale_grad=True)`.
+
+    ## Why
+    PyTorch has no recording scope: autograd records every operation on tensors that require
+    gradients, gradients accumulate until `zero_grad()`, and the optimizer step does not
+    rescale them.
+
+    ## Fix safety
+    Safe: the same gradients and the same update.
+    """
+
+    code = "GL303"
+    name = "gluon-record-step"
+    target = "torch"
+    summary = "with autograd.record(): ... loss.backward(); trainer.step(n) -> zero_grad(), forward, (loss.sum() / n).backward(), step()"
+    severity = Severity.ERROR
+    needs_text = ("record",)
+    examples = [
+        Example(
+            """
+            from mxnet import autograd, gluon
+
+            trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+            for data, label in train_data:
+                with autograd.record():
+                    output = net(data)
+                    loss = loss_fn(output, label)
+                loss.backward()
+                trainer.step(data.shape[0])
+            """,
+            """
+            from mxnet import autograd, gluon
+
+            trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+            for data, label in train_data:
+                trainer.zero_grad()
+                output = net(data)
+                loss = loss_fn(output, label)
+                (loss.sum() / data.shape[0]).backward()
+                trainer.step()
+            """,
+            title="the trainer itself is GL302's",
+        ),
+        Example(
+            """
+            from mxnet import autograd
+
+            def train_step(net, data):
+                with autograd.record():
+                    loss = net(data).sum()
+                loss.backward()
+                return loss
+            """,
+            None,
+            title="no trainer.step in the same body: reported",
+        ),
+    ]
+    valid = ["import torch\nwith torch.no_grad():\n    y = net(x)\n"]
+
+    def visit_With(self, node: cst.With) -> None:
+        if len(node.items) != 1:
+            return
+        item = node.items[0].item
+        if not (isinstance(item, cst.Call) and sc.call_name(self.ctx, item) in _RECORD):
+            return
+        if item.args:
+            self.report(node, "autograd.record() with arguments (train_mode=False): translate by hand")
+            return
+        if node.items[0].asname is not None or not isinstance(node.body, cst.IndentedBlock):
+            self.report(node, "this autograd.record() block: translate by hand")
+            return
+        plan = self._plan(node)
+        if isinstance(plan, str):
+            self.report(node, f"autograd.record(): {plan}; translate by hand (zero_grad, forward, backward of the "
+                        "loss summed and divided by trainer.step's n, step())")
+            return
+        backward, step, trainer, n = plan
+        zero = cst.parse_statement(f"{trainer}.zero_grad()")
+
+        def unwrap(u: cst.With) -> cst.FlattenSentinel:
+            first = zero.with_changes(leading_lines=u.leading_lines)
+            return cst.FlattenSentinel([first, *u.body.body])
+
+        def scaled(u: cst.Call) -> cst.Call:
+            loss = u.func.value
+            summed = cst.Call(cst.Attribute(loss if isinstance(loss, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
+                                            else loss.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]),
+                                            cst.Name("sum")))
+            div = cst.BinaryOperation(summed, cst.Divide(), _paren_if_binary(n), lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+            return u.with_changes(func=u.func.with_changes(value=div))
+
+        edits = (self.replace(node, unwrap), self.replace(backward, scaled),
+                 self.replace(step, lambda u: u.with_changes(args=[])))
+        self.report(node, "autograd.record() + backward() + trainer.step(n) -> zero_grad(), (loss.sum() / n).backward(), step()",
+                    Fix(edits))
+
+    def _plan(self, node: cst.With):
+        parent = self.ctx.parent
+        body = getattr(parent, "body", None)
+        if not isinstance(body, (list, tuple)) or node not in body:
+            return "not in a block porter can read"
+        after = list(body[list(body).index(node) + 1:])
+        inner = [s for s in node.body.body if _backward(s) is not None]
+        backwards = list(inner)
+        step = None
+        trainers = trainer_names(self.ctx)
+        for stmt in after:
+            call = _expr_call(stmt)
+            if call is not None and astutil.method_name(call) == "step" and dotted_name(call.func.value) in trainers:
+                step = call
+                break
+            if _backward(stmt) is not None:
+                backwards.append(stmt)
+            if isinstance(stmt, cst.With) and any(isinstance(i.item, cst.Call) and sc.call_name(self.ctx, i.item) in _RECORD for i in stmt.items):
+                break
+        if step is None:
+            return "no trainer.step(n) of a gluon.Trainer follows it in the same body"
+        if len(backwards) != 1:
+            return f"{len(backwards)} backward() calls before trainer.step()"
+        backward = _backward(backwards[0])
+        if backward.args:
+            return "backward() with a head gradient"
+        if len(step.args) != 1 or step.args[0].keyword not in (None,) and step.args[0].keyword.value != "batch_size":
+            return "trainer.step() with arguments other than the batch size"
+        trainer = dotted_name(step.func.value)
+        return backward, step, trainer, step.args[0].value
+
+
+def _paren_if_binary(n: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(n, cst.BinaryOperation):
+        return n.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return n
