@@ -41,7 +41,7 @@ from urllib.parse import unquote, urlparse
 
 import libcst as cst
 
-from porter import __version__, astutil, config, engine, registry
+from porter import __version__, astutil, config, engine, incremental, registry
 from porter._layout import REPO
 from porter.context import FileContext
 from porter.rules import Finding, Position, Safety, Severity
@@ -156,6 +156,7 @@ class Analysis:
     _string_lines: Optional[list[tuple[int, int]]] = None
     fix_all: Optional[list[TextChange]] = None
     fix_all_error: Optional[str] = None  # why "fix all" failed (engine.PorterError)
+    reparsed: Optional[int] = None  # incremental check: top-level statements parsed again (None: all)
 
     # Where each top-level statement's text begins (0-based line, its leading lines included)
     def statement_starts(self) -> list[int]:
@@ -165,10 +166,15 @@ class Analysis:
         return self._starts
 
 
-def analyze(text: str, settings: Optional[Settings], path: str = "<string>") -> Analysis:
+def analyze(text: str, settings: Optional[Settings], path: str = "<string>",
+            document: Optional[incremental.Document] = None) -> Analysis:
     """``engine.check`` of ``text``, keeping what the code actions need (the tree, every
     node's position). Never raises: a parse error, bad settings or a crashing rule become
-    ``Analysis.error``."""
+    ``Analysis.error``.
+
+    With ``document`` (the incremental checker of this document, reused from version to
+    version) only the statements an edit changed are parsed and checked again; the result
+    is the same (porter.incremental, tests/test_incremental.py)."""
     t0 = time.perf_counter()
     an = Analysis(text, split_lines(text), settings)
     if settings is None:
@@ -176,6 +182,13 @@ def analyze(text: str, settings: Optional[Settings], path: str = "<string>") -> 
         return an
     try:
         options = settings.options()
+        if document is not None:
+            checked = document.check(text)
+            an.module, an.findings, an.positions = checked.module, checked.findings, checked.positions  # type: ignore[assignment]
+            an._starts = checked.statement_starts
+            an.reparsed = checked.reparsed
+            an.seconds = time.perf_counter() - t0
+            return an
         module = engine.parse(text)
         findings = engine.run_rules(module, engine.applicable_rules(options.rules, text), path)
         if findings:
@@ -585,6 +598,8 @@ def _can_end_with_comment(an: Analysis, lineno: int) -> bool:
     body = _body(an.lines[lineno - 1])
     if body.rstrip().endswith("\\"):
         return False
+    if isinstance(an.positions, incremental.Positions):
+        return not an.positions.inside_string(lineno)
     if an._string_lines is None:  # (first, last) line of every string that spans lines
         an._string_lines = [
             (rng.start.line, rng.end.line) for node, rng in an.positions.items()
@@ -655,6 +670,8 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
             # the check running for a document: (version, text, settings, future)
             self.inflight: dict[str, tuple] = {}
             self.fixer = None  # the process for "fix all" and slow fixes (in_fixer)
+            # each open document's incremental checker (used in the worker thread only)
+            self.documents: dict[str, incremental.Document] = {}
 
         # -- positions ------------------------------------------------------------------
         @property
@@ -712,7 +729,13 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
                 future = running[3]  # a code action while the check of this version runs: wait for it
             else:
                 path = str(_path_of(uri) or uri)
-                future = asyncio.get_running_loop().run_in_executor(self.worker, analyze, text, settings, path)
+                document = None
+                if settings is not None:
+                    document = self.documents.get(uri)
+                    rules = settings.options().rules
+                    if document is None or document.rules != tuple(rules) or document.path != path:
+                        document = self.documents[uri] = incremental.Document(rules, path)
+                future = asyncio.get_running_loop().run_in_executor(self.worker, analyze, text, settings, path, document)
                 self.inflight[uri] = (version, text, settings, future)
             try:
                 an = await asyncio.shield(future)
@@ -869,6 +892,7 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
         if task is not None:
             task.cancel()
         ls.analyses.pop(uri, None)
+        ls.documents.pop(uri, None)
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
     @server.feature(

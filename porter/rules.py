@@ -128,6 +128,13 @@ class Rule:
     needs_text: ClassVar[tuple[str, ...]] = ("torch",)
     examples: ClassVar[Sequence[Example]] = ()
     valid: ClassVar[Sequence[str]] = ()  # code that must produce no finding
+    # True: the rule's findings in a top-level statement depend only on that statement and
+    # the file's imports, so `porter lsp` may check it one statement at a time and reuse its
+    # findings for statements an edit did not touch (porter.incremental, which verifies the
+    # claim on every run: a rule that reads the module, keeps state from one statement to
+    # the next or reports on the module is run over the whole file for that version).
+    # False (the default): always run over the whole file.
+    local: ClassVar[bool] = False
 
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx

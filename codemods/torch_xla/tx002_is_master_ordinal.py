@@ -27,6 +27,7 @@ class IsMasterOrdinal(Rule):
     """
 
     code = "TX002"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "xla-is-master-ordinal"
     target = "torch-xla"
     summary = "xm.is_master_ordinal(local=...) -> xr.local_ordinal() == 0 / xr.global_ordinal() == 0"

@@ -29,6 +29,7 @@ class ParallelLoaderPerDevice(Rule):
     """
 
     code = "TX003"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "xla-parallel-loader"
     target = "torch-xla"
     summary = "pl.ParallelLoader(loader, devices).per_device_loader(d) -> pl.MpDeviceLoader(loader, d)"

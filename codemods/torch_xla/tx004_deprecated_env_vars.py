@@ -27,6 +27,7 @@ class DeprecatedEnvVars(Rule):
     """
 
     code = "TX004"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "xla-deprecated-env-vars"
     target = "torch-xla"
     summary = "report XLA_USE_BF16 / XLA_DOWNCAST_BF16 / XLA_USE_SPMD / XRT_* / XLA:CUDA environment variables"

@@ -33,6 +33,7 @@ class CudaDevice(Rule):
     """
 
     code = "TX101"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "cuda-device"
     target = "torch-xla"
     summary = "torch.device('cuda'...) and 'cuda' if available else 'cpu' -> torch_xla.device()"

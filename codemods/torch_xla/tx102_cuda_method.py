@@ -26,6 +26,7 @@ class CudaMethod(Rule):
     """
 
     code = "TX102"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "cuda-method"
     target = "torch-xla"
     summary = ".cuda() / .cuda(gpu, non_blocking=True) -> .to(torch_xla.device())"

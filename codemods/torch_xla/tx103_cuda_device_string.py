@@ -31,6 +31,7 @@ class CudaDeviceString(Rule):
     """
 
     code = "TX103"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "cuda-device-string"
     target = "torch-xla"
     summary = ".to('cuda') / device='cuda' in torch calls -> torch_xla.device()"

@@ -29,6 +29,7 @@ class CudaDeviceApi(Rule):
     """
 
     code = "TX104"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "cuda-device-api"
     target = "torch-xla"
     summary = "torch.cuda.set_device removed, device_count -> torch_xla.device_count(), current_device reported"

@@ -31,6 +31,7 @@ class LoadMapLocation(Rule):
     """
 
     code = "TX105"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "load-map-location"
     target = "torch-xla"
     summary = "torch.load(map_location='cuda'...) -> map_location='cpu' (XLA cannot be a map_location)"

@@ -20,6 +20,7 @@ class CudaChecks(Rule):
     """
 
     code = "TX106"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "cuda-checks"
     target = "torch-xla"
     summary = "report .is_cuda and device.type == 'cuda' tests (always false on XLA)"

@@ -52,6 +52,7 @@ class CudaIsAvailable(Rule):
     """
 
     code = "TX107"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "cuda-is-available"
     target = "torch-xla"
     summary = "torch.cuda.is_available() is False on TPU: unsafe fixes keep the CUDA branch / the user's flag, else report"

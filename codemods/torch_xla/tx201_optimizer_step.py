@@ -39,6 +39,7 @@ class OptimizerStep(Rule):
     """
 
     code = "TX201"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "xla-optimizer-step"
     target = "torch-xla"
     summary = "optimizer.step() -> xm.optimizer_step(optimizer)"

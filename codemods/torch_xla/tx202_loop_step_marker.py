@@ -38,6 +38,7 @@ class LoopStepMarker(Rule):
     """
 
     code = "TX202"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "xla-loop-step-marker"
     target = "torch-xla"
     summary = "training/eval loop without a device loader: add torch_xla.sync() per iteration"

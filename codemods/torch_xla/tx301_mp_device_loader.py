@@ -44,6 +44,7 @@ class MpDeviceLoader(Rule):
     """
 
     code = "TX301"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "xla-mp-device-loader"
     target = "torch-xla"
     summary = "loop over a DataLoader -> iterate pl.MpDeviceLoader(loader, device), drop per-batch .to(device)"

@@ -20,6 +20,7 @@ class SamplerSetEpoch(Rule):
     """
 
     code = "TX305"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "xla-sampler-set-epoch"
     target = "torch-xla"
     summary = "shuffling DistributedSampler and no set_epoch() call: every epoch has the same order"

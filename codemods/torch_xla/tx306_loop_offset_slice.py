@@ -54,6 +54,7 @@ class LoopOffsetSlice(Rule):
     """
 
     code = "TX306"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "xla-loop-offset-slice"
     target = "torch-xla"
     summary = "device tensor sliced at a loop-varying offset: one compiled graph per offset; keep it on the host, move the slices"

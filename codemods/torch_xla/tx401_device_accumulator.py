@@ -46,6 +46,7 @@ class DeviceAccumulator(Rule):
     """
 
     code = "TX401"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "device-accumulator"
     target = "torch-xla"
     summary = "acc += x.item() in the step -> accumulate on the device, read once after the loop"

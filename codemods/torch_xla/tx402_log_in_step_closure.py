@@ -60,6 +60,7 @@ class LogInStepClosure(Rule):
     """
 
     code = "TX402"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "log-in-step-closure"
     target = "torch-xla"
     summary = "print/log of tensor values in the step -> xm.add_step_closure(...)"

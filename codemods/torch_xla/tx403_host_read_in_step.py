@@ -49,6 +49,7 @@ class HostReadInStep(Rule):
     """
 
     code = "TX403"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "host-read-in-step"
     target = "torch-xla"
     summary = "x.item()/.cpu()/.numpy()/.tolist()/float(t) in the step: reported with the static alternative"

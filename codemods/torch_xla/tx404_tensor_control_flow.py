@@ -34,6 +34,7 @@ class TensorControlFlow(Rule):
     """
 
     code = "TX404"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "tensor-control-flow"
     target = "torch-xla"
     summary = "if/while/assert on a tensor value in the step: reported with torch.where/mask alternatives"

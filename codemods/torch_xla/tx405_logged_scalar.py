@@ -32,6 +32,7 @@ class LoggedScalar(Rule):
     """
 
     code = "TX405"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "logged-scalar"
     target = "torch-xla"
     summary = "name = x.item() in the step, only logged -> keep it on the device (x.detach())"

@@ -39,6 +39,7 @@ class MeterOnDevice(Rule):
     """
 
     code = "TX406"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "meter-on-device"
     target = "torch-xla"
     summary = "meter.update(loss.item(), n) of an AverageMeter-style class -> meter.update(loss.detach(), n)"

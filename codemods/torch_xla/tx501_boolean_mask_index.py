@@ -45,6 +45,7 @@ class BooleanMaskIndex(Rule):
     """
 
     code = "TX501"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "boolean-mask-index"
     target = "torch-xla"
     summary = "x[mask] has a data-dependent shape; masked sums/means -> torch.where(mask, x, 0)"

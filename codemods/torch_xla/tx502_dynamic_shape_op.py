@@ -52,6 +52,7 @@ class DynamicShapeOp(Rule):
     """
 
     code = "TX502"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "dynamic-shape-op"
     target = "torch-xla"
     summary = "nonzero/unique/masked_select/where(cond)/bincount: data-dependent shapes, reported with static alternatives"

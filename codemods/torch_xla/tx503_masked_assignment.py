@@ -35,6 +35,7 @@ class MaskedAssignment(Rule):
     """
 
     code = "TX503"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "masked-assignment"
     target = "torch-xla"
     summary = "x[mask] = v -> x.masked_fill_(mask, v) / x.copy_(torch.where(mask, y, x))"

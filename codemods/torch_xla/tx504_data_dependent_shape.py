@@ -40,6 +40,7 @@ class DataDependentShape(Rule):
     """
 
     code = "TX504"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "data-dependent-shape"
     target = "torch-xla"
     summary = "shapes from tensor values (arange(n.item()), view(-1, lengths.max()), x[:, :l.max()]): reported"

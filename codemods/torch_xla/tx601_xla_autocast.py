@@ -55,6 +55,7 @@ class XlaAutocast(Rule):
     """
 
     code = "TX601"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "xla-autocast"
     target = "torch-xla"
     summary = "CUDA autocast (float16) -> torch.autocast('xla', dtype=torch.bfloat16)"

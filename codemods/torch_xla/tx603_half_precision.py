@@ -30,6 +30,7 @@ class HalfPrecision(Rule):
     """
 
     code = "TX603"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "half-precision"
     target = "torch-xla"
     summary = ".half() / .to(torch.float16) -> bfloat16 on TPU (unsafe)"

@@ -39,6 +39,7 @@ class XlaCustomFwd(Rule):
     """
 
     code = "TX604"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "xla-custom-fwd"
     target = "torch-xla"
     summary = "@torch.cuda.amp.custom_fwd/custom_bwd -> @torch.amp.custom_fwd/custom_bwd(device_type='xla')"

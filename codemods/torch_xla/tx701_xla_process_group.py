@@ -40,6 +40,7 @@ class XlaProcessGroup(Rule):
     """
 
     code = "TX701"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "xla-process-group"
     target = "torch-xla"
     summary = "init_process_group('nccl') -> init_process_group('xla', init_method='xla://') + xla_backend import"

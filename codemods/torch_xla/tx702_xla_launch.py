@@ -37,6 +37,7 @@ class XlaLaunch(Rule):
     """
 
     code = "TX702"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "xla-launch"
     target = "torch-xla"
     summary = "mp.spawn(fn, args, nprocs=N) -> torch_xla.launch(fn, args=...)"

@@ -38,6 +38,7 @@ class XlaDDP(Rule):
     """
 
     code = "TX703"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "xla-ddp"
     target = "torch-xla"
     summary = "DDP(model, device_ids=[gpu]) -> DDP(model, gradient_as_bucket_view=True)"

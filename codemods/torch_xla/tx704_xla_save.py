@@ -33,6 +33,7 @@ class XlaSave(Rule):
     """
 
     code = "TX704"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "xla-save"
     target = "torch-xla"
     summary = "torch.save(obj, path) -> xm.save(obj, path) (CPU tensors, master process writes)"

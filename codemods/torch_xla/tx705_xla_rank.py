@@ -37,6 +37,7 @@ class XlaRank(Rule):
     """
 
     code = "TX705"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "xla-rank"
     target = "torch-xla"
     summary = "dist.get_rank() / get_world_size() -> xr.global_ordinal() / xr.world_size()"

@@ -30,6 +30,7 @@ class XlaRendezvous(Rule):
     """
 
     code = "TX706"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "xla-rendezvous"
     target = "torch-xla"
     summary = "dist.barrier() -> xm.rendezvous('<function>')"

@@ -40,6 +40,7 @@ class EnvRank(Rule):
     """
 
     code = "TX707"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "env-rank"
     target = "torch-xla"
     summary = "int(os.environ['LOCAL_RANK']) -> xr.local_ordinal() (unsafe)"

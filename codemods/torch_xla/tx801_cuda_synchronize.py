@@ -23,6 +23,7 @@ class CudaSynchronize(Rule):
     """
 
     code = "TX801"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "cuda-synchronize"
     target = "torch-xla"
     summary = "torch.cuda.synchronize() -> xm.wait_device_ops()"

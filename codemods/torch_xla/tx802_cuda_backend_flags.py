@@ -26,6 +26,7 @@ class CudaBackendFlags(Rule):
     """
 
     code = "TX802"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "cuda-backend-flags"
     target = "torch-xla"
     summary = "remove torch.backends.cudnn.benchmark/deterministic/enabled and TF32 switches"

@@ -22,6 +22,7 @@ class CudaCacheCalls(Rule):
     """
 
     code = "TX803"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "cuda-cache-calls"
     target = "torch-xla"
     summary = "remove torch.cuda.empty_cache() and other CUDA allocator calls"

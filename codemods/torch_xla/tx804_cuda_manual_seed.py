@@ -24,6 +24,7 @@ class CudaManualSeed(Rule):
     """
 
     code = "TX804"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "cuda-manual-seed"
     target = "torch-xla"
     summary = "torch.cuda.manual_seed(_all)(s) -> torch_xla.manual_seed(s)"

@@ -27,6 +27,7 @@ class CudaQueries(Rule):
     """
 
     code = "TX805"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "cuda-queries"
     target = "torch-xla"
     summary = "torch.cuda.get_device_name() -> xm.xla_device_kind(); report CUDA memory queries"

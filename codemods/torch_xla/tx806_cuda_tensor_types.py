@@ -28,6 +28,7 @@ class CudaTensorTypes(Rule):
     """
 
     code = "TX806"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "cuda-tensor-types"
     target = "torch-xla"
     summary = "report torch.cuda.FloatTensor and the other legacy CUDA tensor types"

@@ -30,6 +30,7 @@ class SparseAdamToAdam(Rule):
     """
 
     code = "TX902"
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "sparse-adam"
     target = "torch-xla"
     summary = "torch.optim.SparseAdam -> torch.optim.Adam (unsafe: rows absent from a batch still move)"

@@ -1,0 +1,609 @@
+"""Incremental checking for ``porter lsp``: after an edit, parse and check again only the
+top-level statements that changed, and reuse the rest, with a result equal to
+``engine.check`` of the new text (the same findings: codes, messages, positions, severities,
+fixes, in the same order, suppressions honoured).
+
+A document is kept as its module split into top-level statements (each with its text, the
+length of its leading comment/blank lines, its line count, the imports it holds).
+
+Parsing. An edit (found by diffing the old and the new text: common prefix and suffix) is
+widened to whole statements: from the first line of code (a decorator or the statement's
+first line, after its leading lines) of a statement that begins before the edit, to the first
+line of code of a statement after it, or the end of the file. Both ends are a line that
+starts at column 0 with code, so the tokenizer is in the same state there as in a full
+parse. That region alone is parsed, followed by a stand-in ``pass`` statement: the lines
+before the stand-in become the leading lines of the statement that follows (exactly as a full
+parse splits them), and a region whose statements would not stand alone (an ``else:``, a
+decorator left without its function, an open bracket) fails to parse and falls back to a full
+parse. The region's statements replace the old ones in the module; every other statement is
+the same object as before. Anything that could make the region's parse differ from a full one
+falls back to a full parse: an edit in the first statement or the first two lines (the
+module's header, newline style, encoding), a different line ending or indentation than the
+module's default where that decides how LibCST stores the nodes.
+
+Rules. A rule runs in one of two ways:
+
+- module-wide (the default, and every rule not declared ``local``): run over the whole new
+  tree after every change, exactly as ``engine.run_rules`` runs it;
+- per statement, for rules that declare ``local = True`` and behave so on this document: the
+  rule runs on each top-level statement by itself, with a fresh instance and a context whose
+  imports are those the full traversal would have at that statement (``FileContext``'s
+  aliases from the module's imports, then every import met earlier in the walk). Its findings
+  for a statement are cached per (statement object, import state) and reused while both are
+  unchanged. The declaration is checked on every run, and a rule that does not keep it is run
+  module-wide for that version: reading ``ctx.module`` or anything of the module node (the
+  first ancestor) stops the rule at once; so does keeping state from one statement to the
+  next (the instance's attributes must be back to their initial values, compared as plain
+  data, after each statement), a ``visit_Module``/``leave_Module`` method, a finding or edit
+  on the module node, or an exception.
+
+Positions are computed per statement (LibCST's position-tracking code generation of that
+statement alone, lines counted from its first line) and shifted by the lines above it; only
+statements that are new or hold findings are generated.
+
+The proof that all this equals ``engine.check`` is tests/test_incremental.py: random and
+adversarial edits to the fixtures and the benchmark document, both targets, and after every
+edit the spliced module is compared with a fresh parse (``deep_equals``) and the findings
+with a fresh ``engine.check``.
+"""
+from __future__ import annotations
+
+import bisect
+import copy
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import libcst as cst
+from libcst._nodes.internal import CodegenState
+from libcst._position import CodePosition, CodeRange
+from libcst.metadata.position_provider import PositionProvidingCodegenState
+
+from porter import engine
+from porter.context import FileContext
+from porter.rules import Finding, Position, Rule
+
+_BREAK = re.compile(r"\r\n?|\n")  # LibCST's line breaks (position_provider.NEWLINE_RE)
+_MISSING = object()
+
+
+class _NotLocal(BaseException):
+    """Raised when a rule run per statement reads the module: the rule is module-wide.
+    A BaseException, so that a rule's ``except Exception`` does not swallow it."""
+
+
+class _WatchedModule(cst.Module):
+    """The module as the first ancestor of a per-statement run: a Module to ``isinstance``,
+    and any read of its fields (or methods) stops the rule."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("__") and name != "__dict__":
+            return object.__getattribute__(self, name)
+        raise _NotLocal(name)
+
+    def __repr__(self) -> str:
+        return "<module>"
+
+
+_WATCHED = object.__new__(_WatchedModule)
+
+
+class _LocalContext(FileContext):
+    """A FileContext for one statement: imports as the full walk has them there, a fresh
+    cache, and no module."""
+
+    def __init__(self, path: str, aliases: dict, module_names: dict, ancestors: list) -> None:  # noqa: D401
+        self.path = path
+        self.aliases = aliases
+        self.module_names = module_names
+        self.ancestors = ancestors
+        self.cache = {}
+
+    @property
+    def module(self):  # type: ignore[override]
+        raise _NotLocal("module")
+
+
+class _Unfreezable(Exception):
+    pass
+
+
+def _freeze(value: Any) -> Any:
+    """A rule instance's attribute as plain comparable data, or _Unfreezable."""
+    if value is None or type(value) in (bool, int, float, str, bytes):
+        return value
+    if type(value) in (list, tuple):
+        return (type(value).__name__, tuple(_freeze(v) for v in value))
+    if type(value) in (set, frozenset):
+        return (type(value).__name__, frozenset(_freeze(v) for v in value))
+    if type(value) is dict:
+        return ("dict", tuple((_freeze(k), _freeze(v)) for k, v in value.items()))
+    raise _Unfreezable
+
+
+def _state(rule: Rule) -> Any:
+    return _freeze({k: v for k, v in vars(rule).items() if k not in ("ctx", "findings")})
+
+
+_HANDLERS: dict[type, tuple[tuple[str, str], ...]] = {}
+
+
+def _handlers(rule: type[Rule]) -> tuple[tuple[str, str], ...]:
+    """(visit|leave, method name) of a rule class, as engine._Dispatcher finds them."""
+    found = _HANDLERS.get(rule)
+    if found is None:
+        found = tuple(
+            ("visit" if a.startswith("visit_") else "leave", a) for a in dir(rule) if a.startswith(("visit_", "leave_"))
+        )
+        _HANDLERS[rule] = found
+    return found
+
+
+def _module_handlers(rule: type[Rule]) -> bool:
+    return any(name in ("visit_Module", "leave_Module") for _, name in _handlers(rule))
+
+
+def run_statement(stmt: cst.BaseStatement, rules: Sequence[type[Rule]], aliases: dict, module_names: dict,
+                  path: str) -> dict:
+    """Each rule run on ``stmt`` alone (see the module docstring): rule -> its findings, or
+    None when the rule did not keep to the statement."""
+    ancestors: list = [_WATCHED]
+    aliases, module_names = dict(aliases), dict(module_names)
+    out: dict = {}
+    live: dict[int, tuple[type[Rule], Rule, Any]] = {}
+    visit: dict[str, list] = {}
+    leave: dict[str, list] = {}
+    for k, rule in enumerate(rules):
+        if _module_handlers(rule):
+            out[rule] = None
+            continue
+        try:
+            inst = rule(_LocalContext(path, aliases, module_names, ancestors))
+            snapshot = _state(inst)
+        except (_NotLocal, Exception):
+            out[rule] = None
+            continue
+        live[k] = (rule, inst, snapshot)
+        for kind, name in _handlers(rule):
+            (visit if kind == "visit" else leave).setdefault(name[6:], []).append((k, getattr(inst, name)))
+    dead: set[int] = set()
+    importer = _LocalContext(path, aliases, module_names, ancestors)
+    child_fields = engine._child_fields
+
+    def call(handlers, node) -> None:
+        for k, handler in handlers:
+            if k in dead:
+                continue
+            try:
+                handler(node)
+            except (_NotLocal, Exception):
+                dead.add(k)
+
+    def walk(node: cst.CSTNode) -> None:
+        name = type(node).__name__
+        ancestors.append(node)
+        if isinstance(node, (cst.Import, cst.ImportFrom)) and len(ancestors) > 2:
+            importer.add_import(node)
+        handlers = visit.get(name)
+        if handlers:
+            call(handlers, node)
+        for fname in child_fields(type(node)):
+            value = getattr(node, fname)
+            if isinstance(value, cst.CSTNode):
+                walk(value)
+            elif isinstance(value, (tuple, list)):
+                for item in value:
+                    if isinstance(item, cst.CSTNode):
+                        walk(item)
+        handlers = leave.get(name)
+        if handlers:
+            call(handlers, node)
+        ancestors.pop()
+
+    if live:
+        walk(stmt)
+    for k, (rule, inst, snapshot) in live.items():
+        if k in dead:
+            out[rule] = None
+            continue
+        try:
+            same = _state(inst) == snapshot
+        except _Unfreezable:
+            same = False
+        if not same or any(_touches_module(f) for f in inst.findings):
+            out[rule] = None
+        else:
+            out[rule] = list(inst.findings)
+    return out
+
+
+def _touches_module(f: Finding) -> bool:
+    if f.node is _WATCHED:
+        return True
+    return f.fix is not None and any(e.target is _WATCHED for e in f.fix.edits)
+
+
+# --------------------------------------------------------------------------------------
+# Statements
+# --------------------------------------------------------------------------------------
+def _imports_in(node: cst.CSTNode, out: list) -> list:
+    """Every import of ``node`` in the order the engine's walk meets them (expressions hold
+    no statements and are not entered)."""
+    if isinstance(node, (cst.Import, cst.ImportFrom)):
+        out.append(node)
+        return out
+    for fname in engine._child_fields(type(node)):
+        value = getattr(node, fname)
+        if isinstance(value, cst.CSTNode):
+            if not isinstance(value, cst.BaseExpression):
+                _imports_in(value, out)
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                if isinstance(item, cst.CSTNode) and not isinstance(item, cst.BaseExpression):
+                    _imports_in(item, out)
+    return out
+
+
+def _has_indent(node: cst.CSTNode) -> bool:
+    """Whether the statement's text holds an INDENT token (the first one in a file decides
+    LibCST's ``default_indent``): an indented block or a match statement."""
+    if isinstance(node, (cst.IndentedBlock, cst.Match)):
+        return True
+    if isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite, cst.BaseExpression)):
+        return False
+    for fname in engine._child_fields(type(node)):
+        value = getattr(node, fname)
+        items = value if isinstance(value, (tuple, list)) else (value,)
+        for item in items:
+            if isinstance(item, cst.CSTNode) and not isinstance(item, cst.BaseExpression) and _has_indent(item):
+                return True
+    return False
+
+
+def _code(module: cst.Module, nodes: Sequence[cst.CSTNode]) -> str:
+    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
+    for n in nodes:
+        n._codegen(state)
+    return "".join(state.tokens)
+
+
+@dataclass(eq=False)
+class _Stmt:
+    node: cst.BaseStatement
+    text: str  # its code, leading lines included
+    lead: int  # characters of its leading lines
+    lines: int  # line breaks in text
+    imports: tuple
+    indent: bool
+    results: dict = field(default_factory=dict)  # import-state id -> {rule: findings | None}
+    positions: Optional[dict] = None  # node -> CodeRange, lines counted from the statement's first line
+    strings: Optional[list] = None  # (first, last) relative lines of strings spanning lines
+
+    @classmethod
+    def of(cls, module: cst.Module, node: cst.BaseStatement) -> "_Stmt":
+        text = _code(module, [node])
+        lead = len(_code(module, node.leading_lines)) if node.leading_lines else 0
+        return cls(node, text, lead, len(_BREAK.findall(text)), tuple(_imports_in(node, [])), _has_indent(node))
+
+    def relative_positions(self, module: cst.Module) -> dict:
+        if self.positions is None:
+            sink = engine._PositionSink()
+            state = PositionProvidingCodegenState(
+                default_indent=module.default_indent, default_newline=module.default_newline, provider=sink)
+            self.node._codegen(state)
+            self.positions = sink._computed
+        return self.positions
+
+
+class Positions:
+    """node -> CodeRange of a checked version, as ``engine.node_positions`` gives it,
+    computed per statement on demand."""
+
+    def __init__(self, module: cst.Module, stmts: list[_Stmt], first_lines: list[int]) -> None:
+        self.module = module
+        self.stmts = stmts
+        self.first_lines = first_lines  # 0-based line where each statement's text begins
+        self._full: Optional[dict] = None
+        self._hint: dict[int, int] = {}
+
+    def _shift(self, rng: CodeRange, k: int) -> CodeRange:
+        off = self.first_lines[k]
+        if not off:
+            return rng
+        return CodeRange(CodePosition(rng.start.line + off, rng.start.column), CodePosition(rng.end.line + off, rng.end.column))
+
+    def in_statement(self, node: cst.CSTNode, k: int) -> Optional[CodeRange]:
+        rng = self.stmts[k].relative_positions(self.module).get(node)
+        return None if rng is None else self._shift(rng, k)
+
+    def get(self, node: cst.CSTNode, default=None):
+        k = self._hint.get(id(node))
+        if k is not None:
+            rng = self.in_statement(node, k)
+            if rng is not None:
+                return rng
+        order = sorted(range(len(self.stmts)), key=lambda i: self.stmts[i].positions is None)
+        for i in order:
+            rng = self.in_statement(node, i)
+            if rng is not None:
+                self._hint[id(node)] = i
+                return rng
+        if self._full is None:  # the module node, its header/footer lines, or not in the tree
+            self._full = engine.node_positions(self.module)
+        return self._full.get(node, default)
+
+    def statement_of_line(self, line: int) -> int:
+        """Index of the statement whose text holds 1-based ``line`` (-1: the header)."""
+        return bisect.bisect_right(self.first_lines, line - 1) - 1
+
+    def inside_string(self, line: int) -> bool:
+        """Whether 1-based ``line`` is a line of a string that spans lines, other than its
+        last (a comment cannot be added there)."""
+        if not self.stmts:
+            if self._full is None:
+                self._full = engine.node_positions(self.module)
+            return any(r.start.line <= line < r.end.line for n, r in self._full.items()
+                       if isinstance(n, (cst.SimpleString, cst.FormattedString)))
+        k = self.statement_of_line(line)
+        if k < 0:
+            return False
+        st = self.stmts[k]
+        if st.strings is None:
+            st.strings = [(r.start.line, r.end.line) for n, r in st.relative_positions(self.module).items()
+                          if r.start.line != r.end.line and isinstance(n, (cst.SimpleString, cst.FormattedString))]
+        rel = line - self.first_lines[k]
+        return any(first <= rel < last for first, last in st.strings)
+
+
+@dataclass
+class Checked:
+    """One checked version of a document."""
+
+    text: str
+    module: cst.Module
+    findings: list[Finding]
+    positions: Positions
+    statement_starts: list[int]  # 0-based line where each top-level statement's text begins
+    reparsed: Optional[int] = None  # statements parsed again (None: the whole file)
+    rules_local: int = 0  # rules run per statement on this version
+    rules_module_wide: int = 0  # rules run over the whole tree
+    statements_run: int = 0  # statements whose per-statement rules ran (not cached)
+
+
+@dataclass
+class _Version:
+    text: str
+    module: cst.Module
+    stmts: list[_Stmt]
+    header: int  # characters before the first statement
+    header_lines: int
+
+
+class Document:
+    """The incremental checker of one document. ``check(text)`` returns what
+    ``engine.check(text, Options(rules), path)`` returns, as a :class:`Checked`; it raises
+    ``engine.PorterError`` where ``engine.check`` does (a syntax error), and a rule's
+    exception as ``engine.check`` would."""
+
+    def __init__(self, rules: Sequence[type[Rule]], path: str = "<string>") -> None:
+        self.rules = tuple(rules)
+        self.path = path
+        self.last: Optional[_Version] = None
+        self._alias_ids: dict = {}
+        self.stats = {"incremental": 0, "full": 0}
+
+    # -- parsing ---------------------------------------------------------------------
+    def _full(self, text: str) -> _Version:
+        module = engine.parse(text)
+        stmts = [_Stmt.of(module, s) for s in module.body]
+        header = _code(module, module.header)
+        return _Version(text, module, stmts, len(header), len(_BREAK.findall(header)))
+
+    def _consistent(self, v: _Version) -> bool:
+        """The statements' texts put together give the document's text (the splice is
+        checked against the text every time, and the first parse too)."""
+        m = v.module
+        joined = _code(m, m.header) + "".join(s.text for s in v.stmts) + _code(m, m.footer)
+        if m.has_trailing_newline:
+            return joined == v.text or (not joined and v.text == m.default_newline)
+        return joined.startswith(v.text) and _BREAK.fullmatch(joined[len(v.text):]) is not None
+
+    def _splice(self, text: str) -> Optional[_Version]:
+        old = self.last
+        if old is None or not old.stmts:
+            return None
+        a, b = old.text, text
+        n = min(len(a), len(b))
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if a[:mid] == b[:mid]:
+                lo = mid
+            else:
+                hi = mid - 1
+        p = lo
+        lo, hi = 0, n - p
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if a[len(a) - mid:] == b[len(b) - mid:]:
+                lo = mid
+            else:
+                hi = mid - 1
+        old_end = len(a) - lo
+        # the first two lines decide the newline style and the encoding: a full parse there
+        line3 = 0
+        for _ in range(2):
+            m = _BREAK.search(a, line3)
+            if m is None:
+                return None
+            line3 = m.end()
+        if p <= line3:
+            return None
+        own: list[int] = []
+        at = old.header
+        for s in old.stmts:
+            own.append(at + s.lead)
+            at += len(s.text)
+        count = len(own)
+        i = bisect.bisect_left(own, p) - 1  # the last statement whose code begins before the edit
+        if i < 1:
+            return None
+        j = bisect.bisect_left(own, old_end)  # the first statement whose code begins after it
+        delta = len(b) - len(a)
+        while True:
+            if j < count:
+                region = b[own[i]:own[j] + delta]
+                if not region.endswith(("\n", "\r")):
+                    j += 1
+                    continue
+            else:
+                region = b[own[i]:]
+            break
+        module = old.module
+        eof = j >= count
+        try:
+            chunk = cst.parse_module(region if eof else region + "pass" + module.default_newline)
+        except Exception:
+            return None
+        if chunk.header or chunk.default_newline != module.default_newline:
+            return None
+        body = list(chunk.body)
+        if not eof:
+            sentinel = body.pop() if body else None
+            if (not isinstance(sentinel, cst.SimpleStatementLine) or len(sentinel.body) != 1
+                    or not isinstance(sentinel.body[0], cst.Pass) or chunk.footer or not chunk.has_trailing_newline
+                    or sentinel.trailing_whitespace.comment is not None):
+                return None
+        if not body or body[0].leading_lines:
+            return None
+        first_indent = next((k for k, s in enumerate(old.stmts) if s.indent), None)
+        chunk_indent = any(_has_indent(s) for s in body)
+        if chunk_indent and chunk.default_indent != module.default_indent:
+            return None
+        if not chunk_indent and first_indent is not None and i <= first_indent < j:
+            return None  # the block that set the indentation is gone: a full parse decides
+        body[0] = body[0].with_changes(leading_lines=old.stmts[i].node.leading_lines)
+        new_stmts = old.stmts[:i] + [_Stmt.of(module, s) for s in body]
+        changes: dict = {}
+        if eof:
+            changes = {"footer": chunk.footer, "has_trailing_newline": chunk.has_trailing_newline}
+        else:
+            nxt = old.stmts[j]
+            if nxt.node.leading_lines == sentinel.leading_lines or (
+                    len(nxt.node.leading_lines) == len(sentinel.leading_lines)
+                    and all(x.deep_equals(y) for x, y in zip(nxt.node.leading_lines, sentinel.leading_lines))):
+                new_stmts.append(nxt)
+            else:
+                new_stmts.append(_Stmt.of(module, nxt.node.with_changes(leading_lines=sentinel.leading_lines)))
+            new_stmts.extend(old.stmts[j + 1:])
+        new_module = module.with_changes(body=tuple(s.node for s in new_stmts), **changes)
+        version = _Version(text, new_module, new_stmts, old.header, old.header_lines)
+        if not self._consistent(version):
+            return None
+        self._reparsed = len(body) + (0 if eof else 1)
+        return version
+
+    # -- checking --------------------------------------------------------------------
+    def check(self, text: str) -> Checked:
+        self._reparsed = None
+        version = None
+        if self.last is not None:
+            try:
+                version = self._splice(text)
+            except Exception:
+                version = None
+        if version is None:
+            version = self._full(text)
+            if not self._consistent(version):
+                version.stmts = []  # never spliced; checked as a whole below
+        self.stats["full" if self._reparsed is None else "incremental"] += 1
+        try:
+            result = self._check(version)
+        except Exception:
+            self.last = None
+            # a rule failed: raise what engine.check raises on this text
+            engine.run_rules(version.module, engine.applicable_rules(self.rules, text), self.path)
+            raise
+        self.last = version if version.stmts else None
+        result.reparsed = self._reparsed
+        return result
+
+    def _check(self, v: _Version) -> Checked:
+        module, text, stmts = v.module, v.text, v.stmts
+        rules = engine.applicable_rules(self.rules, text)
+        first_lines = []
+        line = v.header_lines
+        for s in stmts:
+            first_lines.append(line)
+            line += s.lines
+        positions = Positions(module, stmts, first_lines)
+        if not stmts:  # a document that cannot be split: the engine as it is
+            findings = engine.run_rules(module, rules, self.path)
+            self._position(findings, positions, None)
+            return Checked(text, module, engine.drop_suppressed(text, findings), positions, [0], None, 0, len(rules))
+        # the imports as the full walk has them at each statement
+        ctx = FileContext(module, self.path)
+        states: list[tuple[int, dict, dict]] = []
+        current = None
+        for s in stmts:
+            if current is None:
+                key = (tuple(ctx.aliases.items()), tuple(ctx.module_names.items()))
+                current = (self._alias_ids.setdefault(key, len(self._alias_ids)), dict(ctx.aliases), dict(ctx.module_names))
+            states.append(current)
+            if s.imports:
+                for node in s.imports:
+                    ctx.add_import(node)
+                current = None
+        local = [r for r in rules if getattr(r, "local", False)]
+        wide = {r for r in rules if not getattr(r, "local", False)}
+        for k, s in enumerate(stmts):  # a rule known not to keep to a statement here
+            got = s.results.get(states[k][0])
+            if got:
+                wide.update(r for r in local if got.get(r, _MISSING) is None)
+        local = [r for r in local if r not in wide]
+        runs = 0
+        for k, s in enumerate(stmts):
+            if not local:
+                break
+            got = s.results.setdefault(states[k][0], {})
+            missing = [r for r in local if r not in got]
+            if missing:
+                runs += 1
+                got.update(run_statement(s.node, missing, states[k][1], states[k][2], self.path))
+                dropped = [r for r in missing if got[r] is None]
+                if dropped:
+                    wide.update(dropped)
+                    local = [r for r in local if r not in wide]
+        by_code: dict[str, list[Finding]] = {}
+        wide_rules = [r for r in rules if r in wide]
+        for f in engine.run_rules(module, wide_rules, self.path):
+            by_code.setdefault(f.code, []).append(f)
+        findings: list[Finding] = []
+        where: list[Optional[int]] = []
+        for r in rules:
+            if r in wide:
+                got_wide = by_code.get(r.code, [])
+                findings.extend(got_wide)
+                where.extend([None] * len(got_wide))
+            else:
+                for k, s in enumerate(stmts):
+                    for f in s.results[states[k][0]][r]:
+                        findings.append(copy.copy(f))
+                        where.append(k)
+        self._position(findings, positions, where)
+        starts = [0] + first_lines[1:]
+        return Checked(text, module, engine.drop_suppressed(text, findings), positions, starts, None,
+                       len(rules) - len(wide_rules), len(wide_rules), runs)
+
+    @staticmethod
+    def _position(findings: list[Finding], positions: Positions, where: Optional[list]) -> None:
+        """engine.attach_positions, with the positions of each finding's statement."""
+        if not findings:
+            return
+        for n, f in enumerate(findings):
+            k = where[n] if where is not None else None
+            rng = positions.in_statement(f.node, k) if k is not None else None
+            if rng is None:
+                rng = positions.get(f.node)
+            f.position = None if rng is None else Position(rng.start.line, rng.start.column, rng.end.line, rng.end.column)
+        findings.sort(key=lambda f: (f.position.line, f.position.column, f.code) if f.position else (0, 0, f.code))
