@@ -35,11 +35,6 @@ COMPARED = 5  # steps whose losses are compared
 # Ports that do not run yet, for what the rules leave to a person (each port's `# porter: manual`
 # lines say the same); strict, so a rule that closes the gap makes these tests say so.
 PORT_GAPS = {
-    "resnet18": "a module class arriving as a parameter (`block(...)` in _make_layer, unannotated) gets no rngs; "
-                "the weight-init loop over self.modules() is left manual",
-    "lstm_lm": "nn.init.uniform_(self.encoder.weight) on an nnx.Embed and next(self.parameters()) are left manual",
-    "vae": "torch.randn_like in the forward (noise needs an rngs stream in the module) is left manual",
-    "transformer_encoder": "LambdaLR and the model.parameters() it reads are left manual",
 }
 
 
@@ -49,8 +44,15 @@ def _gap(fx, gaps=PORT_GAPS):
 
 
 RUNNING = [_gap(fx) for fx in FIXTURES]
-# the model alone (no scheduler): the Transformer's model ports and verifies
-MODEL_GAPS = {k: v for k, v in PORT_GAPS.items() if k != "transformer_encoder"}
+# model-level verification (porter verify --model): what keeps a port that runs from verifying
+MODEL_GAPS = {
+    **PORT_GAPS,
+    # every gradient, optimizer step and the model's output agree (1e-7); the layer outputs
+    # that differ are those torch overwrites in place after its forward hook saw them
+    "resnet18": "the verifier's torch side keeps a layer's output by reference: nn.ReLU(inplace=True) and "
+                "`out += identity` overwrite the BatchNorm outputs (bn1, layerN.M.bn1/bn2) before they are copied, "
+                "so torch's recorded values are the post-ReLU / post-residual ones",
+}
 
 
 def test_the_jax_fixtures_are_there():

@@ -312,6 +312,10 @@ class RngsPlan:
         if has_kwarg(call, "rngs"):
             return True
         qual = self.ctx.qualname(call.func)
+        from .jx012_weight_init import RANDOM_HELPERS, RANDOM_INITS  # circular at import time
+
+        if qual in RANDOM_INITS or (isinstance(call.func, cst.Name) and call.func.value in RANDOM_HELPERS):
+            return True  # torch.nn.init drawing random numbers: from the caller's rngs
         if qual and qual.startswith("torch.nn."):
             layer = _layers.LAYERS.get(qual[len("torch.nn."):])
             if layer is not None and layer.rngs:
@@ -359,13 +363,93 @@ class RngsPlan:
                 return self.class_takes_rngs(self.classes[name], seen)
         return False
 
-    def _module_parameter(self, name: str, func: cst.FunctionDef) -> bool:
-        for p in (*func.params.params, *func.params.kwonly_params, *func.params.posonly_params):
-            if p.name.value == name and p.annotation is not None:
-                mentioned = {n.value for n in astutil.walk(p.annotation.annotation, into_functions=True) if isinstance(n, cst.Name)}
-                if mentioned & set(self.classes):
-                    return True
-        return False
+    def _module_parameter(self, name: str, func: cst.FunctionDef, seen=None) -> bool:
+        """``name`` is a parameter of ``func`` that holds a module class of the file: annotated
+        as one (``block: Type[BasicBlock]``), or, unannotated, given a module class (or such a
+        parameter of the caller) at every call of ``func`` in the file (``ResNet(BasicBlock, ...)``
+        -> ``self._make_layer(block, ...)`` -> ``block(...)``)."""
+        params = [*func.params.posonly_params, *func.params.params, *func.params.kwonly_params]
+        param = next((p for p in params if p.name.value == name), None)
+        if param is None:
+            return False
+        if param.annotation is not None:
+            mentioned = {n.value for n in astutil.walk(param.annotation.annotation, into_functions=True) if isinstance(n, cst.Name)}
+            return bool(mentioned & set(self.classes))
+        seen = set() if seen is None else seen
+        if (id(func), name) in seen:
+            return True  # a cycle: decided by the other call sites
+        seen.add((id(func), name))
+        sites = self._call_sites(func)
+        if not sites:
+            return False
+        positional = [*func.params.posonly_params, *func.params.params]
+        if self._owner(func) is not None and positional:
+            positional = positional[1:]  # self
+        index = next((i for i, p in enumerate(positional) if p is param), None)
+        for call, caller in sites:
+            value = None
+            plain = []
+            for a in call.args:
+                if a.star == "*":
+                    break  # positions after *args are unknown
+                if a.keyword is None and not a.star:
+                    plain.append(a)
+            if index is not None and index < len(plain):
+                value = plain[index].value
+            elif any(a.star for a in call.args):
+                return False  # may come through *args / **kwargs
+            else:
+                value = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+            if value is None:
+                value = param.default
+            if not isinstance(value, cst.Name):
+                return False
+            if value.value in self.classes and self.class_takes_rngs(self.classes[value.value]):
+                continue
+            if caller is not None and self._module_parameter(value.value, caller, seen):
+                continue
+            return False
+        return True
+
+    def _owner(self, func: cst.FunctionDef) -> Optional[cst.ClassDef]:
+        for stmt in self.ctx.module.body:
+            if isinstance(stmt, cst.ClassDef) and any(s is func for s in stmt.body.body):
+                return stmt
+        return None
+
+    def _call_sites(self, func: cst.FunctionDef) -> list:
+        """(call, the function it sits in or None) for every call of ``func`` in the file: a
+        method through ``self.<name>(...)`` in its class, ``__init__`` through the class name,
+        a top-level function through its name."""
+        cls = self._owner(func)
+        found = []
+        for call, caller, caller_cls in self._all_calls():
+            f = call.func
+            if cls is None:
+                if isinstance(f, cst.Name) and f.value == func.name.value and any(s is func for s in self.ctx.module.body):
+                    found.append((call, caller))
+            elif func.name.value == "__init__":
+                if isinstance(f, cst.Name) and f.value == cls.name.value:
+                    found.append((call, caller))
+            elif caller_cls is cls and isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) \
+                    and f.value.value == "self" and f.attr.value == func.name.value:
+                found.append((call, caller))
+        return found
+
+    def _all_calls(self) -> list:
+        if not hasattr(self, "_calls"):
+            calls = []
+            for stmt in self.ctx.module.body:
+                if isinstance(stmt, cst.FunctionDef):
+                    calls += [(c, stmt, None) for c in astutil.calls_in(stmt.body)]
+                elif isinstance(stmt, cst.ClassDef):
+                    for s in stmt.body.body:
+                        if isinstance(s, cst.FunctionDef):
+                            calls += [(c, s, stmt) for c in astutil.calls_in(s.body)]
+                else:
+                    calls += [(c, None, None) for c in astutil.calls_in(stmt)]
+            self._calls = calls
+        return self._calls
 
 
 def rngs_plan(ctx: FileContext) -> RngsPlan:

@@ -1985,6 +1985,19 @@ def tensor_names(ctx: FileContext) -> frozenset:
     return ctx.cache[key]
 
 
+def _jitted_functions(ctx: FileContext) -> frozenset:
+    """Top-level functions of the file decorated with a jit (``@nnx.jit``, ``@jax.jit(...)``)."""
+    key = ("ops.jitted",)
+    if key not in ctx.cache:
+        ctx.cache[key] = frozenset(
+            s.name.value for s in ctx.module.body
+            if isinstance(s, cst.FunctionDef) and any(
+                (_dotted(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) or "").endswith("jit")
+                for d in s.decorators)
+        )
+    return ctx.cache[key]
+
+
 def _param_tensors(fn: cst.FunctionDef, in_module_forward: bool) -> set[str]:
     """Parameters known to be arrays: annotated as tensors, the inputs of a module's forward,
     or any parameter of a jitted function (`@nnx.jit def train_step(model, optimizer, x, y)`;
@@ -2028,6 +2041,8 @@ def _is_tensor(node: cst.CSTNode, ctx: FileContext, names, in_forward: bool) -> 
                 return _is_tensor(recv, ctx, names, in_forward)
             return False
         last = (_dotted(node.func) or "").rsplit(".", 1)[-1]
+        if isinstance(node.func, cst.Name) and node.func.value in _jitted_functions(ctx):
+            return True  # loss, outputs = train_step(...): the arrays a jitted step returns
         return last in _MODEL_NAMES  # model(x), self.net(x), criterion(out, y): tensors
     if isinstance(node, cst.Attribute):
         return node.attr.value in _TENSOR_ATTRS and _is_tensor(node.value, ctx, names, in_forward)

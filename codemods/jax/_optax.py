@@ -54,6 +54,7 @@ SCHEDULERS = {
     "CosineAnnealingLR": Sig.parse("optimizer, T_max, eta_min, last_epoch, verbose"),
     "OneCycleLR": Sig.parse("optimizer, max_lr, total_steps, epochs, steps_per_epoch, pct_start, anneal_strategy, cycle_momentum, "
                             "base_momentum, max_momentum, div_factor, final_div_factor, three_phase, last_epoch, verbose"),
+    "LambdaLR": Sig.parse("optimizer, lr_lambda, last_epoch, verbose"),
 }
 SCHEDULER_PREFIX = "torch.optim.lr_scheduler."
 
@@ -197,7 +198,165 @@ def schedule(kind: str, b: Bound, lr: str) -> tuple[str, bool]:
         up = f"{hi} + ({lo} - {hi}) / 2 * ({jnp}.cos({jnp}.pi * step / {e1}) + 1)"
         down = f"{low} + ({hi} - {low}) / 2 * ({jnp}.cos({jnp}.pi * (step - {e1}) / ({total} - 1 - {e1})) + 1)"
         return f"lambda step: {jnp}.where(step <= {e1}, {up}, {down})", True
-    raise Manual(f"{kind} is not ported (porter ports StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR and OneCycleLR)")
+    raise Manual(f"{kind} is not ported (porter ports StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, OneCycleLR "
+                 "and LambdaLR)")
+
+
+# --------------------------------------------------------------------------------------
+# LambdaLR: the user's function of the step, made traceable
+# --------------------------------------------------------------------------------------
+_MATH = {"cos", "sin", "exp", "log", "sqrt", "tanh", "floor", "ceil", "log2", "log10", "pow"}
+
+
+class _Traceable(cst.CSTTransformer):
+    """Rewrites an expression of the step so that it also runs on a traced step count (optax
+    calls a schedule inside the jitted update): ``min``/``max`` of two values ->
+    ``jnp.minimum``/``jnp.maximum``, ``a if c else b`` -> ``jnp.where(c, a, b)``, ``math.f``
+    -> ``jnp.f``. Raises Manual for what reads the step on the host (``int(step)``, ``and``/
+    ``or``/``not`` on it) or anything else porter cannot judge (calls of other functions of
+    the step)."""
+
+    def __init__(self, ctx: FileContext, jnp: str, dependent: set[str]) -> None:
+        super().__init__()
+        self.ctx, self.jnp, self.dependent = ctx, jnp, dependent
+
+    def _depends(self, node: cst.CSTNode) -> bool:
+        return any(isinstance(n, cst.Name) and n.value in self.dependent for n in astutil.walk(node, into_functions=True))
+
+    def leave_IfExp(self, original, updated):
+        return cst.parse_expression(f"{self.jnp}.where(_c, _a, _b)").with_changes(args=[
+            cst.Arg(updated.test, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+            cst.Arg(updated.body, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+            cst.Arg(updated.orelse)])
+
+    def leave_BooleanOperation(self, original, updated):
+        if self._depends(original):
+            raise Manual("the LambdaLR function combines conditions on the step with and/or: optax evaluates the "
+                         "schedule on a traced step; write it with jnp.logical_and / jnp.where")
+        return updated
+
+    def leave_UnaryOperation(self, original, updated):
+        if isinstance(original.operator, cst.Not) and self._depends(original):
+            raise Manual("the LambdaLR function uses `not` on the step: write it with jnp.logical_not")
+        return updated
+
+    def leave_Call(self, original, updated):
+        f = original.func
+        qual = self.ctx.qualname(f) or ""
+        if isinstance(f, cst.Name) and f.value in ("min", "max") and f.value not in self.dependent:
+            if len(original.args) != 2 or any(a.keyword or a.star for a in original.args):
+                raise Manual(f"{f.value}() of other than two values in the LambdaLR function: write it with jnp by hand")
+            new = "minimum" if f.value == "min" else "maximum"
+            return updated.with_changes(func=cst.parse_expression(f"{self.jnp}.{new}"))
+        if qual.startswith("math.") and qual[5:] in _MATH:
+            return updated.with_changes(func=cst.parse_expression(f"{self.jnp}.{qual[5:]}"))
+        if not self._depends(original):
+            return updated  # computed from other values: runs as written
+        if qual.startswith(("jax.", "optax.")) or (isinstance(f, cst.Name) and f.value in ("abs",)):
+            return updated
+        raise Manual(f"the LambdaLR function calls {code(f)}() on the step: optax evaluates the schedule on a traced "
+                     "step count, where porter cannot tell whether that call works")
+
+
+def _traceable_expr(node: cst.BaseExpression, ctx: FileContext, jnp: str, dependent: set[str]) -> cst.BaseExpression:
+    return node.visit(_Traceable(ctx, jnp, dependent))
+
+
+def _where(jnp: str, test, a, b, indent: str) -> cst.BaseExpression:
+    """``jnp.where(test, a, b)``, one argument a line (the body of a def at ``indent``)."""
+    inner = indent + "    "
+    lines = [f"{jnp}.where("] + [f"{inner}{code(x)}," for x in (test, a, b)] + [f"{indent})"]
+    return cst.parse_expression("\n".join(lines))
+
+
+def _traceable_body(func: cst.FunctionDef, ctx: FileContext, jnp: str) -> cst.FunctionDef:
+    """The def with its body as one ``return`` (plus the assignments before it): ``if c:
+    return a`` ... ``return b`` -> ``return jnp.where(c, a, b)``."""
+    step = func.params.params[0].name.value
+    dependent = {step}
+    indent = ""  # continuation lines in parentheses are indented relative to the statement
+    kept: list[cst.BaseStatement] = []
+    body = list(func.body.body)
+    if body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Expr) \
+            and isinstance(body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString)):
+        kept.append(body.pop(0))  # the docstring
+
+    def chain(stmts: list) -> cst.BaseExpression:
+        for i, st in enumerate(stmts):
+            if isinstance(st, cst.SimpleStatementLine) and len(st.body) == 1:
+                small = st.body[0]
+                if isinstance(small, cst.Return) and small.value is not None:
+                    return _traceable_expr(small.value, ctx, jnp, dependent)
+                if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+                    value = _traceable_expr(small.value, ctx, jnp, dependent)
+                    if any(isinstance(n, cst.Name) and n.value in dependent for n in astutil.walk(small.value, into_functions=True)):
+                        dependent.add(small.targets[0].target.value)
+                    kept.append(st.with_changes(body=[small.with_changes(value=value)]))
+                    continue
+            if isinstance(st, cst.If):
+                then = list(st.body.body)
+                if not (len(then) == 1 and isinstance(then[0], cst.SimpleStatementLine) and len(then[0].body) == 1
+                        and isinstance(then[0].body[0], cst.Return) and then[0].body[0].value is not None):
+                    raise Manual("the LambdaLR function has an `if` whose body is more than a `return`: write the "
+                                 "schedule with jnp.where by hand")
+                a = _traceable_expr(then[0].body[0].value, ctx, jnp, dependent)
+                test = _traceable_expr(st.test, ctx, jnp, dependent)
+                if st.orelse is None:
+                    rest = chain(stmts[i + 1:])
+                elif isinstance(st.orelse, cst.If):
+                    rest = chain([st.orelse, *stmts[i + 1:]])
+                else:
+                    rest = chain([*st.orelse.body.body, *stmts[i + 1:]])
+                return _where(jnp, test, a, rest, indent)
+            raise Manual(f"the LambdaLR function has a statement porter does not make traceable ({code(st).strip().splitlines()[0]}): "
+                         "write the schedule with jnp by hand")
+        raise Manual("the LambdaLR function does not end in a `return`")
+
+    result = chain(body)
+    ret = cst.SimpleStatementLine([cst.Return(result)])
+    return func.with_changes(body=func.body.with_changes(body=[*kept, ret]))
+
+
+def lambda_schedule(ctx: FileContext, b: Bound, lr: str, where: cst.CSTNode) -> tuple[str, Optional[tuple]]:
+    """LambdaLR(optimizer, f): the schedule ``lambda step: lr * f(step)`` (torch multiplies the
+    optimizer's initial rate by f of the number of scheduler steps), and the edit that makes
+    ``f`` traceable: (the def, its new version) when f is a function of the file, else None."""
+    if b.has("last_epoch") and b.lit("last_epoch") != -1:
+        raise Manual("last_epoch= (resuming a schedule) is not ported")
+    f = b.node("lr_lambda")
+    jnp = b.jnp
+    lr_atom = atom(cst.parse_expression(lr))
+    if isinstance(f, cst.Lambda):
+        params = f.params.params
+        if len(params) != 1 or f.params.star_arg not in (cst.MaybeSentinel.DEFAULT, None) or f.params.kwonly_params:
+            raise Manual("the LambdaLR lambda does not take exactly the step")
+        body = _traceable_expr(f.body, ctx, jnp, {params[0].name.value})
+        return f"lambda {params[0].name.value}: {lr_atom} * {atom(body)}", None
+    if isinstance(f, cst.Name):
+        func = _local_def(ctx, f.value, where)
+        if func is None:
+            raise Manual(f"porter cannot see the definition of {f.value} (a def of the file, in the scheduler's scope)")
+        if len(func.params.params) != 1 or func.params.kwonly_params or func.params.posonly_params \
+                or func.params.star_arg not in (cst.MaybeSentinel.DEFAULT, None) or func.params.star_kwarg is not None \
+                or func.decorators:
+            raise Manual(f"{f.value} does not take exactly the step")
+        new = _traceable_body(func, ctx, jnp)
+        return f"lambda step: {lr_atom} * {f.value}(step)", (func, new)
+    raise Manual("the LambdaLR function is neither a lambda nor a def of the file")
+
+
+def _local_def(ctx: FileContext, name: str, where: cst.CSTNode) -> Optional[cst.FunctionDef]:
+    """The def of ``name`` in the block holding ``where`` (a statement), else at module level."""
+    for block in _blocks(ctx.module):
+        body = list(block.body)
+        if any(s is where for s in body):
+            for s in body:
+                if isinstance(s, cst.FunctionDef) and s.name.value == name:
+                    return s
+    for s in ctx.module.body:
+        if isinstance(s, cst.FunctionDef) and s.name.value == name:
+            return s
+    return None
 
 
 # --------------------------------------------------------------------------------------
@@ -214,6 +373,7 @@ class Plan:
     scheduler_call: Optional[cst.Call] = None
     scheduler_target: Optional[str] = None
     scheduler_error: Optional[str] = None  # why the scheduler cannot be folded in
+    lambda_edit: Optional[tuple] = None  # LambdaLR: (the user's def, its traceable version)
 
 
 def _assign_of(stmt: cst.CSTNode) -> Optional[tuple[str, cst.Call]]:
@@ -415,7 +575,10 @@ def fold(ctx: FileContext, p: Plan):
         if kind not in SCHEDULERS:
             raise Manual(f"{kind} is not ported (porter ports {', '.join(SCHEDULERS)})")
         sb = bind(p.scheduler_call, SCHEDULERS[kind], ctx)
-        expr, _per_batch = schedule(kind, sb, lr)
+        if kind == "LambdaLR":
+            expr, p.lambda_edit = lambda_schedule(ctx, sb, lr, p.scheduler_stmt)
+        else:
+            expr, _per_batch = schedule(kind, sb, lr)
         used |= sb.used
         factor = updates_per_step(ctx, p.scheduler_target, p.target)
         if factor is None:
@@ -462,3 +625,27 @@ def nnx_optimizers(ctx: FileContext) -> frozenset:
             and (ctx.qualname(n.value.func) or "") == "flax.nnx.Optimizer"
         )
     return ctx.cache[key]
+
+
+def folded_optimizer(ctx: FileContext, schedule: str):
+    """(optimizer name, its block, updates per scheduler step) of the ``nnx.Optimizer(...)``
+    assignment whose transformation reads the schedule ``schedule`` (JX201's output:
+    ``optax.adamw(scheduler, ...)`` -> "1"; ``lambda step: scheduler(step // len(loader))``
+    -> "len(loader)"), else None."""
+    for block in _blocks(ctx.module):
+        for stmt in block.body:
+            got = _assign_of(stmt)
+            if not got or (ctx.qualname(got[1].func) or "") != "flax.nnx.Optimizer":
+                continue
+            target, call = got
+            factor = None
+            for n in astutil.walk(call, into_functions=True):
+                if isinstance(n, cst.Arg) and isinstance(n.value, cst.Name) and n.value.value == schedule:
+                    factor = "1"
+                elif isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == schedule \
+                        and len(n.args) == 1 and isinstance(n.args[0].value, cst.BinaryOperation) \
+                        and isinstance(n.args[0].value.operator, cst.FloorDivide):
+                    factor = code(n.args[0].value.right)
+            if factor is not None:
+                return target, block, factor
+    return None

@@ -8,6 +8,7 @@ from porter import astutil
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _layers, _nnx
+from .jx012_weight_init import handled_tree_walk
 
 
 _TREE_METHODS = ("modules", "named_modules", "children", "named_children", "parameters", "named_parameters",
@@ -127,7 +128,7 @@ class ManualModule(Rule):
             self._manual(node, f"{method}: NNX modules have no hooks; call the code explicitly in __call__")
         elif (
             method in _TREE_METHODS and isinstance(node.func.value, cst.Name) and node.func.value.value == "self"  # type: ignore[attr-defined]
-            and _nnx.enclosing_module_class(self.ctx) is not None
+            and _nnx.enclosing_module_class(self.ctx) is not None and not handled_tree_walk(node, self.ctx)
         ):
             self._manual(node, f"self.{method}(): nn.Module's tree walks have no NNX method of that name "
                                "(nnx.iter_modules(self) / nnx.state(self, nnx.Param)); a weight-init loop over torch "

@@ -3,6 +3,7 @@ import libcst as cst
 from porter.rules import Example, Rule, Severity
 
 from . import _ops_table as ops
+from .jx014_module_random import sampler
 
 
 class TorchFunction(Rule):
@@ -120,4 +121,6 @@ class TorchFunction(Rule):
         o = ops.function_op(node, self.ctx)
         if o is None or ops.in_data_pipeline(self.ctx):
             return
+        if o.manual and sampler(node, self.ctx) is not None:
+            return  # random numbers in a module method: JX014, from the module's nnx.Rngs
         ops.port_call(self, node, o, None)

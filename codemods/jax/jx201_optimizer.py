@@ -129,12 +129,34 @@ class OptimizerToOptax(Rule):
             return
         new_opt = cst.parse_statement(opt_text)
         edits = []
-        if sched_text is not None:
+        if sched_text is not None and _between_free_of(plan):
+            # code between the two (a LambdaLR's function, the numbers it reads) does not use the
+            # optimizer: both go where the scheduler was, after what the schedule reads
+            new_sched = cst.parse_statement(sched_text).with_changes(leading_lines=plan.scheduler_stmt.leading_lines)
+            edits.append(Edit(plan.scheduler_stmt, cst.FlattenSentinel([new_sched, new_opt])))
+            edits.append(Edit(plan.stmt, cst.RemoveFromParent()))
+        elif sched_text is not None:
             new_sched = cst.parse_statement(sched_text).with_changes(leading_lines=plan.stmt.leading_lines)
             edits.append(Edit(plan.stmt, cst.FlattenSentinel([new_sched, new_opt])))
             edits.append(Edit(plan.scheduler_stmt, cst.RemoveFromParent()))
+        if plan.lambda_edit is not None:
+            edits.append(Edit(*plan.lambda_edit))
         else:
             edits.append(Edit(plan.stmt, new_opt.with_changes(leading_lines=plan.stmt.leading_lines,
                                                               trailing_whitespace=plan.stmt.trailing_whitespace)))
         what = f"{display} -> nnx.Optimizer with optax" + (" (scheduler folded in as the learning-rate schedule)" if sched_text else "")
         self.report(node, what, Fix(tuple(edits), imports=tuple(sorted(used))))
+
+
+def _between_free_of(plan) -> bool:
+    """Statements sit between the optimizer and its scheduler, and none of them mentions the
+    optimizer's name."""
+    body = list(plan.block.body)
+    try:
+        i, j = body.index(plan.stmt), body.index(plan.scheduler_stmt)
+    except ValueError:
+        return False
+    if j <= i + 1:
+        return False
+    name = plan.target
+    return not any(name in cst.Module([]).code_for_node(st) for st in body[i + 1:j])

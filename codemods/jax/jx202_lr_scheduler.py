@@ -1,6 +1,6 @@
 import libcst as cst
 
-from porter.rules import Example, Rule, Severity
+from porter.rules import Edit, Example, Fix, Rule, Severity
 
 from . import _ops_table as ops
 from . import _optax
@@ -81,12 +81,58 @@ class LRScheduler(Rule):
         if name not in ("get_last_lr", "param_groups"):
             return
         owner = cst.Module([]).code_for_node(node.value)
+        if name == "get_last_lr" and self._last_lr(node, owner):
+            return
         if name == "get_last_lr" and owner in _optax.folded_schedules(self.ctx):
             ops.report_manual(self, node, f"{owner}.get_last_lr(): {owner} is an optax schedule: the rate of epoch e is "
                                           f"{owner}(e) (per-update schedules: the update count)")
         elif name == "param_groups" and owner in _optax.nnx_optimizers(self.ctx):
             ops.report_manual(self, node, f"{owner}.param_groups: an nnx.Optimizer has no parameter groups; the learning rate "
                                           "is the schedule given to its optax transformation")
+
+    def _last_lr(self, node: cst.Attribute, owner: str) -> bool:
+        """``scheduler.get_last_lr()`` of a scheduler JX201 folds in, where its optimizer is in
+        scope under the name it was built with -> ``[float(scheduler(optimizer.step[...]))]``
+        (divided by the loader length for a per-epoch scheduler): the rate the next update
+        uses, as torch's after as many scheduler steps."""
+        call = self.ctx.parent
+        if not (isinstance(call, cst.Call) and call.func is node and not call.args):
+            return False
+        plan = next((p for p in _optax.plans(self.ctx) if p.scheduler_target == owner), None)
+        if plan is not None:
+            try:
+                _optax.fold(self.ctx, plan)
+            except ops.Manual:
+                return False
+            factor = _optax.updates_per_step(self.ctx, plan.scheduler_target, plan.target)
+            target, block = plan.target, plan.block
+        else:  # folded already: read the nnx.Optimizer that takes the schedule
+            found = _optax.folded_optimizer(self.ctx, owner)
+            if found is None:
+                return False
+            target, block, factor = found
+        if factor is None or not self._visible(target, block):
+            return False
+        count = f"{target}.step[...]" if factor == "1" else f"{target}.step[...] // {factor}"
+        target_node, new = call, cst.parse_expression(f"[float({owner}({count}))]")
+        outer = self.ctx.ancestors[-3] if len(self.ctx.ancestors) > 2 else None
+        if isinstance(outer, cst.Subscript) and outer.value is call and len(outer.slice) == 1 \
+                and isinstance(outer.slice[0].slice, cst.Index) and cst.Module([]).code_for_node(outer.slice[0].slice.value) == "0":
+            target_node, new = outer, cst.parse_expression(f"float({owner}({count}))")  # get_last_lr()[0]
+        self.report(node, f"{owner}.get_last_lr(): the rate of the optax schedule at the optimizer's update count",
+                    Fix((Edit(target_node, new),)))
+        return True
+
+    def _visible(self, name: str, block) -> bool:
+        """The optimizer's name is a parameter of the function around the current node, or the
+        current node is in the block the optimizer is built in."""
+        for anc in reversed(self.ctx.ancestors[:-1]):
+            if anc is block:
+                return True
+            if isinstance(anc, cst.FunctionDef):
+                p = anc.params
+                return any(q.name.value == name for q in (*p.posonly_params, *p.params, *p.kwonly_params))
+        return False
 
     def visit_Call(self, node: cst.Call) -> None:
         qual = self.ctx.qualname(node.func)

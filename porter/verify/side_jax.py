@@ -16,6 +16,19 @@ metadata), for a port written in Flax NNX to the JAX target's contract:
 - K optimizer steps (optax SGD with momentum 0.9, or Adam with torch's defaults) run in one
   ``nnx.jit`` train step; nothing is read back to the host until all steps ran.
 
+Random numbers the port draws in its forward (a VAE's ``jax.random.normal(self.rngs.noise(),
+...)``, JX014) are fed torch's: a first eager pass finds the port's ``jax.random.normal`` /
+``jax.random.uniform`` draws (shapes, in order); this side then rebuilds torch's generator as
+the original's side has it when its first forward starts (``torch.manual_seed(seed)``, the
+original's file loaded and its model built, under the same HostRandomMode) and draws, per
+step, ``torch.randn`` / ``torch.rand`` of those shapes, in that order — the numbers the
+original's ``torch.randn_like`` / ``rand_like`` get. The port's draws return them: in the eager
+recording pass directly, in the jitted step as an argument of the step (so it still compiles
+once). The original's file is ``request["original"]``, else the one the verifier's original
+side was given (``original.request.json`` next to the shared arrays). When they cannot be
+aligned the note says why and the port's own draws stay (the forward then differs: never
+silently compared on other noise).
+
 A torch module with no NNX counterpart (no module, no function attribute or Sequential entry
 of that name) cannot be recorded: its layer keys are listed in the metadata's ``skipped`` and
 in a note. Names or shapes of weights that do not fit give side_torch's ``mismatch`` record.
@@ -115,8 +128,9 @@ def torch_names(model) -> dict[int, tuple[str, object]]:
     modules = {path: m for path, m in nnx.iter_modules(model)}
     names = {}
     for path, m in modules.items():
-        if not path or isinstance(m, (nnx.List, nnx.Dict)) or not callable(getattr(type(m), "__call__", None)):
-            continue
+        if not path or isinstance(m, (nnx.List, nnx.Dict, nnx.Rngs, nnx.RngStream)) \
+                or not callable(getattr(type(m), "__call__", None)):
+            continue  # nnx.Rngs / RngStream (a module's random stream) are no torch module
         names.setdefault(id(m), (_torch_name(path, modules), m))
     return names
 
@@ -362,6 +376,109 @@ def _mismatch_from_error(exc: Exception, own: dict, state: dict) -> dict:
     return {"missing": [key], "unexpected": [], "error": f"{type(exc).__name__}: {text}"}
 
 
+class NoiseFeed:
+    """Stands in for ``jax.random.normal`` / ``jax.random.uniform`` while active: records each
+    draw's (kind, shape, dtype, minval, maxval), and returns the next array of ``queue`` when
+    one is given (zeros when only discovering)."""
+
+    KINDS = ("normal", "uniform")
+
+    def __init__(self):
+        import jax
+
+        self.real = {k: getattr(jax.random, k) for k in self.KINDS}
+        self.queue: "list | None" = None
+        self.seen: list[tuple] = []
+        self.active = False
+
+    def __enter__(self):
+        import jax
+
+        for kind in self.KINDS:
+            setattr(jax.random, kind, self._fake(kind))
+        return self
+
+    def __exit__(self, *exc):
+        import jax
+
+        for kind, f in self.real.items():
+            setattr(jax.random, kind, f)
+        return False
+
+    def _fake(self, kind):
+        import jax.numpy as jnp
+
+        real = self.real[kind]
+
+        def draw(key, shape=(), dtype=jnp.float32, *args, **kwargs):
+            if not self.active:
+                return real(key, shape, dtype, *args, **kwargs)
+            lo = kwargs.get("minval", args[0] if args else 0.0)
+            hi = kwargs.get("maxval", args[1] if len(args) > 1 else 1.0)
+            shape = tuple(int(d) for d in shape)
+            self.seen.append((kind, shape, jnp.dtype(dtype).name, lo, hi))
+            if self.queue is None:
+                return jnp.zeros(shape, dtype)
+            if not self.queue:
+                raise PortError("the port drew more random numbers than in the discovery pass")
+            value = self.queue.pop(0)
+            if tuple(value.shape) != shape:
+                raise PortError(f"the port drew random numbers of shape {shape} where {tuple(value.shape)} was expected")
+            if kind == "uniform":
+                value = lo + (hi - lo) * value
+            return jnp.asarray(value).astype(dtype)
+
+        return draw
+
+
+def original_file(request: dict) -> "str | None":
+    """The original's file: ``request["original"]``, else the file of the verifier's original
+    side (its request, ``original.request.json``, sits next to the shared arrays)."""
+    import json
+    from pathlib import Path
+
+    if request.get("original"):
+        return request["original"]
+    sibling = Path(os.fspath(request["shared"])).with_name("original.request.json")
+    try:
+        return json.loads(sibling.read_text(encoding="utf-8"))["file"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def torch_draws(request: dict, draws: list, steps: int) -> list:
+    """Per step, the numbers the original's forward draws from torch's generator for the
+    port's ``draws`` (kind, shape, ...), rebuilt as the torch side has its generator at the
+    first forward: seeded, the original's file loaded, its model built (side_torch's order,
+    under HostRandomMode). Uniform draws are U(0, 1) here (scaled by NoiseFeed)."""
+    import torch
+
+    from porter.verify.trace import HostRandomMode
+
+    path = original_file(request)
+    if path is None:
+        raise PortError("the original's file is not known to this side")
+    if request.get("cuda_shim", True):
+        try:
+            from porter.verify import cuda_shim
+
+            cuda_shim.install()
+        except ImportError:
+            pass
+    with HostRandomMode():
+        torch.manual_seed(request["seed"])
+        ns = sideproto.load_namespace(path)
+        eval(request["model"], ns)  # the original's model: its initialisation draws from the generator
+        per_step = []
+        for _ in range(steps):
+            arrays = []
+            for kind, shape, _dtype, _lo, _hi in draws:
+                t = torch.randn(shape, dtype=torch.float32) if kind == "normal" else torch.rand(shape, dtype=torch.float32)
+                arrays.append(t.numpy().copy())
+            per_step.append(arrays)
+    return per_step
+
+
 def configure():
     """JAX as the comparison needs it: 32-bit types, full-precision matmuls, the persistent
     compilation cache."""
@@ -478,11 +595,37 @@ def run(request: dict) -> dict:
         if key not in order:
             order.append(key)
 
+    # random numbers drawn in the forward: found by an eager pass on a clone, then fed torch's
+    feed = NoiseFeed()
+    noise: list = [[] for _ in range(request["steps"])]
+    with feed:
+        feed.active = True
+        try:  # abstractly: the shapes are all it needs
+            nnx.eval_shape(lambda m, *xs: m(*xs), nnx.clone(model), *inputs)
+        except Exception:  # noqa: BLE001 - a model eval_shape cannot trace: one eager pass
+            feed.seen.clear()
+            nnx.clone(model)(*inputs)
+        feed.active = False
+    draws = list(feed.seen)
+    if draws:
+        what = ", ".join(f"jax.random.{k}{list(shape)}" for k, shape, *_ in draws)
+        try:
+            noise = [[jnp.asarray(a) for a in arrays] for arrays in torch_draws(request, draws, request["steps"])]
+            meta["notes"].append(f"random numbers of the port's forward ({what}) fed torch's: drawn from torch's "
+                                 f"generator as the original's side draws them (seed {request['seed']}, after building "
+                                 "the original's model), in the same order")
+        except Exception as exc:  # the port's own draws stay: the forward is compared as it is
+            draws = []
+            meta["notes"].append(f"the port's forward draws random numbers ({what}) that could not be aligned with "
+                                 f"torch's ({type(exc).__name__}: {exc}): compared with the port's own draws")
+
     # every submodule's output of the first forward pass, eagerly, on a clone (its batch
     # statistics move; step 1 below runs the same forward on the model itself)
     recording = nnx.clone(model)
-    with LayerRecorder(recording, torch_layers) as recorder:
+    with LayerRecorder(recording, torch_layers) as recorder, feed:
+        feed.active, feed.queue = bool(draws), list(noise[0])
         first_out = recording(*inputs)
+        feed.active, feed.queue = False, None
     layer_arrays = recorder.arrays(meta["notes"])
     del recording
     recorded = {k for k, _ in layer_arrays}
@@ -525,9 +668,13 @@ def run(request: dict) -> dict:
                    for (_, t), w in zip(flat, projection) if _is_float(t)), flat
 
     @nnx.jit
-    def train_step(model, optimizer, inputs):
+    def train_step(model, optimizer, inputs, noise):
         def loss_fn(model):
-            out = model(*inputs)
+            feed.active, feed.queue = bool(draws), list(noise)
+            try:
+                out = model(*inputs)
+            finally:
+                feed.active, feed.queue = False, None
             loss, _ = loss_of(out)
             return loss, out
 
@@ -542,7 +689,8 @@ def run(request: dict) -> dict:
     for step in range(1, request["steps"] + 1):
         before = compiles[0]
         try:
-            loss, out, grads = train_step(model, optimizer, inputs)
+            with feed:
+                loss, out, grads = train_step(model, optimizer, inputs, noise[step - 1])
         except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
                 jax.errors.TracerBoolConversionError, jax.errors.TracerIntegerConversionError) as exc:
             raise PortError("the model reads a value on the host inside the jitted train step (float(), "
@@ -561,7 +709,8 @@ def run(request: dict) -> dict:
     # the compiled step: does it call back to the host?
     problems = []
     traced_model, traced_optimizer = nnx.clone((model, optimizer))  # tracing leaves the model as it is
-    callbacks = host_callbacks(train_step.trace(traced_model, traced_optimizer, inputs).traced.jaxpr)
+    with feed:
+        callbacks = host_callbacks(train_step.trace(traced_model, traced_optimizer, inputs, noise[0]).traced.jaxpr)
     if callbacks:
         n = sum(callbacks.values())
         what = ", ".join(f"{HOST_CALLBACKS[p]} ({p}) x{c}" for p, c in callbacks.items())
