@@ -102,7 +102,7 @@ _UNARY = {
     "sqrt": "{t}.sqrt", "rsqrt": "{t}.rsqrt", "abs": "{t}.abs", "square": "{t}.square", "negative": "{t}.neg",
     "sin": "{t}.sin", "cos": "{t}.cos", "floor": "{t}.floor", "ceil": "{t}.ceil", "sign": "{t}.sign",
     "log1p": "{t}.log1p", "expm1": "{t}.expm1", "reciprocal": "{t}.reciprocal", "erf": "{t}.erf",
-    "softsign": "{t}.nn.functional.softsign", "log_sigmoid": "{t}.nn.functional.logsigmoid",
+    "softsign": "{t}.nn.functional.softsign",
 }
 _POSITIVE = {"log", "sqrt", "rsqrt", "reciprocal", "log1p"}
 
