@@ -1957,7 +1957,17 @@ def tensor_names(ctx: FileContext) -> frozenset:
         for anc in ctx.ancestors:  # a closure reads the arrays of the functions around it
             if isinstance(anc, cst.FunctionDef) and anc is not scope:
                 names |= _param_tensors(anc, False)
+        if cls is None and any(s is scope for s in ctx.module.body):
+            names |= _call_site_tensors(ctx, scope)
     ctx.cache[key] = frozenset(names)  # provisional, while assignments are read
+    _assigned_tensors(ctx, scope, names, in_module_forward)
+    ctx.cache[key] = frozenset(names)
+    ctx.cache[("ops.in_forward", scope)] = in_module_forward
+    return ctx.cache[key]
+
+
+def _assigned_tensors(ctx: FileContext, scope, names: set, in_module_forward: bool) -> None:
+    """Adds to ``names`` the names the scope assigns from tensor expressions."""
     from porter import astutil
 
     assigns = [n for n in astutil.walk(scope.body if isinstance(scope, (cst.FunctionDef, cst.Lambda)) else scope)
@@ -1980,8 +1990,49 @@ def tensor_names(ctx: FileContext) -> frozenset:
                                 names.add(te.value.value)
         if len(names) == before:
             break
-    ctx.cache[key] = frozenset(names)
-    ctx.cache[("ops.in_forward", scope)] = in_module_forward
+
+
+def _call_site_tensors(ctx: FileContext, fn: cst.FunctionDef) -> set:
+    """Parameters of a top-level function that every call of it in the file (one at least)
+    gives a tensor: ``loss_function(recon_batch, data, mu, logvar)`` after
+    ``recon_batch, mu, logvar = model(data)``. The callers' tensors are their parameters known
+    as such and what they assign from tensor expressions (no further call-site reading)."""
+    key = ("ops.call_site_tensors", id(fn))
+    if key in ctx.cache:
+        return ctx.cache[key]
+    ctx.cache[key] = set()
+    params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+    sites = []
+
+    def visit(node, chain):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == fn.name.value:
+            sites.append((node, chain))
+        if isinstance(node, (cst.ClassDef, cst.Lambda)):
+            return
+        if isinstance(node, cst.FunctionDef):
+            chain = [*chain, node]
+        for child in node.children:
+            visit(child, chain)
+
+    visit(ctx.module, [])
+    found: "set | None" = None
+    for call, chain in sites:
+        if any(a.star for a in call.args) or not chain:
+            return ctx.cache[key]
+        caller = chain[-1]
+        names: set = set()
+        for outer in chain:
+            names |= _param_tensors(outer, False)
+        _assigned_tensors(ctx, caller, names, False)
+        here = set()
+        positional = [a for a in call.args if a.keyword is None]
+        for i, name in enumerate(params):
+            arg = positional[i] if i < len(positional) else next(
+                (a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+            if arg is not None and _is_tensor(arg.value, ctx, names, False):
+                here.add(name)
+        found = here if found is None else found & here
+    ctx.cache[key] = found or set()
     return ctx.cache[key]
 
 

@@ -53,8 +53,8 @@ class NnxInitHelpers(Rule):
             ''',
             '''
             import flax.nnx as nnx
-            import math
             import jax
+            import math
             import jax.numpy as jnp
             import numpy as np
 
