@@ -336,3 +336,32 @@ def test_a_model_that_is_not_an_nnx_module_is_a_side_error(tmp_path):
                    "def MLP(*, rngs):\n    return object()\n\n\nclass Net(nnx.Module):")
     proc = porter("verify", DATA / "mlp.py", port, *MLP, "--steps", "2")
     assert proc.returncode == 2 and "not an nnx.Module" in " ".join(proc.stdout.split())
+
+
+# ---- a forward that draws random numbers (the VAE fixture's reparameterisation)
+
+VAE = Path(__file__).resolve().parents[1] / "fixtures" / "jax" / "vae"
+
+
+@pytest.mark.slow
+def test_random_numbers_of_the_forward_are_fed_torchs():
+    """The port draws its noise with jax.random.normal(self.rngs.noise(), ...) (JX014); the
+    JAX side feeds it the numbers the original's torch.randn_like draws, so the forward, the
+    gradients and the steps compare as for a deterministic model, and the step compiles once."""
+    proc, report = verify_json(VAE / "train.py", VAE / "expected.py", "--model", "VAE()", "--input", "float32[8,1,28,28]")
+    assert proc.returncode == 0 and report["passed"], report["summary"]
+    assert any("fed torch's" in n and "jax.random.normal[8, 20]" in n for n in report["notes"]), report["notes"]
+    assert worst(report, "layer") <= 1e-4 and worst(report, "output") <= 1e-4 and worst(report, "gradient") <= 1e-4
+    assert all(t["max_rel"] <= 1e-4 for t in report["tensors"] if t["phase"] == "loss")
+    assert [s["compiles"] for s in report["health"]["steps"]] == [1, 0, 0, 0, 0]
+
+
+@pytest.mark.slow
+def test_noise_used_otherwise_than_torch_diverges_after_the_draw(tmp_path):
+    """Fed torch's numbers, a port that uses them otherwise (here: negated) is caught at the
+    first layer after the draw: the comparison is not vacuous."""
+    port = variant(tmp_path, VAE / "expected.py", "vae_negated.py",
+                   "eps = jax.random.normal(", "eps = -jax.random.normal(")
+    proc, report = verify_json(VAE / "train.py", port, "--model", "VAE()", "--input", "float32[8,1,28,28]")
+    assert proc.returncode == 1 and not report["passed"]
+    assert report["first_divergence"]["key"] == "layer/fc3", report["first_divergence"]
