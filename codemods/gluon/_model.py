@@ -27,6 +27,16 @@ BLOCK_BASES = frozenset({
     "mxnet.gluon.block.Block", "mxnet.gluon.block.HybridBlock",
 })
 SEQUENTIALS = frozenset({"Sequential", "HybridSequential"})
+# Gluon layer names torch.nn does not have (a Gluon layer left as it was, once `nn` is torch's)
+GLUON_ONLY = frozenset({
+    "Dense", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose", "BatchNorm",
+    "InstanceNorm", "Activation", "MaxPool1D", "MaxPool2D", "MaxPool3D", "AvgPool1D", "AvgPool2D", "AvgPool3D",
+    "GlobalAvgPool1D", "GlobalAvgPool2D", "GlobalAvgPool3D", "GlobalMaxPool1D", "GlobalMaxPool2D",
+    "GlobalMaxPool3D", "HybridSequential", "HybridBlock", "Block", "SymbolBlock", "Lambda", "HybridLambda", "Swish",
+    "ReflectionPad2D", "PixelShuffle1D", "PixelShuffle2D", "PixelShuffle3D", "Concatenate", "HybridConcatenate",
+    "BatchNormReLU", "SequentialRNNCell", "HybridSequentialRNNCell", "DropoutCell", "ZoneoutCell", "ResidualCell",
+    "BidirectionalCell", "VariationalDropoutCell", "LSTMPCell", "HybridRecurrentCell", "RecurrentCell",
+})
 
 _EMPTY = cst.Module([])
 

@@ -3,7 +3,7 @@ import libcst as cst
 from porter import astutil
 from porter.rules import Example, Fix, Rule, Severity
 
-from . import _model
+from . import _model, _ops_table
 
 
 class GluonBlock(Rule):
@@ -16,7 +16,9 @@ class GluonBlock(Rule):
     - `super(X, self).__init__(**kwargs)` -> `super(X, self).__init__()` (Gluon's `prefix=` and
       `params=` have no torch meaning; the class keeps accepting them);
     - `def hybrid_forward(self, F, x, ...)` -> `def forward(self, x, ...)`: the `F.*` calls in
-      it are the ops GL201 translates;
+      it are the ops GL201 translates (when one of them has no translation, `hybrid_forward`
+      and its `F` stay, with the call marked `# porter: manual`: torch then raises at the
+      first call, never computes something else);
     - `self.register_child(block, name)` -> `self.add_module(name, block)` (without a name
       Gluon numbers the children: `str(len(self._modules))`).
 
@@ -78,7 +80,7 @@ class GluonBlock(Rule):
         for stmt in node.body.body:
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "hybrid_forward":
                 params = stmt.params.params
-                if len(params) >= 2:
+                if len(params) >= 2 and _ops_table.all_f_calls_translate(stmt):
                     edits.append(self.replace(stmt, lambda fn: fn.with_changes(
                         name=cst.Name("forward"),
                         params=fn.params.with_changes(params=[fn.params.params[0], *fn.params.params[2:]]))))

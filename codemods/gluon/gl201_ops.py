@@ -42,7 +42,7 @@ class GluonOps(Rule):
     target = "torch"
     summary = "F.* / mx.nd.* operators -> torch (the op table)"
     severity = Severity.ERROR
-    needs_text = ("mxnet",)
+    needs_text = ("mxnet", "hybrid_forward")
     examples = [
         Example(
             """
