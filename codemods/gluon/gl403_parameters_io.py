@@ -24,7 +24,7 @@ class GluonParametersIO(Rule):
     | Gluon | PyTorch |
     | --- | --- |
     | `net.save_parameters(path)` | `torch.save(net.state_dict(), path)` |
-    | `net.load_parameters(path, ctx=...)` | `load_gluon_parameters(net, path)` |
+    | `net.load_parameters(path, ctx=device)` | `load_gluon_parameters(net, path, device)` (loads, then `net.to(device)`) |
 
     `load_gluon_parameters(model, path)` and `read_gluon_parameters(path)` are plain code
     added to the port (templates/gluon_weights.py.j2): they read MXNet's NDArray list format
@@ -66,7 +66,7 @@ class GluonParametersIO(Rule):
             "\n\n"
             + _CONVERTER_TEXT
             + "\n\n"
-            'load_gluon_parameters(net, "pretrained.params")\n'
+            'load_gluon_parameters(net, "pretrained.params", device)\n'
             'torch.save(net.state_dict(), "net.params")\n',
         ),
         Example('net.load_parameters("p.params", allow_missing=True)\n', None, title="partial loads: reported"),
@@ -118,7 +118,11 @@ class GluonParametersIO(Rule):
             self.report(node, "net.save_parameters(p) -> torch.save(net.state_dict(), p)", Fix((self.replace(node, build),), imports=("torch",)))
             return
         def build2(u: cst.Call) -> cst.Call:
-            return cst.Call(cst.Name("load_gluon_parameters"), [cst.Arg(u.func.value), cst.Arg(astutil.arg(u, "filename", 0).value)])
+            args = [cst.Arg(u.func.value), cst.Arg(astutil.arg(u, "filename", 0).value)]
+            device = astutil.arg(u, "ctx", 1)
+            if device is not None:
+                args.append(cst.Arg(device.value))
+            return cst.Call(cst.Name("load_gluon_parameters"), args)
 
         self.report(node, "net.load_parameters(p) -> load_gluon_parameters(net, p) (the emitted converter)",
                     Fix((self.replace(node, build2),)))
