@@ -26,6 +26,32 @@ def _grad_list(value: cst.BaseExpression) -> Optional[cst.BaseExpression]:
     return None
 
 
+def _model_parameters(params: cst.BaseExpression, ctx) -> cst.BaseExpression:
+    """``params`` bound once to ``[p for p in net.collect_params().values() if p.grad_req !=
+    "null"]`` (Gluon's trainable parameters) -> ``net.parameters()`` (torch's parameters are
+    the trainable ones; running statistics are buffers); else ``params`` itself."""
+    name = dotted_name(params)
+    bound = [value for n, value, _ in sc.assignments(ctx) if n == name]
+    if name is None or len(bound) != 1 or not isinstance(bound[0], cst.ListComp):
+        return params
+    comp = bound[0]
+    it = comp.for_in.iter
+    if (comp.for_in.inner_for_in is None and isinstance(comp.for_in.target, cst.Name) and isinstance(comp.elt, cst.Name)
+            and comp.elt.value == comp.for_in.target.value and len(comp.for_in.ifs) <= 1
+            and isinstance(it, cst.Call) and astutil.method_name(it) == "values" and isinstance(it.func.value, cst.Call)
+            and astutil.method_name(it.func.value) == "collect_params" and not it.func.value.args):
+        if comp.for_in.ifs:
+            test = comp.for_in.ifs[0].test
+            if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+                    and isinstance(test.left, cst.Attribute) and test.left.attr.value == "grad_req"
+                    and isinstance(test.comparisons[0].operator, cst.NotEqual)
+                    and astutil.string_value(test.comparisons[0].comparator) == "null"):
+                return params
+        model = it.func.value.func.value
+        return cst.Call(cst.Attribute(model, cst.Name("parameters")))
+    return params
+
+
 class GluonGradients(Rule):
     """
     ## What it does
@@ -43,10 +69,12 @@ class GluonGradients(Rule):
         params = [p for p in net.parameters() if p.requires_grad]
         ...
         (loss.sum() / n).backward()                                   # GL303
-        torch.nn.utils.clip_grad_norm_(params, max_norm / n)
+        torch.nn.utils.clip_grad_norm_(net.parameters(), max_norm / n)
         trainer.step()
 
-    Gluon clips the gradients before `trainer.step(n)` divides them by `n`; in the port they
+    (`net.parameters()` when `params` is that list of Gluon's trainable parameters: torch's
+    parameters are the trainable ones, running statistics being buffers; another list
+    stays.) Gluon clips the gradients before `trainer.step(n)` divides them by `n`; in the port they
     are divided already (GL303), so the threshold is divided by the same `n`: the same
     clipped update. `net.collect_params().values()` -> `net.parameters()` and
     `p.grad_req != "null"` -> `p.requires_grad` wherever they appear.
@@ -90,7 +118,7 @@ class GluonGradients(Rule):
             params = [p for p in model.parameters() if p.requires_grad]
             for data, target in batches:
                 loss = step(data, target)
-                torch.nn.utils.clip_grad_norm_(params, clip * batch_size / batch_size)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip * batch_size / batch_size)
                 trainer.step(batch_size)
             """,
             title="the step's scaling is GL303's",
@@ -124,6 +152,7 @@ class GluonGradients(Rule):
                         "(mind the trainer.step(n) scaling: Gluon clips the unscaled gradients)")
             return
         grads_stmt, params, n = plan
+        params = _model_parameters(params, self.ctx)
         torch = sc.torch_name(self.ctx)
 
         def build(u: cst.Call) -> cst.Call:

@@ -6,6 +6,7 @@ from porter import astutil
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _script as sc
+from .gl002_context import renamed
 
 
 def _converter() -> list[cst.BaseStatement]:
@@ -24,7 +25,7 @@ class GluonParametersIO(Rule):
     | Gluon | PyTorch |
     | --- | --- |
     | `net.save_parameters(path)` | `torch.save(net.state_dict(), path)` |
-    | `net.load_parameters(path, ctx=device)` | `load_gluon_parameters(net, path, device)` (loads, then `net.to(device)`) |
+    | `net.load_parameters(path, ctx=device)` | `load_gluon_parameters(net, path)`, then `net.to(device)` |
 
     `load_gluon_parameters(model, path)` and `read_gluon_parameters(path)` are plain code
     added to the port (templates/gluon_weights.py.j2): they read MXNet's NDArray list format
@@ -66,7 +67,8 @@ class GluonParametersIO(Rule):
             "\n\n"
             + _CONVERTER_TEXT
             + "\n\n"
-            'load_gluon_parameters(net, "pretrained.params", device)\n'
+            'load_gluon_parameters(net, "pretrained.params")\n'
+            "net.to(device)\n"
             'torch.save(net.state_dict(), "net.params")\n',
         ),
         Example('net.load_parameters("p.params", allow_missing=True)\n', None, title="partial loads: reported"),
@@ -118,11 +120,19 @@ class GluonParametersIO(Rule):
             self.report(node, "net.save_parameters(p) -> torch.save(net.state_dict(), p)", Fix((self.replace(node, build),), imports=("torch",)))
             return
         def build2(u: cst.Call) -> cst.Call:
-            args = [cst.Arg(u.func.value), cst.Arg(astutil.arg(u, "filename", 0).value)]
-            device = astutil.arg(u, "ctx", 1)
-            if device is not None:
-                args.append(cst.Arg(device.value))
-            return cst.Call(cst.Name("load_gluon_parameters"), args)
+            return cst.Call(cst.Name("load_gluon_parameters"), [cst.Arg(u.func.value), cst.Arg(astutil.arg(u, "filename", 0).value)])
 
-        self.report(node, "net.load_parameters(p) -> load_gluon_parameters(net, p) (the emitted converter)",
-                    Fix((self.replace(node, build2),)))
+        edits = [self.replace(node, build2)]
+        device = astutil.arg(node, "ctx", 1)
+        stmt = self.ctx.ancestors[-3] if len(self.ctx.ancestors) >= 3 else None
+        if device is not None:
+            if not (isinstance(self.ctx.parent, cst.Expr) and isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+                self.report(node, "load_parameters(..., ctx=) inside an expression: load with load_gluon_parameters(net, "
+                            "path), then net.to(device)")
+                return
+            where = sc.code(device.value)
+            where = renamed(self.ctx).get(where, where)  # the context variable is `device` now (GL002)
+            move = cst.parse_statement(f"{sc.code(node.func.value)}.to({where})\n")
+            edits.append(self.replace(stmt, lambda u: cst.FlattenSentinel([u, move])))
+        self.report(node, "net.load_parameters(p, ctx=d) -> load_gluon_parameters(net, p) (the emitted converter), "
+                    "net.to(d)", Fix(tuple(edits)))
