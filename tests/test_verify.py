@@ -85,3 +85,17 @@ def test_a_port_that_hangs_or_exhausts_memory_gives_exit_2(port, limits, cause):
     proc = porter("verify", "--script", original, DATA / port, "--steps", "3", *limits)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "the port could not run" in proc.stdout and cause in proc.stdout
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_lazy_layers_take_their_shapes_on_both_sides():
+    """The original's side materializes lazy layers with one eval-mode forward on the host; the
+    port's side takes their shapes from the original's weights (torch_xla would lose a lazy
+    parameter's deferred shape if the module moved to the device first)."""
+    proc = porter("verify", DATA / "lazy_net.py", DATA / "lazy_net.py", "--model", "LazyNet()",
+                  "--input", "float32[4,3,8,8]", "--steps", "2", "--format", "json")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0 and report["passed"], (report["summary"], proc.stderr[-2000:])
+    assert any("lazy layers" in n for n in report["notes"])
+    assert any(t["name"].endswith("fc.weight") for t in report["tensors"])

@@ -32,6 +32,26 @@ def _flatten(obj, prefix: str, out: list):
     out.extend(sideproto.flatten(obj, lambda t: isinstance(t, torch.Tensor), prefix))
 
 
+def _uninitialized(t) -> bool:
+    from torch.nn.parameter import UninitializedTensorMixin
+
+    return isinstance(t, UninitializedTensorMixin)
+
+
+def _materialize(model, inputs_np) -> None:
+    """Give lazy layers their parameters with one forward on the host, in eval mode (no running
+    statistics move, no dropout), before the model is moved: torch_xla loses a lazy
+    parameter's deferred shape when the module is moved to the XLA device before its first
+    forward (measured on torch_xla 2.9)."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        model(*[torch.from_numpy(np.ascontiguousarray(x)) for x in inputs_np])
+    model.train(was_training)
+
+
 def run(request: dict) -> dict:
     from porter.verify.trace import HostRandomMode
 
@@ -107,15 +127,15 @@ def _run(request: dict) -> dict:
         if missing or extra:
             meta["mismatch"] = {"missing": missing, "unexpected": extra}
             return meta
-        bad = [k for k in own if tuple(own[k].shape) != tuple(state[k].shape)]
+        # a lazy layer (nn.LazyLinear, a port's Gluon layer with a deferred input size) takes
+        # its shape from the loaded tensor, as load_state_dict materializes it
+        bad = [k for k in own if not _uninitialized(own[k]) and tuple(own[k].shape) != tuple(state[k].shape)]
         if bad:
             meta["mismatch"] = {"shape": {k: [list(state[k].shape), list(own[k].shape)] for k in bad}}
             return meta
         model.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()})
         inputs_np = [data[f"input/{i}"] for i in range(int(data["n_inputs"]))]
     else:
-        for k, v in model.state_dict().items():
-            tensors[f"init/{k}"] = _to_numpy(v)
         if request.get("inputs"):
             from porter.verify.specs import InputSpec
 
@@ -128,6 +148,11 @@ def _run(request: dict) -> dict:
         for i, x in enumerate(inputs_np):
             tensors[f"input/{i}"] = x
         tensors["n_inputs"] = np.array(len(inputs_np))
+        if any(_uninitialized(v) for v in model.state_dict().values()):
+            _materialize(model, inputs_np)
+            meta["notes"].append("lazy layers given their shapes by one forward of the inputs (in eval mode, on the host) before the comparison")
+        for k, v in model.state_dict().items():
+            tensors[f"init/{k}"] = _to_numpy(v)
 
     model = model.to(device)
     model.train()
