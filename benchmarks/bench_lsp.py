@@ -6,12 +6,17 @@ renamed ``name_<k>`` with every use in the copy). Measured in this one run, on t
 
   1. bare      LibCST ``parse_module`` of the document (best and median of --repeat)
   2. check     ``engine.check`` in this process (the same work as `porter check`)
-  3. diagnostics  a real server (``python -m porter lsp --debounce-ms 0``, over stdio, driven
+  3. open      the same server: didOpen -> publishDiagnostics (a first, full check)
+  4. diagnostics  a real server (``python -m porter lsp --debounce-ms 0``, over stdio, driven
                by pygls' client): time from sending a didChange to receiving the
-               publishDiagnostics of that version, for --changes edits of one line
-  4. code actions  latency of textDocument/codeAction at each diagnostic (the diagnostic in
+               publishDiagnostics of that version, for --changes edits: each adds one
+               statement line inside the body of a function (spread over the document),
+               as typing does; the server checks incrementally (porter.incremental)
+  5. incremental  the same edits checked in this process by ``porter.incremental.Document``
+               (no protocol): what the server's worker does for each change
+  6. code actions  latency of textDocument/codeAction at each diagnostic (the diagnostic in
                the context, as an editor sends it), on a checked version: p50, p95, max
-  5. resolve   codeAction/resolve of "fix all" and of one quick-fix offered for resolve
+  7. resolve   codeAction/resolve of "fix all" and of one quick-fix offered for resolve
                (a fix that removes imports), once each
 
 The debounce (150 ms by default in editors' use) is set to 0 here: it is a wait, not work,
@@ -93,6 +98,52 @@ def build_document(lines: int = 3000) -> str:
     return "".join(parts)
 
 
+def function_edits(text: str, count: int) -> list[tuple[int, str]]:
+    """``count`` one-line edits inside functions spread over ``text``: (0-based line, the line
+    to insert there), each a new statement before the first plain statement of a top-level
+    function's body, at its indentation."""
+    module = cst.parse_module(text)
+    positions = engine.node_positions(module)
+    spots = []
+    for stmt in module.body:
+        if isinstance(stmt, cst.FunctionDef) and isinstance(stmt.body, cst.IndentedBlock):
+            first = next((s for s in stmt.body.body if isinstance(s, cst.SimpleStatementLine)), None)
+            if first is not None:
+                spots.append(positions[first].start)
+    chosen = [spots[(i * len(spots)) // count + len(spots) // (2 * count)] for i in range(count)]
+    return [(pos.line - 1, " " * pos.column + f"edited_{i} = {i}\n") for i, pos in enumerate(chosen)]
+
+
+def apply_edit(text: str, line: int, new_line: str) -> str:
+    lines = text.splitlines(keepends=True)
+    lines.insert(line, new_line)
+    return "".join(lines)
+
+
+def time_incremental(text: str, edits: list[tuple[int, str]]) -> tuple[float, list[float], list]:
+    """The first check and each edit's check by porter.incremental in this process; the
+    result of each edit is compared with engine.check (it must be equal)."""
+    from porter import incremental
+
+    options = Settings().options()
+    doc = incremental.Document(options.rules)
+    t0 = time.perf_counter()
+    doc.check(text)
+    first = time.perf_counter() - t0
+    out, info = [], []
+    for line, new_line in edits:
+        text = apply_edit(text, line, new_line)
+        t0 = time.perf_counter()
+        got = doc.check(text)
+        out.append(time.perf_counter() - t0)
+        info.append({"reparsed_statements": got.reparsed, "rules_per_statement": got.rules_local,
+                     "rules_module_wide": got.rules_module_wide, "statements_checked": got.statements_run})
+        want = engine.check(text, options).findings
+        if [(f.code, f.message, f.position) for f in got.findings] != [(f.code, f.message, f.position) for f in want]:
+            raise SystemExit("incremental findings differ from engine.check: a bug")
+    return first, out, info
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
@@ -152,16 +203,15 @@ async def drive_server(text: str, path: Path, changes: int, max_actions: int, re
     t1, diags = await wait_for(uri, 1)
     open_seconds = t1 - t0
 
-    # one-line edits spread over the document: a comment line added, then changed
-    lines = text.splitlines(keepends=True)
+    # one statement added inside a function, at spots spread over the document
     change_seconds = []
     version = 1
-    for i in range(changes):
-        at = (i * 7919) % max(len(lines) - 1, 1)
+    for at, new_line in function_edits(text, changes):
         version += 1
         edit = types.TextDocumentContentChangePartial(
             range=types.Range(start=types.Position(line=at, character=0), end=types.Position(line=at, character=0)),
-            text=f"# edit {i}\n")
+            text=new_line)
+        text = apply_edit(text, at, new_line)
         t0 = time.perf_counter()
         client.text_document_did_change(types.DidChangeTextDocumentParams(
             text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version), content_changes=[edit]))
@@ -228,6 +278,9 @@ def main() -> None:
     print(f"  bare LibCST parse        best {min(parse) * 1000:7.0f} ms  median {statistics.median(parse) * 1000:7.0f} ms", flush=True)
     check, n_findings = time_check(text, args.repeat)
     print(f"  engine.check             best {min(check) * 1000:7.0f} ms  median {statistics.median(check) * 1000:7.0f} ms  ({n_findings} findings)", flush=True)
+    inc_first, inc, inc_info = time_incremental(text, function_edits(text, args.changes))
+    print(f"  incremental: first check {inc_first * 1000:7.0f} ms; an edit in a function  best {min(inc) * 1000:7.0f} ms  median {statistics.median(inc) * 1000:7.0f} ms"
+          f"  (equal to engine.check; {inc_info[0]['rules_per_statement']} rules per statement, {inc_info[0]['rules_module_wide']} module-wide)", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "big_train.py"
         path.write_text(text, encoding="utf-8")
@@ -244,7 +297,8 @@ def main() -> None:
     ratios = {
         "diagnostics/parse (medians)": statistics.median(changes) / parse_med,
         "check/parse (medians)": statistics.median(check) / parse_med,
-        "diagnostics/check (medians): the server's own cost": statistics.median(changes) / statistics.median(check),
+        "incremental check in process/parse (medians)": statistics.median(inc) / parse_med,
+        "open (first full check in the server)/parse": lsp["open_seconds"] / parse_med,
     }
     print()
     for k, v in ratios.items():
@@ -261,6 +315,7 @@ def main() -> None:
         "document": {"lines": n_lines, "characters": len(text), "findings": n_findings},
         "parse_seconds": parse,
         "check_seconds": check,
+        "incremental": {"first_check_seconds": inc_first, "edit_seconds": inc, "edits": inc_info},
         "server": lsp,
         "code_action_ms": {"p50": pct(actions, .5) * 1000, "p95": pct(actions, .95) * 1000, "max": max(actions) * 1000},
         "ratios": ratios,

@@ -376,6 +376,43 @@ async def test_thousand_rapid_changes_then_correct_diagnostics(client: LanguageC
     assert len(stale) < 50, "changes were debounced, not each checked"
 
 
+@onserver
+async def test_edits_inside_functions_equal_porter_check(client: LanguageClient, tmp_path: Path):
+    """Edits inside functions (the server checks them incrementally: porter.incremental):
+    after each, the published diagnostics are `porter check`'s of the new text, and a
+    quick-fix of a finding the edit added is the engine's fix."""
+    text = MNIST.read_text(encoding="utf-8")
+    uri = open_doc(client, tmp_path / "train.py", text)
+    await diagnostics(client, uri, 1)
+    lines = lsp.split_lines(text)
+    spots = [i for i, line in enumerate(lines) if line.startswith("    ") and line.strip() and not line.startswith("     ")
+             and lines[i - 1].startswith("def ") and lines[i - 1].rstrip().endswith(":")]
+    assert len(spots) >= 3
+    current = text
+    version = 1
+    for n, at in enumerate(spots[:3]):
+        at += n  # the lines inserted before
+        new_line = f"    extra_{n} = torch.zeros({n}).cuda()\n"
+        version += 1
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[types.TextDocumentContentChangePartial(
+                range=types.Range(start=types.Position(line=at, character=0), end=types.Position(line=at, character=0)),
+                text=new_line)]))
+        current = "".join(lsp.split_lines(current)[:at]) + new_line + "".join(lsp.split_lines(current)[at:])
+        diags = await diagnostics(client, uri, version)
+        expected = engine_findings(current)
+        assert [(d.code, d.range.start.line, d.range.start.character, d.range.end.line, d.range.end.character, d.message)
+                for d in diags] == [(f.code, f.position.line - 1, f.position.column, f.position.end_line - 1,
+                                     f.position.end_column, f.message + lsp._mark(f)) for f in expected.findings]
+        mine = [d for d in diags if d.range.start.line == at and d.code == "TX102"]
+        assert mine, "the added .cuda() is reported"
+        (action,) = [a for a in await actions_for(client, uri, mine[0]) if a.title.startswith("Fix TX102")]
+        f = next(f for f in expected.findings if f.code == "TX102" and f.position.line - 1 == at)
+        assert apply_edits(current, edits_of(action.edit, uri, version)) == \
+            engine.apply_fixes(expected.module, [f.fix], FileContext(expected.module)).code
+
+
 async def raw_request(client: LanguageClient, method: str, params):
     """A request exactly as given (the typed API would refuse to send malformed params)."""
     proto = client.protocol

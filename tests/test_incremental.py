@@ -1,0 +1,419 @@
+"""The incremental checker of `porter lsp` (porter.incremental) equals `porter check`.
+
+Sequences of adversarial and random edits are applied to the fixtures' sources
+(fixtures/torch_xla/*/train.py, fixtures/jax/*/train.py) and to the benchmark's document
+(benchmarks/bench_lsp.build_document), for the targets "torch-xla" and "jax". After every
+edit the incremental result is compared with a fresh ``engine.check`` of the whole new text:
+the same findings (code, message, position, severity, fix safety, description, imports) in
+the same order, the same syntax error for a text that does not parse, and the spliced module
+equal to a fresh parse (``deep_equals``). At the end of each sequence every fix of the
+incremental findings is applied and compared with the same fix from the fresh check.
+Each test also checks that edits were really handled incrementally (not all by the full
+fallback), so it cannot pass by never splicing.
+"""
+from __future__ import annotations
+
+import random
+import re
+import sys
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from porter import engine, incremental
+from porter.runner import Settings
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import bench_lsp  # noqa: E402
+
+TORCH_XLA = sorted((REPO / "fixtures" / "torch_xla").glob("*/train.py"))
+JAX = sorted((REPO / "fixtures" / "jax").glob("*/train.py"))
+TARGETS = ("torch-xla", "jax")
+
+
+def key(f):
+    fix = f.fix
+    return (f.code, f.message, f.position, f.severity,
+            None if fix is None else (fix.safety, fix.description, fix.imports, fix.remove_imports))
+
+
+class Checker:
+    """A document checked incrementally, compared with engine.check after every edit."""
+
+    def __init__(self, target: str, text: str) -> None:
+        self.options = Settings(target).options()
+        self.doc = incremental.Document(self.options.rules)
+        self.text = ""
+        self.edits = 0
+        self.result = None
+        self.apply(text)
+
+    def apply(self, text: str) -> None:
+        self.text = text
+        self.edits += 1
+        try:
+            want = engine.check(text, self.options)
+        except engine.PorterError as exc:
+            with pytest.raises(engine.PorterError) as got:
+                self.doc.check(text)
+            assert str(got.value) == str(exc)
+            self.result = None
+            return
+        got = self.doc.check(text)
+        assert [key(f) for f in got.findings] == [key(f) for f in want.findings], self._where()
+        assert got.module.deep_equals(want.module), self._where()
+        assert got.module.code == text
+        self.result = (got, want)
+
+    def _where(self) -> str:
+        return f"after edit {self.edits} (text of {len(self.text)} characters)"
+
+    def compare_fixes(self) -> int:
+        """Every fix of the last result applied, incremental against fresh: the same text."""
+        if self.result is None:
+            return 0
+        got, want = self.result
+        n = 0
+        for g, w in zip(got.findings, want.findings):
+            if g.fix is None:
+                continue
+            a = engine.apply_fixes(got.module, [g.fix]).code
+            b = engine.apply_fixes(want.module, [w.fix]).code
+            assert a == b, f"fix of {g.code} at {g.position}"
+            n += 1
+        return n
+
+
+# --------------------------------------------------------------------------------------
+# Edits
+# --------------------------------------------------------------------------------------
+def lines_of(text: str) -> list[str]:
+    return re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z", text)
+
+
+def nl(text: str) -> str:
+    return "\r\n" if "\r\n" in text else "\n"
+
+
+def line_start(text: str, i: int) -> int:
+    return sum(len(x) for x in lines_of(text)[:i])
+
+
+def find_line(text: str, pattern: str, nth: int = 0) -> int:
+    hits = [i for i, line in enumerate(lines_of(text)) if re.search(pattern, line)]
+    return hits[min(nth, len(hits) - 1)] if hits else -1
+
+
+def insert_line(text: str, i: int, line: str) -> str:
+    at = line_start(text, i)
+    return text[:at] + line + nl(text) + text[at:]
+
+
+def replace_line(text: str, i: int, line: str) -> str:
+    ls = lines_of(text)
+    end = ls[i][len(ls[i].rstrip("\r\n")):]
+    ls[i] = line + end
+    return "".join(ls)
+
+
+def delete_lines(text: str, i: int, n: int = 1) -> str:
+    ls = lines_of(text)
+    del ls[i:i + n]
+    return "".join(ls)
+
+
+def adversarial(text: str):
+    """(name, function of the text) edits, each applied to the result of the one before."""
+    e = nl(text)
+
+    def inside_function(t):  # a statement inside the body of a function in the middle
+        i = find_line(t, r"^    \S", nth=len(lines_of(t)) // 80)
+        return insert_line(t, i, "    extra_value = 1") if i >= 0 else t
+
+    def edit_in_function(t):
+        i = find_line(t, r"^    \S", nth=len(lines_of(t)) // 60)
+        return replace_line(t, i, lines_of(t)[i].rstrip("\r\n") + "  # changed") if i >= 0 else t
+
+    def add_import(t):
+        i = find_line(t, r"^import |^from ")
+        return insert_line(t, i + 1, "import os.path as osp") if i >= 0 else t
+
+    def remove_import(t):
+        i = find_line(t, r"^import |^from ", nth=1)
+        return delete_lines(t, i) if i >= 0 else t
+
+    def change_alias(t):  # the name the other statements use for torch
+        i = find_line(t, r"^import torch$")
+        return replace_line(t, i, "import torch as th") if i >= 0 else t
+
+    def restore_alias(t):
+        i = find_line(t, r"^import torch as th$")
+        return replace_line(t, i, "import torch") if i >= 0 else t
+
+    def shadow_alias_late(t):  # a rebinding at the end: FileContext reads every top-level import
+        return t + ("" if t.endswith(("\n", "\r")) else e) + "import numpy as torch" + e
+
+    def unshadow(t):
+        return t.replace("import numpy as torch" + e, "")
+
+    def nested_import(t):  # an import inside a function changes the names after it
+        i = find_line(t, r"^def ")
+        return insert_line(t, i + 1, "    import torch_xla.core.xla_model as xm") if i >= 0 else t
+
+    def add_decorator(t):
+        i = find_line(t, r"^def ", nth=1)
+        return insert_line(t, i, "@torch.no_grad()") if i >= 0 else t
+
+    def decorator_alone(t):  # a decorator cut from its function: does not parse
+        i = find_line(t, r"^@torch.no_grad\(\)")
+        return insert_line(t, i, "@staticmethod" + e + "x = 1") if i >= 0 else t
+
+    def undo_decorator_alone(t):
+        return t.replace("@staticmethod" + e + "x = 1" + e, "")
+
+    def split_statement(t):
+        i = find_line(t, r"^    \w+ = .*$", nth=3)
+        if i < 0:
+            return t
+        line = lines_of(t)[i].rstrip("\r\n")
+        return replace_line(t, i, line + "; another = 2")
+
+    def join_statements(t):  # two top-level statements on one line
+        i = find_line(t, r"^[A-Za-z_]\w* = ")
+        return replace_line(t, i, lines_of(t)[i].rstrip("\r\n") + "; joined = 3") if i >= 0 else t
+
+    def syntax_error(t):
+        i = find_line(t, r"^    \S", nth=len(lines_of(t)) // 50)
+        return insert_line(t, i, "    x = (1,") if i >= 0 else t
+
+    def fix_syntax_error(t):
+        return t.replace("    x = (1," + e, "    x = (1,)" + e)
+
+    def else_after_function(t):  # `else:` joins nothing: the full parse reports it
+        i = find_line(t, r"^def ", nth=2)
+        return insert_line(t, i, "else:" + e + "    pass") if i >= 0 else t
+
+    def undo_else(t):
+        return t.replace("else:" + e + "    pass" + e, "")
+
+    def if_else_split(t):  # an if at top level, then an else added after it: joins
+        t = t + ("" if t.endswith(("\n", "\r")) else e) + "if torch.cuda.is_available():" + e + "    dev = 'cuda'" + e
+        return t
+
+    def add_else(t):
+        return t + "else:" + e + "    dev = 'cpu'" + e
+
+    def comment_between(t):  # comments before a function: its leading lines
+        i = find_line(t, r"^def ", nth=1)
+        return insert_line(t, i, "# about the next function") if i >= 0 else t
+
+    def indented_comment_after_function(t):  # belongs to the function's block, not the next statement
+        i = find_line(t, r"^def ", nth=2)
+        return insert_line(t, i, "        # a trailing comment of the block above") if i >= 0 else t
+
+    def dedent_that_comment(t):
+        return t.replace("        # a trailing comment of the block above", "# a trailing comment of the block above")
+
+    def non_ascii(t):
+        i = find_line(t, r"^    \S", nth=len(lines_of(t)) // 40)
+        return insert_line(t, i, '    größe = "🙂🙂"; y = torch.zeros(2).cuda()') if i >= 0 else t
+
+    def suppression(t):
+        i = find_line(t, r"\.cuda\(\)|\.to\(")
+        return replace_line(t, i, lines_of(t)[i].rstrip("\r\n") + "  # porter: ignore") if i >= 0 else t
+
+    def delete_function(t):
+        i = find_line(t, r"^def ", nth=1)
+        if i < 0:
+            return t
+        ls = lines_of(t)
+        j = i + 1
+        while j < len(ls) and (ls[j].startswith((" ", "\t")) or not ls[j].strip()):
+            j += 1
+        return delete_lines(t, i, j - i)
+
+    def duplicate_function(t):
+        i = find_line(t, r"^def ")
+        if i < 0:
+            return t
+        ls = lines_of(t)
+        j = i + 1
+        while j < len(ls) and (ls[j].startswith((" ", "\t")) or not ls[j].strip()):
+            j += 1
+        copy = "".join(ls[i:j]).replace("def ", "def copy_of_", 1)
+        return t + ("" if t.endswith(("\n", "\r")) else e) + e + copy
+
+    def no_trailing_newline(t):
+        return t.rstrip("\r\n")
+
+    def trailing_comment_eof(t):
+        return t + e + "# the end" + e
+
+    def edit_first_lines(t):
+        return "# first line" + e + t
+
+    def tab_indented_function(t):  # another indentation than the module's
+        return t + ("" if t.endswith(("\n", "\r")) else e) + "def tabbed():" + e + "\treturn torch.zeros(1).cuda()" + e
+
+    def line_continuation(t):
+        i = find_line(t, r"^[A-Za-z_]\w* = ", nth=1)
+        return insert_line(t, i, "total = 1 + \\" + e + "    2") if i >= 0 else t
+
+    return [
+        ("inside_function", inside_function), ("edit_in_function", edit_in_function),
+        ("add_import", add_import), ("remove_import", remove_import),
+        ("change_alias", change_alias), ("restore_alias", restore_alias),
+        ("shadow_alias_late", shadow_alias_late), ("unshadow", unshadow), ("nested_import", nested_import),
+        ("add_decorator", add_decorator), ("decorator_alone", decorator_alone), ("undo_decorator_alone", undo_decorator_alone),
+        ("split_statement", split_statement), ("join_statements", join_statements),
+        ("syntax_error", syntax_error), ("fix_syntax_error", fix_syntax_error),
+        ("else_after_function", else_after_function), ("undo_else", undo_else),
+        ("if_else_split", if_else_split), ("add_else", add_else),
+        ("comment_between", comment_between), ("indented_comment_after_function", indented_comment_after_function),
+        ("dedent_that_comment", dedent_that_comment), ("non_ascii", non_ascii), ("suppression", suppression),
+        ("delete_function", delete_function), ("duplicate_function", duplicate_function),
+        ("no_trailing_newline", no_trailing_newline), ("trailing_comment_eof", trailing_comment_eof),
+        ("tab_indented_function", tab_indented_function), ("line_continuation", line_continuation),
+        ("edit_first_lines", edit_first_lines),
+    ]
+
+
+SNIPPETS = [
+    "\n", "    ", "#", "# note\n", "x", "(", ")", ":", "else:\n", "\n    y = 2\n", "@dec\n", "import os\n",
+    "import torch as t\n", "'''", '"', "\\\n", "\n\n", ".cuda()", "torch.device('cuda')", "optimizer.step()",
+    "for b in loader:\n    loss.item()\n", "def f():\n    return 1\n", "é", "🙂", "\r\n", "\t", "pass", "    # c\n",
+]
+
+
+def random_edit(rng: random.Random, text: str) -> str:
+    kind = rng.random()
+    if kind < 0.45:
+        at = rng.randrange(len(text) + 1)
+        return text[:at] + rng.choice(SNIPPETS) + text[at:]
+    if kind < 0.7 and text:
+        at = rng.randrange(len(text))
+        return text[:at] + text[at + rng.randrange(1, 40):]
+    ls = lines_of(text)
+    if len(ls) < 2:
+        return text + "x = 1\n"
+    i, j = rng.randrange(len(ls)), rng.randrange(len(ls))
+    if kind < 0.85:
+        ls[i] = ls[j]  # a line replaced by another line of the file
+    else:
+        ls.insert(i, ls[j])  # a line copied elsewhere
+    return "".join(ls)
+
+
+def run_sequence(target: str, text: str, seed: int, n_random: int, crlf: bool = False) -> Checker:
+    if crlf:
+        text = text.replace("\r\n", "\n").replace("\n", "\r\n")
+    checker = Checker(target, text)
+    for name, edit in adversarial(checker.text):
+        new = edit(checker.text)
+        if new != checker.text:
+            checker.apply(new)
+    rng = random.Random(seed)
+    for _ in range(n_random):
+        checker.apply(random_edit(rng, checker.text))
+        if checker.result is None and rng.random() < 0.5:  # back to a parsing text now and then
+            checker.apply(text)
+    return checker
+
+
+# --------------------------------------------------------------------------------------
+# Tests
+# --------------------------------------------------------------------------------------
+def test_edits_inside_a_function_are_spliced():
+    """The common case: an edit inside one function parses that statement alone, and the
+    rules declared local are not run on the others."""
+    text = (REPO / "fixtures" / "torch_xla" / "mnist_cnn" / "train.py").read_text(encoding="utf-8")
+    checker = Checker("torch-xla", text)
+    i = find_line(text, r"^    \S", nth=len(lines_of(text)) // 60)
+    checker.apply(insert_line(text, i, "    z = torch.zeros(3) + 1"))
+    got, _ = checker.result
+    assert got.reparsed is not None and got.reparsed <= 3
+    assert got.statements_run <= 3 and got.rules_local > 0
+    assert checker.doc.stats["incremental"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_adversarial_and_random_edits_mnist(target):
+    source = TORCH_XLA[0] if target == "torch-xla" else JAX[0]
+    checker = run_sequence(target, source.read_text(encoding="utf-8"), seed=1, n_random=8)
+    assert checker.doc.stats["incremental"] >= 10, checker.doc.stats
+    assert checker.compare_fixes() >= 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("source", TORCH_XLA + JAX, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}")
+def test_every_fixture(source, target):
+    """Adversarial edits then 25 random ones, on LF and CRLF text."""
+    for crlf in (False, True):
+        checker = run_sequence(target, source.read_text(encoding="utf-8"), seed=hash(source.name) % 1000 + crlf,
+                               n_random=25, crlf=crlf)
+        assert checker.doc.stats["incremental"] >= 10, checker.doc.stats
+        checker.compare_fixes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_bench_document(target):
+    """The benchmark's 3,000-line document: the adversarial edits and 10 random ones."""
+    checker = run_sequence(target, bench_lsp.build_document(3000), seed=7, n_random=10)
+    assert checker.doc.stats["incremental"] >= 10, checker.doc.stats
+    checker.compare_fixes()
+
+
+def test_local_rules_are_verified():
+    """A rule declared local that reads the module is run over the whole file: the
+    declaration is a claim the checker tests, not a promise it trusts."""
+    from porter.rules import Rule, Severity
+
+    class ReadsModule(Rule):
+        code = "ZZ901"
+        name = "reads-module"
+        target = "torch-xla"
+        summary = "names defined anywhere in the file"
+        severity = Severity.INFO
+        needs_text = ()
+        local = True
+
+        def visit_Call(self, node: cst.Call) -> None:
+            defined = {s.name.value for s in self.ctx.module.body if isinstance(s, cst.FunctionDef)}
+            if isinstance(node.func, cst.Name) and node.func.value not in defined:
+                self.report(node, f"{node.func.value} is not defined in this file")
+
+    class KeepsState(Rule):
+        code = "ZZ902"
+        name = "keeps-state"
+        target = "torch-xla"
+        summary = "counts calls across the file"
+        severity = Severity.INFO
+        needs_text = ()
+        local = True
+
+        def __init__(self, ctx) -> None:
+            super().__init__(ctx)
+            self.seen = 0
+
+        def visit_Call(self, node: cst.Call) -> None:
+            self.seen += 1
+            if self.seen == 3:
+                self.report(node, "third call of the file")
+
+    text = "import torch\n\n\ndef a():\n    g()\n\n\ndef b():\n    h()\n\n\ndef c():\n    a()\n"
+    options = engine.Options((ReadsModule, KeepsState))
+    doc = incremental.Document(options.rules)
+    steps = [text, text.replace("def b():", "def g():"), text.replace("    a()", "    a()\n    b()"),
+             text.replace("def a():\n    g()\n", "def a():\n    pass\n")]
+    for t in steps:
+        got = doc.check(t)
+        want = engine.check(t, options)
+        assert [key(f) for f in got.findings] == [key(f) for f in want.findings]
+        assert got.rules_local == 0 and got.rules_module_wide == 2
+    assert doc.stats["incremental"] == 3
