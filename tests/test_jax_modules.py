@@ -323,7 +323,9 @@ def test_training_flag_follows_train_and_eval():
         np.testing.assert_allclose(np.asarray(jm(jnp.asarray(x))), tm(torch.from_numpy(x)).detach().numpy(), atol=1e-6)
 
 
-def test_init_loops_over_modules_are_reported():
+def test_init_loops_over_modules_are_ported_and_other_tree_walks_reported():
+    """`for m in self.modules(): if isinstance(m, nn.Conv2d): nn.init...` is ported (JX012,
+    tests/test_jax_init.py runs it); other tree walks stay manual."""
     result = port("""
     import torch.nn as nn
 
@@ -334,9 +336,13 @@ def test_init_loops_over_modules_are_reported():
             for m in self.modules():
                 if isinstance(m, nn.Conv2d):
                     nn.init.kaiming_normal_(m.weight)
+            for name, p in self.named_parameters():
+                print(name)
     """)
-    assert "for m in self.modules():  # porter: manual (JX090)" in result.source
-    assert any(f.code == "JX090" and "self.modules()" in f.message for f in result.remaining)
+    assert "for _, m in nnx.iter_modules(self):" in result.source
+    assert 'init_kaiming_normal_(m, "weight", key=rngs.params())' in result.source
+    assert "for name, p in self.named_parameters():  # porter: manual (JX090)" in result.source
+    assert any(f.code == "JX090" and "self.named_parameters()" in f.message for f in result.remaining)
 
 
 def test_hooks_are_reported():

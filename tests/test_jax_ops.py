@@ -211,3 +211,29 @@ def test_JX102_numpy_pandas_and_set_methods_are_not_tensor_methods():
     )
     assert not r.changed, r.source
     assert not r.remaining
+
+
+def test_numpy_arrays_keep_their_methods_and_torch_tensors_are_ported():
+    from porter import engine, registry
+
+    src = (
+        "import numpy as np\nimport torch\n\n"
+        "def make():\n"
+        "    a = np.arange(12).reshape(3, 4)\n"
+        "    b = a.view(np.int32)\n"
+        "    t = torch.zeros(3, 4)\n"
+        "    return a.max(1), b, t.max(1), t.view(12)\n"
+    )
+    out = engine.fix(src, engine.Options(registry.select("jax"), unsafe_fixes=True)).source
+    assert "b = a.view(np.int32)" in out and "return a.max(1), b," in out
+    assert "(jnp.max(t, axis=1), jnp.argmax(t, axis=1)), t.reshape(12)" in out
+
+
+def test_functional_import_goes_when_no_use_is_left():
+    from porter import engine, registry
+
+    keep = "import torch\nimport torch.nn.functional as F\n\ndef f(x):\n    return F.relu(x), F.gumbel_softmax(x)\n"
+    gone = "import torch\nimport torch.nn.functional as F\n\ndef f(x):\n    return F.relu(x)\n"
+    options = engine.Options(registry.select("jax"), unsafe_fixes=True)
+    assert "import torch.nn.functional as F" not in engine.fix(gone, options).source
+    assert "import torch.nn.functional as F" in engine.fix(keep, options).source

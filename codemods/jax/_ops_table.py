@@ -2081,7 +2081,7 @@ def _is_tensor(node: cst.CSTNode, ctx: FileContext, names, in_forward: bool) -> 
         if q:
             if q.startswith("torch."):
                 return not q.startswith(_NOT_TENSOR_MODULES) or q.startswith("torch.nn.functional.")
-            return q.startswith(("jax.", "optax.")) or q.startswith("numpy.")
+            return q.startswith(("jax.", "optax."))  # numpy results are host arrays: their methods are numpy's
         if isinstance(node.func, cst.Attribute):
             recv = node.func.value
             name = node.func.attr.value
@@ -2132,7 +2132,63 @@ def method_op(call: cst.Call, ctx: FileContext) -> Optional[Op]:
         return None
     if o.shared and not is_tensor(recv, ctx) and not _torch_spelling(call):
         return None
+    if _is_numpy(recv, ctx, numpy_names(ctx)):
+        return None  # a numpy array's own method (a.view(np.int32), a.max(1))
     return o
+
+
+def numpy_names(ctx: FileContext) -> frozenset:
+    """Names the current function (or module level) assigns only from numpy expressions
+    (``np.*`` calls, methods and arithmetic of such names), never from anything else."""
+    scope = _scope(ctx)
+    key = ("ops.numpy_names", scope)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    from porter import astutil
+
+    ctx.cache[key] = frozenset()
+    assigns = [n for n in astutil.walk(scope.body if isinstance(scope, (cst.FunctionDef, cst.Lambda)) else scope)
+               if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For))]
+    names: set = set()
+    other: set = set()
+    for _ in range(3):
+        for a in assigns:
+            if isinstance(a, cst.For):
+                other.update(astutil.target_names(a.target))
+                continue
+            if a.value is None:
+                continue
+            targets = [t.target for t in a.targets] if isinstance(a, cst.Assign) else [a.target]
+            found = set()
+            for t in targets:
+                found.update(astutil.target_names(t))
+            if isinstance(targets[0], cst.Name) and _is_numpy(a.value, ctx, names):
+                names |= found
+            else:
+                other |= found
+    if isinstance(scope, cst.FunctionDef):
+        other.update(p.name.value for p in (*scope.params.posonly_params, *scope.params.params, *scope.params.kwonly_params))
+    ctx.cache[key] = frozenset(names - other)
+    return ctx.cache[key]
+
+
+def _is_numpy(node: cst.CSTNode, ctx: FileContext, names) -> bool:
+    if isinstance(node, cst.Name):
+        return node.value in names
+    if isinstance(node, cst.Call):
+        q = ctx.qualname(node.func)
+        if q:
+            return q.startswith("numpy.") and not q.startswith(("numpy.testing",))
+        if isinstance(node.func, cst.Attribute) and node.func.attr.value in ("reshape", "astype", "transpose", "copy", "view",
+                                                                              "sum", "mean", "max", "min", "squeeze"):
+            return _is_numpy(node.func.value, ctx, names)
+        return False
+    if isinstance(node, cst.Subscript):
+        return _is_numpy(node.value, ctx, names)
+    if isinstance(node, cst.BinaryOperation):
+        return (_is_numpy(node.left, ctx, names) or _is_numpy(node.right, ctx, names)) and not (
+            is_tensor(node.left, ctx) or is_tensor(node.right, ctx))
+    return False
 
 
 def _torch_spelling(call: cst.Call) -> bool:
@@ -2251,5 +2307,16 @@ def port_call(rule, node: cst.Call, o: Op, receiver: Optional[cst.BaseExpression
     rule.report(
         target,
         f"{what} -> {new_text if len(new_text) < 70 else o.target}" + (f" ({o.note})" if o.note and len(o.note) < 90 else ""),
-        Fix((Edit(target, replacement),), imports=tuple(sorted(used))),
+        Fix((Edit(target, replacement),), imports=tuple(sorted(used)), remove_imports=leftover_imports(node, ctx)),
     )
+
+
+# `import torch.nn.functional as F` / `from torch.nn import functional as F`: removed once no
+# F.* call is left (the engine keeps an import that something still reads)
+FUNCTIONAL_IMPORTS = (("torch.nn.functional", None), ("torch.nn", "functional"))
+
+
+def leftover_imports(node: cst.Call, ctx: FileContext) -> tuple:
+    """The imports a ported call may leave unused: torch.nn.functional for an F.* call."""
+    qual = ctx.qualname(node.func) or ""
+    return FUNCTIONAL_IMPORTS if qual.startswith("torch.nn.functional.") else ()

@@ -145,7 +145,14 @@ class OptimizerToOptax(Rule):
             edits.append(Edit(plan.stmt, new_opt.with_changes(leading_lines=plan.stmt.leading_lines,
                                                               trailing_whitespace=plan.stmt.trailing_whitespace)))
         what = f"{display} -> nnx.Optimizer with optax" + (" (scheduler folded in as the learning-rate schedule)" if sched_text else "")
-        self.report(node, what, Fix(tuple(edits), imports=tuple(sorted(used))))
+        # `import torch.optim as optim`, `from torch.optim.lr_scheduler import StepLR`: removed once unused
+        removals = [("torch.optim", None), ("torch", "optim"), ("torch.optim.lr_scheduler", None),
+                    ("torch.optim", "lr_scheduler")]
+        for name in (self.ctx.qualname(plan.call.func), self.ctx.qualname(plan.scheduler_call.func) if plan.scheduler_call else None):
+            if name and "." in name:
+                module, _, short = name.rpartition(".")
+                removals.append((module, short))
+        self.report(node, what, Fix(tuple(edits), imports=tuple(sorted(used)), remove_imports=tuple(removals)))
 
 
 def _between_free_of(plan) -> bool:
