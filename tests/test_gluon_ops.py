@@ -12,11 +12,12 @@ import subprocess
 import textwrap
 from pathlib import Path
 
+import libcst as cst
 import numpy as np
 import pytest
 
 from porter import engine, registry
-from porter.codemods.gluon import _ops_table
+from porter.codemods.gluon import _model, _ops_table
 
 REPO = Path(__file__).resolve().parents[1]
 GL201 = registry.find("GL201")
@@ -102,6 +103,7 @@ def _port(expr: str) -> str:
     result = engine.fix(src, engine.Options((GL201,)))
     lines = [l for l in result.source.splitlines() if l.startswith("y = ")]
     assert len(lines) == 1 and "nd." not in lines[0] and "porter: manual" not in result.source, result.source
+    assert "gluon_reshape(" not in lines[0] or "def gluon_reshape(" in result.source
     return lines[0][len("y = "):]
 
 
@@ -130,6 +132,8 @@ def test_op_matches_mxnet(cid, name, case, mxnet_results):
     torch_expr = _port(expr)
     assert _port_f(case.expr.replace("OP", f"F.{name}")) == torch_expr
     env = {"torch": torch}
+    if "gluon_reshape(" in torch_expr:  # the emitted helper, as the port has it
+        exec(cst.Module(_model.render(["gluon_reshape"], "torch", "torch.nn")).code, env)
     for k in case.inputs:
         env[k] = torch.from_numpy(inputs[f"{cid}/{k}"])
     got = eval(torch_expr, env)
@@ -143,3 +147,18 @@ def test_op_matches_mxnet(cid, name, case, mxnet_results):
         assert g.shape == w.shape, f"{torch_expr}: shape {g.shape} != MXNet's {w.shape}"
         assert g.dtype == w.dtype, f"{torch_expr}: dtype {g.dtype} != MXNet's {w.dtype}"
         np.testing.assert_allclose(g, w, rtol=case.rtol, atol=1e-6, err_msg=torch_expr)
+
+
+@pytest.mark.slow
+def test_array_reshape_with_special_codes(mxnet_results):
+    """``x.reshape((-3, -1))`` (an array's method, as Gluon scripts write it) -> gluon_reshape."""
+    import torch
+
+    src = "import mxnet as mx\ny = a.reshape((-3, -1))\nz = a.reshape(0, -1)\nw = a.reshape((-1,))\n"
+    result = engine.fix(src, engine.Options((GL201,)))
+    assert "y = gluon_reshape(a, (-3, -1))" in result.source and "z = gluon_reshape(a, (0, -1))" in result.source
+    assert "w = a.reshape((-1,))" in result.source  # torch reads that one the same way
+    env = {"torch": torch, "a": torch.arange(24.0).reshape(2, 3, 4)}
+    exec(cst.Module(_model.render(["gluon_reshape"], "torch", "torch.nn")).code, env)
+    assert tuple(eval("gluon_reshape(a, (-3, -1))", env).shape) == (6, 4)
+    assert tuple(eval("gluon_reshape(a, (0, -1))", env).shape) == (2, 12)

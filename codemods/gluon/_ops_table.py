@@ -363,12 +363,18 @@ def _reshape(b: Bound, t: str) -> str:
         raise Manual("reshape with a shape that is not a literal tuple (MXNet's special codes 0, -2, -3, -4 "
                      "cannot be checked)")
     if any(s in (0, -2, -3, -4) for s in shape):
-        raise Manual("reshape special codes 0 / -2 / -3 / -4 (copy / merge / split dimensions): write the shape")
+        # MXNet's special codes: the emitted gluon_reshape computes the shape from the input's
+        return f"gluon_reshape({_x(b)}, {code(b.get('shape'))})"
     return f"{t}.reshape({_x(b)}, {code(b.get('shape'))})"
 
 
 _add("reshape", ("data", "shape", "reverse"), _reshape, [Case("OP(a, shape=(4, 3))", {"a": (3, 4)}),
-                                                       Case("OP(a, shape=(-1, 2))", {"a": (3, 4)})],
+                                                       Case("OP(a, shape=(-1, 2))", {"a": (3, 4)}),
+                                                       Case("OP(a, shape=(-3, -1))", {"a": (2, 3, 4)}),
+                                                       Case("OP(a, shape=(0, -1))", {"a": (2, 3, 4)}),
+                                                       Case("OP(a, shape=(-4, 2, -1, -2))", {"a": (4, 3, 5)}),
+                                                       Case("OP(a, shape=(0, -3, 1))", {"a": (2, 3, 4)}),
+                                                       Case("OP(a, shape=(-2, 1))", {"a": (2, 3)})],
      aliases=("Reshape",))
 
 

@@ -31,6 +31,10 @@ class GluonRnnState(Rule):
     - `self.rnn(x)` without states: Gluon returns the output alone, torch `(output, states)`
       -> `self.rnn(x)[0]`.
 
+    - `begin_state(..., func=mx.nd.zeros)` (any `begin_state` call) -> `func=torch.zeros`
+      (`mx.nd.ones` -> `torch.ones`): the emitted `begin_state` calls `func(shape,
+      device=ctx)`.
+
     `begin_state` of a GRU (torch takes its state as one tensor, Gluon as a list) is reported
     for a person.
 
@@ -46,7 +50,7 @@ class GluonRnnState(Rule):
     target = "torch"
     summary = "rnn layer begin_state(...) -> begin_state(layer, ...); layer(x) -> layer(x)[0]"
     severity = Severity.ERROR
-    needs_text = ("rnn",)
+    needs_text = ("rnn", "begin_state")
     examples = [
         Example(
             """
@@ -92,6 +96,20 @@ class GluonRnnState(Rule):
         ),
     ]
     valid = ["import torch.nn as nn\nh = model.begin_state(batch_size=4)\n"]
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if astutil.method_name(node) != "begin_state" and not (
+                isinstance(node.func, cst.Name) and node.func.value == "begin_state"):
+            return
+        func = astutil.arg(node, "func")
+        if func is None:
+            return
+        q = self.ctx.qualname(func.value)
+        for ns in ("mxnet.nd.", "mxnet.ndarray."):
+            if q in (ns + "zeros", ns + "ones"):
+                torch, imports = _model.torch_name(self.ctx)
+                new = cst.parse_expression(f"{torch}.{q.rsplit('.', 1)[1]}")
+                self.report(func.value, "begin_state's func: torch's", Fix((self.replace(func.value, new),), imports=imports))
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         if not _model.is_block_class(node, self.ctx):

@@ -18,10 +18,14 @@ class GluonOps(Rule):
     `F.sum(x, axis=1, keepdims=True)` -> `torch.sum(x, dim=1, keepdim=True)`, `nd.softmax(x)`
     -> `torch.softmax(x, dim=-1)`, `F.broadcast_add(a, b)` -> `a + b`...
 
+    `x.reshape((-3, -1))` (an array's reshape with MXNet's special codes 0, -2, -3, -4) and
+    `F.reshape` with them -> `gluon_reshape(x, (-3, -1))`, an emitted function that computes
+    the shape from the input's as MXNet does.
+
     MXNet's own semantics are kept where they differ from torch's: a full reduction of the
     NDArray API has shape `(1,)` (`.reshape(1)`), `argmax` returns float indices, `concat`
     joins on axis 1 by default, `maximum(x, 0.0)` takes a scalar (`torch.clamp`). A call the
-    table cannot write with the same semantics (reshape's special codes 0/-2/-3/-4, an
+    table cannot write with the same semantics (a reshape `shape` that is not a literal, an
     `axis` that is not a literal, `F.<op>` not in the table) is reported and its line marked
     `# porter: manual`.
 
@@ -84,17 +88,17 @@ class GluonOps(Rule):
             from mxnet import gluon
 
             class Net(gluon.HybridBlock):
-                def hybrid_forward(self, F, x):
-                    return F.reshape(x, shape=(0, -1))
+                def hybrid_forward(self, F, x, shape):
+                    return F.reshape(x, shape=shape)
             """,
             """
             from mxnet import gluon
 
             class Net(gluon.HybridBlock):
-                def hybrid_forward(self, F, x):
-                    return F.reshape(x, shape=(0, -1))  # porter: manual
+                def hybrid_forward(self, F, x, shape):
+                    return F.reshape(x, shape=shape)  # porter: manual
             """,
-            title="reshape's special codes are left for a person",
+            title="a shape that is not a literal is left for a person (MXNet's special codes)",
         ),
     ]
     valid = ["import torch\ny = torch.relu(x)\n", "import mxnet as mx\nx = mx.nd.zeros((2, 3))\n"]
@@ -103,9 +107,13 @@ class GluonOps(Rule):
         f = node.func
         if not isinstance(f, cst.Attribute):
             return
+        fname = _model.hybrid_f_name(self.ctx)
+        if (f.attr.value == "reshape" and _model.is_gluon_file(self.ctx) and not (self.ctx.qualname(f) or "").startswith("mxnet")
+                and not (isinstance(f.value, cst.Name) and f.value.value == fname)):
+            self._reshape_method(node)
+            return
         name = None
         via_f = False
-        fname = _model.hybrid_f_name(self.ctx)
         if fname is not None and isinstance(f.value, cst.Name) and f.value.value == fname:
             name, via_f = f.attr.value, True
         else:
@@ -136,4 +144,30 @@ class GluonOps(Rule):
                 new = new.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
             return new
 
-        self.report(node, f"MXNet {name}: torch", Fix((self.replace(node, rewrite),), imports=imports))
+        edits = [self.replace(node, rewrite)]
+        if "gluon_reshape(" in _ops_table.build(op, node, torch):
+            edit, more = _model.helpers_edit(self.ctx, ["gluon_reshape"])
+            edits.append(edit)
+            imports = (*imports, *more)
+        self.report(node, f"MXNet {name}: torch", Fix(tuple(edits), imports=tuple(dict.fromkeys(imports))))
+
+    def _reshape_method(self, node: cst.Call) -> None:
+        """``x.reshape((-3, -1))``: MXNet's special codes in an array's reshape."""
+        args = [a for a in node.args if a.keyword is None and not a.star]
+        if len(args) != len(node.args) or not args:
+            return
+        if len(args) == 1:
+            shape_node = args[0].value
+            shape = _model.literal(shape_node)
+            shape_code = _model.code(shape_node)
+        else:
+            shape = tuple(_model.literal(a.value) for a in args)
+            shape_code = "(" + ", ".join(_model.code(a.value) for a in args) + ")"
+        if not isinstance(shape, tuple) or not all(isinstance(s, int) and not isinstance(s, bool) for s in shape):
+            return
+        if not any(s in (0, -2, -3, -4) for s in shape):
+            return
+        edit, imports = _model.helpers_edit(self.ctx, ["gluon_reshape"])
+        self.report(node, "reshape with MXNet's special codes: gluon_reshape", Fix((
+            self.replace(node, lambda n: cst.parse_expression(
+                f"gluon_reshape({_model.code(n.func.value)}, {shape_code})")), edit), imports=imports))
