@@ -322,7 +322,9 @@ class Positions:
             rng = self.in_statement(node, k)
             if rng is not None:
                 return rng
-        order = sorted(range(len(self.stmts)), key=lambda i: self.stmts[i].positions is None)
+        # statements whose positions are already generated first, then the others in order
+        order = [i for i, s in enumerate(self.stmts) if s.positions is not None]
+        order += [i for i, s in enumerate(self.stmts) if s.positions is None]
         for i in order:
             rng = self.in_statement(node, i)
             if rng is not None:
@@ -363,7 +365,7 @@ class Checked:
     module: cst.Module
     findings: list[Finding]
     positions: Positions
-    statement_starts: list[int]  # 0-based line where each top-level statement's text begins
+    statement_starts: Optional[list[int]]  # 0-based line where each top-level statement's text begins
     reparsed: Optional[int] = None  # statements parsed again (None: the whole file)
     rules_local: int = 0  # rules run per statement on this version
     rules_module_wide: int = 0  # rules run over the whole tree
@@ -448,8 +450,12 @@ class Document:
         i = bisect.bisect_left(own, p) - 1  # the last statement whose code begins before the edit
         if i < 1:
             return None
-        j = bisect.bisect_left(own, old_end)  # the first statement whose code begins after it
+        # the first statement whose code begins after the edit (text inserted right before a
+        # statement, a decorator say, is parsed with that statement)
+        j = bisect.bisect_right(own, old_end)
         delta = len(b) - len(a)
+        module = old.module
+        tries = 0
         while True:
             if j < count:
                 region = b[own[i]:own[j] + delta]
@@ -458,13 +464,17 @@ class Document:
                     continue
             else:
                 region = b[own[i]:]
-            break
-        module = old.module
-        eof = j >= count
-        try:
-            chunk = cst.parse_module(region if eof else region + "pass" + module.default_newline)
-        except Exception:
-            return None
+            eof = j >= count
+            try:
+                chunk = cst.parse_module(region if eof else region + "pass" + module.default_newline)
+                break
+            except Exception:
+                # the region's end may need the next statement (a decorator typed above a
+                # function): one or two more; then the full parse decides (a syntax error)
+                tries += 1
+                if eof or tries > 2:
+                    return None
+                j += 1
         if chunk.header or chunk.default_newline != module.default_newline:
             return None
         body = list(chunk.body)
@@ -520,10 +530,10 @@ class Document:
         try:
             result = self._check(version)
         except Exception:
+            # a rule failed: what engine.check does with this text (raise the same, or not)
             self.last = None
-            # a rule failed: raise what engine.check raises on this text
-            engine.run_rules(version.module, engine.applicable_rules(self.rules, text), self.path)
-            raise
+            version.stmts = []
+            result = self._check(version)
         self.last = version if version.stmts else None
         result.reparsed = self._reparsed
         return result
@@ -540,7 +550,7 @@ class Document:
         if not stmts:  # a document that cannot be split: the engine as it is
             findings = engine.run_rules(module, rules, self.path)
             self._position(findings, positions, None)
-            return Checked(text, module, engine.drop_suppressed(text, findings), positions, [0], None, 0, len(rules))
+            return Checked(text, module, engine.drop_suppressed(text, findings), positions, None, None, 0, len(rules))
         # the imports as the full walk has them at each statement
         ctx = FileContext(module, self.path)
         states: list[tuple[int, dict, dict]] = []
@@ -565,7 +575,11 @@ class Document:
         for k, s in enumerate(stmts):
             if not local:
                 break
-            got = s.results.setdefault(states[k][0], {})
+            got = s.results.get(states[k][0])
+            if got is None:
+                if len(s.results) >= 2:  # the results under the import state before the last
+                    s.results.pop(next(iter(s.results)))
+                got = s.results[states[k][0]] = {}
             missing = [r for r in local if r not in got]
             if missing:
                 runs += 1

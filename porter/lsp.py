@@ -185,7 +185,7 @@ def analyze(text: str, settings: Optional[Settings], path: str = "<string>",
         if document is not None:
             checked = document.check(text)
             an.module, an.findings, an.positions = checked.module, checked.findings, checked.positions  # type: ignore[assignment]
-            an._starts = checked.statement_starts
+            an._starts = checked.statement_starts  # (None: computed from the positions when needed)
             an.reparsed = checked.reparsed
             an.seconds = time.perf_counter() - t0
             return an
