@@ -25,9 +25,10 @@ GL201 = registry.find("GL201")
 
 def _cases():
     out = []
-    for name, op in sorted(_ops_table.OPS.items()):
-        for i, case in enumerate(op.cases):
-            out.append((f"{name}-{i}", name, case))
+    for ns, table in (("nd", _ops_table.OPS), ("np", _ops_table.NP_OPS), ("npx", _ops_table.NPX_OPS)):
+        for name, op in sorted(table.items()):
+            for i, case in enumerate(op.cases):
+                out.append((f"{ns}.{name}-{i}", f"{ns}.{name}", case))
     return out
 
 
@@ -56,9 +57,10 @@ cases = json.load(open(sys.argv[1]))
 inputs = np.load(sys.argv[2])
 out, errors = {}, {}
 for cid, expr, names in cases:
-    env = {"nd": nd, "mx": mx}
+    env = {"nd": nd, "mx": mx, "np": mx.np, "npx": mx.npx}
+    make = nd.array if cid.startswith("nd.") else mx.np.array
     for n in names:
-        env[n] = nd.array(inputs[f"{cid}/{n}"], dtype="float32")
+        env[n] = make(inputs[f"{cid}/{n}"], dtype="float32")
     try:
         y = eval(expr, env)
     except Exception as exc:
@@ -87,7 +89,7 @@ def mxnet_results(tmp_path_factory):
     for seed, (cid, name, case) in enumerate(CASES):
         arrays = _inputs(case, seed)
         inputs.update({f"{cid}/{k}": v for k, v in arrays.items()})
-        cases.append((cid, case.expr.replace("OP", f"nd.{name}"), sorted(arrays)))
+        cases.append((cid, case.expr.replace("OP", name), sorted(arrays)))
     (work / "cases.json").write_text(json.dumps(cases))
     np.savez(work / "inputs.npz", **inputs)
     (work / "run.py").write_text(_MXNET_SCRIPT)
@@ -99,10 +101,10 @@ def mxnet_results(tmp_path_factory):
 
 
 def _port(expr: str) -> str:
-    src = f"from mxnet import nd\ny = {expr}\n"
+    src = f"import mxnet as mx\nfrom mxnet import nd\ny = {expr.replace('np.', 'mx.np.').replace('npx.', 'mx.npx.')}\n"
     result = engine.fix(src, engine.Options((GL201,)))
     lines = [l for l in result.source.splitlines() if l.startswith("y = ")]
-    assert len(lines) == 1 and "nd." not in lines[0] and "porter: manual" not in result.source, result.source
+    assert len(lines) == 1 and "nd." not in lines[0] and "mx." not in lines[0] and "porter: manual" not in result.source, result.source
     assert "gluon_reshape(" not in lines[0] or "def gluon_reshape(" in result.source
     return lines[0][len("y = "):]
 
@@ -128,9 +130,10 @@ def test_op_matches_mxnet(cid, name, case, mxnet_results):
 
     out, errors, inputs = mxnet_results
     assert cid not in errors, f"MXNet rejected the case: {errors[cid]}"
-    expr = case.expr.replace("OP", f"nd.{name}")
+    expr = case.expr.replace("OP", name)
     torch_expr = _port(expr)
-    assert _port_f(case.expr.replace("OP", f"F.{name}")) == torch_expr
+    if name.startswith("nd."):
+        assert _port_f(case.expr.replace("OP", f"F.{name[3:]}")) == torch_expr
     env = {"torch": torch}
     if "gluon_reshape(" in torch_expr:  # the emitted helper, as the port has it
         exec(cst.Module(_model.render(["gluon_reshape"], "torch", "torch.nn")).code, env)

@@ -1,5 +1,6 @@
 """The MXNet op table: ``F.<op>`` (inside ``hybrid_forward(self, F, ...)``), ``mx.nd.<op>`` /
-``nd.<op>`` and ``mx.sym.<op>`` calls with their torch counterparts, as data (rule GL201).
+``nd.<op>`` and ``mx.sym.<op>`` calls (``OPS``), ``mx.np.<op>`` (``NP_OPS``, NumPy semantics)
+and ``mx.npx.<op>`` (``NPX_OPS``) with their torch counterparts, as data (rule GL201).
 
 Each :class:`Op` names one MXNet operator (mxnet 1.9.1), its signature as MXNet binds it
 (positional order, defaults), and a builder that writes the torch expression from the bound
@@ -521,9 +522,151 @@ _add("split", ("data", "num_outputs", "axis", "squeeze_axis"), _split,
 
 
 # ----------------------------------------------------------------------------------------
+# mx.np (NumPy semantics: full reductions are 0-d, argmax gives int64) and mx.npx
+# ----------------------------------------------------------------------------------------
+NP_OPS: dict[str, Op] = {}
+
+
+def _np_add(name, params, build, cases=(), variadic=False):
+    NP_OPS[name] = Op(name, tuple(params), build, tuple(cases), variadic)
+
+
+for _name in ("exp", "log", "sqrt", "abs", "square", "negative", "sin", "cos", "tanh", "floor", "ceil", "sign",
+              "log1p", "expm1", "reciprocal"):
+    _np_add(_name, ("data",), _unary(_UNARY[_name]),
+            [Case(f"OP({'a + 1.5' if _name in _POSITIVE else 'a'})", {"a": (3, 4)})])
+_np_add("absolute", ("data",), _unary("{t}.abs"), [Case("OP(a)", {"a": (3, 4)})])
+
+
+def _np_reduce(fn: str):
+    def build(b: Bound, t: str) -> str:
+        _unknown(b)
+        _no(b, dtype=None, out=None)
+        keep = b.lit("keepdims", False)
+        if keep is NOT_LITERAL:
+            raise Manual("keepdims is not a literal")
+        axis = _axis_text(b)
+        if axis is None:
+            if keep:
+                return f"{t}.{fn}({_x(b)}).reshape([1] * {atom(b.get('data'))}.dim())"
+            return f"{t}.{fn}({_x(b)})"  # NumPy semantics: a 0-d array
+        return f"{t}.{fn}({_x(b)}, dim={axis}" + (", keepdim=True)" if keep else ")")
+    return build
+
+
+for _name, _fn in (("sum", "sum"), ("mean", "mean"), ("prod", "prod"), ("max", "amax"), ("min", "amin"),
+                   ("amax", "amax"), ("amin", "amin")):
+    _np_add(_name, ("data", "axis", "dtype", "out", "keepdims"), _np_reduce(_fn),
+            [Case("OP(a)", {"a": (3, 4)}), Case("OP(a, axis=1)", {"a": (3, 4)}),
+             Case("OP(a, axis=0, keepdims=True)", {"a": (3, 4)})])
+
+
+def _np_arg(fn: str):
+    def build(b: Bound, t: str) -> str:
+        _unknown(b)
+        _no(b, out=None)
+        axis = b.get("axis")
+        if axis is None or literal(axis) is None:
+            return f"{t}.{fn}({_x(b)})"
+        return f"{t}.{fn}({_x(b)}, dim={code(axis)})"
+    return build
+
+
+_np_add("argmax", ("data", "axis", "out"), _np_arg("argmax"), [Case("OP(a)", {"a": (3, 4)}), Case("OP(a, axis=1)", {"a": (3, 4)})])
+_np_add("argmin", ("data", "axis", "out"), _np_arg("argmin"), [Case("OP(a, axis=0)", {"a": (3, 4)})])
+
+
+def _np_join(fn: str):
+    def build(b: Bound, t: str) -> str:
+        _unknown(b)
+        _no(b, out=None)
+        return f"{t}.{fn}({code(b.get('seq'))}, dim={b.text('axis', '0')})"
+    return build
+
+
+_np_add("concatenate", ("seq", "axis", "out"), _np_join("cat"),
+        [Case("OP([a, b])", {"a": (2, 3), "b": (1, 3)}), Case("OP((a, b), axis=1)", {"a": (2, 3), "b": (2, 2)})])
+_np_add("stack", ("seq", "axis", "out"), _np_join("stack"),
+        [Case("OP([a, b])", {"a": (2, 3), "b": (2, 3)}), Case("OP([a, b], axis=1)", {"a": (2, 3), "b": (2, 3)})])
+
+
+def _np_reshape(b: Bound, t: str) -> str:
+    _unknown(b)
+    _no(b, order="C")
+    return f"{t}.reshape({_x(b)}, {b.text('newshape')})"
+
+
+_np_add("reshape", ("data", "newshape", "order"), _np_reshape, [Case("OP(a, (4, 3))", {"a": (3, 4)}),
+                                                            Case("OP(a, (-1,))", {"a": (3, 4)})])
+
+
+def _np_transpose(b: Bound, t: str) -> str:
+    _unknown(b)
+    axes = b.lit("axes", None)
+    if axes is None:
+        data = b.get("data")
+        if not isinstance(data, cst.Name):
+            raise Manual("transpose without axes of an expression: name it first")
+        return f"{t}.permute({data.value}, tuple(range({data.value}.dim() - 1, -1, -1)))"
+    return f"{t}.permute({_x(b)}, {b.text('axes')})"
+
+
+_np_add("transpose", ("data", "axes"), _np_transpose,
+        [Case("OP(a)", {"a": (2, 3, 4)}), Case("OP(a, (1, 0, 2))", {"a": (2, 3, 4)})])
+
+
+def _np_binary(op: str):
+    def build(b: Bound, t: str) -> str:
+        _unknown(b)
+        _no(b, out=None)
+        return f"{atom(b.get('lhs'))} {op} {atom(b.get('rhs'))}"
+    return build
+
+
+for _name, _op in (("add", "+"), ("subtract", "-"), ("multiply", "*"), ("divide", "/"), ("true_divide", "/")):
+    _np_add(_name, ("lhs", "rhs", "out"), _np_binary(_op),
+            [Case("OP(a, b + 3.0)" if _op == "/" else "OP(a, b)", {"a": (3, 4), "b": (1, 4)})])
+_np_add("power", ("base", "exp", "out"), _power, [Case("OP(a + 2.0, b)", {"a": (3, 4), "b": (3, 4)})])
+
+
+def _np_matmul(b: Bound, t: str) -> str:
+    _unknown(b)
+    _no(b, out=None)
+    return f"{t}.matmul({code(b.get('lhs'))}, {code(b.get('rhs'))})"
+
+
+_np_add("matmul", ("lhs", "rhs", "out"), _np_matmul,
+        [Case("OP(a, b)", {"a": (3, 4), "b": (4, 5)}), Case("OP(a, b)", {"a": (2, 3, 4), "b": (2, 4, 5)})])
+for _name, _fn, _cl in (("maximum", "maximum", "min"), ("minimum", "minimum", "max")):
+    _np_add(_name, ("lhs", "rhs", "out"), _extremum(_fn, _cl),
+            [Case("OP(a, b)", {"a": (3, 4), "b": (3, 4)}), Case("OP(a, 0.25)", {"a": (3, 4)})])
+
+
+def _np_clip(b: Bound, t: str) -> str:
+    _unknown(b)
+    _no(b, out=None)
+    return f"{t}.clamp({_x(b)}, {b.text('a_min')}, {b.text('a_max')})"
+
+
+_np_add("clip", ("data", "a_min", "a_max", "out"), _np_clip, [Case("OP(a, -0.5, 0.5)", {"a": (3, 4)})])
+_np_add("where", ("condition", "x", "y"), _where, [Case("OP(a > 0, b, c)", {"a": (3, 4), "b": (3, 4), "c": (3, 4)})])
+_np_add("expand_dims", ("data", "axis"), _expand_dims, [Case("OP(a, 1)", {"a": (3, 4)})])
+_np_add("squeeze", ("data", "axis"), _squeeze, [Case("OP(a)", {"a": (3, 1, 4)}), Case("OP(a, axis=1)", {"a": (3, 1, 4)})])
+_np_add("zeros_like", ("data",), _like("zeros_like"), [Case("OP(a)", {"a": (3, 4)})])
+_np_add("ones_like", ("data",), _like("ones_like"), [Case("OP(a)", {"a": (3, 4)})])
+
+# mx.npx: the neural-network operators of the NumPy interface, with the NDArray API's signatures
+NPX_OPS: dict[str, Op] = {n: OPS[o] for n, o in (
+    ("relu", "relu"), ("sigmoid", "sigmoid"), ("softmax", "softmax"), ("log_softmax", "log_softmax"),
+    ("activation", "Activation"), ("leaky_relu", "LeakyReLU"), ("batch_dot", "batch_dot"), ("one_hot", "one_hot"))}
+
+
+# ----------------------------------------------------------------------------------------
 # Lookup
 # ----------------------------------------------------------------------------------------
 NAMESPACES = ("mxnet.nd", "mxnet.ndarray", "mxnet.sym", "mxnet.symbol")
+TABLES = {"mxnet.nd": OPS, "mxnet.ndarray": OPS, "mxnet.sym": OPS, "mxnet.symbol": OPS,
+          "mxnet.np": NP_OPS, "mxnet.numpy": NP_OPS, "mxnet.npx": NPX_OPS, "mxnet.numpy_extension": NPX_OPS}
 
 
 def build(op: Op, call: cst.Call, torch: str) -> str:

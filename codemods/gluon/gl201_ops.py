@@ -12,7 +12,8 @@ class GluonOps(Rule):
     """
     ## What it does
     Rewrites MXNet operators called through `F` in `hybrid_forward(self, F, ...)`, or through
-    `mx.nd` / `nd` / `mx.sym`, to their torch counterparts, from the table in
+    `mx.nd` / `nd` / `mx.sym`, `mx.np` (NumPy semantics: `mx.np.sum(x)` is 0-d, `argmax` gives
+    int64) and `mx.npx`, to their torch counterparts, from the tables in
     codemods/gluon/_ops_table.py: `F.relu(x)` -> `torch.relu(x)`, `F.Activation(x,
     act_type="relu")` -> `torch.relu(x)`, `F.concat(a, b, dim=1)` -> `torch.cat([a, b], dim=1)`,
     `F.sum(x, axis=1, keepdims=True)` -> `torch.sum(x, dim=1, keepdim=True)`, `nd.softmax(x)`
@@ -119,12 +120,13 @@ class GluonOps(Rule):
         else:
             q = self.ctx.qualname(f)
             if q:
-                for ns in _ops_table.NAMESPACES:
+                for ns, table in _ops_table.TABLES.items():
                     if q.startswith(ns + ".") and "." not in q[len(ns) + 1:]:
                         name = q[len(ns) + 1:]
+                        break
         if name is None:
             return
-        op = _ops_table.OPS.get(name)
+        op = (_ops_table.OPS if via_f else table).get(name)
         if op is None:
             if via_f:
                 _model.report_manual(self, node, f"F.{name} is not in porter's MXNet op table")
