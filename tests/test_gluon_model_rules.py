@@ -102,20 +102,24 @@ def load_port(text: str, path: Path) -> dict:
 
 
 def forward_parity(name: str, mxnet_python: str, tmp_path: Path) -> tuple[float, str]:
+    fx = FIXTURES[name]
+    return _parity(fx.original, fx.model, fx.inputs, LAZY[name], mxnet_python, tmp_path)
+
+
+def _parity(original: Path, expr: str, inputs_spec, lazy_expected, mxnet_python: str, tmp_path: Path):
     import torch
 
-    fx = FIXTURES[name]
-    source = model_source(fx.original, fx.model)
+    source = model_source(original, expr)
     ported = port(source)
     assert "mxnet" not in ported, f"the port still refers to MXNet:\n{ported}"
     assert "porter: manual" not in ported
-    meta, data = run_mxnet_side(mxnet_python, fx.original, fx.model, fx.inputs, tmp_path)
-    ns = load_port(ported, tmp_path / f"{name}_port.py")
+    meta, data = run_mxnet_side(mxnet_python, original, expr, inputs_spec, tmp_path)
+    ns = load_port(ported, tmp_path / "port.py")
     torch.manual_seed(0)
-    model = eval(fx.model, ns)
+    model = eval(expr, ns)
     assert isinstance(model, torch.nn.Module)
     lazy = [n for n, m in model.named_modules() if isinstance(m, torch.nn.modules.lazy.LazyModuleMixin)]
-    assert lazy == LAZY[name]
+    assert lazy == lazy_expected
     state = {k[len("init/"):]: torch.from_numpy(data[k]) for k in data.files if k.startswith("init/")}
     assert set(model.state_dict()) == set(state)
     model.load_state_dict(state)  # materializes the lazy layers from Gluon's shapes
@@ -149,6 +153,23 @@ def forward_parity(name: str, mxnet_python: str, tmp_path: Path) -> tuple[float,
         assert got.shape == want.shape, (k, got.shape, want.shape)
         worst = max(worst, float(np.abs(got - want).max()))
     return worst, ported
+
+
+LAYERS_FILE = REPO / "tests" / "data" / "gluon" / "model" / "layers.py"
+LAYER_MODELS = [  # (model, inputs, the layers left lazy)
+    ("conv1d_net()", ["float32[3,4,16]"], ["6"]),
+    ("conv2d_net()", ["float32[2,4,9,9]"], ["7"]),
+    ("DenseBN()", ["float32[8,10]"], []),
+    ("GRUTagger()", ["int64[4,6]<20"], []),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("expr, inputs, lazy", LAYER_MODELS, ids=[m[0] for m in LAYER_MODELS])
+def test_more_layers_match_gluon(expr, inputs, lazy, mxnet_python, tmp_path):
+    worst, _ = _parity(LAYERS_FILE, expr, inputs, lazy, mxnet_python, tmp_path)
+    print(f"{expr}: forward max abs error {worst:.3g}")
+    assert worst <= 1e-5, f"{expr}: forward max abs error {worst:.3g}"
 
 
 @pytest.mark.slow
