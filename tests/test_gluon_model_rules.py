@@ -161,6 +161,7 @@ LAYER_MODELS = [  # (model, inputs, the layers left lazy)
     ("conv2d_net()", ["float32[2,4,9,9]"], ["7"]),
     ("DenseBN()", ["float32[8,10]"], []),
     ("GRUTagger()", ["int64[4,6]<20"], []),
+    ("NormActs()", ["float32[5,6]"], []),
 ]
 
 

@@ -206,6 +206,13 @@ SIGNATURES = {
             "dtype", "prefix", "params"),
     "Sequential": ("prefix", "params"),
     "HybridSequential": ("prefix", "params"),
+    "LayerNorm": ("axis", "epsilon", "center", "scale", "beta_initializer", "gamma_initializer", "in_channels",
+                  "prefix", "params"),
+    "PReLU": ("alpha_initializer", "in_channels", "prefix", "params"),
+    "ELU": ("alpha", "prefix", "params"),
+    "SELU": ("prefix", "params"),
+    "GELU": ("prefix", "params"),
+    "Swish": ("beta", "prefix", "params"),
 }
 
 
@@ -225,7 +232,8 @@ class Size:
 UNKNOWN = Size(None, None)
 _PASS_THROUGH = frozenset({"BatchNorm", "Dropout", "Activation", "LeakyReLU", "MaxPool1D", "MaxPool2D", "MaxPool3D",
                            "AvgPool1D", "AvgPool2D", "AvgPool3D", "GlobalAvgPool1D", "GlobalAvgPool2D",
-                           "GlobalAvgPool3D", "GlobalMaxPool1D", "GlobalMaxPool2D", "GlobalMaxPool3D"})
+                           "GlobalAvgPool3D", "GlobalMaxPool1D", "GlobalMaxPool2D", "GlobalMaxPool3D",
+                           "LayerNorm", "PReLU", "ELU", "SELU", "GELU", "Swish"})
 
 
 def _conv_dims(name: str) -> Optional[int]:

@@ -194,6 +194,43 @@ def plan(kind: str, b: Bound, size: Size, nn: str, ctx: FileContext, call: cst.C
         if layout == "NTC":
             parts.append("batch_first=True")
         return Plan(f"{nn}.{kind}({', '.join(parts)})", None)
+    if kind == "LayerNorm":
+        if _lit(b, "axis", -1) != -1:
+            raise Manual("LayerNorm over an axis other than the last")
+        if _lit(b, "center", True) is not True or _lit(b, "scale", True) is not True:
+            raise Manual("LayerNorm without center or scale: torch's elementwise_affine=False drops both")
+        for init in ("beta_initializer", "gamma_initializer"):
+            if b.get(init) is not None and _model.literal(b.get(init)) not in ("zeros", "ones"):
+                raise Manual(f"LayerNorm({init}=...)")
+        extra = []
+        e = b.get("epsilon")
+        if e is not None and _model.literal(e) != 1e-5:
+            extra.append(f"eps={code(e)}")
+        tail = "".join(", " + x for x in extra)
+        return Plan(f"{nn}.LayerNorm({{in}}{tail})", None, in_arg="in_channels", accepts=("dense",))
+    if kind == "PReLU":
+        init = b.get("alpha_initializer")
+        parts = []
+        n = b.get("in_channels")
+        if n is not None and _model.literal(n) != 1:
+            parts.append(f"num_parameters={code(n)}")
+        if init is not None:
+            if not (isinstance(init, cst.Call) and init.args and (_model.code(init.func).endswith("init.Constant")
+                                                                  or _model.code(init.func) == "init_constant")):
+                raise Manual("PReLU(alpha_initializer=...) other than mx.init.Constant(value)")
+            parts.append(f"init={code(init.args[0].value)}")
+        return Plan(f"{nn}.PReLU({', '.join(parts)})", None)
+    if kind == "ELU":
+        alpha = b.get("alpha")
+        return Plan(f"{nn}.ELU({code(alpha) if alpha is not None else ''})", None)
+    if kind == "SELU":
+        return Plan(f"{nn}.SELU()", None)
+    if kind == "GELU":
+        return Plan(f"{nn}.GELU()", None)  # MXNet's GELU is the erf form, torch's default
+    if kind == "Swish":
+        if _lit(b, "beta", 1.0) != 1.0:
+            raise Manual("Swish with beta other than 1 (torch's SiLU is beta 1)")
+        return Plan(f"{nn}.SiLU()", None)
     raise Manual(f"Gluon layer {kind} has no translation")
 
 

@@ -24,6 +24,7 @@ class GluonLayers(Rule):
     | `Dropout(rate)`, `Activation("relu")`, `LeakyReLU(a)`, `Flatten()` | `nn.Dropout(rate)`, `nn.ReLU()`, `nn.LeakyReLU(a)`, `nn.Flatten()` |
     | `MaxPool2D`, `AvgPool2D`, `GlobalAvgPool2D` | `nn.MaxPool2d`, `nn.AvgPool2d`, `nn.AdaptiveAvgPool2d(1)` |
     | `Embedding(n, d)` | `nn.Embedding(n, d)` |
+    | `LayerNorm()` after a Dense, `PReLU(in_channels=c)`, `ELU(a)`, `SELU()`, `GELU()`, `Swish()` | `nn.LayerNorm(n)`, `nn.PReLU(num_parameters=c)`, `nn.ELU(a)`, `nn.SELU()`, `nn.GELU()`, `nn.SiLU()` |
     | `rnn.LSTM(h, layers, input_size=n)`, `rnn.GRU` | `nn.LSTM(n, h, layers)` (`layout="NTC"`: `batch_first=True`) |
 
     Gluon infers a layer's input size at the first forward (`in_units=0`, `in_channels=0`).

@@ -62,3 +62,21 @@ class GRUTagger(gluon.HybridBlock):
     def hybrid_forward(self, F, tokens):
         out = self.gru(self.emb(tokens))
         return F.Activation(self.proj(out), act_type="tanh")
+
+
+class NormActs(gluon.HybridBlock):
+    """(N, 6) -> (N, 6): LayerNorm after a Dense, PReLU with a channel each, ELU, SELU, GELU, Swish."""
+
+    def __init__(self, **kwargs):
+        super(NormActs, self).__init__(**kwargs)
+        self.fc = nn.Dense(6, in_units=6)
+        self.ln = nn.LayerNorm(epsilon=1e-6)
+        self.prelu = nn.PReLU(in_channels=6)
+        self.elu = nn.ELU(0.5)
+        self.selu = nn.SELU()
+        self.gelu = nn.GELU()
+        self.swish = nn.Swish()
+
+    def hybrid_forward(self, F, x):
+        h = self.prelu(self.ln(self.fc(x)))
+        return self.swish(self.gelu(self.selu(self.elu(h))))
