@@ -71,8 +71,10 @@ class GluonInitialize(Rule):
 
 
             def _gluon_init_module(module, init):
+                if isinstance(module, torch.nn.PReLU):
+                    return  # Gluon's alpha has its own initializer (Constant(0.25) by default), as torch's
                 own = getattr(module, "gluon_init", {})
-                norm = isinstance(module, torch.nn.modules.batchnorm._NormBase)
+                norm = isinstance(module, (torch.nn.modules.batchnorm._NormBase, torch.nn.LayerNorm, torch.nn.GroupNorm))
                 with torch.no_grad():
                     for name, param in module.named_parameters(recurse=False):
                         if name in own:
