@@ -24,8 +24,11 @@ class NnxModule(Rule):
       (ResNet's `_make_layer`) and module-level factory function (`conv3x3`) that builds
       layers; each construction of a submodule of the file, call of such a method or factory,
       and `super().__init__(...)` of a subclass passes `rngs=rngs` on (the layers themselves
-      get it from JX002). A parameter annotated as a module class of the file
-      (`block: Type[BasicBlock]`) is called with `rngs=rngs` as well;
+      get it from JX002). A parameter that holds a module class of the file is called with
+      `rngs=rngs` as well: annotated as one (`block: Type[BasicBlock]`), or unannotated and
+      given a module class (or such a parameter of the caller) at every call of its function
+      in the file (`resnet18()` -> `ResNet(BasicBlock, ...)` -> `self._make_layer(block, ...)`
+      -> `block(...)`);
     - `super().__init__()` (and `super(Net, self).__init__()`, `nn.Module.__init__(self)`) is
       removed: `nnx.Module` needs no initialisation;
     - `forward` becomes `__call__` (`self.forward(...)` / `super().forward(...)` too).

@@ -30,10 +30,9 @@ class ManualModule(Rule):
       new parameters on every call);
     - `nn.Sequential(OrderedDict(...))` (named children), `register_buffer` with a computed
       name or a `None` tensor, `add_module`, forward/backward hooks;
-    - `self.modules()`, `self.named_parameters()`, `self.apply(fn)` and the other tree walks
-      inside a module class (typically a weight-initialisation loop in `__init__`): NNX has
-      `nnx.iter_modules` / `nnx.state`, but a loop over torch layer types and `nn.init` calls
-      needs a person;
+    - `self.named_parameters()`, `self.apply(fn)` and the other tree walks inside a module
+      class (`for m in self.modules():` loops and `next(self.parameters())` are JX012's): NNX
+      has `nnx.iter_modules` / `nnx.state`, but what the loop does needs a person;
     - classes deriving from a torch.nn layer other than `nn.Module` (`class MyConv(nn.Conv2d)`).
 
     ## Why

@@ -18,9 +18,16 @@ class OptimizerToOptax(Rule):
     torch's default learning rates spelled out.
 
     A learning-rate scheduler built on the optimizer (StepLR, MultiStepLR, ExponentialLR,
-    CosineAnnealingLR, OneCycleLR) is folded in: its statement becomes the optax schedule
-    (`scheduler = optax.exponential_decay(...)`), placed before the optimizer, and the
-    optimizer takes it as learning rate. torch steps most schedulers once per epoch while
+    CosineAnnealingLR, OneCycleLR, LambdaLR) is folded in: its statement becomes the optax
+    schedule (`scheduler = optax.exponential_decay(...)`), placed before the optimizer (or
+    both where the scheduler was, when the code between them does not use the optimizer),
+    and the optimizer takes it as learning rate. LambdaLR(optimizer, f) becomes
+    `scheduler = lambda step: lr * f(step)` (torch multiplies the initial rate by f of the
+    number of scheduler steps); optax calls it with a traced count inside the jitted update,
+    so f is made traceable: a lambda's `a if c else b` and a def's `if c: return a` ...
+    `return b` become `jnp.where(c, a, b)`, `min`/`max` of two values `jnp.minimum` /
+    `jnp.maximum`, `math.cos`... `jnp.cos`; a function that reads the step on the host
+    (`int(step)`, `and`/`or`, loops, other calls of the step) is left manual. torch steps most schedulers once per epoch while
     optax counts optimizer updates, so the rule reads the loops: when `scheduler.step()` runs
     in a loop around the loop over `train_loader` (or around a call of a function of the file
     that loops over the loader it is given), the learning rate is
@@ -29,7 +36,8 @@ class OptimizerToOptax(Rule):
     and `optimizer.step()` are the training-loop rules' business.
 
     Options with no exact optax counterpart (SGD dampening, amsgrad, maximize, parameter
-    groups, OneCycleLR's momentum cycling, LambdaLR and other schedulers, a schedule whose
+    groups, OneCycleLR's momentum cycling, a LambdaLR function porter cannot make
+    traceable, other schedulers, a schedule whose
     steps per epoch porter cannot see) leave the optimizer in place, marked
     `# porter: manual`, with the reason.
 
@@ -39,7 +47,8 @@ class OptimizerToOptax(Rule):
 
     ## Fix safety
     Safe: tests/test_jax_ops_run.py runs 20 steps of each optimizer and scheduler in torch and
-    in the port on the same problem and compares the parameters (1e-5 relative).
+    in the port on the same problem and compares the parameters (1e-5 relative);
+    tests/test_jax_init.py compares a LambdaLR warm-up/decay port's rates with torch's.
     """
 
     code = "JX201"

@@ -10,16 +10,19 @@ class LRScheduler(Rule):
     """
     ## What it does
     Reports torch LR schedulers that porter cannot fold into the optimizer's optax schedule
-    (JX201 folds StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR and OneCycleLR with
-    `cycle_momentum=False`): LambdaLR (the lambda receives the epoch as a Python int and may
-    branch on it, which a traced step count cannot do), ReduceLROnPlateau (it reads the
+    (JX201 folds StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, OneCycleLR with
+    `cycle_momentum=False` and LambdaLR): a LambdaLR function that reads the step on the host
+    (`int(step)`, `and`/`or` on it, loops: a traced step count cannot), ReduceLROnPlateau (it reads the
     validation loss), chained or sequential schedulers, OneCycleLR cycling the momentum, a
     scheduler whose optimizer porter cannot see, or one whose `step()` porter cannot place
     relative to the optimizer updates. The line is marked `# porter: manual`.
 
-    Once a scheduler is folded in, reads of torch's learning-rate state are reported the same
-    way: `scheduler.get_last_lr()` (the port's rate is `scheduler(<epoch>)` for the epoch the
-    code means) and `optimizer.param_groups` (an `nnx.Optimizer` has none).
+    Once a scheduler is folded in, `scheduler.get_last_lr()` where the optimizer is in scope
+    under the name it was built with (a parameter of the function, or the same block) becomes
+    `[float(scheduler(optimizer.step[...]))]` (`get_last_lr()[0]`: the float alone; divided by
+    the loader length for a per-epoch scheduler): the rate of the next update, as torch's
+    after as many `scheduler.step()` calls. Elsewhere it is reported, and so is
+    `optimizer.param_groups` (an `nnx.Optimizer` has none).
 
     ## Why
     optax takes the learning rate as a function of the update count; a torch scheduler that
@@ -27,7 +30,8 @@ class LRScheduler(Rule):
     cannot be rewritten mechanically with the same values.
 
     ## Fix safety
-    The fix only adds the `# porter: manual` marker; it changes no code.
+    Safe: `get_last_lr()` reads the same schedule the optimizer uses; otherwise the fix only
+    adds the `# porter: manual` marker.
     """
 
     code = "JX202"
@@ -42,15 +46,15 @@ class LRScheduler(Rule):
             import torch
 
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: 0.95 ** epoch)
+            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: 1.0 if int(epoch) % 2 else 0.5)
             """,
             """
             import torch
 
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: 0.95 ** epoch)  # porter: manual
+            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: 1.0 if int(epoch) % 2 else 0.5)  # porter: manual
             """,
-            title="LambdaLR",
+            title="a LambdaLR function that reads the step on the host (int(epoch))",
         ),
         Example(
             """
