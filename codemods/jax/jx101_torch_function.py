@@ -52,7 +52,6 @@ class TorchFunction(Rule):
             """,
             """
             import torch
-            import torch.nn.functional as F
             import jax
             import jax.numpy as jnp
 
@@ -89,7 +88,6 @@ class TorchFunction(Rule):
                 return F.pad(x, (1, 2, 0, 3), mode="replicate")
             """,
             """
-            import torch.nn.functional as F
             import jax.numpy as jnp
 
             def forward(x):

@@ -44,7 +44,6 @@ class LossFunction(Rule):
                 return F.cross_entropy(logits, y)
             """,
             """
-            import torch.nn.functional as F
             import optax
 
             def loss_fn(logits, y):
@@ -60,7 +59,6 @@ class LossFunction(Rule):
                 return F.cross_entropy(logits, y, ignore_index=pad, label_smoothing=0.1)
             """,
             """
-            import torch.nn.functional as F
             import jax
             import optax
             import jax.numpy as jnp
@@ -78,7 +76,6 @@ class LossFunction(Rule):
                 return F.mse_loss(p, t, reduction="sum"), F.binary_cross_entropy_with_logits(x, y)
             """,
             """
-            import torch.nn.functional as F
             import optax
 
             def losses(p, x, y, t):

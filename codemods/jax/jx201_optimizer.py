@@ -89,8 +89,6 @@ class OptimizerToOptax(Rule):
                     scheduler.step()
             """,
             """
-            import torch.optim as optim
-            from torch.optim.lr_scheduler import StepLR
             import optax
             import flax.nnx as nnx
 
