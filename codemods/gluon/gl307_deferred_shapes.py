@@ -1,0 +1,204 @@
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from porter import astutil
+from porter.context import dotted_name
+from porter.rules import Example, Fix, Rule, Severity
+
+from . import _script as sc
+
+_LAZY_WORDS = ("Lazy",)
+
+
+def _expr_call(stmt: cst.CSTNode) -> Optional[cst.Call]:
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr):
+        value = stmt.body[0].value
+        if isinstance(value, cst.Call):
+            return value
+    return None
+
+
+def _loader_of(iterable: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """``loader`` of ``loader`` / ``enumerate(loader, ...)``."""
+    if isinstance(iterable, cst.Call) and dotted_name(iterable.func) == "enumerate" and iterable.args:
+        return _loader_of(iterable.args[0].value)
+    if isinstance(iterable, (cst.Name, cst.Attribute)):
+        return iterable
+    return None
+
+
+def _target_position(target: cst.BaseExpression, name: str) -> Optional[int]:
+    """Where ``name`` sits in a loop target ``(data, label)`` / ``i, (data, label)``."""
+    if isinstance(target, (cst.Tuple, cst.List)):
+        elements = [e.value for e in target.elements]
+        names = [e.value if isinstance(e, cst.Name) else None for e in elements]
+        if name in names:
+            return names.index(name)
+        if len(elements) == 2 and isinstance(elements[1], (cst.Tuple, cst.List)):  # enumerate's (i, batch)
+            return _target_position(elements[1], name)
+    return None
+
+
+class GluonDeferredShapes(Rule):
+    """
+    ## What it does
+    Gives a ported model whose layers learn their input sizes at the first forward (Gluon's
+    deferred initialization: `Dense(units)` without `in_units`, ported as torch lazy
+    modules) its shapes from one sample, on the CPU, before it is moved to the device:
+
+        initialize(net, init_xavier())           initialize(net, init_xavier())
+        net.to(device)                    ->     with torch.no_grad():  # Gluon's deferred shapes ...
+                                                     net.eval()
+                                                     net(torch.utils.data.default_collate([train_data.dataset[0]])[0])
+                                                     net.train()
+                                                 net.to(device)
+
+    The sample is the first item of the dataset of the loader that feeds the model in the
+    training loop of the same function (`for i, (data, label) in enumerate(train_data)` ...
+    `net(data)`), at the position of the model's input in the batch: indexing a dataset draws
+    no random numbers, so the data order is unchanged; evaluation mode and `no_grad` leave
+    BatchNorm's statistics, dropout's generator and the gradients alone. Applies where the
+    port builds lazy modules (`nn.Lazy*`, the emitted `LazyDense`) and the model is moved with
+    a `net.to(device)` statement after its `initialize(net, ...)`. A model whose input is not
+    a batch of such a loader (a generator fed with noise drawn in the loop) is left as it is.
+
+    ## Why
+    torch_xla (2.9) cannot move a lazy module before its first forward: the deferred shape
+    is lost on the XLA device and the first step fails. On the CPU the lazy layers take
+    their shapes (and their initialization) from the sample, and the model moves whole.
+
+    ## Fix safety
+    Safe: one forward in evaluation mode without gradients; the parameters get the shapes
+    and initial values the first training forward would give them.
+    """
+
+    code = "GL307"
+    name = "gluon-deferred-shapes"
+    target = "torch"
+    summary = "lazy (deferred-shape) models: one CPU sample through the model before net.to(device)"
+    severity = Severity.ERROR
+    needs_text = _LAZY_WORDS
+    examples = [
+        Example(
+            """
+            import torch
+
+            def main(train_data, device):
+                net = torch.nn.Sequential(torch.nn.LazyLinear(10))
+                initialize(net)
+                net.to(device)
+                for i, (data, label) in enumerate(train_data, start=1):
+                    data = data.to(device)
+                    output = net(data)
+            """,
+            """
+            import torch
+            import torch.utils.data
+
+            def main(train_data, device):
+                net = torch.nn.Sequential(torch.nn.LazyLinear(10))
+                initialize(net)
+                # Gluon's deferred shapes: the lazy layers take theirs from one sample, on the CPU, before the move
+                with torch.no_grad():
+                    net.eval()
+                    net(torch.utils.data.default_collate([train_data.dataset[0]])[0])
+                    net.train()
+                net.to(device)
+                for i, (data, label) in enumerate(train_data, start=1):
+                    data = data.to(device)
+                    output = net(data)
+            """,
+        ),
+    ]
+    valid = [
+        "import torch\nnet = torch.nn.Linear(2, 3)\ninitialize(net)\nnet.to(device)\n",
+    ]
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if not isinstance(node.body, cst.IndentedBlock) or not self._builds_lazy_modules():
+            return
+        body = list(node.body.body)
+        for i, stmt in enumerate(body):
+            move = _expr_call(stmt)
+            if move is None or astutil.method_name(move) != "to" or len(move.args) != 1 or i == 0:
+                continue
+            model = dotted_name(move.func.value)
+            init = _expr_call(body[i - 1])
+            if model is None or init is None or dotted_name(init.func) != "initialize" or not init.args \
+                    or dotted_name(init.args[0].value) != model:
+                continue
+            sample = self._sample(body[i + 1:], model)
+            if sample is None:
+                continue
+            torch = sc.torch_name(self.ctx)
+            data = self.ctx.module_alias("torch.utils.data")
+            if isinstance(sample, str):  # an input drawn in the loop: zeros of its shape, batch 1
+                example, imports = sample, ("torch",)
+            else:
+                loader, position = sample
+                example, imports = f"{data}.default_collate([{sc.code(loader)}.dataset[0]])[{position}]", ("torch", "torch.utils.data")
+            block = cst.parse_statement(
+                f"with {torch}.no_grad():\n"
+                f"    {model}.eval()\n"
+                f"    {model}({example})\n"
+                f"    {model}.train()\n")
+            block = block.with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(
+                "# Gluon's deferred shapes: the lazy layers take theirs from one sample, on the CPU, before the move"))])
+            self.report(stmt, f"{model} has lazy layers: one sample through it on the CPU before {model}.to(...)",
+                        Fix((self.replace(stmt, astutil.insert_before([block])),), imports=imports))
+
+    def _builds_lazy_modules(self) -> bool:
+        """The file constructs a lazy module (a call of `nn.LazyLinear`, `LazyDense`, ...)."""
+        key = ("gluon.builds_lazy", self.ctx.module)
+        if key not in self.ctx.cache:
+            self.ctx.cache[key] = any(
+                isinstance(c, cst.Call) and (dotted_name(c.func) or "").split(".")[-1].startswith("Lazy")
+                for c in astutil.walk(self.ctx.module, into_functions=True))
+        return self.ctx.cache[key]
+
+    def _sample(self, after: list, model: str):
+        for stmt in after:
+            for loop in astutil.walk(stmt):
+                if not isinstance(loop, cst.For):
+                    continue
+                loader = _loader_of(loop.iter)
+                if loader is None:
+                    continue
+                for call in astutil.calls_in(loop.body):
+                    if dotted_name(call.func) == model and call.args and isinstance(call.args[0].value, cst.Name):
+                        name = call.args[0].value.value
+                        position = _target_position(loop.target, name)
+                        if position is not None:
+                            return loader, position
+                        drawn = self._drawn(loop, name)
+                        if drawn is not None:
+                            return drawn
+        return None
+
+    def _drawn(self, loop: cst.For, name: str) -> Optional[str]:
+        """For ``name = torch.randn((batch, c, h, w), device=d)`` in the loop (randn, rand,
+        zeros, ones): ``torch.zeros((1, c, h, w))``, when c, h, w are read from names the loop
+        does not bind."""
+        bound_in_loop = {n for s in astutil.walk(loop) if isinstance(s, cst.Assign)
+                         for t in s.targets for n in astutil.target_names(t.target)}
+        bound_in_loop |= set(astutil.target_names(loop.target))
+        for n in astutil.walk(loop.body):
+            if not (isinstance(n, cst.Assign) and len(n.targets) == 1 and dotted_name(n.targets[0].target) == name):
+                continue
+            value = n.value
+            q = sc.qualname(self.ctx, value.func) if isinstance(value, cst.Call) else None
+            if q not in ("torch.randn", "torch.rand", "torch.zeros", "torch.ones") or not value.args:
+                return None
+            shape = value.args[0].value
+            if not isinstance(shape, (cst.Tuple, cst.List)) or len(shape.elements) < 2:
+                return None
+            rest = shape.elements[1:]
+            reads = {x.value for e in rest for x in astutil.walk(e.value) if isinstance(x, cst.Name)}
+            if reads & bound_in_loop:
+                return None
+            dims = ", ".join(["1", *(sc.code(e.value) for e in rest)])
+            return f"{sc.torch_name(self.ctx)}.zeros(({dims}))"
+        return None
