@@ -55,6 +55,10 @@ class GluonLayers(Rule):
     unbiased batch variance (n/(n-1) times Gluon's biased one) in the forward, where Gluon
     updates it in the backward.
 
+    Gradients: mxnet 1.9.1's SELU backward is wrong for negative inputs (measured: at x = -3
+    it gives 0.0028 where the derivative is 0.0875, torch's value); the port's `nn.SELU` has
+    the true gradient, so training through a SELU differs from MXNet's there.
+
     Lazy layers: under torch_xla 2.9 a lazy layer moved to the XLA device before its
     parameters exist loses its deferred shape (the uninitialized parameter becomes an empty
     one): run one forward, or `load_state_dict`, before `model.to(xla_device)`. The JAX

@@ -65,15 +65,16 @@ class GRUTagger(gluon.HybridBlock):
 
 
 class NormActs(gluon.HybridBlock):
-    """(N, 6) -> (N, 6): LayerNorm after a Dense, PReLU with a channel each, ELU, SELU, GELU, Swish."""
+    """(N, 6) -> (N, 6): LayerNorm after a Dense, PReLU with a channel each, ELU, SELU, GELU, Swish.
+    (MXNet 1.9.1's SELU backward is wrong for negative inputs: `selu=False` puts an ELU there.)"""
 
-    def __init__(self, **kwargs):
+    def __init__(self, selu=True, **kwargs):
         super(NormActs, self).__init__(**kwargs)
         self.fc = nn.Dense(6, in_units=6)
         self.ln = nn.LayerNorm(epsilon=1e-6)
         self.prelu = nn.PReLU(in_channels=6)
         self.elu = nn.ELU(0.5)
-        self.selu = nn.SELU()
+        self.selu = nn.SELU() if selu else nn.ELU()
         self.gelu = nn.GELU()
         self.swish = nn.Swish()
 
