@@ -104,8 +104,11 @@ _UNARY = {
     "sin": "{t}.sin", "cos": "{t}.cos", "floor": "{t}.floor", "ceil": "{t}.ceil", "sign": "{t}.sign",
     "log1p": "{t}.log1p", "expm1": "{t}.expm1", "reciprocal": "{t}.reciprocal", "erf": "{t}.erf",
     "softsign": "{t}.nn.functional.softsign",
+    "log2": "{t}.log2", "log10": "{t}.log10", "arcsin": "{t}.asin", "arccos": "{t}.acos", "arctan": "{t}.atan",
+    "sinh": "{t}.sinh", "cosh": "{t}.cosh", "trunc": "{t}.trunc", "fix": "{t}.trunc",
 }
-_POSITIVE = {"log", "sqrt", "rsqrt", "reciprocal", "log1p"}
+_POSITIVE = {"log", "sqrt", "rsqrt", "reciprocal", "log1p", "log2", "log10"}
+_UNIT = {"arcsin", "arccos"}  # inputs in (-1, 1)
 
 
 def _unary(fn: str):
@@ -115,9 +118,16 @@ def _unary(fn: str):
     return build
 
 
+def _unary_input(name: str) -> str:
+    if name in _POSITIVE:
+        return "a * a + 0.5"
+    if name in _UNIT:
+        return "a / (a * a + 1.5)"
+    return "a"
+
+
 for _name, _fn in _UNARY.items():
-    _add(_name, ("data",), _unary(_fn),
-         [Case(f"OP({'a + 1.5' if _name in _POSITIVE else 'a'})", {"a": (3, 4)})])
+    _add(_name, ("data",), _unary(_fn), [Case(f"OP({_unary_input(_name)})", {"a": (3, 4)})])
 
 _ACT = {"relu": "{t}.relu({x})", "sigmoid": "{t}.sigmoid({x})", "tanh": "{t}.tanh({x})",
         "softrelu": "{t}.nn.functional.softplus({x})", "softsign": "{t}.nn.functional.softsign({x})"}
@@ -521,6 +531,63 @@ _add("split", ("data", "num_outputs", "axis", "squeeze_axis"), _split,
      aliases=("SliceChannel",))
 
 
+def _tile(b: Bound, t: str) -> str:
+    _unknown(b)
+    return f"{t}.tile({_x(b)}, {b.text('reps')})"
+
+
+_add("tile", ("data", "reps"), _tile, [Case("OP(a, reps=(2, 1))", {"a": (2, 3)}), Case("OP(a, (2,))", {"a": (2, 3)})])
+
+
+def _repeat(b: Bound, t: str) -> str:
+    _unknown(b)
+    axis = b.get("axis")
+    if axis is None or literal(axis) is None:
+        return f"{t}.repeat_interleave({_x(b)}, {b.text('repeats')})"
+    return f"{t}.repeat_interleave({_x(b)}, {b.text('repeats')}, dim={code(axis)})"
+
+
+_add("repeat", ("data", "repeats", "axis"), _repeat,
+     [Case("OP(a, repeats=2, axis=1)", {"a": (2, 3)}), Case("OP(a, 3)", {"a": (2, 3)})])
+
+
+def _broadcast_to(b: Bound, t: str) -> str:
+    _unknown(b)
+    shape = b.lit("shape")
+    if not isinstance(shape, tuple) or any(not isinstance(s, int) or s == 0 for s in shape):
+        raise Manual("broadcast_to with a shape that is not a literal tuple without 0 (0 keeps a dimension in MXNet)")
+    return f"{atom(b.get('data'))}.expand({code(b.get('shape'))})"
+
+
+_add("broadcast_to", ("data", "shape"), _broadcast_to, [Case("OP(a, shape=(3, 4))", {"a": (1, 4)})])
+
+
+def _broadcast_like(b: Bound, t: str) -> str:
+    _unknown(b)
+    _no(b, lhs_axes=None, rhs_axes=None)
+    return f"{atom(b.get('lhs'))}.expand_as({code(b.get('rhs'))})"
+
+
+_add("broadcast_like", ("lhs", "rhs", "lhs_axes", "rhs_axes"), _broadcast_like,
+     [Case("OP(a, b)", {"a": (1, 4), "b": (3, 4)})])
+
+
+def _pick(b: Bound, t: str) -> str:
+    _unknown(b)
+    _no(b, mode="clip")
+    axis = b.lit("axis", -1)
+    keep = b.lit("keepdims", False)
+    if not isinstance(axis, int) or keep not in (True, False):
+        raise Manual("pick with a non-literal axis or keepdims")
+    index = f"{atom(b.get('index'))}.long().unsqueeze({axis})"
+    picked = f"{t}.gather({_x(b)}, {axis}, {index})"
+    return picked if keep else f"{picked}.squeeze({axis})"
+
+
+_add("pick", ("data", "index", "axis", "mode", "keepdims"), _pick,
+     [Case("OP(a, b)", {"a": (3, 5), "b": "int:(3,)"}), Case("OP(a, b, axis=0, keepdims=True)", {"a": (5, 3), "b": "int:(3,)"})])
+
+
 # ----------------------------------------------------------------------------------------
 # mx.np (NumPy semantics: full reductions are 0-d, argmax gives int64) and mx.npx
 # ----------------------------------------------------------------------------------------
@@ -533,8 +600,7 @@ def _np_add(name, params, build, cases=(), variadic=False):
 
 for _name in ("exp", "log", "sqrt", "abs", "square", "negative", "sin", "cos", "tanh", "floor", "ceil", "sign",
               "log1p", "expm1", "reciprocal"):
-    _np_add(_name, ("data",), _unary(_UNARY[_name]),
-            [Case(f"OP({'a + 1.5' if _name in _POSITIVE else 'a'})", {"a": (3, 4)})])
+    _np_add(_name, ("data",), _unary(_UNARY[_name]), [Case(f"OP({_unary_input(_name)})", {"a": (3, 4)})])
 _np_add("absolute", ("data",), _unary("{t}.abs"), [Case("OP(a)", {"a": (3, 4)})])
 
 
