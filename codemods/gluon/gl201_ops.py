@@ -173,3 +173,7 @@ class GluonOps(Rule):
         self.report(node, "reshape with MXNet's special codes: gluon_reshape", Fix((
             self.replace(node, lambda n: cst.parse_expression(
                 f"gluon_reshape({_model.code(n.func.value)}, {shape_code})")), edit), imports=imports))
+
+
+GluonOps.__doc__ = (GluonOps.__doc__ or "").rstrip() + "\n\n    ## The table\n\n" + "\n".join(
+    "    " + line if line else "" for line in _ops_table.render_markdown().splitlines()) + "\n"
