@@ -773,3 +773,37 @@ def render_markdown() -> str:
             out.append(f"| `{expr}` | `{torch_text}` |")
         out.append("")
     return "\n".join(out)
+
+
+def all_f_calls_translate(fn: cst.FunctionDef) -> bool:
+    """Whether every ``F.<op>(...)`` in ``hybrid_forward(self, F, ...)`` has a translation
+    (GL101 keeps ``F`` and the Gluon signature otherwise, so the untranslated call stays
+    visible and reported)."""
+    from porter import astutil
+
+    params = fn.params.params
+    if len(params) < 2:
+        return True
+    f = params[1].name.value
+    for node in astutil.walk(fn.body, into_functions=True):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name) \
+                and node.func.value.value == f:
+            op = OPS.get(node.func.attr.value)
+            if op is None:
+                return False
+            try:
+                build(op, node, "torch")
+            except Manual:
+                return False
+        elif isinstance(node, cst.Name) and node.value == f and not _is_call_receiver(node, fn):
+            return False  # F passed on or used otherwise
+    return True
+
+
+def _is_call_receiver(name: cst.Name, fn: cst.FunctionDef) -> bool:
+    from porter import astutil
+
+    for node in astutil.walk(fn.body, into_functions=True):
+        if isinstance(node, cst.Attribute) and node.value is name:
+            return True
+    return False
