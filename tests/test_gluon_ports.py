@@ -163,6 +163,63 @@ def _emitted_reader():
 
 
 # --------------------------------------------------------------------------------------
+# The emitted Gluon weight converter in each port: a file MXNet wrote, loaded into the port's
+# model (torch_xla: load_gluon_parameters; JAX: the numpy reader, which survives the JAX rules
+# unchanged, chained into the port's own load_torch_state_dict)
+# --------------------------------------------------------------------------------------
+# (target, fixture) -> what is missing
+CONVERTER_XFAIL: dict[tuple[str, str], str] = {}
+
+
+@pytest.fixture(scope="module")
+def gluon_files(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("gluon_files")
+    proc = subprocess.run([_mxnet_python(), str(REPO / "tests" / "data" / "gluon" / "mxnet_reference.py"), str(folder)],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return folder
+
+
+def _converter_case(target, fx):
+    marks = [pytest.mark.slow]
+    if (target, fx.name) in CONVERTER_XFAIL:
+        marks.append(pytest.mark.xfail(strict=True, reason=CONVERTER_XFAIL[target, fx.name]))
+    return pytest.param(target, fx, marks=marks, id=f"{target}-{fx.name}")
+
+
+@pytest.mark.parametrize("target,fx", [_converter_case(t, fx) for t, fx in CASES])
+def test_port_loads_the_originals_parameter_file(gluon_files, target, fx, tmp_path):
+    """In a fresh process: import the port (its __main__ block does not run), build port.toml's
+    model, load the file MXNet's save_parameters wrote with the port's own code, and read back
+    every array under its torch name."""
+    code = f"""
+import sys, importlib.util
+import numpy as np
+spec = importlib.util.spec_from_file_location("port", {str(fx.expected)!r})
+port = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(port)
+expected = dict(np.load({str(gluon_files / (fx.name + '.port.npz'))!r}))
+path = {str(gluon_files / (fx.name + '.port.params'))!r}
+if {target!r} == "jax":
+    import flax.nnx as nnx
+    model = eval({fx.model!r}[:-1] + ", rngs=nnx.Rngs(0))", {{**vars(port), "nnx": nnx}})
+    port.load_torch_state_dict(model, port.read_gluon_parameters(path))
+    got = port.torch_state_dict(model)
+else:
+    model = eval({fx.model!r}, vars(port))
+    port.load_gluon_parameters(model, path)
+    got = {{k: v.detach().cpu().numpy() for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")}}
+assert sorted(got) == sorted(expected), (sorted(got), sorted(expected))
+for key in expected:
+    np.testing.assert_allclose(got[key], expected[key], rtol=0, atol=0, err_msg=key)
+print("ok", len(expected))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PJRT_DEVICE": "CPU"}, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.startswith("ok"), proc.stderr[-3000:]
+
+
+# --------------------------------------------------------------------------------------
 # Model-level verification against the original in MXNet
 # --------------------------------------------------------------------------------------
 def _verify_case(target, fx):

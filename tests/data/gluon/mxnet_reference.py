@@ -63,6 +63,31 @@ def parameter_files():
     np.savez(OUT / "gru.npz", **{n: p.data().asnumpy() for n, p, _ in torch_style_names(gru)})
 
 
+def fixture_models():
+    """Each fixture's model as port.toml names it (`model`, `inputs`), initialized, one
+    recorded step, saved: `<name>.port.params` and the arrays under torch-style names."""
+    import tomllib
+
+    mx.random.seed(4)
+    for name in MODELS:
+        conf = tomllib.loads((REPO / "fixtures" / "mxnet" / name / "port.toml").read_text())
+        module = load(name)
+        net = eval(conf["model"], vars(module))
+        net.initialize(mx.init.Normal(0.5))
+        dtype, rest = conf["inputs"][0].split("[", 1)
+        shape = tuple(int(d) for d in rest.split("]")[0].split(","))
+        if dtype.startswith("int"):
+            x = mx.nd.random.randint(0, int(rest.split("<")[1]), shape=shape).astype("float32")
+        else:
+            x = mx.nd.random.normal(shape=shape)
+        with autograd.record():
+            out = net(x)
+            out = out[0] if isinstance(out, tuple) else out
+        out.backward()
+        net.save_parameters(str(OUT / f"{name}.port.params"))
+        np.savez(OUT / f"{name}.port.npz", **{n: p.data().asnumpy() for n, p, _ in torch_style_names(net)})
+
+
 def adam():
     """5 steps of gluon.Trainer's adam on a problem with small gradients (where epsilon's
     placement shows), from fixed weights and gradient scales."""
@@ -106,5 +131,6 @@ def metrics():
 
 if __name__ == "__main__":
     parameter_files()
+    fixture_models()
     adam()
     metrics()
