@@ -348,26 +348,36 @@ def test_ported_model_runs_on_xla(name, mxnet_python, tmp_path):
     assert worst <= 1e-4
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("original, expr, inputs", [
-    (FIXTURES["lstm_lm"].original, FIXTURES["lstm_lm"].model, FIXTURES["lstm_lm"].inputs),
-    pytest.param(LAYERS_FILE, "NormActs(selu=False)", ["float32[5,6]"], marks=pytest.mark.xfail(
+# torch_xla's training-mode BatchNorm on the CPU is ~4e-5 from MXNet (docs/mxnet.md): the CNN's
+# forward downstream of bn2 is compared at that tolerance
+VERIFY_ATOL = {"cnn_bn_dropout": 5e-5}
+
+
+def _verify_params():
+    params = [pytest.param(fx.original, fx.model, fx.inputs, VERIFY_ATOL.get(name), id=name)
+              for name, fx in sorted(FIXTURES.items())]
+    params.append(pytest.param(LAYERS_FILE, "NormActs(selu=False)", ["float32[5,6]"], None, id="NormActs", marks=pytest.mark.xfail(
         strict=True, reason="torch_xla 2.9: ELU's backward on the XLA device is wrong for negative inputs (it gives "
-                            "x + alpha where the derivative is alpha * exp(x)); eager torch agrees with MXNet")),
-], ids=["lstm_lm", "NormActs"])
-def test_porter_verify_accepts_the_port(original, expr, inputs, mxnet_python, tmp_path):
+                            "x + alpha where the derivative is alpha * exp(x)); eager torch agrees with MXNet")))
+    return params
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("original, expr, inputs, atol", _verify_params())
+def test_porter_verify_accepts_the_port(original, expr, inputs, atol, mxnet_python, tmp_path):
     """The whole model-level verification (`porter verify ORIGINAL PORT --model ... --input
-    ...`): the original in MXNet, the port on torch_xla, forward, gradients and 5 SGD steps.
-    (Ports with lazy layers need the torch side to skip its shape check for uninitialized
-    parameters, which load_state_dict then materializes.)"""
+    ...`) of the ported model code: the original in MXNet, the port on torch_xla; layer
+    outputs, outputs, gradients and 5 SGD steps within the tolerances."""
     port_file = tmp_path / "port.py"
     port_file.write_text(port(model_source(Path(original), expr)))
     args = [str(REPO / ".venv" / "bin" / "python"), "-m", "porter", "verify", str(original), str(port_file),
             "--model", expr, *[a for spec in inputs for a in ("--input", spec)], "--format", "json"]
+    if atol:
+        args += ["--atol", str(atol)]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=REPO,
                           env=dict(os.environ, PJRT_DEVICE="CPU", PORTER_MXNET_PYTHON=mxnet_python, OMP_NUM_THREADS="1"))
     report = json.loads(proc.stdout)
     assert proc.returncode == 0 and report["passed"], report["summary"]
     forward = [t["max_abs"] for t in report["tensors"] if t["phase"] in ("layer", "output")]
-    assert forward and max(forward) <= 1e-5
+    assert forward and max(forward) <= (atol or 2e-5)
     print(f"{expr}: {report['summary']}")
