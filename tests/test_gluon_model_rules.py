@@ -162,6 +162,7 @@ LAYER_MODELS = [  # (model, inputs, the layers left lazy)
     ("DenseBN()", ["float32[8,10]"], []),
     ("GRUTagger()", ["int64[4,6]<20"], []),
     ("NormActs()", ["float32[5,6]"], []),
+    ("lenet()", ["float32[2,1,12,12]"], ["0", "4"]),
 ]
 
 

@@ -626,7 +626,7 @@ def helpers_edit(ctx: FileContext, names: Sequence[str]) -> tuple[Edit, tuple[st
 
 
 _ALL = ("Dense", "LazyDense", "init_xavier", "init_normal", "init_uniform", "init_constant", "init_zero",
-        "init_one", "with_init", "initialize", "begin_state", "gluon_reshape")
+        "init_one", "with_init", "initialize", "begin_state", "gluon_reshape", "with_activation")
 
 
 def _emitted_names() -> frozenset:

@@ -243,8 +243,9 @@ def _conv(kind: str, b: Bound, nn: str, dims: int, transpose: bool) -> Plan:
     layout = _lit(b, "layout", None)
     if layout not in (None, "NCW", "NCHW", "NCDHW"):
         raise Manual(f"{kind}(layout={layout!r}): torch convolves channels-first")
-    if _lit(b, "activation", None) is not None:
-        raise Manual(f"{kind}(activation=...): apply the activation after the layer in forward")
+    act = _lit(b, "activation", None)
+    if act is not None and act not in _ACTIVATIONS:
+        raise Manual(f"{kind}(activation={act!r})")
     parts = [b.text("channels"), b.text("kernel_size")]
     _kw(parts, "stride", b, "strides", 1)
     _kw(parts, "padding", b, "padding", 0)
@@ -255,7 +256,10 @@ def _conv(kind: str, b: Bound, nn: str, dims: int, transpose: bool) -> Plan:
     _bias(parts, b)
     torch_kind = f"ConvTranspose{dims}d" if transpose else f"Conv{dims}d"
     args = ", ".join(parts)
-    return Plan(f"{nn}.{torch_kind}({{in}}, {args})", f"{nn}.Lazy{torch_kind}({args})", in_arg="in_channels",
+    known, lazy = f"{nn}.{torch_kind}({{in}}, {args})", f"{nn}.Lazy{torch_kind}({args})"
+    if act is not None:
+        known, lazy = f'with_activation({known}, "{act}")', f'with_activation({lazy}, "{act}")'
+    return Plan(known, lazy, ["with_activation"] if act is not None else [], in_arg="in_channels",
                 accepts=("conv1d", "conv2d", "conv3d"))
 
 

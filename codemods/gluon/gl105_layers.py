@@ -20,6 +20,7 @@ class GluonLayers(Rule):
     | `Dense(units)` after a Dense (2-D input), `flatten=False` | `nn.Linear(in, units)` |
     | `Dense(units, activation=..., flatten=True)` | `Dense(in, units, activation=...)`, an emitted module (`weight`, `bias` at its own level) that flattens all axes but the first and applies the activation: one layer, as in Gluon |
     | `Conv1D/2D/3D`, `Conv2DTranspose` | `nn.Conv2d(in, channels, kernel_size, stride=, padding=, ...)`, `nn.ConvTranspose2d` |
+    | `Conv2D(..., activation="relu")` | `with_activation(nn.Conv2d(...), "relu")`: the layer with a forward hook applying the activation (emitted), one layer as in Gluon |
     | `BatchNorm(momentum=0.9, epsilon=1e-5)` | `nn.BatchNorm2d(C)` (torch's momentum is 1 - Gluon's: 0.1) |
     | `Dropout(rate)`, `Activation("relu")`, `LeakyReLU(a)`, `Flatten()` | `nn.Dropout(rate)`, `nn.ReLU()`, `nn.LeakyReLU(a)`, `nn.Flatten()` |
     | `MaxPool2D`, `AvgPool2D`, `GlobalAvgPool2D` | `nn.MaxPool2d`, `nn.AvgPool2d`, `nn.AdaptiveAvgPool2d(1)` |
@@ -38,8 +39,7 @@ class GluonLayers(Rule):
     `nn.Conv2d(in_channels, ...) if in_channels else nn.LazyConv2d(...)`.
 
     A layer's own `weight_initializer=` is kept with the layer (`with_init(layer,
-    weight=init)`) for `initialize` (GL106). Arguments torch has no counterpart for (a Conv's
-    `activation=`, channels-last layouts, `Dropout(axes=)`, BatchNorm without gamma/beta or
+    weight=init)`) for `initialize` (GL106). Arguments torch has no counterpart for (channels-last layouts, `Dropout(axes=)`, BatchNorm without gamma/beta or
     with `use_global_stats`, shared `params=`, an LSTM without `input_size`) are reported and
     the line is marked `# porter: manual`.
 
@@ -200,7 +200,8 @@ class GluonLayers(Rule):
         except Manual as exc:
             _model.report_manual(self, node, str(exc))
             return
-        helpers = [h for h in plan.helpers if (h in ("Dense",) and mode != "lazy") or (h == "LazyDense" and mode != "known")]
+        helpers = [h for h in plan.helpers if (h in ("Dense",) and mode != "lazy") or (h == "LazyDense" and mode != "known")
+                   or h not in ("Dense", "LazyDense")]
         helpers += init_helpers
         parent = self.ctx.parent
 

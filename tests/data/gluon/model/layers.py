@@ -81,3 +81,14 @@ class NormActs(gluon.HybridBlock):
     def hybrid_forward(self, F, x):
         h = self.prelu(self.ln(self.fc(x)))
         return self.swish(self.gelu(self.selu(self.elu(h))))
+
+
+def lenet():
+    """(N, 1, 12, 12) -> (N, 10): convolutions with Gluon's activation= (one layer each)."""
+    net = nn.HybridSequential()
+    net.add(nn.Conv2D(6, kernel_size=5, activation="relu"))
+    net.add(nn.MaxPool2D())
+    net.add(nn.Conv2D(16, 3, activation="sigmoid", padding=1))
+    net.add(nn.Flatten())
+    net.add(nn.Dense(10))
+    return net
