@@ -112,6 +112,36 @@ class GluonDeferredShapes(Rule):
                     output = net(data)
             """,
         ),
+        Example(
+            """
+            import torch
+
+            def main(loader, device, nz):
+                netG = torch.nn.Sequential(torch.nn.LazyConvTranspose2d(8, 4))
+                initialize(netG)
+                netG.to(device)
+                for data, _ in loader:
+                    noise = torch.randn((data.shape[0], nz, 1, 1), device=device)
+                    fake = netG(noise)
+            """,
+            """
+            import torch
+
+            def main(loader, device, nz):
+                netG = torch.nn.Sequential(torch.nn.LazyConvTranspose2d(8, 4))
+                initialize(netG)
+                # Gluon's deferred shapes: the lazy layers take theirs from one sample, on the CPU, before the move
+                with torch.no_grad():
+                    netG.eval()
+                    netG(torch.zeros((1, nz, 1, 1)))
+                    netG.train()
+                netG.to(device)
+                for data, _ in loader:
+                    noise = torch.randn((data.shape[0], nz, 1, 1), device=device)
+                    fake = netG(noise)
+            """,
+            title="a generator fed with noise drawn in the loop: zeros of its shape, batch 1",
+        ),
     ]
     valid = [
         "import torch\nnet = torch.nn.Linear(2, 3)\ninitialize(net)\nnet.to(device)\n",
