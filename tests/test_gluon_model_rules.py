@@ -284,7 +284,7 @@ def test_untranslatable_constructs_are_marked_manual():
         class Net(gluon.HybridBlock):
             def __init__(self, **kwargs):
                 super(Net, self).__init__(**kwargs)
-                self.conv = nn.Conv2D(8, 3, activation="relu")
+                self.conv = nn.Conv2D(8, 3, layout="NHWC")
                 self.norm = nn.InstanceNorm()
 
             def hybrid_forward(self, F, x):

@@ -222,8 +222,9 @@ SIGNATURES = {
 @dataclass(frozen=True)
 class Size:
     """What flows out of a layer: its feature/channel count as code (None: unknown) and the
-    kind of tensor ("dense": (N, C) rows of a Dense/Embedding, "conv1d"/"conv2d"/"conv3d":
-    channels-first feature maps, None: unknown)."""
+    kind of tensor ("dense": (N, C) rows of a flattening Dense, "last": C on the last axis of
+    a tensor of unknown rank (an Embedding, a Dense with flatten=False), "conv1d"/"conv2d"/
+    "conv3d": channels-first feature maps, None: unknown)."""
 
     features: Optional[str]
     kind: Optional[str]
@@ -314,12 +315,14 @@ def output_size(expr: cst.BaseExpression, ctx: FileContext, before: Size = UNKNO
         return _substitute(node, helper, expr) if helper is not None else code(node)
 
     if name == "Dense":
-        return Size(text("units"), "dense")
+        # flatten=True gives (N, units) rows; flatten=False keeps the leading axes (units on the last one)
+        flatten = literal(b.get("flatten")) if b.get("flatten") is not None else True
+        return Size(text("units"), {True: "dense", False: "last"}.get(flatten) if isinstance(flatten, bool) else None)
     dims = _conv_dims(name)
     if dims:
         return Size(text("channels"), f"conv{dims}d")
     if name == "Embedding":
-        return Size(text("output_dim"), "dense")
+        return Size(text("output_dim"), "last")  # (..., output_dim): the indices' axes, then the vector
     if name in _PASS_THROUGH:
         return before
     return UNKNOWN

@@ -84,7 +84,7 @@ def plan(kind: str, b: Bound, size: Size, nn: str, ctx: FileContext, call: cst.C
         units = b.text("units")
         extra = []
         _bias(extra, b)
-        plain = act is None and (flatten is False or size.kind == "dense")
+        plain = act is None and (flatten is False or size.kind == "dense")  # a flatten of (N, C) changes nothing
         helper_extra = list(extra)
         if flatten is False:
             helper_extra.append("flatten=False")
@@ -102,7 +102,10 @@ def plan(kind: str, b: Bound, size: Size, nn: str, ctx: FileContext, call: cst.C
             lazy, lazy_helpers = f"{nn}.LazyLinear({units}{tail})", []
         else:
             lazy, lazy_helpers = f"LazyDense({units}{htail})", ["LazyDense"]
-        return Plan(known, lazy, helpers + lazy_helpers, in_arg="in_units", accepts=("dense",))
+        # flatten=True flattens all but the first axis: the size is known only for (N, C) rows;
+        # flatten=False works on the last axis
+        return Plan(known, lazy, helpers + lazy_helpers, in_arg="in_units",
+                    accepts=("dense",) if flatten is not False else ("dense", "last"))
     if dims and "Transpose" not in kind:
         return _conv(kind, b, nn, dims, transpose=False)
     if dims:
@@ -207,7 +210,7 @@ def plan(kind: str, b: Bound, size: Size, nn: str, ctx: FileContext, call: cst.C
         if e is not None and _model.literal(e) != 1e-5:
             extra.append(f"eps={code(e)}")
         tail = "".join(", " + x for x in extra)
-        return Plan(f"{nn}.LayerNorm({{in}}{tail})", None, in_arg="in_channels", accepts=("dense",))
+        return Plan(f"{nn}.LayerNorm({{in}}{tail})", None, in_arg="in_channels", accepts=("dense", "last"))
     if kind == "PReLU":
         init = b.get("alpha_initializer")
         parts = []
