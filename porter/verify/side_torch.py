@@ -161,8 +161,15 @@ def _run(request: dict) -> dict:
     # every submodule's output of the first forward, in execution order
     layer_out: list[tuple[str, object]] = []
     names = {id(m): n for n, m in model.named_modules() if n}
-    hooks = [m.register_forward_hook(lambda mod, _i, out: layer_out.append((names[id(mod)], out)))
-             for m in model.modules() if id(m) in names]
+
+    def record(mod, _inputs, out):
+        # copied now: a later in-place op (nn.ReLU(inplace=True), `out += identity`) would
+        # otherwise change what this layer is recorded to have produced
+        sub: list = []
+        _flatten(out, "", sub)
+        layer_out.append((names[id(mod)], [(suffix, t.detach().clone()) for suffix, t in sub]))
+
+    hooks = [m.register_forward_hook(record) for m in model.modules() if id(m) in names]
 
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     opt_name = request["optimizer"]
@@ -216,11 +223,9 @@ def _run(request: dict) -> dict:
         if step == 1:
             for h in hooks:
                 h.remove()
-            for name, o in layer_out:
-                sub: list = []
-                _flatten(o, "", sub)
+            for name, sub in layer_out:
                 for suffix, t in sub:
-                    kept.append((f"layer/{name}{'.' + suffix if suffix else ''}", t.detach().clone()))
+                    kept.append((f"layer/{name}{'.' + suffix if suffix else ''}", t))
             for suffix, t in flat:
                 kept.append((f"output/{suffix or '0'}", t.detach().clone()))
             for n, p in params:
