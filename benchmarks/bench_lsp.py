@@ -101,7 +101,7 @@ def build_document(lines: int = 3000) -> str:
 def function_edits(text: str, count: int) -> list[tuple[int, str]]:
     """``count`` one-line edits inside functions spread over ``text``: (0-based line, the line
     to insert there), each a new statement before the first plain statement of a top-level
-    function's body, at its indentation."""
+    function's body, at its indentation; for applying in order."""
     module = cst.parse_module(text)
     positions = engine.node_positions(module)
     spots = []
@@ -111,7 +111,8 @@ def function_edits(text: str, count: int) -> list[tuple[int, str]]:
             if first is not None:
                 spots.append(positions[first].start)
     chosen = [spots[(i * len(spots)) // count + len(spots) // (2 * count)] for i in range(count)]
-    return [(pos.line - 1, " " * pos.column + f"edited_{i} = {i}\n") for i, pos in enumerate(chosen)]
+    # applied one after the other: each insertion moves the later spots down a line
+    return [(pos.line - 1 + i, " " * pos.column + f"edited_{i} = {i}\n") for i, pos in enumerate(chosen)]
 
 
 def apply_edit(text: str, line: int, new_line: str) -> str:
