@@ -237,3 +237,21 @@ def test_functional_import_goes_when_no_use_is_left():
     options = engine.Options(registry.select("jax"), unsafe_fixes=True)
     assert "import torch.nn.functional as F" not in engine.fix(gone, options).source
     assert "import torch.nn.functional as F" in engine.fix(keep, options).source
+
+
+def test_call_of_an_nnx_module_keeps_jnp_methods():
+    """In an NNX module's __call__ the arrays are jnp's: `h.max(1)` is numpy's max over axis 1,
+    `x.repeat(r, axis=0)` numpy's repeat; they are not torch's and stay as written."""
+    from porter import engine, registry
+
+    src = (
+        "import torch\nfrom flax import nnx\n\n"
+        "class Head(nnx.Module):\n"
+        "    def __init__(self, *, rngs):\n"
+        "        self.fc = nnx.Linear(4, 3, rngs=rngs)\n\n"
+        "    def __call__(self, x, reps):\n"
+        "        h = self.fc(x)\n"
+        "        return h.max(1), x.repeat(reps, axis=0), h.sum(1)\n"
+    )
+    out = engine.fix(src, engine.Options(registry.select("jax"), unsafe_fixes=True)).source
+    assert "return h.max(1), x.repeat(reps, axis=0), h.sum(1)" in out

@@ -1952,7 +1952,7 @@ def tensor_names(ctx: FileContext) -> frozenset:
     in_module_forward = False
     if isinstance(scope, cst.FunctionDef):
         cls = _enclosing_class(ctx, scope)
-        in_module_forward = cls is not None and is_module_class(cls, ctx)
+        in_module_forward = cls is not None and is_module_class(cls, ctx) and not _nnx_call(cls, scope, ctx)
         names |= _param_tensors(scope, in_module_forward)
         for anc in ctx.ancestors:  # a closure reads the arrays of the functions around it
             if isinstance(anc, cst.FunctionDef) and anc is not scope:
@@ -2034,6 +2034,19 @@ def _call_site_tensors(ctx: FileContext, fn: cst.FunctionDef) -> set:
         found = here if found is None else found & here
     ctx.cache[key] = found or set()
     return ctx.cache[key]
+
+
+def _nnx_call(cls: cst.ClassDef, fn: cst.FunctionDef, ctx: FileContext) -> bool:
+    """``__call__`` of a Flax NNX module (jnp arrays, whose ``x.max(1)``, ``x.repeat(2)``,
+    ``x.view(dtype)`` mean numpy's): its parameters are not taken for torch tensors. (A torch
+    module's ``forward`` is ported in the pass that renames it.)"""
+    if fn.name.value != "__call__":
+        return False
+    from . import _nnx
+
+    if cls.name.value in _nnx.module_classes(ctx):
+        return _nnx.root_kind(cls, ctx) == "nnx"
+    return any((ctx.qualname(b.value) or "").startswith("flax.") for b in cls.bases)
 
 
 def _jitted_functions(ctx: FileContext) -> frozenset:
