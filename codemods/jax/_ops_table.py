@@ -1997,7 +1997,7 @@ def _call_site_tensors(ctx: FileContext, fn: cst.FunctionDef) -> set:
     gives a tensor: ``loss_function(recon_batch, data, mu, logvar)`` after
     ``recon_batch, mu, logvar = model(data)``. The callers' tensors are their parameters known
     as such and what they assign from tensor expressions (no further call-site reading)."""
-    key = ("ops.call_site_tensors", id(fn))
+    key = ("ops.call_site_tensors", fn)
     if key in ctx.cache:
         return ctx.cache[key]
     ctx.cache[key] = set()
