@@ -72,7 +72,12 @@ def test_there_are_five_gluon_fixtures_for_each_target():
         assert {fx.name for fx in gluon_fixtures(target)} >= {"mlp", "cnn_bn_dropout", "lstm_lm", "dcgan", "resnet"}
 
 
-@pytest.mark.parametrize("target,fx", CASES, ids=IDS)
+def _port_case(target, fx):
+    # a JAX port of a whole Gluon script takes 7-10 s (the JAX rules' passes), a torch_xla one 1-3 s
+    return pytest.param(target, fx, marks=[pytest.mark.slow] if target == "jax" else [], id=f"{target}-{fx.name}")
+
+
+@pytest.mark.parametrize("target,fx", [_port_case(t, fx) for t, fx in CASES])
 def test_port_is_byte_identical_to_expected(target, fx):
     assert fx.expected.is_file(), f"run `python -m porter.fixtures` and review {fx.expected}"
     assert fx.port() == fx.expected.read_text(encoding="utf-8"), \
