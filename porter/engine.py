@@ -375,6 +375,17 @@ def _import_statements(module: cst.Module) -> Iterable[Union[cst.Import, cst.Imp
                 stack.append(part)
 
 
+def _first_stage(chosen: list[Finding], options: Options) -> list[Finding]:
+    """While a front end (MXNet/Gluon -> PyTorch) still has fixes to make, only its fixes are
+    applied: the target's rules take the file once it is PyTorch (a target rule acting on the
+    half-translated text would see a loop before its optimizer step exists)."""
+    from porter.registry import FRONT_END_TARGETS
+
+    targets = {r.code: r.target for r in options.rules}
+    front = [f for f in chosen if targets.get(f.code) in FRONT_END_TARGETS]
+    return front if front and len(front) < len(chosen) else chosen
+
+
 def fix(source: str, options: Options, path: str = "<string>") -> FixResult:
     """Apply every selected fix until nothing changes; then verify a pass changes nothing."""
     module = parse(source)
@@ -387,7 +398,7 @@ def fix(source: str, options: Options, path: str = "<string>") -> FixResult:
         if "porter:" in current:
             attach_positions(module, findings)
             findings = drop_suppressed(current, findings)
-        chosen = [f for f in findings if f.fix is not None and (options.unsafe_fixes or f.fix.safety is Safety.SAFE)]
+        chosen = _first_stage([f for f in findings if f.fix is not None and (options.unsafe_fixes or f.fix.safety is Safety.SAFE)], options)
         if not chosen:
             settled = findings
             break

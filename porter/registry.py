@@ -22,6 +22,7 @@ _PACKAGES = {
 # PyTorch by the "torch" rules, and the target's rules take it from there, in the same
 # fix-until-nothing-changes loop (each pass re-reads the text the previous pass produced).
 _FRONT_ENDS = {"torch-xla": ("torch",), "jax": ("torch",)}
+FRONT_END_TARGETS = frozenset(t for fronts in _FRONT_ENDS.values() for t in fronts)
 
 
 class RegistryError(Exception):
