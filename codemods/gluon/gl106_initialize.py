@@ -70,6 +70,17 @@ class GluonInitialize(Rule):
                 return lambda weight: torch.nn.init.uniform_(weight, -scale, scale)
 
 
+            def _gluon_init_parameter(param, name, own, norm, init):
+                if name in own:
+                    own[name](param)
+                elif norm and name == "weight":
+                    param.fill_(1.0)  # gamma
+                elif name.startswith("bias"):
+                    param.zero_()
+                else:
+                    init(param)
+
+
             def _gluon_init_module(module, init):
                 if isinstance(module, torch.nn.PReLU):
                     return  # Gluon's alpha has its own initializer (Constant(0.25) by default), as torch's
@@ -77,14 +88,7 @@ class GluonInitialize(Rule):
                 norm = isinstance(module, (torch.nn.modules.batchnorm._NormBase, torch.nn.LayerNorm, torch.nn.GroupNorm))
                 with torch.no_grad():
                     for name, param in module.named_parameters(recurse=False):
-                        if name in own:
-                            own[name](param)
-                        elif norm and name == "weight":
-                            param.fill_(1.0)  # gamma
-                        elif name.startswith("bias"):
-                            param.zero_()
-                        else:
-                            init(param)
+                        _gluon_init_parameter(param, name, own, norm, init)
 
 
             def initialize(module, init=None):
