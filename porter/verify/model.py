@@ -186,7 +186,7 @@ def verify_model(req: ModelRequest) -> Report:
                                    req.timeout, req.memory_mb)
         try:
             port, meta_p_path = _start(port_backend, dict(base, file=str(req.port.resolve()), shared=str(work / "original.npz"),
-                                                          cuda_shim=False), work, "port", req.timeout, req.memory_mb, wait_for=ready)
+                                                          original=str(req.original.resolve()), cuda_shim=False), work, "port", req.timeout, req.memory_mb, wait_for=ready)
         except BaseException:
             orig.kill("stopped: the port could not be started")
             raise

@@ -24,8 +24,7 @@ original's file loaded and its model built, under the same HostRandomMode) and d
 step, ``torch.randn`` / ``torch.rand`` of those shapes, in that order — the numbers the
 original's ``torch.randn_like`` / ``rand_like`` get. The port's draws return them: in the eager
 recording pass directly, in the jitted step as an argument of the step (so it still compiles
-once). The original's file is ``request["original"]``, else the one the verifier's original
-side was given (``original.request.json`` next to the shared arrays). When they cannot be
+once). The original's file is ``request["original"]``. When they cannot be
 aligned the note says why and the port's own draws stay (the forward then differs: never
 silently compared on other noise).
 
@@ -432,18 +431,8 @@ class NoiseFeed:
 
 
 def original_file(request: dict) -> "str | None":
-    """The original's file: ``request["original"]``, else the file of the verifier's original
-    side (its request, ``original.request.json``, sits next to the shared arrays)."""
-    import json
-    from pathlib import Path
-
-    if request.get("original"):
-        return request["original"]
-    sibling = Path(os.fspath(request["shared"])).with_name("original.request.json")
-    try:
-        return json.loads(sibling.read_text(encoding="utf-8"))["file"]
-    except (OSError, ValueError, KeyError):
-        return None
+    """The original's file, which the verifier passes to the port's side as ``original``."""
+    return request.get("original")
 
 
 def torch_draws(request: dict, draws: list, steps: int) -> list:
