@@ -362,10 +362,11 @@ def test_adversarial_and_random_edits_mnist(target):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("source", TORCH_XLA + JAX, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}")
+@pytest.mark.parametrize("target,source", [("torch-xla", p) for p in TORCH_XLA] + [("jax", p) for p in JAX],
+                         ids=lambda v: f"{v.parent.parent.name}/{v.parent.name}" if isinstance(v, Path) else v)
 def test_every_fixture(source, target):
-    """Adversarial edits then random ones (20 on LF text, 8 on CRLF text)."""
+    """Adversarial edits then random ones (20 on LF text, 8 on CRLF text), each fixture with
+    the rules of the target it is written for (the MNIST test above crosses them)."""
     for crlf in (False, True):
         checker = run_sequence(target, source.read_text(encoding="utf-8"), seed=len(source.parent.name) * 31 + crlf,
                                n_random=8 if crlf else 20, crlf=crlf)
