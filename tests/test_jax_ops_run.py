@@ -5,6 +5,7 @@ The cases come from the table itself (codemods/jax/_ops_table.py): adding an ent
 tests. Each case is a small module whose `forward` returns the torch expression; porter's JX1
 rules rewrite it; the original runs on torch tensors, the rewrite on JAX arrays.
 """
+import importlib
 import re
 import zlib
 
@@ -24,6 +25,8 @@ mapped_package("porter.codemods", "codemods")
 from porter.codemods.jax import _ops_table as ops  # noqa: E402
 
 RULES = tuple(r for r in registry.rules_for("jax") if r.code.startswith("JX1"))
+MODULE_RANDOM = registry.find("JX014")
+MODULE_SAMPLERS = vars(importlib.import_module(MODULE_RANDOM.__module__))["SAMPLERS"]  # torch samplers it takes
 def _code(o: ops.Op, c: ops.Case) -> str:
     """The rule that ports the case (test ids start with it: `pytest -k JX102`)."""
     if o in ops.LOSSES:
@@ -115,6 +118,11 @@ def run_forward(source: str, inputs):
 def test_entry(entry, case):
     src = module_source(case)
     result = engine.fix(src, engine.Options(RULES))
+    if entry.name in MODULE_SAMPLERS:  # in a module method: JX014's, with the module's nnx.Rngs
+        assert entry.manual and not result.changed  # elsewhere the table's entry says manual
+        ported = engine.fix(src, engine.Options(RULES + (MODULE_RANDOM,))).source
+        assert "jax.random." in ported and "self.rngs.noise()" in ported and "torch.rand" not in ported, ported
+        return
     if entry.manual:
         assert any("manual port needed" in f.message for f in result.remaining), result.remaining
         assert "# porter: manual" in result.source
