@@ -45,7 +45,29 @@ OPTIMIZERS = {
 for _k in list(OPTIMIZERS):
     _short = _k.rsplit(".", 1)[1]
     OPTIMIZERS[f"torch.optim.{_short.lower()}.{_short}"] = OPTIMIZERS[_k]  # torch.optim.sgd.SGD
+# the Gluon front end's Adam (templates/gluon_script_optim.py.j2: a torch.optim.Adam subclass
+# emitted into the port, MXNet's epsilon placement): a name of the file, not an import
+GLUON_ADAM = "porter.gluon.GluonAdam"
+OPTIMIZERS[GLUON_ADAM] = OptimizerSpec(Sig.parse("params, lr, betas, eps, weight_decay"), "0.001")
 _IGNORED = ("foreach", "fused", "differentiable", "capturable")
+
+
+def is_gluon_adam_class(stmt: cst.CSTNode, ctx: FileContext) -> bool:
+    """``class GluonAdam(torch.optim.Adam)`` at module level (the Gluon front end's)."""
+    return (isinstance(stmt, cst.ClassDef) and stmt.name.value == "GluonAdam" and len(stmt.bases) == 1
+            and ctx.qualname(stmt.bases[0].value) in ("torch.optim.Adam", "torch.optim.adam.Adam"))
+
+
+def optimizer_qual(ctx: FileContext, func: cst.CSTNode) -> Optional[str]:
+    """The qualified name of an optimizer class called as ``func``: torch.optim's through
+    the imports, or GLUON_ADAM for the file's own GluonAdam."""
+    qual = ctx.qualname(func)
+    if qual is None and isinstance(func, cst.Name) and func.value == "GluonAdam":
+        if any(is_gluon_adam_class(stmt, ctx) for stmt in ctx.module.body):
+            return GLUON_ADAM
+        if any(isinstance(stmt, cst.FunctionDef) and stmt.name.value == "gluon_adam" for stmt in ctx.module.body):
+            return GLUON_ADAM  # the class is already replaced by its optax form (same pass)
+    return qual
 
 SCHEDULERS = {
     "StepLR": Sig.parse("optimizer, step_size, gamma, last_epoch, verbose"),
@@ -122,6 +144,20 @@ def transformation(qual: str, b: Bound, lr: str, scheduled: bool = False) -> str
             parts.append(f"weight_decay={b.get('weight_decay', '0.01') if kind == 'AdamW' else wd or '0.0'}")
             return f"{O}.adamw({', '.join(parts)})"
         tx = f"{O}.adam({', '.join(parts)})"
+    elif kind == "GluonAdam":
+        if b.has("betas"):
+            betas = b.node("betas")
+            v = literal(betas)
+            if isinstance(v, (tuple, list)) and len(v) == 2:
+                els = betas.elements  # type: ignore[attr-defined]
+                parts += [f"b1={code(els[0].value)}", f"b2={code(els[1].value)}"]
+            else:
+                parts += [f"b1={atom(betas)}[0]", f"b2={atom(betas)}[1]"]
+        if b.has("eps"):
+            parts.append(f"eps={b['eps']}")
+        if wd is not None:
+            parts.append(f"weight_decay={wd}")  # MXNet's wd: coupled, inside the transformation
+        return f"gluon_adam({', '.join(parts)})"
     elif kind == "RMSprop" and scheduled and b.has("momentum") and b.lit("momentum") not in (0, 0.0):
         # optax.rmsprop scales by the learning rate BEFORE its momentum trace; torch keeps the
         # momentum of unscaled steps and multiplies by the current learning rate after it. Equal
@@ -408,7 +444,7 @@ def plans(ctx: FileContext) -> list[Plan]:
             if not got:
                 continue
             target, call = got
-            qual = ctx.qualname(call.func) or ""
+            qual = optimizer_qual(ctx, call.func) or ""
             if qual not in OPTIMIZERS:
                 continue
             plan = Plan(stmt, call, qual, target, block)

@@ -1,5 +1,7 @@
 import libcst as cst
 
+from porter import astutil
+
 from porter.rules import Edit, Example, Fix, Rule, Severity
 
 from . import _ops_table as ops
@@ -120,12 +122,34 @@ class OptimizerToOptax(Rule):
     ]
     valid = ["import optax\nfrom flax import nnx\noptimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)\n"]
 
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        # the Gluon front end's GluonAdam (a torch.optim.Adam with MXNet's epsilon placement):
+        # its optax form, once every construction of it ports
+        if self.ctx.parent is not self.ctx.module or not _optax.is_gluon_adam_class(node, self.ctx):
+            return
+        calls = [p for p in _optax.plans(self.ctx) if p.qual == _optax.GLUON_ADAM]
+        others = [n for n in astutil.walk(self.ctx.module, into_functions=True)
+                  if isinstance(n, cst.Name) and n.value == "GluonAdam"]
+        if len(others) != len(calls) + 1 or not calls:  # the calls and the class name
+            return  # GluonAdam used otherwise than in `opt = GluonAdam(model.parameters(), ...)`
+        for plan in calls:
+            try:
+                _optax.fold(self.ctx, plan)
+            except ops.Manual:
+                return
+        from porter.codemods.gluon import _script
+
+        new = _script.render("gluon_script_optim_jax.py.j2")
+        self.report(node, "GluonAdam -> gluon_adam, an optax transformation with MXNet's Adam update",
+                    Fix((Edit(node, cst.FlattenSentinel([new[0].with_changes(leading_lines=node.leading_lines)])),),
+                        imports=("jax", "jax.numpy", "optax")))
+
     def visit_Call(self, node: cst.Call) -> None:
-        qual = self.ctx.qualname(node.func)
+        qual = _optax.optimizer_qual(self.ctx, node.func)
         if qual not in _optax.OPTIMIZERS:
             return
         plan = next((p for p in _optax.plans(self.ctx) if p.call is node), None)
-        display = qual.replace("torch.optim.", "optim.")
+        display = qual.replace("torch.optim.", "optim.").replace(_optax.GLUON_ADAM, "GluonAdam")
         if plan is None:
             ops.report_manual(self, node, f"{display}: porter ports optimizers assigned to a name in a statement of their own")
             return

@@ -35,7 +35,7 @@ class DevicePlacement(Rule):
     target = "jax"
     summary = "x.to(device) / .cuda() / model.to(device) / device = torch.device(...) removed; loader batches -> .numpy()"
     severity = Severity.WARNING
-    needs_text = (".to(", ".cuda(", "torch.device")
+    needs_text = (".to(", ".cuda(", "torch.device", "default_collate")
     examples = [
         Example(
             """
@@ -50,6 +50,7 @@ class DevicePlacement(Rule):
                 target = target.to(device, non_blocking=True)
                 noise = torch.randn(4, 8).to(device)
                 step(model, data, target, noise)
+            model.to(device)
             """,
             """
             import torch
@@ -88,6 +89,8 @@ class DevicePlacement(Rule):
         batch = self._batch(receiver)
         if stmt and len(stmt.targets) == 1 and lp.code(stmt.targets[0].target) == lp.code(receiver) and not batch:
             return  # the whole statement goes (visit_SimpleStatementLine)
+        if isinstance(self.ctx.parent, cst.Expr) and isinstance(receiver, (cst.Name, cst.Attribute)):
+            return  # `net.to(device)` as a statement: the statement goes (visit_SimpleStatementLine)
         if batch:
             new = cst.Call(cst.Attribute(receiver, cst.Name("numpy")))
             message = "a batch from the loader: JAX places arrays itself; hand the step a NumPy array"
@@ -96,7 +99,26 @@ class DevicePlacement(Rule):
             message = "JAX places arrays and modules itself: no explicit device move"
         self.report(node, message, Fix((self.replace(node, new),), Safety.SAFE))
 
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        # `net(torch.utils.data.default_collate([ds[0]])[0])`: a sample batch collated by torch
+        # on the host (a model's dry forward) is handed to the JAX model as a NumPy array
+        if not isinstance(self.ctx.parent, cst.Arg) or not isinstance(node.value, cst.Call):
+            return
+        if self.ctx.qualname(node.value.func) != "torch.utils.data.default_collate":
+            return
+        if len(node.slice) != 1 or not isinstance(getattr(node.slice[0].slice, "value", None), cst.Integer):
+            return
+        self.report(node, "a batch collated by torch: hand the JAX model a NumPy array",
+                    Fix((self.replace(node, cst.Call(cst.Attribute(node, cst.Name("numpy")))),), Safety.SAFE))
+
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        if len(node.body) == 1 and isinstance(node.body[0], cst.Expr):
+            receiver = lp.device_move(node.body[0].value, self.ctx)
+            if receiver is not None and isinstance(receiver, (cst.Name, cst.Attribute)):
+                # `net.to(device)` as a statement: nothing is left to do
+                self.report(node, "JAX places modules itself: no explicit device move",
+                            Fix((self.remove(node),), Safety.SAFE))
+            return
         if len(node.body) != 1 or not isinstance(node.body[0], cst.Assign):
             return
         assign = node.body[0]

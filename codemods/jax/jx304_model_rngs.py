@@ -153,6 +153,9 @@ def _factories(ctx) -> set[str]:
     found: set[str] = set()
     for stmt in ctx.module.body:
         if isinstance(stmt, cst.FunctionDef):
+            if any(p.name.value == "rngs" and p.default is None for p in stmt.params.kwonly_params):
+                found.add(stmt.name.value)  # a factory the module rules gave a required rngs
+                continue
             for n in astutil.walk(stmt.body):
                 if isinstance(n, cst.Return) and isinstance(n.value, cst.Call) and isinstance(n.value.func, cst.Name) \
                         and n.value.func.value in facts.module_classes:
