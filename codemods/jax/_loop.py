@@ -149,6 +149,23 @@ def binds(stmt: cst.CSTNode) -> set[str]:
         out.update(astutil.target_names(stmt.target))
     if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
         out.add(stmt.name.value)
+    if isinstance(stmt, (cst.If, cst.With)):
+        # `if kind == "a": loss = f(out)` / `else: loss = g(out)`: what its blocks bind
+        if isinstance(stmt, cst.With):
+            for item in stmt.items:
+                if item.asname is not None:
+                    out.update(astutil.target_names(item.asname.name))
+        block = stmt
+        while block is not None:
+            if isinstance(block.body, cst.IndentedBlock):
+                for inner in block.body.body:
+                    out |= binds(inner)
+            block = getattr(block, "orelse", None)
+            if isinstance(block, cst.Else):
+                if isinstance(block.body, cst.IndentedBlock):
+                    for inner in block.body.body:
+                        out |= binds(inner)
+                block = None
     return out
 
 
@@ -438,6 +455,8 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
             text = code(s)
             if ".item()" in text or "print(" in text:
                 raise Unsupported(f"`{text.strip()}` reads a value on the host inside the step")
+            if isinstance(s, cst.If) and not (set(if_test_reads(s)) & (bound_in(domain) | models)):
+                continue  # a branch on the script's settings (`if kind == "softmax":`): static in the step
             if not isinstance(s, cst.SimpleStatementLine):
                 raise Unsupported(f"a compound statement is part of the forward pass: `{text.strip().splitlines()[0]}`")
         regions.append(Region(
@@ -515,7 +534,27 @@ def _ordered_binds(stmts: list[cst.BaseStatement]) -> list[str]:
             for t in targets:
                 for n in astutil.target_names(t):
                     out[n] = None
+        if isinstance(s, cst.If):
+            for n in sorted(binds(s)):
+                out[n] = None
     return list(out)
+
+
+def if_test_reads(stmt: cst.If) -> list[str]:
+    """Names the tests of an if / elif chain read."""
+    out: dict[str, None] = {}
+    node = stmt
+    while isinstance(node, cst.If):
+        _reads(node.test, out)
+        node = node.orelse
+    return list(out)
+
+
+def bound_in(stmts) -> set[str]:
+    out: set[str] = set()
+    for s in stmts:
+        out |= binds(s)
+    return out
 
 
 def _backward_slice(domain: list[cst.BaseStatement], needed: set[str]) -> set[int]:

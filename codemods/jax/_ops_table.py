@@ -2143,7 +2143,7 @@ def method_op(call: cst.Call, ctx: FileContext) -> Optional[Op]:
         return None
     if isinstance(recv, cst.Call) and isinstance(recv.func, cst.Name) and recv.func.value == "super":
         return None
-    if o.shared and not is_tensor(recv, ctx) and not _torch_spelling(call):
+    if o.shared and not is_tensor(recv, ctx) and not _torch_spelling(call) and not _cpu_numpy(call, ctx):
         return None
     if _is_numpy(recv, ctx, numpy_names(ctx)):
         return None  # a numpy array's own method (a.view(np.int32), a.max(1))
@@ -2201,6 +2201,20 @@ def _is_numpy(node: cst.CSTNode, ctx: FileContext, names) -> bool:
     if isinstance(node, cst.BinaryOperation):
         return (_is_numpy(node.left, ctx, names) or _is_numpy(node.right, ctx, names)) and not (
             is_tensor(node.left, ctx) or is_tensor(node.right, ctx))
+    return False
+
+
+def _cpu_numpy(call: cst.Call, ctx: FileContext) -> bool:
+    """``x.cpu().numpy()``: a chain only torch tensors have (numpy arrays have no .cpu()),
+    read on either of its two calls."""
+    name = call.func.attr.value  # type: ignore[attr-defined]
+    if name == "numpy" and not call.args:
+        recv = call.func.value  # type: ignore[attr-defined]
+        return (isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute)
+                and recv.func.attr.value == "cpu" and not recv.args)
+    if name == "cpu" and not call.args:
+        parent = ctx.parent
+        return isinstance(parent, cst.Attribute) and parent.attr.value == "numpy" and parent.value is call
     return False
 
 

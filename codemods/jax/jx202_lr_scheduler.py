@@ -1,5 +1,8 @@
+from __future__ import annotations
+
 import libcst as cst
 
+from porter import astutil
 from porter.rules import Edit, Example, Fix, Rule, Severity
 
 from . import _ops_table as ops
@@ -21,8 +24,10 @@ class LRScheduler(Rule):
     under the name it was built with (a parameter of the function, or the same block) becomes
     `[float(scheduler(optimizer.step[...]))]` (`get_last_lr()[0]`: the float alone; divided by
     the loader length for a per-epoch scheduler): the rate of the next update, as torch's
-    after as many `scheduler.step()` calls. Elsewhere it is reported, and so is
-    `optimizer.param_groups` (an `nnx.Optimizer` has none).
+    after as many `scheduler.step()` calls. Elsewhere it is reported. So is
+    `optimizer.param_groups` (an `nnx.Optimizer` has none), except
+    `optimizer.param_groups[0]["lr"]` read where the optimizer is built with a constant
+    learning rate (a Gluon script's `trainer.learning_rate`), which becomes that expression.
 
     ## Why
     optax takes the learning rate as a function of the update count; a torch scheduler that
@@ -61,17 +66,36 @@ class LRScheduler(Rule):
             import optax
             from flax import nnx
 
-            optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+            optimizer = nnx.Optimizer(model, optax.sgd(args.lr), wrt=nnx.Param)
             print(optimizer.param_groups[0]["lr"])
             """,
             """
             import optax
             from flax import nnx
 
-            optimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)
+            optimizer = nnx.Optimizer(model, optax.sgd(args.lr), wrt=nnx.Param)
+            print(args.lr)
+            """,
+            title="a constant learning rate read from a ported optimizer: its expression",
+        ),
+        Example(
+            """
+            import optax
+            from flax import nnx
+
+            scheduler = optax.exponential_decay(0.1, 1, 0.5)
+            optimizer = nnx.Optimizer(model, optax.sgd(scheduler), wrt=nnx.Param)
+            print(optimizer.param_groups[0]["lr"])
+            """,
+            """
+            import optax
+            from flax import nnx
+
+            scheduler = optax.exponential_decay(0.1, 1, 0.5)
+            optimizer = nnx.Optimizer(model, optax.sgd(scheduler), wrt=nnx.Param)
             print(optimizer.param_groups[0]["lr"])  # porter: manual
             """,
-            title="torch's learning-rate state read from a ported optimizer",
+            title="torch's learning-rate state of a scheduled optimizer",
         ),
     ]
     valid = [
@@ -90,6 +114,8 @@ class LRScheduler(Rule):
         if name == "get_last_lr" and owner in _optax.folded_schedules(self.ctx):
             ops.report_manual(self, node, f"{owner}.get_last_lr(): {owner} is an optax schedule: the rate of epoch e is "
                                           f"{owner}(e) (per-update schedules: the update count)")
+        elif name == "param_groups" and owner in _optax.nnx_optimizers(self.ctx) and self._constant_lr(node, owner):
+            return
         elif name == "param_groups" and owner in _optax.nnx_optimizers(self.ctx):
             ops.report_manual(self, node, f"{owner}.param_groups: an nnx.Optimizer has no parameter groups; the learning rate "
                                           "is the schedule given to its optax transformation")
@@ -127,6 +153,40 @@ class LRScheduler(Rule):
                     Fix((Edit(target_node, new),)))
         return True
 
+    def _constant_lr(self, node: cst.Attribute, owner: str) -> bool:
+        """``optimizer.param_groups[0]["lr"]`` read where the nnx.Optimizer is built (same
+        block) with a constant learning rate (``optax.sgd(args.lr)``, the last
+        transformation of an ``optax.chain``) -> that expression."""
+        anc = self.ctx.ancestors
+        if len(anc) < 5:
+            return False
+        first, second = anc[-2], anc[-3]
+        if not (isinstance(first, cst.Subscript) and first.value is node and _index(first) == "0"
+                and isinstance(second, cst.Subscript) and second.value is first and _index(second) in ('"lr"', "'lr'")):
+            return False
+        for block in _optax._blocks(self.ctx.module):
+            for stmt in block.body:
+                got = _optax._assign_of(stmt)
+                if not got or got[0] != owner or (self.ctx.qualname(got[1].func) or "") != "flax.nnx.Optimizer":
+                    continue
+                call = got[1]
+                if len(call.args) < 2 or not self._visible(owner, block):
+                    return False
+                tx = call.args[1].value
+                while isinstance(tx, cst.Call) and (self.ctx.qualname(tx.func) or "") == "optax.chain" and tx.args:
+                    tx = tx.args[-1].value
+                if not isinstance(tx, cst.Call):
+                    return False
+                lr = astutil.arg(tx, "learning_rate", 0)
+                if lr is None or isinstance(lr.value, cst.Lambda) or cst.Module([]).code_for_node(lr.value) in _optax.folded_schedules(self.ctx):
+                    return False  # a schedule: the rate changes with the update count
+                if any(isinstance(n, cst.Call) for n in astutil.walk(lr.value)):
+                    return False
+                self.report(node, f"{owner}.param_groups[0]['lr']: the constant learning rate of its optax transformation",
+                            Fix((Edit(second, lr.value),)))
+                return True
+        return False
+
     def _visible(self, name: str, block) -> bool:
         """The optimizer's name is a parameter of the function around the current node, or the
         current node is in the block the optimizer is built in."""
@@ -154,3 +214,9 @@ class LRScheduler(Rule):
             _optax.fold(self.ctx, plan)
         except ops.Manual as exc:
             ops.report_manual(self, node, f"{kind}: {exc}")
+
+
+def _index(sub: cst.Subscript) -> str | None:
+    if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
+        return None
+    return cst.Module([]).code_for_node(sub.slice[0].slice.value)

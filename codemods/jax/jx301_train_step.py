@@ -506,6 +506,8 @@ class TrainStep(Rule):
         renames: dict[str, str] = {}  # "args.clip" -> "clip"
         called = {c.func.value for s in [*moved, *tail_nodes] for c in astutil.calls_in(s) if isinstance(c.func, cst.Name)}
         taken = set(free) | bound | {model, opt}
+        # what an `if` of the forward pass branches on (the script's settings): static
+        branch_on = {n for s in region.forward if isinstance(s, cst.If) for n in lp.if_test_reads(s)}
         for n in free:
             if n in (model, opt) or n in lp._BUILTINS and n not in local:
                 continue
@@ -527,7 +529,7 @@ class TrainStep(Rule):
             if n in facts.modules:
                 dynamic.append(n)
                 continue
-            if n in facts.losses or n in called or _host_scalar(n, fn, loop, facts):
+            if n in facts.losses or n in called or n in branch_on or _host_scalar(n, fn, loop, facts):
                 static.append(n)
                 static_values.append(n)
                 continue

@@ -44,7 +44,7 @@ class Checkpoint(Rule):
     target = "jax"
     summary = "torch.save(model.state_dict(), p) / model.load_state_dict(torch.load(p)) -> pickle of nnx.state"
     severity = Severity.ERROR
-    needs_text = ("torch.save", "torch.load")
+    needs_text = ("torch.save", "torch.load", "load_state_dict")
     examples = [
         Example(
             """
@@ -107,8 +107,22 @@ class Checkpoint(Rule):
                 if path is not None:
                     self._load(node, call.func.value, path.value)  # type: ignore[attr-defined]
                     return
+            elif call.args[0].keyword is None and not self._mentions(node.body[0]) and self._has_converter():
+                # a state dict of torch names built in the script (a converted checkpoint):
+                # the port's own converter puts it into the NNX model
+                model = lp.code(call.func.value)  # type: ignore[attr-defined]
+                new = cst.parse_statement(f"load_torch_state_dict({model}, {lp.code(inner)})\n")
+                new = new.with_changes(leading_lines=node.leading_lines, trailing_whitespace=node.trailing_whitespace)
+                self.report(node, "an NNX model has no load_state_dict(): the port's load_torch_state_dict "
+                                  "converts the torch names and layouts", Fix((self.replace(node, new),), Safety.SAFE))
+                return
         if self._mentions(node.body[0]):
             self._manual(node)
+
+    def _has_converter(self) -> bool:
+        """The port defines the weight converter (JX010's load_torch_state_dict)."""
+        return any(isinstance(stmt, cst.FunctionDef) and stmt.name.value == "load_torch_state_dict"
+                   for stmt in self.ctx.module.body)
 
     def _mentions(self, small) -> bool:
         return any(self.ctx.qualname(c.func) in _SAVE + _LOAD for c in astutil.calls_in(small))
