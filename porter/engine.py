@@ -139,10 +139,14 @@ def applicable_rules(rules: Iterable[type[Rule]], source: str) -> list[type[Rule
     return [r for r in rules if not r.needs_text or any(w in source for w in r.needs_text)]
 
 
-def run_rules(module: cst.Module, rules: Sequence[type[Rule]], path: str = "<string>") -> list[Finding]:
+def run_rules(module: cst.Module, rules: Sequence[type[Rule]], path: str = "<string>",
+              ctx: Optional[FileContext] = None) -> list[Finding]:
+    """Every rule of ``rules`` over ``module`` in one walk. ``ctx``: a fresh FileContext of
+    this module to use (porter.incremental shares the module facts it computed with it)."""
     if not rules:
         return []
-    ctx = FileContext(module, path)
+    if ctx is None:
+        ctx = FileContext(module, path)
     instances = [rule(ctx) for rule in rules]
     _Dispatcher(instances, ctx).walk(module)
     findings: list[Finding] = []

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
@@ -62,6 +63,7 @@ from libcst.metadata.position_provider import PositionProvidingCodegenState
 from porter import engine
 from porter.context import FileContext
 from porter.rules import Finding, Position, Rule
+from porter.rules import module_fact as rules_module_fact
 
 _BREAK = re.compile(r"\r\n?|\n")  # LibCST's line breaks (position_provider.NEWLINE_RE)
 _MISSING = object()
@@ -90,35 +92,235 @@ _WATCHED = object.__new__(_WatchedModule)
 
 class _LocalContext(FileContext):
     """A FileContext for one statement: imports as the full walk has them there, a fresh
-    cache, and no module."""
+    cache, and no module; module facts (porter.rules.module_fact) of the whole current module
+    through recording views, when the document has them (``facts``)."""
 
-    def __init__(self, path: str, aliases: dict, module_names: dict, ancestors: list) -> None:  # noqa: D401
+    def __init__(self, path: str, aliases: dict, module_names: dict, ancestors: list,
+                 facts: Optional["_Facts"] = None, reads: Optional[list] = None) -> None:  # noqa: D401
         self.path = path
         self.aliases = aliases
         self.module_names = module_names
         self.ancestors = ancestors
         self.cache = {}
+        self.facts = facts
+        self.reads = reads if reads is not None else []
 
     @property
     def module(self):  # type: ignore[override]
         raise _NotLocal("module")
+
+    def provide_fact(self, compute):
+        if self.facts is None:
+            raise _NotLocal("module fact")
+        return _view(self.facts.value(compute), compute, (), self.reads)
+
+
+# --------------------------------------------------------------------------------------
+# Module facts read one statement at a time
+# --------------------------------------------------------------------------------------
+class _Facts:
+    """The module facts of one version, computed on demand with the context the module-wide
+    rules then use too (the fact is computed once per version)."""
+
+    def __init__(self, ctx: FileContext) -> None:
+        self.ctx = ctx
+
+    def value(self, compute):
+        return rules_module_fact(self.ctx, compute)
+
+
+class _Same:
+    """A node in a recorded answer: equal to the same node object only."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node) -> None:
+        self.node = node
+
+    def __eq__(self, other) -> bool:
+        return type(other) is _Same and other.node is self.node
+
+    def __hash__(self) -> int:
+        return id(self.node)
+
+
+def _answer(value: Any, depth: int = 0) -> Any:
+    """A fact's answer as comparable data (nodes by identity); anything else stops the rule."""
+    if value is None or type(value) in (bool, int, float, str, bytes) or value is _MISSING:
+        return value
+    if isinstance(value, cst.CSTNode):
+        return _Same(value)
+    if depth > 30:
+        raise _NotLocal("deep fact")
+    if type(value) in (list, tuple):
+        return (type(value).__name__, tuple(_answer(v, depth + 1) for v in value))
+    if type(value) in (set, frozenset):
+        return (type(value).__name__, frozenset(_answer(v, depth + 1) for v in value))
+    if type(value) is dict:
+        return ("dict", tuple((_answer(k, depth + 1), _answer(v, depth + 1)) for k, v in value.items()))
+    raise _NotLocal(f"fact value of type {type(value).__name__}")
+
+
+# what a rule may do with a view: anything else stops it (a BaseException, never swallowed)
+def _refuse(self, *args, **kwargs):
+    raise _NotLocal("fact operation")
+
+
+class _View:
+    __slots__ = ("_value", "_compute", "_path", "_reads")
+
+    def __init__(self, value, compute, path, reads) -> None:
+        object.__setattr__(self, "_value", value)
+        object.__setattr__(self, "_compute", compute)
+        object.__setattr__(self, "_path", path)
+        object.__setattr__(self, "_reads", reads)
+
+    def _record(self, op: str, arg: Any, result: Any) -> None:
+        self._reads.append((self._compute, self._path, op, arg, _answer(result)))
+
+    def _whole(self):
+        self._record("all", None, self._value)
+        return self._value
+
+    def __iter__(self):
+        return iter(self._whole())
+
+    def __len__(self) -> int:
+        return len(self._whole())
+
+    def __bool__(self) -> bool:
+        return bool(self._whole())
+
+    def __contains__(self, key) -> bool:
+        found = key in self._value
+        self._record("in", _answer(key), found)
+        return found
+
+    __setattr__ = __delattr__ = __setitem__ = __delitem__ = _refuse
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __hash__ = _refuse  # type: ignore[assignment]
+    __or__ = __ror__ = __sub__ = __rsub__ = __xor__ = __rxor__ = __rand__ = _refuse
+    __add__ = __radd__ = __mul__ = __rmul__ = __reduce__ = __reduce_ex__ = __copy__ = __deepcopy__ = _refuse
+
+    def __getattr__(self, name):
+        raise _NotLocal(f"fact attribute {name}")
+
+
+class _DictView(_View):
+    __slots__ = ()
+
+    def get(self, key, default=None):
+        found = self._value.get(key, _MISSING)
+        self._record("get", _answer(key), found)
+        return default if found is _MISSING else found
+
+    def __getitem__(self, key):
+        found = self._value.get(key, _MISSING)
+        self._record("get", _answer(key), found)
+        if found is _MISSING:
+            raise KeyError(key)
+        return found
+
+    def keys(self):
+        return self._whole().keys()
+
+    def values(self):
+        return self._whole().values()
+
+    def items(self):
+        return self._whole().items()
+
+
+class _SetView(_View):
+    __slots__ = ()
+
+    def __and__(self, other):
+        if type(other) not in (set, frozenset):
+            raise _NotLocal("fact operation")
+        found = self._value & other
+        self._record("and", frozenset(other), found)
+        return found
+
+
+class _ObjView(_View):
+    """A dataclass fact (an index of the module): each field read is a view of that field."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name):
+        if name.startswith("_") or not any(f.name == name for f in dataclasses.fields(self._value)):
+            raise _NotLocal(f"fact attribute {name}")
+        return _view(getattr(self._value, name), self._compute, self._path + (name,), self._reads)
+
+
+def _view(value, compute, path: tuple, reads: list):
+    if type(value) is dict:
+        return _DictView(value, compute, path, reads)
+    if type(value) in (set, frozenset):
+        return _SetView(value, compute, path, reads)
+    if dataclasses.is_dataclass(value) and not isinstance(value, (type, cst.CSTNode)):
+        return _ObjView(value, compute, path, reads)
+    reads.append((compute, path, "value", None, _answer(value)))
+    return value
+
+
+_NO_ANSWER = object()
+
+
+def _still(record: tuple, facts: "_Facts") -> bool:
+    """Whether a recorded read of a module fact gives the same answer in this version."""
+    compute, path, op, arg, answer = record
+    try:
+        value = facts.value(compute)
+        for name in path:
+            value = getattr(value, name)
+        if op == "get":
+            got = _answer(value.get(_unanswer(arg), _MISSING))
+        elif op == "in":
+            got = _unanswer(arg) in value
+        elif op == "and":
+            got = _answer(value & arg)
+        else:  # "all", "value"
+            got = _answer(value)
+    except Exception:
+        return False
+    return got == answer
+
+
+def _unanswer(key):
+    """A recorded key back to the key looked up (keys are plain data: str, int, tuples...)."""
+    if isinstance(key, _Same):
+        return key.node
+    if type(key) is tuple and len(key) == 2 and key[0] in ("tuple", "list"):
+        items = tuple(_unanswer(k) for k in key[1])
+        return items if key[0] == "tuple" else list(items)
+    if type(key) is tuple and len(key) == 2 and key[0] == "frozenset":
+        return frozenset(_unanswer(k) for k in key[1])
+    return key
 
 
 class _Unfreezable(Exception):
     pass
 
 
-def _freeze(value: Any) -> Any:
-    """A rule instance's attribute as plain comparable data, or _Unfreezable."""
+def _freeze(value: Any, depth: int = 0) -> Any:
+    """A rule instance's attribute as plain comparable data, or _Unfreezable. A helper object
+    the rule keeps (a plain instance, not a node, class or function) is its attributes; the
+    file's context is the same context."""
     if value is None or type(value) in (bool, int, float, str, bytes):
         return value
+    if depth > 20:
+        raise _Unfreezable
     if type(value) in (list, tuple):
-        return (type(value).__name__, tuple(_freeze(v) for v in value))
+        return (type(value).__name__, tuple(_freeze(v, depth + 1) for v in value))
     if type(value) in (set, frozenset):
-        return (type(value).__name__, frozenset(_freeze(v) for v in value))
+        return (type(value).__name__, frozenset(_freeze(v, depth + 1) for v in value))
     if type(value) is dict:
-        return ("dict", tuple((_freeze(k), _freeze(v)) for k, v in value.items()))
-    raise _Unfreezable
+        return ("dict", tuple((_freeze(k, depth + 1), _freeze(v, depth + 1)) for k, v in value.items()))
+    if isinstance(value, FileContext):
+        return ("ctx",)
+    if isinstance(value, (cst.CSTNode, type)) or callable(value) or not hasattr(value, "__dict__") or hasattr(type(value), "__slots__"):
+        raise _Unfreezable
+    return ("object", type(value), _freeze(vars(value), depth + 1))
 
 
 def _state(rule: Rule) -> Any:
@@ -144,9 +346,11 @@ def _module_handlers(rule: type[Rule]) -> bool:
 
 
 def run_statement(stmt: cst.BaseStatement, rules: Sequence[type[Rule]], aliases: dict, module_names: dict,
-                  path: str) -> dict:
+                  path: str, facts: Optional[_Facts] = None, reads: Optional[dict] = None) -> dict:
     """Each rule run on ``stmt`` alone (see the module docstring): rule -> its findings, or
-    None when the rule did not keep to the statement."""
+    None when the rule did not keep to the statement. With ``facts`` (the module facts of the
+    version) a rule may read module facts; ``reads`` then receives, for each rule that kept
+    to the statement, the lookups it made in them (see _still)."""
     ancestors: list = [_WATCHED]
     aliases, module_names = dict(aliases), dict(module_names)
     out: dict = {}
@@ -157,13 +361,14 @@ def run_statement(stmt: cst.BaseStatement, rules: Sequence[type[Rule]], aliases:
         if _module_handlers(rule):
             out[rule] = None
             continue
+        log: list = []
         try:
-            inst = rule(_LocalContext(path, aliases, module_names, ancestors))
+            inst = rule(_LocalContext(path, aliases, module_names, ancestors, facts, log))
             snapshot = _state(inst)
         except (_NotLocal, Exception):
             out[rule] = None
             continue
-        live[k] = (rule, inst, snapshot)
+        live[k] = (rule, inst, snapshot, log)
         for kind, name in _handlers(rule):
             (visit if kind == "visit" else leave).setdefault(name[6:], []).append((k, getattr(inst, name)))
     dead: set[int] = set()
@@ -202,18 +407,20 @@ def run_statement(stmt: cst.BaseStatement, rules: Sequence[type[Rule]], aliases:
 
     if live:
         walk(stmt)
-    for k, (rule, inst, snapshot) in live.items():
+    for k, (rule, inst, snapshot, log) in live.items():
         if k in dead:
             out[rule] = None
             continue
         try:
             same = _state(inst) == snapshot
-        except _Unfreezable:
+        except (_Unfreezable, _NotLocal, Exception):
             same = False
         if not same or any(_touches_module(f) for f in inst.findings):
             out[rule] = None
         else:
             out[rule] = list(inst.findings)
+            if log and reads is not None:
+                reads[rule] = tuple(log)
     return out
 
 
@@ -276,6 +483,7 @@ class _Stmt:
     imports: tuple
     indent: bool
     results: dict = field(default_factory=dict)  # import-state id -> {rule: findings | None}
+    reads: dict = field(default_factory=dict)  # import-state id -> {rule: its lookups in module facts}
     positions: Optional[dict] = None  # node -> CodeRange, lines counted from the statement's first line
     strings: Optional[list] = None  # (first, last) relative lines of strings spanning lines
 
@@ -564,12 +772,28 @@ class Document:
                 for node in s.imports:
                     ctx.add_import(node)
                 current = None
+        # Module facts (porter.rules.module_fact) are computed by the full walk when first
+        # asked for, with the imports it has then: per statement only where the imports are
+        # the same all along (then any moment gives the same fact), in a context shared with
+        # the module-wide rules below (one computation per version).
+        end_key = (tuple(ctx.aliases.items()), tuple(ctx.module_names.items()))
+        uniform = len({st[0] for st in states}) == 1 and self._alias_ids.get(end_key) == states[0][0]
+        shared = FileContext(module, self.path)
+        facts = _Facts(shared) if uniform else None
         local = [r for r in rules if getattr(r, "local", False)]
         wide = {r for r in rules if not getattr(r, "local", False)}
-        for k, s in enumerate(stmts):  # a rule known not to keep to a statement here
-            got = s.results.get(states[k][0])
-            if got:
-                wide.update(r for r in local if got.get(r, _MISSING) is None)
+        for k, s in enumerate(stmts):
+            state = states[k][0]
+            got = s.results.get(state)
+            if not got:
+                continue
+            reads = s.reads.get(state)
+            if reads:  # findings that read module facts: kept while every lookup answers the same
+                for r, recorded in list(reads.items()):
+                    if facts is None or not all(_still(rec, facts) for rec in recorded):
+                        got.pop(r, None)
+                        del reads[r]
+            wide.update(r for r in local if got.get(r, _MISSING) is None)  # a rule known not to keep to it
         local = [r for r in local if r not in wide]
         runs = 0
         for k, s in enumerate(stmts):
@@ -578,19 +802,22 @@ class Document:
             got = s.results.get(states[k][0])
             if got is None:
                 if len(s.results) >= 2:  # the results under the import state before the last
-                    s.results.pop(next(iter(s.results)))
+                    old_state = next(iter(s.results))
+                    s.results.pop(old_state)
+                    s.reads.pop(old_state, None)
                 got = s.results[states[k][0]] = {}
             missing = [r for r in local if r not in got]
             if missing:
                 runs += 1
-                got.update(run_statement(s.node, missing, states[k][1], states[k][2], self.path))
+                got.update(run_statement(s.node, missing, states[k][1], states[k][2], self.path, facts,
+                                         s.reads.setdefault(states[k][0], {})))
                 dropped = [r for r in missing if got[r] is None]
                 if dropped:
                     wide.update(dropped)
                     local = [r for r in local if r not in wide]
         by_code: dict[str, list[Finding]] = {}
         wide_rules = [r for r in rules if r in wide]
-        for f in engine.run_rules(module, wide_rules, self.path):
+        for f in engine.run_rules(module, wide_rules, self.path, shared):
             by_code.setdefault(f.code, []).append(f)
         findings: list[Finding] = []
         where: list[Optional[int]] = []

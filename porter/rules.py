@@ -190,3 +190,28 @@ class RuleInfo:
             rule.doc(),
             tuple(e.dedented() for e in rule.examples),
         )
+
+
+def module_fact(ctx: "FileContext", compute: Callable[["FileContext"], object]):
+    """A fact of the whole module, ``compute(ctx)``, computed once per module and context:
+    the analyses rule helpers share (the training-loop rules' index of assignments, the
+    module's top-level classes and functions...). ``compute`` is a module-level function of
+    the context that reads the module and the imports (not the ancestors: the walk may be
+    anywhere when it is first asked for).
+
+    A rule declared ``local`` may read module facts: when ``porter lsp`` checks it one
+    top-level statement at a time (porter.incremental), the context supplies the fact of the
+    whole current module and records each lookup the rule makes in it (a dictionary's
+    ``get``/``[]``/``in``, a set's ``in``/``&``, a field's value; anything else of the fact
+    makes the rule module-wide), and the statement's findings are reused while every recorded
+    lookup gives the same answer in the new version (nodes compared by identity)."""
+    provide = getattr(ctx, "provide_fact", None)
+    if provide is not None:
+        return provide(compute)
+    key = ("module_fact", compute)
+    cached = ctx.cache.get(key)
+    if cached is not None and cached[0] is ctx.module:
+        return cached[1]
+    value = compute(ctx)
+    ctx.cache[key] = (ctx.module, value)
+    return value

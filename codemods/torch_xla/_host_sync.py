@@ -597,6 +597,12 @@ class MaskNames:
             if is_bool_tensor_expr(assign.value, self.ctx):
                 self._by_scope.setdefault(enclosing_scope(self.ctx), set()).add(assign.targets[0].target.value)
 
+    def leave_function(self, fn: cst.FunctionDef) -> None:
+        """Call from ``leave_FunctionDef``: nothing after the function is in its scope (and a
+        rule whose state is back to empty after each top-level statement can be checked one
+        statement at a time: porter.incremental)."""
+        self._by_scope.pop(fn, None)
+
     def is_mask(self, index: cst.CSTNode) -> bool:
         if isinstance(index, cst.Name):
             return "mask" in index.value.lower() or index.value in self._by_scope.get(enclosing_scope(self.ctx), ())

@@ -11,6 +11,7 @@ import libcst as cst
 
 from porter.astutil import target_names, walk
 from porter.context import FileContext
+from porter.rules import module_fact
 
 from ._host_sync import is_logging_call
 
@@ -19,7 +20,12 @@ _ARITH = (cst.BinaryOperation, cst.UnaryOperation, cst.Name, cst.Integer, cst.Fl
 
 
 def module_classes(ctx: FileContext) -> dict[str, cst.ClassDef]:
-    """The classes defined at the top level of the module, by name (a name bound twice is left out)."""
+    """The classes defined at the top level of the module, by name (a name bound twice is
+    left out): a module fact (porter.rules.module_fact), read by lookups only."""
+    return module_fact(ctx, _module_classes)
+
+
+def _module_classes(ctx: FileContext) -> dict[str, cst.ClassDef]:
     found: dict[str, cst.ClassDef] = {}
     twice: set[str] = set()
     for stmt in ctx.module.body:

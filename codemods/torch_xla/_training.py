@@ -12,7 +12,6 @@
 """
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional, Sequence
 
@@ -23,6 +22,7 @@ from porter.astutil import target_names
 
 from porter import astutil
 from porter.context import FileContext, dotted_name
+from porter.rules import module_fact
 
 # Binding kinds -------------------------------------------------------------------------
 OPTIMIZER = "optimizer"
@@ -114,16 +114,15 @@ class Index:
     functions: dict[int, cst.CSTNode] = field(default_factory=dict)
 
 
-_CACHE: "weakref.WeakKeyDictionary[FileContext, tuple[cst.Module, Index]]" = weakref.WeakKeyDictionary()
+# the key of the module's own scope in Index.scoped (ids of live nodes are never 0)
+MODULE_SCOPE = 0
 
 
 def index(ctx: FileContext) -> Index:
-    cached = _CACHE.get(ctx)
-    if cached is not None and cached[0] is ctx.module:
-        return cached[1]
-    idx = _build(ctx)
-    _CACHE[ctx] = (ctx.module, idx)
-    return idx
+    """The file's Index, built once per module (a module fact: see porter.rules.module_fact;
+    the rules read it through dictionary/set lookups only, so that they can still be checked
+    one top-level statement at a time in `porter lsp`)."""
+    return module_fact(ctx, _build)
 
 
 def _optimizer_classes(ctx: FileContext) -> frozenset[str]:
@@ -161,7 +160,8 @@ def _build(ctx: FileContext) -> Index:
             return
         idx.filewide.setdefault(key, set()).add(kind)
         if isinstance(target, cst.Name):
-            idx.scoped.setdefault(id(scope), {}).setdefault(key, set()).add(kind)
+            scope_key = MODULE_SCOPE if scope is ctx.module else id(scope)
+            idx.scoped.setdefault(scope_key, {}).setdefault(key, set()).add(kind)
         idx.dicts.setdefault(key, []).append(value if isinstance(value, (cst.Dict, cst.IfExp)) else None)
         idx.values.setdefault(key, []).append(value)
         if value is not None:
@@ -283,9 +283,9 @@ def kinds_of(expr: cst.CSTNode, ctx: FileContext) -> tuple[set[str], set[str]]:
     filewide = set(idx.filewide.get(key, ()))
     if not isinstance(expr, cst.Name):
         return set(), filewide
-    for scope in [a for a in reversed(ctx.ancestors) if isinstance(a, _SCOPES)] + [ctx.module]:
-        local = set(idx.scoped.get(id(scope), {}).get(key, ()))
-        if key in idx.params.get(id(scope), ()):
+    for scope_key in [id(a) for a in reversed(ctx.ancestors) if isinstance(a, _SCOPES)] + [MODULE_SCOPE]:
+        local = set(idx.scoped.get(scope_key, {}).get(key, ()))
+        if key in idx.params.get(scope_key, ()):
             local.add(PARAM)
         if local:
             return local, filewide
@@ -425,14 +425,17 @@ def _is_model_call(node: cst.CSTNode, ctx: FileContext) -> bool:
     if isinstance(func, cst.Name):
         if ctx.qualname(func) is not None:
             return False  # imported or builtin
-        return not any(
-            isinstance(s, cst.FunctionDef) and s.name.value == func.value for s in ctx.module.body
-        ) and not any(isinstance(s, cst.ClassDef) and s.name.value == func.value for s in ctx.module.body)
+        return func.value not in module_fact(ctx, top_level_definitions)
     if isinstance(func, cst.Attribute):
         if isinstance(func.value, cst.Name) and func.value.value == "self":
             return True
         return func.attr.value in _MODEL_METHODS and ctx.qualname(func) is None
     return False
+
+
+def top_level_definitions(ctx: FileContext) -> frozenset[str]:
+    """Names of the functions and classes defined at the top level of the module."""
+    return frozenset(s.name.value for s in ctx.module.body if isinstance(s, (cst.FunctionDef, cst.ClassDef)))
 
 
 def _has_nested_step_loop(node: cst.CSTNode, ctx: FileContext) -> bool:
@@ -1242,17 +1245,13 @@ DDP_NAMES = (
     "torch.nn.parallel.DistributedDataParallel",
     "torch.nn.parallel.distributed.DistributedDataParallel",
 )
-_DDP_CACHE: "weakref.WeakKeyDictionary[FileContext, tuple[cst.Module, bool]]" = weakref.WeakKeyDictionary()
-
-
 def wraps_in_ddp(ctx: FileContext) -> bool:
     """The file calls torch's DistributedDataParallel (resolved through its imports): its
     backward pass all-reduces the gradients already, so the optimizer step must not reduce
     them again (xm.optimizer_step would)."""
-    cached = _DDP_CACHE.get(ctx)
-    if cached is not None and cached[0] is ctx.module:
-        return cached[1]
-    found = any(isinstance(node, cst.Call) and ctx.qualname(node.func) in DDP_NAMES
-                for node in astutil.walk(ctx.module, into_functions=True))
-    _DDP_CACHE[ctx] = (ctx.module, found)
-    return found
+    return module_fact(ctx, _calls_ddp)
+
+
+def _calls_ddp(ctx: FileContext) -> bool:
+    return any(isinstance(node, cst.Call) and ctx.qualname(node.func) in DDP_NAMES
+               for node in astutil.walk(ctx.module, into_functions=True))

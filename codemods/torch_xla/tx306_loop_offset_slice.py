@@ -4,7 +4,7 @@ import libcst as cst
 
 from porter import astutil
 from porter.context import dotted_name
-from porter.rules import Edit, Example, Fix, Rule, Safety, Severity
+from porter.rules import Edit, Example, Fix, Rule, Safety, Severity, module_fact
 
 from . import _training as tr
 from ._amp_dist import Parents
@@ -315,6 +315,11 @@ def _offset_index(sub: cst.Subscript, var: str) -> bool:
 
 
 def _functions(ctx) -> dict:
+    """The module's top-level functions by name (a module fact, read by lookups only)."""
+    return module_fact(ctx, _top_functions)
+
+
+def _top_functions(ctx) -> dict:
     out = {}
     for stmt in ctx.module.body:
         if isinstance(stmt, cst.FunctionDef):

@@ -176,11 +176,6 @@ class DeviceAccumulator(Rule):
         "import torch\nfor x, y in loader:\n    loss = f(x, y)\n    loss.backward()\n    step += 1\n",
     ]
 
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        # id(loop) -> names whose sums this rule moves to the device and that are read after it
-        self._converted: dict[int, list[str]] = {}
-
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         if not is_host_sum(node):
             return
@@ -213,7 +208,10 @@ class DeviceAccumulator(Rule):
         device once the selected fixes are applied, convert it back to a number. Decided on
         the updated loop, so it is right whichever of the loop's fixes were chosen (the
         engine applies one such edit per node and pass)."""
-        names = self._converted.get(id(loop))
+        # per loop (in the traversal's memo): names whose sums this rule moves to the device
+        # and that are read after it
+        key = ("tx401_converted", loop)
+        names = self.ctx.cache.get(key)
         if names is None:
             names = []
             for n in walk(loop):
@@ -221,7 +219,7 @@ class DeviceAccumulator(Rule):
                     name = n.target.value  # type: ignore[attr-defined]
                     if read_outside(scope, loop, name) and ReadChecker(self.ctx, loop, scope).name_reads_safe(name, loop):
                         names.append(name)
-            self._converted[id(loop)] = names
+            self.ctx.cache[key] = names
         torch = self.ctx.module_alias("torch")
 
         def apply(updated: cst.CSTNode):

@@ -110,6 +110,9 @@ class BooleanMaskIndex(Rule):
         if self.enabled:
             self.masks.record(node)
 
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.masks.leave_function(node)
+
     def visit_Subscript(self, node: cst.Subscript) -> None:
         if not self.enabled:
             return

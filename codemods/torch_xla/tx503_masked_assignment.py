@@ -132,6 +132,9 @@ class MaskedAssignment(Rule):
         self.report(node, f"{message}: with a mask of x's shape use x.masked_fill_(mask, number) or "
                           "x.copy_(torch.where(mask, values_like_x, x))")
 
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.masks.leave_function(node)
+
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         if self._masked(node.target) is not None:
             self.report(node, "`x[mask] op= v` runs nonzero on XLA (a transfer and a compilation per new count): "

@@ -3,7 +3,8 @@ from __future__ import annotations
 import libcst as cst
 
 from porter.astutil import arg
-from porter.rules import Example, Fix, Rule, Safety, Severity
+from porter.context import FileContext
+from porter.rules import Example, Fix, Rule, Safety, Severity, module_fact
 
 from ._amp_dist import is_literal, mentions_sparse_adam
 
@@ -53,6 +54,7 @@ class DenseEmbedding(Rule):
     summary = "nn.Embedding(..., sparse=True) -> sparse=False (XLA has no sparse gradients)"
     severity = Severity.ERROR
     needs_text = ("sparse",)
+    local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     examples = [
         Example(
             """
@@ -111,9 +113,6 @@ class DenseEmbedding(Rule):
         "import torch\nx = torch.sparse_coo_tensor(i, v)\n",
     ]
 
-    def visit_Module(self, node: cst.Module) -> None:
-        self.with_sparse_adam = mentions_sparse_adam(self.ctx, node)
-
     def visit_Call(self, node: cst.Call) -> None:
         position = _SPARSE_POSITION.get(self.ctx.qualname(node.func) or "")
         if position is None:
@@ -121,13 +120,14 @@ class DenseEmbedding(Rule):
         sparse = arg(node, "sparse", position)
         if sparse is None or is_literal(sparse.value, False):
             return
+        with_sparse_adam = module_fact(self.ctx, _file_mentions_sparse_adam)
         new_arg = sparse.with_changes(value=cst.Name("False"))
         new = node.with_changes(args=[new_arg if a is sparse else a for a in node.args])
         message = (
             "sparse embedding gradients do not exist on XLA: use sparse=False (a dense gradient, "
             "the same SGD/Adagrad update; memory of the full table)"
         )
-        if self.with_sparse_adam:
+        if with_sparse_adam:
             message += (
                 "; this file uses SparseAdam, which rejects dense gradients: change it together "
                 "with TX902 (SparseAdam -> Adam changes the update)"
@@ -135,5 +135,11 @@ class DenseEmbedding(Rule):
         self.report(
             node,
             message,
-            Fix((self.replace(node, new),), Safety.UNSAFE if self.with_sparse_adam else Safety.SAFE),
+            Fix((self.replace(node, new),), Safety.UNSAFE if with_sparse_adam else Safety.SAFE),
         )
+
+
+def _file_mentions_sparse_adam(ctx: FileContext) -> bool:
+    """Whether the file refers to SparseAdam, through the imports the file has at its start
+    (those of its top-level statements), wherever the traversal is when it is asked."""
+    return mentions_sparse_adam(FileContext(ctx.module, ctx.path), ctx.module)
