@@ -302,6 +302,23 @@ LAYERS: dict[str, Layer] = {
                         "padding_mode": (("zeros",), "only zero padding")})
             for n in (1, 2, 3)
         ],
+        # torch's lazy layers: the input size comes from the first input (emitted _TorchLazy classes)
+        Layer("LazyLinear", ("out_features", "bias", "device", "dtype"), "helper", True, helper="TorchLazyLinear"),
+        *[
+            Layer(f"LazyConv{n}d", ("out_channels", "kernel_size", "stride", "padding", "dilation",
+                                    "groups", "bias", "padding_mode", "device", "dtype"), "helper", True,
+                  helper=f"TorchLazyConv{n}d", keep=("padding_mode",),
+                  only={"padding_mode": (("zeros", "reflect", "replicate", "circular"), "a literal padding mode is needed")})
+            for n in (1, 2, 3)
+        ],
+        *[
+            Layer(f"LazyConvTranspose{n}d", ("out_channels", "kernel_size", "stride", "padding", "output_padding",
+                                             "groups", "bias", "dilation", "padding_mode", "device", "dtype"),
+                  "helper", True, helper=f"TorchLazyConvTranspose{n}d",
+                  only={"groups": ((1,), "nnx.ConvTranspose has no feature groups"),
+                        "padding_mode": (("zeros",), "only zero padding")})
+            for n in (1, 2, 3)
+        ],
         *[
             Layer(f"BatchNorm{n}d", ("num_features", "eps", "momentum", "affine", "track_running_stats", "device", "dtype"),
                   "helper", True, helper="TorchBatchNorm",

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from porter import astutil
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _layers, _nnx
@@ -15,12 +16,37 @@ _CONTAINERS = {
 }
 
 
+_SEQUENTIALS = ("torch.nn.Sequential", "flax.nnx.Sequential")
+_GROWING = ("append", "extend", "insert")
+
+
+def _sequential_target(receiver: cst.BaseExpression, ctx) -> bool:
+    """`receiver` (a name, or `self.x`) is assigned a Sequential in its function (for `self.x`:
+    in any method of its class)."""
+    text = _nnx.code(receiver)
+    if isinstance(receiver, cst.Attribute):
+        scope = ctx.enclosing(cst.ClassDef)
+    else:
+        scope = ctx.enclosing(cst.FunctionDef)
+    if scope is None:
+        scope = ctx.module
+    for node in astutil.walk(scope, into_functions=True):
+        if isinstance(node, (cst.Assign, cst.AnnAssign)) and isinstance(node.value, cst.Call) \
+                and (ctx.qualname(node.value.func) or "") in _SEQUENTIALS:
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            if any(_nnx.code(t) == text for t in targets):
+                return True
+    return False
+
+
 class NnxContainers(Rule):
     """
     ## What it does
     `nn.Sequential(a, b, c)` -> `nnx.Sequential(a, b, c)`, `nn.ModuleList(...)` /
     `nn.ParameterList(...)` -> `nnx.List(...)`, `nn.ModuleDict(...)` / `nn.ParameterDict(...)` ->
-    `nnx.Dict(...)` (an empty constructor gets an empty list / dict).
+    `nnx.Dict(...)` (an empty constructor gets an empty list / dict). A Sequential grown
+    after its construction (`seq.append(layer)`, `self.features.extend(...)`, `insert`) grows
+    its `layers` list (`seq.layers.append(layer)`): nnx.Sequential has no append.
 
     Every element is kept at its index (activations, which hold no parameters, included), so
     torch's names `features.3.weight` and `blocks.0.fc.weight` still name the same layers:
@@ -56,6 +82,8 @@ class NnxContainers(Rule):
                     self.heads = nn.ModuleDict({"cls": Head(10), "box": Head(4)})
                     self.extra = nn.ModuleList()
                     self.features = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+                    self.head = nn.Sequential()
+                    self.head.append(nn.Linear(2, 2))
             """,
             """
             import torch.nn as nn
@@ -68,6 +96,8 @@ class NnxContainers(Rule):
                     self.heads = nnx.Dict({"cls": Head(10), "box": Head(4)})
                     self.extra = nnx.List([])
                     self.features = nnx.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+                    self.head = nnx.Sequential()
+                    self.head.layers.append(nn.Linear(2, 2))
             """,
         ),
     ]
@@ -77,7 +107,18 @@ class NnxContainers(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        qual = self.ctx.qualname(node.func)
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _GROWING \
+                and _sequential_target(func.value, self.ctx):
+            new = node.with_changes(func=func.with_changes(
+                value=cst.Attribute(func.value, cst.Name("layers"))))
+            self.report(
+                node,
+                f"{_nnx.code(func)}(...): nnx.Sequential keeps its layers in `.layers` (an nnx.List)",
+                Fix((self.replace(node, new),)),
+            )
+            return
+        qual = self.ctx.qualname(func)
         kind = _CONTAINERS.get(qual or "")
         if kind is None:
             return

@@ -1,10 +1,37 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
+from porter import astutil
 from porter.rules import Example, Fix, Rule, Severity
 
-from . import _nnx
+from . import _layers, _nnx
+
+# NNX layers and containers a file builds models from (a factory function with no module class)
+_NNX_BUILDERS = frozenset({
+    "Sequential", "List", "Dict", "Linear", "Conv", "ConvTranspose", "BatchNorm", "LayerNorm",
+    "GroupNorm", "Embed", "Dropout",
+})
+# a lazy layer (torch's Lazy*, its port TorchLazy*, Gluon's LazyDense): the converter
+# materializes those from the state dict's shapes
+_LAZY = re.compile(r"\b(?:Torch)?Lazy\w*\(")
+
+
+def builds_layers(ctx) -> bool:
+    """The file defines module classes or builds NNX / torch layers (a factory function)."""
+    if _nnx.module_classes(ctx):
+        return True
+    for node in astutil.walk(ctx.module, into_functions=True):
+        if not isinstance(node, cst.Call):
+            continue
+        qual = ctx.qualname(node.func) or ""
+        if qual.startswith("flax.nnx.") and qual[len("flax.nnx."):] in _NNX_BUILDERS:
+            return True
+        if qual.startswith("torch.nn.") and qual[len("torch.nn."):] in _layers.LAYERS:
+            return True
+    return False
 
 
 def _converter_text() -> str:
@@ -66,7 +93,7 @@ class TorchWeightConverter(Rule):
     target = "jax"
     summary = "emit load_torch_state_dict / torch_state_dict (the weight converter) into the port"
     severity = Severity.ERROR
-    needs_text = ("Module",)
+    needs_text = ("Module", "Sequential", "nnx.")
     examples = [
         Example(
             """
@@ -85,11 +112,12 @@ class TorchWeightConverter(Rule):
     valid = ["import torch\nx = torch.zeros(2)\n"]
 
     def visit_Module(self, node: cst.Module) -> None:
-        if not _nnx.module_classes(self.ctx):
-            return
         if "load_torch_state_dict" in _nnx.top_level_defs(node):
             return
-        statements = _nnx.spaced(_nnx.render("jax_weights.py.j2"))
+        if not builds_layers(self.ctx):
+            return
+        lazy = bool(_LAZY.search(node.code))
+        statements = _nnx.spaced(_nnx.render("jax_weights.py.j2", lazy=lazy))
         self.report(
             node,
             "the port's weight converter: load_torch_state_dict(model, state_dict) and torch_state_dict(model)",

@@ -15,6 +15,10 @@ HELPERS = {
     "TorchAdaptiveAvgPool2d": ("_ntuple",), "TorchEmbedding": (),
     "TorchLSTM": (), "TorchGRU": (), "TorchMultiheadAttention": (),
     "TorchTransformerEncoderLayer": ("TorchMultiheadAttention",), "TorchTransformerEncoder": (),
+    # torch's lazy layers (input size from the first input); `_TorchLazy` is their base
+    "_TorchLazy": (), "TorchLazyLinear": ("_TorchLazy",),
+    **{f"TorchLazyConv{n}d": ("_TorchLazy", f"TorchConv{n}d", "_ntuple") for n in (1, 2, 3)},
+    **{f"TorchLazyConvTranspose{n}d": ("_TorchLazy", f"TorchConvTranspose{n}d", "_ntuple") for n in (1, 2, 3)},
 }
 
 
@@ -137,7 +141,10 @@ class TorchLayerHelpers(Rule):
         names -= defined
         conv = sorted(int(h[len("TorchConv"):-1]) for h in names if h.startswith("TorchConv") and h[len("TorchConv"):-1].isdigit())
         convt = sorted(int(h[len("TorchConvTranspose"):-1]) for h in names if h.startswith("TorchConvTranspose"))
-        statements = _nnx.render("jax_layers.py.j2", names=names, conv_dims=conv, conv_transpose_dims=convt)
+        lazy = sorted(int(h[len("TorchLazyConv"):-1]) for h in names if h.startswith("TorchLazyConv") and h[len("TorchLazyConv"):-1].isdigit())
+        lazyt = sorted(int(h[len("TorchLazyConvTranspose"):-1]) for h in names if h.startswith("TorchLazyConvTranspose"))
+        statements = _nnx.render("jax_layers.py.j2", names=names, conv_dims=conv, conv_transpose_dims=convt,
+                                 lazy_conv_dims=lazy, lazy_conv_transpose_dims=lazyt)
         statements = _nnx.spaced(statements)
         self.report(
             node,

@@ -1,0 +1,217 @@
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import libcst as cst
+
+from porter import astutil
+from porter.rules import Example, Fix, Rule, Safety, Severity
+
+from . import _nnx
+
+# the Gluon helpers (templates/gluon_layers.py.j2) that have a JAX form (templates/gluon_jax_layers.py.j2)
+TWINS = ("LazyDense", "init_xavier", "init_normal", "init_uniform", "init_constant", "init_zero", "init_one",
+         "with_init", "initialize", "begin_state")
+# the modules each JAX form uses
+_IMPORTS = {
+    "LazyDense": ("jax", "jax.numpy", "flax.nnx", "math"),
+    "init_xavier": ("jax", "jax.numpy", "math"),
+    "init_normal": ("jax", "jax.numpy"), "init_uniform": ("jax", "jax.numpy"),
+    "init_constant": ("jax.numpy",), "init_zero": ("jax.numpy",), "init_one": ("jax.numpy",),
+    "with_init": (),
+    "initialize": ("jax", "jax.numpy", "flax.nnx", "numpy", "functools"),
+    "begin_state": ("jax.numpy",),
+}
+_UNSAFE = Safety.UNSAFE
+# torch-only parts of the torch initialize(): the JAX form has its own
+_INIT_PARTS = ("_gluon_init_parameter", "_gluon_init_module")
+_ZEROS = {"torch.zeros": "zeros", "torch.ones": "ones"}
+
+
+def _first_doc_line(stmt: cst.CSTNode) -> Optional[str]:
+    doc = stmt.get_docstring() if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) else None
+    return doc.strip().splitlines()[0].strip() if doc else None
+
+
+@functools.lru_cache(maxsize=None)
+def _docs(template: str, **values) -> dict[str, str]:
+    text = _nnx._ENV.get_template(template).render(names=set(TWINS), **values)
+    return {s.name.value: _first_doc_line(s) for s in cst.parse_module(text).body
+            if isinstance(s, (cst.FunctionDef, cst.ClassDef)) and _first_doc_line(s)}
+
+
+def torch_docs() -> dict[str, str]:
+    """name -> first docstring line of the torch helper porter's Gluon front end emits."""
+    return _docs("gluon_layers.py.j2", torch="torch", nn="nn")
+
+
+def jax_docs() -> dict[str, str]:
+    return _docs("gluon_jax_layers.py.j2")
+
+
+@functools.lru_cache(maxsize=None)
+def _twin_statements(name: str) -> tuple:
+    body = _nnx.render("gluon_jax_layers.py.j2", names={name})
+    return tuple(_nnx.spaced(body))
+
+
+def gluon_helpers(ctx) -> dict[str, tuple[str, cst.CSTNode]]:
+    """Top-level Gluon helpers of the file: name -> ("torch" | "jax", statement)."""
+    key = ("jx015.helpers",)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    found = {}
+    torch, jax = torch_docs(), jax_docs()
+    for stmt in ctx.module.body:
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and stmt.name.value in TWINS:
+            doc = _first_doc_line(stmt)
+            if doc is not None and doc == torch.get(stmt.name.value):
+                found[stmt.name.value] = ("torch", stmt)
+            elif doc is not None and doc == jax.get(stmt.name.value):
+                found[stmt.name.value] = ("jax", stmt)
+    ctx.cache[key] = found
+    return found
+
+
+def _seed(ctx) -> str:
+    """The seed of the enclosing function's `torch.manual_seed(S)`, else "0"."""
+    scope = ctx.enclosing(cst.FunctionDef) or ctx.module
+    for node in astutil.walk(scope):
+        if isinstance(node, cst.Call) and ctx.qualname(node.func) == "torch.manual_seed" and node.args:
+            return _nnx.code(node.args[0].value)
+    return "0"
+
+
+def _earlier_initialize_calls(call: cst.Call, ctx) -> int:
+    """How many `initialize(...)` calls come before `call` in its function."""
+    scope = ctx.enclosing(cst.FunctionDef) or ctx.module
+    n = 0
+    for node in astutil.walk(scope):
+        if node is call:
+            return n
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "initialize":
+            n += 1
+    return n
+
+
+class GluonHelpersJax(Rule):
+    """
+    ## What it does
+    Replaces the Gluon helpers porter's MXNet front end emits as torch code
+    (templates/gluon_layers.py.j2: `LazyDense`, `initialize`, `init_xavier` / `init_normal` /
+    `init_uniform` / `init_constant` / `init_zero` / `init_one`, `with_init`, `begin_state`),
+    recognised by name and docstring, with their JAX forms (templates/gluon_jax_layers.py.j2):
+
+    - `LazyDense`: an NNX layer whose parameters are made at its first eager call from the
+      input's size, or from the torch state dict's shapes by `load_torch_state_dict` (JX011's
+      `_TorchLazy`);
+    - the initializers: functions `init(key, shape, dtype)` in torch's (MXNet's) layout, with
+      MXNet's fans;
+    - `initialize(model, init, *, key)`: Gluon's semantics on the NNX model, in torch's names
+      and layouts through the weight converter (own initializer first, gamma one, biases zero,
+      every other weight from `init`); lazy layers are initialized when their first eager call
+      makes their parameters (Gluon's deferred initialization). Its calls get
+      `key=jax.random.key(S)`, S the seed of the function's `torch.manual_seed(S)` (else 0;
+      the function's second model `jax.random.fold_in(jax.random.key(S), 1)`, ...);
+    - `begin_state`: `jnp.zeros` by default; calls drop `ctx=` (a traced array has no
+      device) and pass `func=jnp.zeros` for `func=torch.zeros`.
+
+    ## Why
+    The torch helpers set tensors in place (`nn.init.uniform_`, `fill_`) and hook lazy
+    modules' first forward, which NNX has no form for; the JAX forms compute the same
+    (Gluon's) initialization with JAX random numbers.
+
+    ## Fix safety
+    Unsafe: the random numbers differ from torch's (as torch's differ from MXNet's); the
+    distributions, fans and which parameter gets what are Gluon's (tests/test_gluon_jax_models.py).
+    """
+
+    code = "JX015"
+    name = "gluon-helpers-jax"
+    target = "jax"
+    summary = "porter's emitted Gluon helpers (initialize, init_*, LazyDense, begin_state) -> their JAX forms"
+    severity = Severity.ERROR
+    needs_text = ("Gluon",)
+    examples = [
+        Example(
+            '''
+            import torch
+
+
+            def init_normal(sigma=0.01):
+                """Gluon's mx.init.Normal: normal(0, sigma)."""
+                return lambda weight: torch.nn.init.normal_(weight, 0.0, sigma)
+            ''',
+            '''
+            import torch
+            import jax
+            import jax.numpy as jnp
+
+
+            def init_normal(sigma=0.01):
+                """Gluon's mx.init.Normal as a JAX initializer: normal(0, sigma)."""
+                return lambda key, shape, dtype=jnp.float32: sigma * jax.random.normal(key, shape, dtype)
+            ''',
+            unsafe=True,
+        ),
+    ]
+    valid = [
+        # a user's own function of that name (another docstring) is not porter's helper
+        'def init_normal(sigma=0.01):\n    """My initializer."""\n    return sigma\n',
+    ]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        helpers = gluon_helpers(self.ctx)
+        torch_helpers = {n: s for n, (kind, s) in helpers.items() if kind == "torch"}
+        if not torch_helpers:
+            return
+        for name, stmt in torch_helpers.items():
+            new = list(_twin_statements(name))
+            new[0] = new[0].with_changes(leading_lines=stmt.leading_lines)
+            self.report(
+                stmt,
+                f"{name}: porter's Gluon helper in its JAX form",
+                Fix((self.replace(stmt, cst.FlattenSentinel(new)),), safety=_UNSAFE,
+                    imports=_IMPORTS[name]),
+            )
+        if "initialize" in torch_helpers:
+            for stmt in node.body:
+                if isinstance(stmt, cst.FunctionDef) and stmt.name.value in _INIT_PARTS and stmt.get_docstring() is None:
+                    self.report(stmt, f"{stmt.name.value}: part of the torch initialize()",
+                                Fix((self.remove(stmt),), safety=_UNSAFE))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+        if name not in ("initialize", "begin_state"):
+            return
+        helpers = gluon_helpers(self.ctx)
+        if name not in helpers:
+            return
+        if name == "initialize":
+            if not isinstance(func, cst.Name) or _nnx.has_kwarg(node, "key") or self.ctx.enclosing(cst.FunctionDef) is helpers[name][1]:
+                return
+            jax_name = self.ctx.module_alias("jax")
+            key = f"{jax_name}.random.key({_seed(self.ctx)})"
+            n = _earlier_initialize_calls(node, self.ctx)
+            if n:  # a second model of the function: another stream of the same seed
+                key = f"{jax_name}.random.fold_in({key}, {n})"
+            new = _nnx.with_arg(node, _nnx.kwarg("key", cst.parse_expression(key)))
+            self.report(node, "initialize(): its random numbers from a JAX key", Fix((self.replace(node, new),), safety=_UNSAFE, imports=("jax",)))
+            return
+        args, changed = [], False
+        jnp = self.ctx.module_alias("jax.numpy")
+        for a in node.args:
+            if a.keyword is not None and a.keyword.value == "ctx":
+                changed = True
+                continue
+            if a.keyword is not None and a.keyword.value == "func" and self.ctx.qualname(a.value) in _ZEROS:
+                a = a.with_changes(value=cst.parse_expression(f"{jnp}.{_ZEROS[self.ctx.qualname(a.value)]}"))
+                changed = True
+            args.append(a)
+        if changed:
+            if args and node.args and args[-1] is not node.args[-1]:
+                args[-1] = args[-1].with_changes(comma=node.args[-1].comma)
+            self.report(node, "begin_state(): no device argument on the JAX port (jnp arrays on the default device)",
+                        Fix((self.replace(node, node.with_changes(args=args)),), safety=_UNSAFE, imports=("jax.numpy",)))
