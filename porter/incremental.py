@@ -206,16 +206,24 @@ class _View:
 
 
 class _DictView(_View):
+    """A dictionary of a fact: a lookup is recorded with its answer; a dictionary found is
+    itself a view (its own lookups recorded), so that an answer is as narrow as the lookup."""
+
     __slots__ = ()
 
-    def get(self, key, default=None):
+    def _lookup(self, key):
         found = self._value.get(key, _MISSING)
-        self._record("get", _answer(key), found)
+        self._reads.append((self._compute, self._path, "get", _answer(key), _found(found)))
+        if type(found) is dict:
+            return _DictView(found, self._compute, self._path + (("key", key),), self._reads)
+        return found
+
+    def get(self, key, default=None):
+        found = self._lookup(key)
         return default if found is _MISSING else found
 
     def __getitem__(self, key):
-        found = self._value.get(key, _MISSING)
-        self._record("get", _answer(key), found)
+        found = self._lookup(key)
         if found is _MISSING:
             raise KeyError(key)
         return found
@@ -263,7 +271,11 @@ def _view(value, compute, path: tuple, reads: list):
     return value
 
 
-_NO_ANSWER = object()
+_A_DICT = ("a dictionary",)  # the answer of a lookup that finds a dictionary (read further by its own lookups)
+
+
+def _found(value) -> Any:
+    return _A_DICT if type(value) is dict else _answer(value)
 
 
 def _still(record: tuple, facts: "_Facts") -> bool:
@@ -271,10 +283,10 @@ def _still(record: tuple, facts: "_Facts") -> bool:
     compute, path, op, arg, answer = record
     try:
         value = facts.value(compute)
-        for name in path:
-            value = getattr(value, name)
+        for step in path:
+            value = getattr(value, step) if type(step) is str else value[step[1]]
         if op == "get":
-            got = _answer(value.get(_unanswer(arg), _MISSING))
+            got = _found(value.get(_unanswer(arg), _MISSING))
         elif op == "in":
             got = _unanswer(arg) in value
         elif op == "and":

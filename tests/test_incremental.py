@@ -466,3 +466,125 @@ def test_a_failing_rule_fails_as_in_engine_check():
                 doc.check(t)
             continue
         assert [key(f) for f in doc.check(t).findings] == [key(f) for f in want.findings]
+
+
+# --------------------------------------------------------------------------------------
+# Module facts: findings reused per statement while the facts they read are unchanged
+# --------------------------------------------------------------------------------------
+FACTS_DOCUMENT = '''import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+# (SparseAdam named in this comment: TX902's text pre-filter matches before the edits too)
+class AverageMeter:
+    def __init__(self):
+        self.sum = 0
+
+    def update(self, val, n=1):
+        self.sum += val * n
+
+
+class Progress:
+    def display(self, i):
+        print(i)
+
+
+def build(dataset):
+    sampler = DistributedSampler(dataset)
+    loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+    return loader
+
+
+def train(model, opt, loader, device):
+    losses = AverageMeter()
+    progress = Progress()
+    total = 0.0
+    for i, (x, y) in enumerate(loader):
+        x = x.to(device)
+        loss = model(x).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.update(loss.item(), x.size(0))
+        total += loss.item()
+        progress.display(i)
+    return total
+
+
+def evaluate(net, data, device):
+    with torch.no_grad():
+        for x, y in data:
+            out = net(x.to(device))
+            mask = out > 0
+            print(out[mask].sum())
+
+
+def main():
+    model = nn.Linear(4, 4)
+    emb = nn.Embedding(10, 4, sparse=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = build(None)
+    train(model, opt, data, "cuda")
+    evaluate(model, data, "cuda")
+'''
+
+# Each edit changes, in one statement, a module fact that findings in OTHER statements
+# depend on (and back): (name, old text, new text, codes whose findings must change).
+FACT_EDITS = [
+    ("set_epoch called in main: TX305 in build goes", "    data = build(None)\n",
+     "    data = build(None)\n    data.sampler.set_epoch(0)\n", {"TX305"}),
+    ("the meter class's update no longer arithmetic: TX406 in train", "        self.sum += val * n\n",
+     "        self.sum = str(val)\n", {"TX406"}),
+    ("Progress.display no longer prints: TX402 in train", "        print(i)\n", "        return i\n", {"TX402"}),
+    ("a top-level function named like the evaluated model: TX202 in evaluate", "def main():\n",
+     "def net(x):\n    return x\n\n\ndef main():\n", {"TX202"}),
+    ("SparseAdam referenced in another statement: TX901's fix in main becomes unsafe", "def build(dataset):\n",
+     "SPARSE = torch.optim.SparseAdam\n\n\ndef build(dataset):\n", {"TX901"}),
+    ("the model wrapped in DistributedDataParallel in main: TX201 in train", "    opt = torch.optim.SGD(",
+     "    model = torch.nn.parallel.DistributedDataParallel(model)\n    opt = torch.optim.SGD(", {"TX201"}),
+    ("main's data bound to a DataLoader: evaluate's loop over it (through the call's argument)",
+     "    data = build(None)\n", "    data = DataLoader(None)\n", {"TX301", "TX202"}),
+    ("an import inside a function (the imports differ along the file: facts read module-wide)",
+     "def evaluate(net, data, device):\n", "def evaluate(net, data, device):\n    import numpy as np\n", set()),
+]
+
+
+def _codes_at(checked) -> list:
+    return [(f.code, f.message, f.position.line if f.position else None, f.fix.safety if f.fix else None)
+            for f in checked.findings]
+
+
+def test_module_facts_changed_in_another_statement():
+    """Adversarial edits for what porter.incremental caches per statement: each changes a
+    module fact (the training-loop index, the module's classes and functions, SparseAdam or
+    DistributedDataParallel use) in one statement, and findings in other statements change
+    with it. After every edit, and after undoing it, the result equals engine.check; the
+    rules reading the facts run per statement (not module-wide) and the statements whose
+    lookups still answer the same are not checked again."""
+    checker = Checker("torch-xla", FACTS_DOCUMENT)
+    base = checker.result[0]
+    fact_rules = {"TX201", "TX202", "TX301", "TX305", "TX401", "TX402", "TX406", "TX501", "TX901"}
+    local_codes = {r.code for r in checker.options.rules if getattr(r, "local", False)}
+    assert fact_rules <= local_codes
+    for name, old, new, codes in FACT_EDITS:
+        assert FACTS_DOCUMENT.count(old) == 1, name
+        before = checker.text
+        checker.apply(before.replace(old, new))
+        got = checker.result[0]
+        assert got.reparsed is not None, name  # spliced, not parsed again in full
+        changed = {c for c in codes
+                   if [x for x in _codes_at(got) if x[0] == c] != [x for x in _codes_at(base) if x[0] == c]}
+        assert changed == codes, (name, changed)
+        same_rules = engine.applicable_rules(checker.options.rules, before) == engine.applicable_rules(checker.options.rules, checker.text)
+        if codes and same_rules:  # the fact readers ran per statement, and not every statement ran again
+            assert got.rules_module_wide < got.rules_local, name
+            assert got.statements_run < len(got.module.body), (name, got.statements_run)
+        checker.apply(before)  # and back
+        assert _codes_at(checker.result[0]) == _codes_at(base), name
+    # a plain edit inside a function: that statement alone is checked again, every other
+    # statement's findings (and the lookups they made in the facts) are reused
+    fresh = Checker("torch-xla", FACTS_DOCUMENT)
+    fresh.apply(FACTS_DOCUMENT.replace("    total = 0.0\n", "    total = 0.0\n    seen = 0\n"))
+    assert fresh.result[0].statements_run == 1
+    assert fresh.result[0].rules_module_wide < fresh.result[0].rules_local
