@@ -134,9 +134,13 @@ class _Dispatcher:
         stack.pop()
 
 
-def applicable_rules(rules: Iterable[type[Rule]], source: str) -> list[type[Rule]]:
-    """Rules whose cheap text pre-filter matches this file."""
-    return [r for r in rules if not r.needs_text or any(w in source for w in r.needs_text)]
+def applicable_rules(rules: Iterable[type[Rule]], source: str, document: Optional[str] = None) -> list[type[Rule]]:
+    """Rules whose cheap text pre-filters match: ``Rule.needs_text`` in ``source`` (this pass's
+    text), ``Rule.needs_document`` in ``document`` (the text the run began with; by default
+    ``source``)."""
+    document = source if document is None else document
+    return [r for r in rules if (not r.needs_text or any(w in source for w in r.needs_text))
+            and (not getattr(r, "needs_document", ()) or any(w in document for w in r.needs_document))]
 
 
 def run_rules(module: cst.Module, rules: Sequence[type[Rule]], path: str = "<string>",
@@ -397,8 +401,9 @@ def fix(source: str, options: Options, path: str = "<string>") -> FixResult:
     current = source
     settled: Optional[list[Finding]] = None  # findings of a pass that changed nothing
     for _ in range(MAX_PASSES):
-        # the text pre-filter reads this pass's text: a rule may act on another rule's output
-        findings = run_rules(module, applicable_rules(options.rules, current), path)
+        # the text pre-filter reads this pass's text: a rule may act on another rule's output;
+        # the document gate (Rule.needs_document) reads the text the migrate began with
+        findings = run_rules(module, applicable_rules(options.rules, current, source), path)
         if "porter:" in current:
             attach_positions(module, findings)
             findings = drop_suppressed(current, findings)

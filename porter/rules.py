@@ -126,6 +126,12 @@ class Rule:
     default_enabled: ClassVar[bool] = True
     # Cheap pre-filter: the rule only runs on files whose text contains one of these words.
     needs_text: ClassVar[tuple[str, ...]] = ("torch",)
+    # A gate on the document rather than on this pass's text: the rule runs only on documents
+    # whose text where the run began (the text `porter check` reads; the text `porter migrate`
+    # started from, for every fix pass) contains one of these words. For a front end's rules
+    # (MXNet/Gluon -> PyTorch: ("mxnet",)): they run on Gluon documents only, also in the later
+    # passes of a migrate, which read the PyTorch text the front end wrote. () = no gate.
+    needs_document: ClassVar[tuple[str, ...]] = ()
     examples: ClassVar[Sequence[Example]] = ()
     valid: ClassVar[Sequence[str]] = ()  # code that must produce no finding
     # True: the rule's findings in a top-level statement depend only on that statement and
