@@ -50,7 +50,7 @@ class NnxModule(Rule):
     target = "jax"
     summary = "nn.Module subclass -> nnx.Module (rngs, forward -> __call__, no super().__init__())"
     severity = Severity.ERROR
-    needs_text = ("Module",)
+    needs_text = ("Module", "nn.")  # a factory function building layers has no module class
     examples = [
         Example(
             """

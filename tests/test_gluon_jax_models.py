@@ -1,0 +1,361 @@
+"""The model side of the MXNet/Gluon -> JAX ports (the Gluon front end, then the JAX rules):
+
+- torch's lazy layers (Gluon's deferred input sizes) on Flax NNX: `TorchLazyLinear`,
+  `TorchLazyConv2d`, `TorchLazyConvTranspose2d` (JX002/JX011) and the Gluon `LazyDense` (JX015)
+  make their parameters at the first eager call, or from the torch state dict's shapes when
+  `load_torch_state_dict` comes first (as torch's load_state_dict does), and then compute what
+  torch computes with the same weights; before that, `torch_state_dict` gives None for them
+  and nnx.Optimizer / nnx.jit fail naming the layer;
+- Gluon's `initialize()` and initializers in JAX form (JX015): Xavier with MXNet's fans,
+  biases zero, BatchNorm gamma one / beta zero, a layer's own initializer first, lazy layers
+  initialized when their first call makes their parameters, loaded weights kept;
+- a model built by a factory (nnx.Sequential, no module class) gets the weight converter;
+  a Sequential grown with append keeps its torch indices;
+- every fixtures/mxnet model, ported to JAX from the original in a temporary folder, verifies
+  against real MXNet 1.9.1 (`porter verify`, port.toml's model and inputs, 5 steps): forward
+  within 1e-4 (max abs), the step losses within 1e-4 (relative), one compilation, no host
+  callback.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from porter import engine, registry
+from porter.fixtures import gluon_fixtures
+
+REPO = Path(__file__).resolve().parents[1]
+FORWARD_ATOL = 1e-4
+LOSS_RTOL = 1e-4
+
+
+def _port(source: str) -> str:
+    result = engine.fix(textwrap.dedent(source), engine.Options(registry.select("jax"), unsafe_fixes=True))
+    return result.source
+
+
+def _load(code: str, tmp_path: Path, name: str = "port") -> dict:
+    path = tmp_path / f"{name}.py"
+    path.write_text(code, encoding="utf-8")
+    ns: dict = {"__name__": name, "__file__": str(path)}
+    exec(compile(code, str(path), "exec"), ns)
+    return ns
+
+
+# --------------------------------------------------------------------------------------
+# torch's lazy layers
+# --------------------------------------------------------------------------------------
+TORCH_LAZY = """
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.LazyConv2d(6, 3, padding=1)
+        self.up = nn.LazyConvTranspose2d(4, 2, stride=2, bias=False)
+        self.fc = nn.LazyLinear(5)
+
+    def forward(self, x):
+        x = torch.relu(self.conv(x))
+        x = self.up(x)
+        return self.fc(torch.flatten(x, 1))
+"""
+
+
+@pytest.fixture(scope="module")
+def lazy_port(tmp_path_factory):
+    code = _port(TORCH_LAZY)
+    assert "porter: manual" not in code
+    for cls in ("TorchLazyConv2d(6, 3, padding=1, rngs=rngs)", "TorchLazyConvTranspose2d(4, 2, stride=2, bias=False, rngs=rngs)",
+                "TorchLazyLinear(5, rngs=rngs)"):
+        assert cls in code
+    return _load(code, tmp_path_factory.mktemp("lazy"), "lazy_port")
+
+
+def _torch_lazy_model():
+    import torch
+
+    ns: dict = {}
+    exec(compile(TORCH_LAZY, "torch_lazy", "exec"), ns)
+    torch.manual_seed(0)
+    model = ns["Net"]()
+    x = torch.randn(2, 3, 5, 5)
+    with torch.no_grad():
+        out = model(x)
+    return model, x.numpy(), out.numpy()
+
+
+@pytest.mark.slow  # JAX compiles each eager op once (~7 s)
+def test_lazy_layers_materialize_from_the_state_dict_and_compute_as_torch(lazy_port):
+    from flax import nnx
+
+    model_t, x, out_t = _torch_lazy_model()
+    state = {k: v.detach().numpy() for k, v in model_t.state_dict().items()}
+    model = lazy_port["Net"](rngs=nnx.Rngs(0))
+    before = lazy_port["torch_state_dict"](model)
+    assert set(before) == set(state)
+    assert all(v is None for v in before.values())  # torch's UninitializedParameter: no shape yet
+    lazy_port["load_torch_state_dict"](model, state)  # before any call: shapes from the state dict
+    back = lazy_port["torch_state_dict"](model)
+    for k, v in state.items():
+        np.testing.assert_array_equal(back[k], v)
+    np.testing.assert_allclose(np.asarray(model(x)), out_t, atol=1e-5)
+
+
+def test_lazy_layers_materialize_at_the_first_eager_call_then_train_under_jit(lazy_port):
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from flax import nnx
+
+    model_t, x, _ = _torch_lazy_model()
+    model = lazy_port["Net"](rngs=nnx.Rngs(0))
+    model(jnp.asarray(x))  # one eager call: in_channels 3, 6 and in_features 4 * 10 * 10
+    shapes = {k: v.shape for k, v in lazy_port["torch_state_dict"](model).items()}
+    assert shapes == {k: tuple(v.shape) for k, v in model_t.state_dict().items()}
+    optimizer = nnx.Optimizer(model, optax.sgd(0.1, momentum=0.9), wrt=nnx.Param)
+
+    @nnx.jit
+    def step(model, optimizer, x):
+        loss, grads = nnx.value_and_grad(lambda m: jnp.mean(m(x) ** 2))(model)
+        optimizer.update(model, grads)
+        return loss
+
+    losses = [float(step(model, optimizer, jnp.asarray(x))) for _ in range(3)]
+    assert losses[2] < losses[0] and step.jitted_fn._cache_size() == 1
+    assert jax.tree.leaves(nnx.state(model, nnx.Param))
+
+
+def test_an_unmaterialized_lazy_layer_fails_clearly_under_jit_and_in_an_optimizer(lazy_port):
+    import jax.numpy as jnp
+    import optax
+    from flax import nnx
+
+    model = lazy_port["Net"](rngs=nnx.Rngs(0))
+    with pytest.raises(RuntimeError, match=r"TorchLazyConv2d\(6, 3, 1, 1, 1, 1, True, 'zeros'\) has no parameters yet"):
+        nnx.Optimizer(model, optax.sgd(0.1, momentum=0.9), wrt=nnx.Param)
+    with pytest.raises(RuntimeError, match="has no parameters yet"):
+        nnx.jit(lambda m, x: m(x))(model, jnp.zeros((2, 3, 5, 5)))
+    with pytest.raises(KeyError, match="conv.weight"):
+        lazy_port["load_torch_state_dict"](model, {})
+
+
+# --------------------------------------------------------------------------------------
+# Gluon's initialize() and initializers, in JAX form
+# --------------------------------------------------------------------------------------
+GLUON_NET = """
+import mxnet as mx
+from mxnet import gluon
+from mxnet.gluon import nn
+
+
+class Net(gluon.HybridBlock):
+    def __init__(self, **kwargs):
+        super(Net, self).__init__(**kwargs)
+        with self.name_scope():
+            self.conv = nn.Conv2D(8, 3, padding=1)
+            self.bn = nn.BatchNorm()
+            self.up = nn.Conv2DTranspose(4, 2, strides=2, in_channels=8)
+            self.fc = nn.Dense(16, activation="relu")
+            self.out = nn.Dense(4, in_units=16, weight_initializer=mx.init.Uniform(0.5))
+
+    def hybrid_forward(self, F, x):
+        x = F.relu(self.bn(self.conv(x)))
+        return self.out(self.fc(self.up(x)))
+
+
+def build():
+    net = Net()
+    net.initialize(mx.init.Xavier(magnitude=2.24))
+    return net
+"""
+
+
+@pytest.fixture(scope="module")
+def gluon_port(tmp_path_factory):
+    code = _port(GLUON_NET)
+    assert "porter: manual" not in code and "torch.nn.init" not in code
+    assert "TorchLazyConv2d(8, 3, padding=1, rngs=rngs)" in code and "LazyDense(16, activation=\"relu\", rngs=rngs)" in code
+    assert "initialize(net, init_xavier(magnitude=2.24), key=jax.random.key(0))" in code
+    return _load(code, tmp_path_factory.mktemp("gluon"), "gluon_port")
+
+
+def _xavier_bound(shape, magnitude=2.24):
+    receptive = math.prod(shape[2:])
+    fan_in, fan_out = shape[1] * receptive, shape[0] * receptive  # MXNet's fans
+    return math.sqrt(magnitude / ((fan_in + fan_out) / 2.0))
+
+
+@pytest.mark.slow  # JAX compiles each eager op once (~7 s)
+def test_initialize_is_gluons_with_deferred_lazy_layers(gluon_port):
+    import jax.numpy as jnp
+    from flax import nnx
+
+    net = gluon_port["build"](rngs=nnx.Rngs(0))
+    pending = gluon_port["torch_state_dict"](net)
+    assert pending["conv.weight"] is None and pending["fc.weight"] is None  # deferred, as Gluon's
+    up = pending["up.weight"]
+    assert up.shape == (8, 4, 2, 2) and 0.8 * _xavier_bound(up.shape) < np.abs(up).max() <= _xavier_bound(up.shape)
+    net.eval()  # as the ports' one sample before training: no running statistics move
+    net(jnp.ones((2, 3, 5, 5)))  # the first call makes and initializes the lazy layers
+    net.train()
+    sd = gluon_port["torch_state_dict"](net)
+    for name in ("conv.weight", "up.weight", "fc.weight"):
+        w = sd[name]
+        bound = _xavier_bound(w.shape)
+        assert 0.8 * bound < np.abs(w).max() <= bound, name  # Xavier(magnitude=2.24), uniform
+        assert abs(w.std() - bound / math.sqrt(3)) < 0.2 * bound / math.sqrt(3), name
+    assert sd["fc.weight"].shape == (16, 4 * 10 * 10)
+    for name in ("conv.bias", "up.bias", "fc.bias", "out.bias", "bn.bias", "bn.running_mean"):
+        np.testing.assert_array_equal(sd[name], 0.0, err_msg=name)
+    np.testing.assert_array_equal(sd["bn.weight"], 1.0)  # gamma
+    np.testing.assert_array_equal(sd["bn.running_var"], 1.0)
+    out = sd["out.weight"]  # its own weight_initializer: Uniform(0.5) wins over the model's Xavier
+    assert 0.4 < np.abs(out).max() <= 0.5 and out.shape == (4, 16)
+    # the key decides: the same seed gives the same weights, another seed others
+    again = gluon_port["build"](rngs=nnx.Rngs(0))
+    np.testing.assert_array_equal(gluon_port["torch_state_dict"](again)["up.weight"], up)
+
+
+def test_weights_loaded_before_the_first_call_are_kept(gluon_port):
+    import jax.numpy as jnp
+    from flax import nnx
+
+    net = gluon_port["build"](rngs=nnx.Rngs(0))
+    rng = np.random.default_rng(0)
+    shapes = {"conv.weight": (8, 3, 3, 3), "conv.bias": (8,), "bn.weight": (8,), "bn.bias": (8,),
+              "bn.running_mean": (8,), "bn.running_var": (8,), "up.weight": (8, 4, 2, 2), "up.bias": (4,),
+              "fc.weight": (16, 400), "fc.bias": (16,), "out.weight": (4, 16), "out.bias": (4,)}
+    state = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    state["bn.running_var"] = np.abs(state["bn.running_var"]) + 0.5
+    gluon_port["load_torch_state_dict"](net, state)
+    net.eval()
+    net(jnp.ones((2, 3, 5, 5)))  # no deferred initialization after a load
+    back = gluon_port["torch_state_dict"](net)
+    for k, v in state.items():
+        np.testing.assert_array_equal(back[k], v, err_msg=k)
+
+
+def test_gluon_initializers_in_jax_form(gluon_port, tmp_path):
+    import jax
+
+    key = jax.random.key(1)
+    xavier = gluon_port["init_xavier"](rnd_type="gaussian", factor_type="in", magnitude=2)
+    w = np.asarray(xavier(key, (64, 32, 3, 3)))
+    assert abs(w.std() - math.sqrt(2 / (32 * 9))) < 0.05 * math.sqrt(2 / (32 * 9))
+    with pytest.raises(ValueError, match="vector"):
+        xavier(key, (5,))
+    code = _port("""
+        import mxnet as mx
+
+        inits = [mx.init.Normal(0.02), mx.init.Constant(0.3), mx.init.Zero(), mx.init.One()]
+    """)
+    ns = _load(code, tmp_path, "inits")
+    normal, constant, zero, one = ns["inits"]
+    assert abs(np.asarray(normal(key, (100, 100))).std() - 0.02) < 0.002
+    np.testing.assert_array_equal(np.asarray(constant(key, (2, 3))), np.float32(0.3))
+    np.testing.assert_array_equal(np.asarray(zero(key, (2,))), 0.0)
+    np.testing.assert_array_equal(np.asarray(one(key, (2,))), 1.0)
+
+
+# --------------------------------------------------------------------------------------
+# containers: factories and Sequential.append
+# --------------------------------------------------------------------------------------
+def test_factory_models_get_the_converter_and_appended_layers_keep_their_indices(tmp_path):
+    import torch
+    from flax import nnx
+
+    source = """
+        import torch.nn as nn
+
+
+        def make(width):
+            net = nn.Sequential()
+            net.append(nn.Linear(3, width))
+            net.append(nn.ReLU())
+            block = nn.Sequential(nn.Linear(width, width))
+            block.append(nn.Tanh())
+            net.append(block)
+            return net
+    """
+    code = _port(source)
+    assert "net.layers.append(" in code and "block.layers.append(" in code and "def load_torch_state_dict" in code
+    ns = _load(code, tmp_path, "factory")
+    tns: dict = {}
+    exec(compile(textwrap.dedent(source), "factory_torch", "exec"), tns)
+    torch.manual_seed(0)
+    model_t = tns["make"](4)
+    model = ns["make"](4, rngs=nnx.Rngs(0))
+    state = {k: v.detach().numpy() for k, v in model_t.state_dict().items()}
+    assert set(ns["torch_state_dict"](model)) == set(state) == {"0.weight", "0.bias", "2.0.weight", "2.0.bias"}
+    ns["load_torch_state_dict"](model, state)
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    with torch.no_grad():
+        np.testing.assert_allclose(np.asarray(model(x)), model_t(torch.as_tensor(x)).numpy(), atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------
+# every Gluon fixture's model, ported to JAX, against real MXNet
+# --------------------------------------------------------------------------------------
+def _side_jax_takes_lazy_layers() -> bool:
+    """porter verify's JAX side reads a None from torch_state_dict as a lazy layer's
+    parameter with no shape yet (load_torch_state_dict then materializes it)."""
+    from porter.verify import side_jax
+
+    return "is not None" in inspect.getsource(side_jax._mismatch)
+
+
+LAZY_FIXTURES = {"mlp", "cnn_bn_dropout", "dcgan", "resnet"}
+
+
+def _fixture_case(fx):
+    marks = [pytest.mark.slow]
+    if fx.name in LAZY_FIXTURES and not _side_jax_takes_lazy_layers():
+        marks.append(pytest.mark.xfail(strict=True, reason=(
+            "porter/verify/side_jax.py compares torch_state_dict(model)'s shapes with the original's before "
+            "load_torch_state_dict: a lazy layer's parameters (None, no shape yet) are reported as a mismatch")))
+    return pytest.param(fx, marks=marks, id=fx.name)
+
+
+def _mxnet_python() -> str:
+    if os.environ.get("PORTER_MXNET_PYTHON"):
+        return os.environ["PORTER_MXNET_PYTHON"]
+    out = subprocess.run([sys.executable, "-m", "porter.verify.mxnet_env"], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("fx", [_fixture_case(fx) for fx in gluon_fixtures("jax")])
+def test_fixture_model_ported_to_jax_verifies_against_mxnet(fx, tmp_path):
+    out = tmp_path / "port"
+    proc = subprocess.run([sys.executable, "-m", "porter", "migrate", str(fx.original), "--to", "jax", *fx.migrate,
+                           "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    port = out / fx.original.name
+    conf = tomllib.loads((fx.folder / "port.toml").read_text(encoding="utf-8"))
+    args = [sys.executable, "-m", "porter", "verify", str(fx.original), str(port), "--model", conf["model"],
+            *[a for spec in conf["inputs"] for a in ("--input", spec)], "--steps", "5", "--format", "json"]
+    env = {**os.environ, "PORTER_MXNET_PYTHON": _mxnet_python()}
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=900, env=env)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0 and report["passed"], (report["summary"], report.get("notes"))
+    forward = [t["max_abs"] for t in report["tensors"] if t["phase"] in ("layer", "output")]
+    losses = [t for t in report["tensors"] if t["phase"] == "loss"]
+    assert forward and max(forward) <= FORWARD_ATOL, max(forward)
+    assert sorted(t["step"] for t in losses) == [1, 2, 3, 4, 5]
+    assert max(t["max_rel"] for t in losses) <= LOSS_RTOL
+    health = report["health"]
+    assert health["compiles_total"] == 1 and health["max_transfers_per_step"] == 0, health
+    assert not health["problems"], health["problems"]
