@@ -1,6 +1,7 @@
 import libcst as cst
 
-from porter.rules import Example, Rule, Severity
+from porter import astutil
+from porter.rules import Edit, Example, Fix, Rule, Severity
 
 from . import _ops_table as ops
 from .jx014_module_random import sampler
@@ -20,7 +21,12 @@ class TorchFunction(Rule):
     numbers without a key, `F.dropout`, `F.interpolate`, data-dependent shapes such as
     `torch.nonzero`, an `out=` argument) stay in place, marked `# porter: manual`, with a
     finding saying why. Code in `torch.utils.data` Dataset/Sampler classes is left to the
-    data-loading rules.
+    data-loading rules. One exception for random numbers: in a script that seeds numpy's
+    global generator (`np.random.seed(...)`), `torch.randn(shape)` / `torch.rand(shape)`
+    outside a module (noise drawn in the training loop) becomes a float32 draw of numpy's
+    generator on the host (`np.random.standard_normal(shape).astype(np.float32)`), handed
+    to the jitted step like a batch (other values than torch's generator would draw: the
+    same distribution).
 
     ## Why
     A JAX port cannot call torch: every tensor operation has to become a JAX operation with
@@ -108,6 +114,25 @@ class TorchFunction(Rule):
             """,
             title="random numbers need a PRNG key: marked for a manual port",
         ),
+        Example(
+            """
+            import numpy as np
+            import torch
+
+            np.random.seed(1)
+            for data in loader:
+                noise = torch.randn((data.shape[0], 16, 1, 1), device=device)
+            """,
+            """
+            import numpy as np
+            import torch
+
+            np.random.seed(1)
+            for data in loader:
+                noise = np.random.standard_normal((data.shape[0], 16, 1, 1)).astype(np.float32)
+            """,
+            title="noise in a script that seeds numpy: drawn on the host, as the batches are",
+        ),
     ]
     valid = [
         "import torch\nmodel = torch.nn.Linear(3, 4)\n",
@@ -121,4 +146,38 @@ class TorchFunction(Rule):
             return
         if o.manual and sampler(node, self.ctx) is not None:
             return  # random numbers in a module method: JX014, from the module's nnx.Rngs
+        if o.manual and self._host_noise(node):
+            return
         ops.port_call(self, node, o, None)
+
+    def _host_noise(self, node: cst.Call) -> bool:
+        """``torch.randn(shape, device=d)`` / ``torch.rand`` in a script that seeds numpy's
+        global generator (``np.random.seed(seed)``): drawn by numpy on the host, float32, like
+        the batches the loader hands to the step (no PRNG key to thread through the loop)."""
+        q = self.ctx.qualname(node.func)
+        if q not in _HOST_NOISE or not self._seeds_numpy():
+            return False
+        sizes = [a for a in node.args if a.keyword is None and a.star == ""]
+        other = [a for a in node.args if a.keyword is not None and a.keyword.value not in ("device", "dtype")
+                 or a.star != ""]
+        dtype = astutil.arg(node, "dtype", len(node.args) + 1)
+        if other or not sizes or (dtype is not None and self.ctx.qualname(dtype.value) != "torch.float32"):
+            return False
+        text = [cst.Module([]).code_for_node(a.value) for a in sizes]
+        size = text[0] if len(text) == 1 else "(" + ", ".join(text) + ")"
+        np_ = self.ctx.module_alias("numpy")
+        new = cst.parse_expression(f"{np_}.random.{_HOST_NOISE[q]}({size}).astype({np_}.float32)")
+        self.report(node, f"{q} in the script: drawn from numpy's seeded generator on the host (float32)",
+                    Fix((Edit(node, new),), imports=("numpy",)))
+        return True
+
+    def _seeds_numpy(self) -> bool:
+        key = ("jx101.seeds_numpy",)
+        if key not in self.ctx.cache:
+            self.ctx.cache[key] = any(
+                isinstance(n, cst.Call) and self.ctx.qualname(n.func) == "numpy.random.seed"
+                for n in astutil.walk(self.ctx.module, into_functions=True))
+        return self.ctx.cache[key]
+
+
+_HOST_NOISE = {"torch.randn": "standard_normal", "torch.rand": "random_sample"}

@@ -554,6 +554,10 @@ class TrainStep(Rule):
         # a name the forward pass reads and then rebinds (`output, hidden = model(x, hidden)`)
         # is a parameter of loss_fn: a closure variable cannot be rebound in the inner function
         carried = [renames.get(n, n) for n in free if n in bound and n != model]
+        # other models the forward pass calls (a GAN's generator in the discriminator's step):
+        # arguments of the inner function too, so that what their layers update (BatchNorm's
+        # running statistics) leaves the differentiated trace; gradients are the model's only
+        carried += [n for n in dynamic if n in facts.modules and n != model and n not in carried]
         inner = ", ".join([model, *carried])
         # the inner function's name must not hide a name the step reads (a script's own
         # `loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()` would make the step call itself)

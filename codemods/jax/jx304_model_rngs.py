@@ -39,7 +39,7 @@ class ModelRngs(Rule):
     target = "jax"
     summary = "Net(...) -> Net(..., rngs=nnx.Rngs(seed)) with the seed of torch.manual_seed"
     severity = Severity.ERROR
-    needs_text = ("Module",)
+    needs_text = ("Module", "rngs")
     examples = [
         Example(
             """
