@@ -39,7 +39,14 @@ class TrainStep(Rule):
     loop (`ntokens = args.vocab_size`, which may be a shape) are passed as static arguments.
     A name the forward pass reads and rebinds (`output, hidden = model(data, hidden)`) is an
     argument of `loss_fn` and is returned by the step, so the next iteration reads the new
-    value (no gradient flows across steps, as with a detached hidden state).
+    value (no gradient flows across steps, as with a detached hidden state). Another model
+    the forward pass calls (a GAN's generator in the discriminator's step) is an argument of
+    `loss_fn` too (gradients are taken for the first argument only), so what its layers
+    update (BatchNorm's running statistics) leaves the differentiated function. A branch of
+    the forward pass on the script's settings (`if args.loss == "ce": loss = ...` /
+    `else: loss = ...`) moves with it, the names its tests read being static arguments.
+    `loss_fn` takes another name when the step reads one called so (a script's own
+    `loss_fn = nn.CrossEntropyLoss()`).
     `clip_grad_norm_(model.parameters(), c)` becomes `optax.clip_by_global_norm(c)` applied
     to the gradients inside the step (`clip_grad_value_` -> `optax.clip`). Several
     `backward()` calls before one step sum their losses (gradients accumulate in PyTorch).
@@ -330,21 +337,21 @@ class TrainStep(Rule):
             optG = torch.optim.Adam(netG.parameters())
             @nnx.jit
             def train_step_optD(netD, optD, netG, noise, real):
-                def loss_fn(netD):
+                def loss_fn(netD, netG):
                     fake = netG(noise)
                     lossD = criterion(netD(real), ones) + criterion(netD(fake.detach()), zeros)
                     return lossD
-                lossD, grads = nnx.value_and_grad(loss_fn)(netD)
+                lossD, grads = nnx.value_and_grad(loss_fn)(netD, netG)
                 optD.update(netD, grads)
                 return lossD
 
             @nnx.jit
             def train_step_optG(netG, optG, noise, netD):
-                def loss_fn(netG):
+                def loss_fn(netG, netD):
                     fake = netG(noise)
                     lossG = criterion(netD(fake), ones)
                     return lossG
-                lossG, grads = nnx.value_and_grad(loss_fn)(netG)
+                lossG, grads = nnx.value_and_grad(loss_fn)(netG, netD)
                 optG.update(netG, grads)
                 return lossG
 
@@ -355,7 +362,8 @@ class TrainStep(Rule):
                 print(lossD.item(), lossG.item())
             """,
             unsafe=True,
-            title="two optimizers (a GAN at module level): one step each; the generator's output is computed again in its own step",
+            title="two optimizers (a GAN at module level): one step each; the generator's output is computed again in its own step; "
+                  "the other model is an argument of the differentiated function (its BatchNorm statistics update), not differentiated",
         ),
     ]
     valid = [
