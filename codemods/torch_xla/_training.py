@@ -112,6 +112,8 @@ class Index:
     calls_by_name: dict[str, list] = field(default_factory=dict)
     # id(function node) -> the function, and its parameter list in order
     functions: dict[int, cst.CSTNode] = field(default_factory=dict)
+    # id(call) -> the function, lambda or class whose code holds the call (None: the module's)
+    call_scopes: dict[int, Optional[cst.CSTNode]] = field(default_factory=dict)
 
 
 # the key of the module's own scope in Index.scoped (ids of live nodes are never 0)
@@ -196,6 +198,7 @@ def _build(ctx: FileContext) -> Index:
         elif isinstance(node, cst.NamedExpr):
             bind(scope, node.target, classify_value(node.value, ctx, opt_classes), node.value)
         elif isinstance(node, cst.Call):
+            idx.call_scopes[id(node)] = None if scope is ctx.module else scope
             q = ctx.qualname(node.func)
             if q:
                 idx.calls.add(q)

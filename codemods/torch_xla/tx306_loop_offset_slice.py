@@ -7,7 +7,6 @@ from porter.context import dotted_name
 from porter.rules import Edit, Example, Fix, Rule, Safety, Severity, module_fact
 
 from . import _training as tr
-from ._amp_dist import Parents
 
 
 class LoopOffsetSlice(Rule):
@@ -233,14 +232,13 @@ class LoopOffsetSlice(Rule):
                 if not any(sub.value is n for sub in _offset_slices(helper, offset_params)):
                     return None
         idx = tr.index(self.ctx)
-        parents = Parents(self.ctx.module)
         placers: set[str] = set()
         calls = idx.calls_by_name.get(helper.name.value, ())
         if not calls:
             return None
         for c in calls:
             arg = _bound(helper, c).get(source)
-            if not isinstance(arg, cst.Name) or not _from_placer(arg, parents, idx, functions, placers, 0):
+            if not isinstance(arg, cst.Name) or not _from_placer(arg, c, idx, functions, placers, 0):
                 return None
         if len(placers) != 1:
             return None
@@ -412,19 +410,20 @@ def _length_read(fn: cst.FunctionDef, name: cst.Name) -> bool:
     return False
 
 
-def _from_placer(name: cst.Name, parents, idx, functions: dict, placers: set, depth: int) -> bool:
-    """Every value ``name`` may hold is the result of a call of a module function (added to
-    ``placers``), followed through the parameters of the function the name sits in."""
+def _from_placer(name: cst.Name, call: cst.Call, idx, functions: dict, placers: set, depth: int) -> bool:
+    """Every value ``name`` (an argument of ``call``) may hold is the result of a call of a
+    module function (added to ``placers``), followed through the parameters of the function
+    the name sits in."""
     if depth > 3:
         return False
-    fn = next((a for a in parents.ancestors(name) if isinstance(a, (cst.FunctionDef, cst.Lambda, cst.ClassDef))), None)
+    fn = idx.call_scopes.get(id(call))  # the function, lambda or class holding the call (and its argument)
     if isinstance(fn, cst.FunctionDef) and name.value in _params(fn):
         calls = idx.calls_by_name.get(fn.name.value, ())
         if not calls:
             return False
         for c in calls:
             arg = _bound(fn, c).get(name.value)
-            if not isinstance(arg, cst.Name) or not _from_placer(arg, parents, idx, functions, placers, depth + 1):
+            if not isinstance(arg, cst.Name) or not _from_placer(arg, c, idx, functions, placers, depth + 1):
                 return False
         return True
     values = idx.values.get(name.value, ())
