@@ -27,7 +27,11 @@ class NnxLayer(Rule):
       `nn.GroupNorm` -> `TorchGroupNorm`, `nn.MaxPool2d` / `nn.AvgPool2d`
       (`count_include_pad`) / `nn.AdaptiveAvgPool2d` on NCHW, `nn.Embedding(padding_idx=i)` ->
       `TorchEmbedding` (no gradient into the padding row), `nn.LSTM` / `nn.GRU` /
-      `nn.MultiheadAttention` with torch's parameter layout and gate order.
+      `nn.MultiheadAttention` with torch's parameter layout and gate order. torch's lazy
+      layers (`nn.LazyLinear`, `nn.LazyConv1d/2d/3d`, `nn.LazyConvTranspose1d/2d/3d`) ->
+      `TorchLazyLinear` / `TorchLazyConv2d` / ...: their parameters are made at the first
+      eager call from the input's size, or by `load_torch_state_dict` from the state dict's
+      shapes (as torch's `load_state_dict` materializes lazy modules).
     - Stateless layers become functions: `nn.ReLU()` -> `nnx.relu`, `nn.GELU()` ->
       `functools.partial(nnx.gelu, approximate=False)` (jax's default is the tanh
       approximation), `nn.Softmax(dim=1)` -> `functools.partial(nnx.softmax, axis=1)`,

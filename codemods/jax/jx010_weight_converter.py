@@ -59,7 +59,8 @@ _AFTER = (
 class TorchWeightConverter(Rule):
     """
     ## What it does
-    Adds to a file that defines modules, after its last module class, the two functions of
+    Adds to a file that defines modules or builds layers (a factory function returning an
+    `nnx.Sequential` counts), after its last class, the two functions of
     the JAX contract, as plain code (rendered from templates/jax_weights.py.j2; the port
     imports nothing from porter):
 
@@ -77,6 +78,11 @@ class TorchWeightConverter(Rule):
       key and both shapes.
     - `torch_state_dict(model)`: the inverse, numpy arrays under torch's names and layouts
       (for a gradient tree: `g = nnx.clone(model); nnx.update(g, grads); torch_state_dict(g)`).
+
+    In a file with lazy layers (`TorchLazy*`, Gluon's `LazyDense`), `load_torch_state_dict`
+    first materializes the ones not called yet from the shapes of their torch weights (as
+    torch's `load_state_dict` does), and `torch_state_dict` gives None for a parameter that
+    has no shape yet.
 
     ## Why
     The port starts from the original's weights only through a converter that knows both

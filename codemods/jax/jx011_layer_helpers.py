@@ -50,6 +50,13 @@ class TorchLayerHelpers(Rule):
     - `TorchTransformerEncoderLayer` / `TorchTransformerEncoder`: torch's blocks with their
       submodule names (`layers.0.self_attn.in_proj_weight`, `linear1`, `norm2`...), post- or
       pre-norm, relu or exact gelu; the encoder clones its layer as torch deep-copies it.
+    - `TorchLazyLinear`, `TorchLazyConvNd`, `TorchLazyConvTransposeNd` (torch's lazy layers,
+      on the `_TorchLazy` base): the layer's own constructor runs at its first eager call with
+      the input's size (last axis / axis 1), or from the torch weight's shape when
+      `load_torch_state_dict` comes first; until then each parameter holds a placeholder
+      that makes `nnx.Optimizer` / `nnx.jit` raise naming the layer, and `torch_state_dict`
+      gives None for it (torch's UninitializedParameter). A deferred initializer
+      (`lazy_init`, Gluon's `initialize()`) runs on the parameters an eager call made.
 
     ## Why
     Flax's LSTM cells keep one kernel per gate with a single bias, nnx.MultiHeadAttention
