@@ -359,3 +359,49 @@ def test_fixture_model_ported_to_jax_verifies_against_mxnet(fx, tmp_path):
     health = report["health"]
     assert health["compiles_total"] == 1 and health["max_transfers_per_step"] == 0, health
     assert not health["problems"], health["problems"]
+
+
+ACTIVATED = """
+import mxnet as mx
+from mxnet import gluon
+from mxnet.gluon import nn
+
+
+class Net(gluon.HybridBlock):
+    def __init__(self, **kwargs):
+        super(Net, self).__init__(**kwargs)
+        with self.name_scope():
+            self.features = nn.HybridSequential()
+            self.features.add(nn.Conv2D(6, 3, activation="relu"))
+            self.features.add(nn.BatchNorm())
+            self.features.add(nn.Conv2D(4, 3, in_channels=6, activation="tanh"))
+            self.head = nn.Dense(3, activation="sigmoid")
+
+    def hybrid_forward(self, F, x):
+        return self.head(self.features(x))
+"""
+
+
+@pytest.mark.slow  # two ports and JAX's eager compilations
+def test_a_gluon_model_ported_to_jax_computes_what_its_torch_port_computes(tmp_path):
+    """Conv2D(activation=...) (with_activation), deferred input sizes and a HybridSequential
+    grown with add(): the JAX port, given the torch port's weights before any call, computes
+    the torch port's forward (the torch port is the one verified against MXNet)."""
+    import torch
+    from flax import nnx
+
+    torch_code = engine.fix(ACTIVATED, engine.Options(registry.select("torch"), unsafe_fixes=True)).source
+    jax_code = _port(ACTIVATED)
+    assert "with_activation(" in jax_code and "porter: manual" not in jax_code
+    tns, jns = _load(torch_code, tmp_path, "activated_torch"), _load(jax_code, tmp_path, "activated_jax")
+    torch.manual_seed(0)
+    model_t = tns["Net"]()
+    x = np.random.default_rng(0).standard_normal((2, 3, 7, 7)).astype(np.float32)
+    model_t.eval()
+    with torch.no_grad():
+        want = model_t(torch.as_tensor(x)).numpy()
+    model = jns["Net"](rngs=nnx.Rngs(0))
+    jns["load_torch_state_dict"](model, {k: v.numpy() for k, v in model_t.state_dict().items()})
+    model.eval()
+    np.testing.assert_allclose(np.asarray(model(x)), want, atol=1e-5)
+    assert type(model.features.layers[0]).__name__ == "TorchLazyConv2d"  # the activation keeps the class's name

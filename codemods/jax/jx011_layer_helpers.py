@@ -22,6 +22,24 @@ HELPERS = {
 }
 
 
+# helpers other helpers derive from
+_BASES = frozenset({"_TorchLazy", *(f"TorchConv{n}d" for n in (1, 2, 3)), *(f"TorchConvTranspose{n}d" for n in (1, 2, 3))})
+
+
+def _moved(names: set, insert):
+    """The module edit `insert`, after removing the top-level definitions of `names` (emitted
+    again by it)."""
+
+    def apply(module: cst.Module) -> cst.Module:
+        if names:
+            body = [s for s in module.body
+                    if not (isinstance(s, (cst.ClassDef, cst.FunctionDef)) and s.name.value in names)]
+            module = module.with_changes(body=body)
+        return insert(module)
+
+    return apply
+
+
 class TorchLayerHelpers(Rule):
     """
     ## What it does
@@ -145,7 +163,12 @@ class TorchLayerHelpers(Rule):
         names = set(wanted)
         for helper in wanted:
             names.update(HELPERS[helper])
-        names -= defined
+        # a base class emitted by an earlier pass moves down with the new classes deriving from it
+        # (they are inserted before the file's first definition, so above the earlier helpers)
+        redo = names & defined & _BASES
+        names -= defined - redo
+        if "_TorchLazy" in redo:
+            redo.add("_TorchUnmaterialized")  # rendered with _TorchLazy
         conv = sorted(int(h[len("TorchConv"):-1]) for h in names if h.startswith("TorchConv") and h[len("TorchConv"):-1].isdigit())
         convt = sorted(int(h[len("TorchConvTranspose"):-1]) for h in names if h.startswith("TorchConvTranspose"))
         lazy = sorted(int(h[len("TorchLazyConv"):-1]) for h in names if h.startswith("TorchLazyConv") and h[len("TorchLazyConv"):-1].isdigit())
@@ -156,6 +179,6 @@ class TorchLayerHelpers(Rule):
         self.report(
             node,
             f"the port uses {', '.join(sorted(wanted))}: defined in the file (torch semantics on Flax NNX)",
-            Fix((self.replace(node, _nnx.insert_statements(statements, "before_defs")),),
+            Fix((self.replace(node, _moved(redo, _nnx.insert_statements(statements, "before_defs"))),),
                 imports=("jax", "jax.numpy", "flax.nnx", *(("functools",) if "TorchTransformerEncoderLayer" in names else ()))),
         )

@@ -12,7 +12,7 @@ from . import _nnx
 
 # the Gluon helpers (templates/gluon_layers.py.j2) that have a JAX form (templates/gluon_jax_layers.py.j2)
 TWINS = ("LazyDense", "init_xavier", "init_normal", "init_uniform", "init_constant", "init_zero", "init_one",
-         "with_init", "initialize", "begin_state")
+         "with_init", "initialize", "begin_state", "with_activation")
 # the modules each JAX form uses
 _IMPORTS = {
     "LazyDense": ("jax", "jax.numpy", "flax.nnx", "math"),
@@ -22,6 +22,7 @@ _IMPORTS = {
     "with_init": (),
     "initialize": ("jax", "jax.numpy", "flax.nnx", "numpy", "functools"),
     "begin_state": ("jax.numpy",),
+    "with_activation": ("functools",),
 }
 _UNSAFE = Safety.UNSAFE
 # torch-only parts of the torch initialize(): the JAX form has its own
@@ -100,7 +101,8 @@ class GluonHelpersJax(Rule):
     ## What it does
     Replaces the Gluon helpers porter's MXNet front end emits as torch code
     (templates/gluon_layers.py.j2: `LazyDense`, `initialize`, `init_xavier` / `init_normal` /
-    `init_uniform` / `init_constant` / `init_zero` / `init_one`, `with_init`, `begin_state`),
+    `init_uniform` / `init_constant` / `init_zero` / `init_one`, `with_init`, `with_activation`,
+    `begin_state`),
     recognised by name and docstring, with their JAX forms (templates/gluon_jax_layers.py.j2):
 
     - `LazyDense`: an NNX layer whose parameters are made at its first eager call from the
@@ -114,6 +116,8 @@ class GluonHelpersJax(Rule):
       makes their parameters (Gluon's deferred initialization). Its calls get
       `key=jax.random.key(S)`, S the seed of the function's `torch.manual_seed(S)` (else 0;
       the function's second model `jax.random.fold_in(jax.random.key(S), 1)`, ...);
+    - `with_activation` (Gluon's `activation=` of a convolution): the layer's class becomes a
+      subclass applying the activation to its output (no forward hooks in NNX);
     - `begin_state`: `jnp.zeros` by default; calls drop `ctx=` (a traced array has no
       device) and pass `func=jnp.zeros` for `func=torch.zeros`.
 
