@@ -405,3 +405,56 @@ def test_a_gluon_model_ported_to_jax_computes_what_its_torch_port_computes(tmp_p
     model.eval()
     np.testing.assert_allclose(np.asarray(model(x)), want, atol=1e-5)
     assert type(model.features.layers[0]).__name__ == "TorchLazyConv2d"  # the activation keeps the class's name
+
+
+LM = """
+import mxnet as mx
+from mxnet import gluon
+from mxnet.gluon import rnn
+
+
+class LM(gluon.Block):
+    def __init__(self, **kwargs):
+        super(LM, self).__init__(**kwargs)
+        with self.name_scope():
+            self.rnn = rnn.LSTM(8, num_layers=2, input_size=4)
+
+    def forward(self, x, hidden=None):
+        if hidden is None:
+            hidden = self.begin_state(batch_size=x.shape[1], ctx=x.context)
+        return self.rnn(x, hidden)
+
+    def begin_state(self, *args, **kwargs):
+        return self.rnn.begin_state(*args, **kwargs)
+
+
+def first_state(model, ctx):
+    return model.begin_state(func=mx.nd.zeros, batch_size=3, ctx=ctx)
+"""
+
+
+@pytest.mark.slow  # two ports and a jitted LSTM
+def test_begin_state_in_jax_form_runs_under_jit(tmp_path):
+    """begin_state on the JAX port: jnp.zeros by default, `func=mx.nd.zeros` -> jnp.zeros, no
+    `ctx=` (a traced array has no device): the LM's forward with its own first state runs
+    under nnx.jit and computes the torch port's."""
+    import torch
+    from flax import nnx
+
+    torch_code = engine.fix(LM, engine.Options(registry.select("torch"), unsafe_fixes=True)).source
+    jax_code = _port(LM)
+    assert "self.begin_state(batch_size=x.shape[1])" in jax_code
+    assert "model.begin_state(func=jnp.zeros, batch_size=3)" in jax_code
+    tns, jns = _load(torch_code, tmp_path, "lm_torch"), _load(jax_code, tmp_path, "lm_jax")
+    torch.manual_seed(0)
+    model_t = tns["LM"]()
+    model = jns["LM"](rngs=nnx.Rngs(0))
+    jns["load_torch_state_dict"](model, {k: v.detach().numpy() for k, v in model_t.state_dict().items()})
+    x = np.random.default_rng(0).standard_normal((5, 3, 4)).astype(np.float32)
+    with torch.no_grad():
+        out_t, (h_t, c_t) = model_t(torch.as_tensor(x))
+    out, (h, c) = nnx.jit(lambda m, x: m(x))(model, x)
+    np.testing.assert_allclose(np.asarray(out), out_t.numpy(), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(c), c_t.numpy(), atol=1e-5)
+    state = jns["first_state"](model, None)
+    assert [tuple(s.shape) for s in state] == [(2, 3, 8), (2, 3, 8)] and not np.asarray(state[0]).any()
