@@ -73,7 +73,10 @@ class UnusedParameterList(Rule):
         if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name) or not _parameter_list(assign.value):
             return
         name = assign.targets[0].target.value
-        uses = sum(1 for n in astutil.walk(self.ctx.module, into_functions=True) if isinstance(n, cst.Name) and n.value == name)
+        # a function's local: read in that function (and the closures in it); a module-level
+        # name: anywhere in the file
+        scope = self.ctx.enclosing(cst.FunctionDef) or self.ctx.module
+        uses = sum(1 for n in astutil.walk(scope, into_functions=True) if isinstance(n, cst.Name) and n.value == name)
         if uses != 1:
             return
         self.report(node, f"`{name}` lists the model's parameters and nothing reads it (an NNX model has no parameters())",
