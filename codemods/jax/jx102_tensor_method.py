@@ -121,6 +121,24 @@ class TensorMethod(Rule):
             """,
             title="split sizes that are not literals: marked for a manual port",
         ),
+        Example(
+            """
+            import torch
+
+
+            def get(pending, feval):
+                return [feval(label.cpu().numpy(), pred.cpu().numpy()) for label, pred in pending]
+            """,
+            """
+            import torch
+            import numpy as np
+
+
+            def get(pending, feval):
+                return [feval(np.asarray(label), np.asarray(pred)) for label, pred in pending]
+            """,
+            title='x.cpu().numpy(), a chain only tensors have, on any receiver',
+        ),
     ]
     valid = [
         "import torch\nparts = 'a,b'.split(',')\n",

@@ -43,6 +43,13 @@ class OptimizerToOptax(Rule):
     steps per epoch porter cannot see) leave the optimizer in place, marked
     `# porter: manual`, with the reason.
 
+    The Gluon front end's `GluonAdam` (a `torch.optim.Adam` subclass it emits for
+    `gluon.Trainer(..., "adam")`: MXNet puts epsilon inside the bias correction) becomes
+    `gluon_adam(lr, b1=, b2=, eps=, weight_decay=)`, an optax transformation emitted in its
+    place (templates/gluon_script_optim_jax.py.j2) with MXNet's update,
+    lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t), w -= lr_t * m / (sqrt(v) + eps), and MXNet's
+    coupled wd; the class goes once every construction of it is ported.
+
     ## Why
     A JAX training step updates parameters with an optax transformation; the learning rate
     schedule is part of it rather than a separate object mutating the optimizer.
@@ -118,6 +125,61 @@ class OptimizerToOptax(Rule):
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, dampening=0.1)  # porter: manual
             """,
             title="no exact optax counterpart: marked for a manual port",
+        ),
+        Example(
+            '''
+            import math
+            import torch
+
+
+            class GluonAdam(torch.optim.Adam):
+                """gluon.Trainer's "adam" as a torch optimizer (MXNet's epsilon placement)."""
+
+                def step(self, closure=None):
+                    return super().step(closure)
+
+
+            def main(net, args):
+                trainer = GluonAdam(net.parameters(), lr=args.lr, betas=(0.5, 0.999), weight_decay=args.wd)
+            ''',
+            '''
+            import math
+            import torch
+            import jax
+            import optax
+            import flax.nnx as nnx
+            import jax.numpy as jnp
+
+
+            def gluon_adam(learning_rate=0.001, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0):
+                """gluon.Trainer's "adam" as an optax transformation. MXNet puts epsilon inside the bias
+                correction: w -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps) (optax.adam adds
+                eps to the bias-corrected sqrt(v)); weight_decay is MXNet's wd, an L2 term added to the
+                gradient before the moments. learning_rate: a number or an optax schedule of the count."""
+
+                def init(params):
+                    zeros = lambda: jax.tree.map(jnp.zeros_like, params)
+                    return optax.ScaleByAdamState(count=jnp.zeros([], jnp.int32), mu=zeros(), nu=zeros())
+
+                def update(grads, state, params=None):
+                    if weight_decay:
+                        grads = jax.tree.map(lambda g, w: g + weight_decay * w, grads, params)
+                    mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, grads)
+                    nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, grads)
+                    count = state.count + 1
+                    t = count.astype(jnp.float32)
+                    lr = learning_rate(state.count) if callable(learning_rate) else learning_rate
+                    lr_t = lr * jnp.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+                    updates = jax.tree.map(lambda m, v: -lr_t * m / (jnp.sqrt(v) + eps), mu, nu)
+                    return updates, optax.ScaleByAdamState(count=count, mu=mu, nu=nu)
+
+                return optax.GradientTransformation(init, update)
+
+
+            def main(net, args):
+                trainer = nnx.Optimizer(net, gluon_adam(args.lr, b1=0.5, b2=0.999, weight_decay=args.wd), wrt=nnx.Param)
+            ''',
+            title="the Gluon front end's GluonAdam (MXNet's epsilon placement): its optax form, gluon_adam",
         ),
     ]
     valid = ["import optax\nfrom flax import nnx\noptimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)\n"]

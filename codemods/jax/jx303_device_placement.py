@@ -16,7 +16,10 @@ class DevicePlacement(Rule):
       that a `for` loop reads from a data loader becomes `x.numpy()`: the torch tensors the
       loader yields are handed to JAX as NumPy arrays (a jitted step rejects torch tensors);
     - on anything else (`model.to(device)`, `criterion.cuda()`, a freshly built array) the
-      call goes and the receiver stays;
+      call goes and the receiver stays; a `net.to(device)` statement goes whole;
+    - a sample collated by torch for a model call
+      (`net(torch.utils.data.default_collate([ds[0]])[0])`, a dry forward that gives lazy
+      layers their shapes) is handed over as a NumPy array (`.numpy()`);
     - `device = torch.device(...)` goes when nothing else in the file reads `device` any
       more; where the name is still passed around (a `train(model, device, ...)` parameter)
       the assignment stays and is reported.
@@ -74,6 +77,30 @@ class DevicePlacement(Rule):
             """,
             None,
             title="a device still passed around is reported",
+        ),
+        Example(
+            """
+            import torch
+            import torch.utils.data
+
+
+            def main(net, train_data, device):
+                net.eval()
+                net(torch.utils.data.default_collate([train_data.dataset[0]])[0])
+                net.train()
+                net.to(device)
+            """,
+            """
+            import torch
+            import torch.utils.data
+
+
+            def main(net, train_data, device):
+                net.eval()
+                net(torch.utils.data.default_collate([train_data.dataset[0]])[0].numpy())
+                net.train()
+            """,
+            title="a model's dry forward on a sample collated by torch; a bare net.to(device) goes",
         ),
     ]
     valid = [

@@ -14,7 +14,8 @@ class ModelRngs(Rule):
     """
     ## What it does
     Gives every construction of a model class of the file (a class deriving from
-    `nn.Module` / `nnx.Module`, or a module-level factory function returning one) outside the
+    `nn.Module` / `nnx.Module`, or a module-level factory function returning one or taking a
+    required keyword-only `rngs`, as the module rules give factories) outside the
     model classes an `rngs=nnx.Rngs(seed)` argument. The seed is the argument of the
     `torch.manual_seed(seed)` call of the same function (or of the script's top level) made
     before the construction, else 0. `torch.manual_seed` itself stays: torch still drives the
@@ -98,6 +99,35 @@ class ModelRngs(Rule):
             model = resnet18(num_classes=10, rngs=nnx.Rngs(0))
             """,
             title="a factory function passing **kwargs on; no seed: 0",
+        ),
+        Example(
+            """
+            import torch
+            import flax.nnx as nnx
+
+
+            def get_mlp(hidden, *, rngs: nnx.Rngs):
+                return nnx.Sequential(nnx.Linear(784, hidden, rngs=rngs))
+
+
+            def main(args):
+                torch.manual_seed(args.seed)
+                net = get_mlp(args.hidden)
+            """,
+            """
+            import torch
+            import flax.nnx as nnx
+
+
+            def get_mlp(hidden, *, rngs: nnx.Rngs):
+                return nnx.Sequential(nnx.Linear(784, hidden, rngs=rngs))
+
+
+            def main(args):
+                torch.manual_seed(args.seed)
+                net = get_mlp(args.hidden, rngs=nnx.Rngs(args.seed))
+            """,
+            title='a factory the module rules gave a required rngs',
         ),
     ]
     valid = [

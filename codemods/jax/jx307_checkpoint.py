@@ -16,6 +16,9 @@ _LOAD = ("torch.load",)
 class Checkpoint(Rule):
     """
     ## What it does
+    - `model.load_state_dict(state)` of a state dict the script builds (torch names, e.g. the
+      Gluon weight converter's) becomes `load_torch_state_dict(model, state)`, the port's own
+      converter (JX010), once the port defines it.
     - `torch.save(model.state_dict(), path)` becomes a pickle of the model's state as a
       nested dict of NumPy arrays:
 
@@ -81,6 +84,35 @@ class Checkpoint(Rule):
             torch.save({"epoch": epoch, "model": model.state_dict(), "optim": optimizer.state_dict()}, path)  # porter: manual (JX307): save nnx.state(model) / nnx.state(optimizer) as pure dicts (see JX307)
             """,
             title="anything else is marked for a manual port",
+        ),
+        Example(
+            """
+            import numpy as np
+            import torch
+
+
+            def load_torch_state_dict(model, state_dict):
+                ...
+
+
+            def load_gluon_parameters(model, path):
+                state = {name: torch.from_numpy(value) for name, value in read_gluon_parameters(path).items()}
+                model.load_state_dict(state)
+            """,
+            """
+            import numpy as np
+            import torch
+
+
+            def load_torch_state_dict(model, state_dict):
+                ...
+
+
+            def load_gluon_parameters(model, path):
+                state = {name: torch.from_numpy(value) for name, value in read_gluon_parameters(path).items()}
+                load_torch_state_dict(model, state)
+            """,
+            title="a state dict of torch names built in the script: the port's converter",
         ),
     ]
     valid = ["import torch\nx = torch.zeros(3)\n"]
