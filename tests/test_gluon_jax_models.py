@@ -64,11 +64,12 @@ class Net(nn.Module):
     def __init__(self):
         super().__init__()
         self.conv = nn.LazyConv2d(6, 3, padding=1)
+        self.bn = nn.LazyBatchNorm2d(momentum=0.2)
         self.up = nn.LazyConvTranspose2d(4, 2, stride=2, bias=False)
         self.fc = nn.LazyLinear(5)
 
     def forward(self, x):
-        x = torch.relu(self.conv(x))
+        x = torch.relu(self.bn(self.conv(x)))
         x = self.up(x)
         return self.fc(torch.flatten(x, 1))
 """
@@ -78,7 +79,8 @@ class Net(nn.Module):
 def lazy_port(tmp_path_factory):
     code = _port(TORCH_LAZY)
     assert "porter: manual" not in code
-    for cls in ("TorchLazyConv2d(6, 3, padding=1, rngs=rngs)", "TorchLazyConvTranspose2d(4, 2, stride=2, bias=False, rngs=rngs)",
+    for cls in ("TorchLazyConv2d(6, 3, padding=1, rngs=rngs)", "TorchLazyBatchNorm(momentum=0.2, rngs=rngs)",
+                "TorchLazyConvTranspose2d(4, 2, stride=2, bias=False, rngs=rngs)",
                 "TorchLazyLinear(5, rngs=rngs)"):
         assert cls in code
     return _load(code, tmp_path_factory.mktemp("lazy"), "lazy_port")
@@ -102,7 +104,7 @@ def test_lazy_layers_materialize_from_the_state_dict_and_compute_as_torch(lazy_p
     from flax import nnx
 
     model_t, x, out_t = _torch_lazy_model()
-    state = {k: v.detach().numpy() for k, v in model_t.state_dict().items()}
+    state = {k: v.detach().numpy() for k, v in model_t.state_dict().items() if not k.endswith("num_batches_tracked")}
     model = lazy_port["Net"](rngs=nnx.Rngs(0))
     before = lazy_port["torch_state_dict"](model)
     assert set(before) == set(state)
@@ -122,9 +124,13 @@ def test_lazy_layers_materialize_at_the_first_eager_call_then_train_under_jit(la
 
     model_t, x, _ = _torch_lazy_model()
     model = lazy_port["Net"](rngs=nnx.Rngs(0))
+    model.eval()  # set before the BatchNorm has its parameters: kept once they are made
     model(jnp.asarray(x))  # one eager call: in_channels 3, 6 and in_features 4 * 10 * 10
+    assert model.bn.use_running_average is True
+    np.testing.assert_array_equal(np.asarray(model.bn.mean[...]), 0.0)  # eval mode: no statistics moved
+    model.train()
     shapes = {k: v.shape for k, v in lazy_port["torch_state_dict"](model).items()}
-    assert shapes == {k: tuple(v.shape) for k, v in model_t.state_dict().items()}
+    assert shapes == {k: tuple(v.shape) for k, v in model_t.state_dict().items() if not k.endswith("num_batches_tracked")}
     optimizer = nnx.Optimizer(model, optax.sgd(0.1, momentum=0.9), wrt=nnx.Param)
 
     @nnx.jit
@@ -144,11 +150,11 @@ def test_an_unmaterialized_lazy_layer_fails_clearly_under_jit_and_in_an_optimize
     from flax import nnx
 
     model = lazy_port["Net"](rngs=nnx.Rngs(0))
-    with pytest.raises(RuntimeError, match=r"TorchLazyConv2d\(6, 3, 1, 1, 1, 1, True, 'zeros'\) has no parameters yet"):
+    with pytest.raises(RuntimeError, match=r"TorchLazy(Conv2d\(6, 3, 1, 1, 1, 1, True, 'zeros'\)|BatchNorm\(1e-05, 0.2, True, True\)) has no parameters yet"):
         nnx.Optimizer(model, optax.sgd(0.1, momentum=0.9), wrt=nnx.Param)
     with pytest.raises(RuntimeError, match="has no parameters yet"):
         nnx.jit(lambda m, x: m(x))(model, jnp.zeros((2, 3, 5, 5)))
-    with pytest.raises(KeyError, match="conv.weight"):
+    with pytest.raises(KeyError, match=r"missing key in the torch state dict: .(bn|conv).weight"):
         lazy_port["load_torch_state_dict"](model, {})
 
 

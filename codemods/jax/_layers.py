@@ -320,6 +320,12 @@ LAYERS: dict[str, Layer] = {
             for n in (1, 2, 3)
         ],
         *[
+            Layer(f"LazyBatchNorm{n}d", ("eps", "momentum", "affine", "track_running_stats", "device", "dtype"),
+                  "helper", True, helper="TorchLazyBatchNorm",
+                  forbid={"momentum": ((None,), "a cumulative moving average is not translated: give a momentum")})
+            for n in (1, 2, 3)
+        ],
+        *[
             Layer(f"BatchNorm{n}d", ("num_features", "eps", "momentum", "affine", "track_running_stats", "device", "dtype"),
                   "helper", True, helper="TorchBatchNorm",
                   forbid={"momentum": ((None,), "a cumulative moving average is not translated: give a momentum")})

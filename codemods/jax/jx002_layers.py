@@ -28,8 +28,9 @@ class NnxLayer(Rule):
       (`count_include_pad`) / `nn.AdaptiveAvgPool2d` on NCHW, `nn.Embedding(padding_idx=i)` ->
       `TorchEmbedding` (no gradient into the padding row), `nn.LSTM` / `nn.GRU` /
       `nn.MultiheadAttention` with torch's parameter layout and gate order. torch's lazy
-      layers (`nn.LazyLinear`, `nn.LazyConv1d/2d/3d`, `nn.LazyConvTranspose1d/2d/3d`) ->
-      `TorchLazyLinear` / `TorchLazyConv2d` / ...: their parameters are made at the first
+      layers (`nn.LazyLinear`, `nn.LazyConv1d/2d/3d`, `nn.LazyConvTranspose1d/2d/3d`,
+      `nn.LazyBatchNorm1d/2d/3d`) -> `TorchLazyLinear` / `TorchLazyConv2d` / ... /
+      `TorchLazyBatchNorm`: their parameters are made at the first
       eager call from the input's size, or by `load_torch_state_dict` from the state dict's
       shapes (as torch's `load_state_dict` materializes lazy modules).
     - Stateless layers become functions: `nn.ReLU()` -> `nnx.relu`, `nn.GELU()` ->

@@ -16,14 +16,14 @@ HELPERS = {
     "TorchLSTM": (), "TorchGRU": (), "TorchMultiheadAttention": (),
     "TorchTransformerEncoderLayer": ("TorchMultiheadAttention",), "TorchTransformerEncoder": (),
     # torch's lazy layers (input size from the first input); `_TorchLazy` is their base
-    "_TorchLazy": (), "TorchLazyLinear": ("_TorchLazy",),
+    "_TorchLazy": (), "TorchLazyLinear": ("_TorchLazy",), "TorchLazyBatchNorm": ("_TorchLazy", "TorchBatchNorm"),
     **{f"TorchLazyConv{n}d": ("_TorchLazy", f"TorchConv{n}d", "_ntuple") for n in (1, 2, 3)},
     **{f"TorchLazyConvTranspose{n}d": ("_TorchLazy", f"TorchConvTranspose{n}d", "_ntuple") for n in (1, 2, 3)},
 }
 
 
 # helpers other helpers derive from
-_BASES = frozenset({"_TorchLazy", *(f"TorchConv{n}d" for n in (1, 2, 3)), *(f"TorchConvTranspose{n}d" for n in (1, 2, 3))})
+_BASES = frozenset({"_TorchLazy", "TorchBatchNorm", *(f"TorchConv{n}d" for n in (1, 2, 3)), *(f"TorchConvTranspose{n}d" for n in (1, 2, 3))})
 
 
 def _moved(names: set, insert):
@@ -68,7 +68,7 @@ class TorchLayerHelpers(Rule):
     - `TorchTransformerEncoderLayer` / `TorchTransformerEncoder`: torch's blocks with their
       submodule names (`layers.0.self_attn.in_proj_weight`, `linear1`, `norm2`...), post- or
       pre-norm, relu or exact gelu; the encoder clones its layer as torch deep-copies it.
-    - `TorchLazyLinear`, `TorchLazyConvNd`, `TorchLazyConvTransposeNd` (torch's lazy layers,
+    - `TorchLazyLinear`, `TorchLazyConvNd`, `TorchLazyConvTransposeNd`, `TorchLazyBatchNorm` (torch's lazy layers,
       on the `_TorchLazy` base): the layer's own constructor runs at its first eager call with
       the input's size (last axis / axis 1), or from the torch weight's shape when
       `load_torch_state_dict` comes first; until then each parameter holds a placeholder
