@@ -37,6 +37,19 @@ Rules. A rule runs in one of two ways:
   data, after each statement), a ``visit_Module``/``leave_Module`` method, a finding or edit
   on the module node, or an exception.
 
+Module facts. A local rule may read facts of the whole module through
+``porter.rules.module_fact`` (the training-loop rules' index of assignments and calls, the
+module's top-level classes and functions...). Per statement, the fact is the one of the whole
+current module, computed once per version in the context the module-wide rules use too, and
+handed to the rule as a view that records every lookup (a dictionary's ``get``/``[]``/``in``,
+a set's ``in``/``&``, a field read; any other use stops the rule) with its answer (plain data,
+nodes by identity). The statement's findings are reused in a later version only while every
+recorded lookup, asked again of that version's fact, gives the same answer: the rule is a
+deterministic function of its statement, the imports there and these answers. Facts are
+offered only where the imports are the same at every statement and at the end (the full walk
+computes a fact when first asked, with the imports it has then); elsewhere reading one makes
+the rule module-wide for that version.
+
 Positions are computed per statement (LibCST's position-tracking code generation of that
 statement alone, lines counted from its first line) and shifted by the lines above it; only
 statements that are new or hold findings are generated.

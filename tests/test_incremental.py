@@ -588,3 +588,54 @@ def test_module_facts_changed_in_another_statement():
     fresh.apply(FACTS_DOCUMENT.replace("    total = 0.0\n", "    total = 0.0\n    seen = 0\n"))
     assert fresh.result[0].statements_run == 1
     assert fresh.result[0].rules_module_wide < fresh.result[0].rules_local
+
+
+def test_document_gate_is_read_from_the_text_a_run_began_with():
+    """Rule.needs_document (a front end's rules run on documents of their framework only):
+    engine.check and the incremental checker read it from the text checked; engine.fix from
+    the text the migrate began with, for every pass, so a rule acting on text another rule
+    wrote in an earlier pass still runs after the word is gone."""
+    from porter.rules import Fix, Rule, Severity
+
+    class DropImport(Rule):
+        code = "ZZ911"
+        name = "drop-import"
+        target = "torch"
+        summary = "import mxnet -> import torch"
+        severity = Severity.INFO
+        needs_text = ("mxnet",)
+        needs_document = ("mxnet",)
+        local = True
+
+        def visit_Import(self, node: cst.Import) -> None:
+            if any(a.name.value == "mxnet" for a in node.names if isinstance(a.name, cst.Name)):
+                self.report(node, "mxnet import", Fix((self.replace(node, cst.parse_statement("import torch").body[0]),)))
+
+    class Rename(Rule):
+        code = "ZZ912"
+        name = "rename"
+        target = "torch"
+        summary = "old_api() -> new_api(), once the import is torch's"
+        severity = Severity.INFO
+        needs_text = ("old_api",)
+        needs_document = ("mxnet",)
+        local = True
+
+        def visit_Call(self, node: cst.Call) -> None:
+            if isinstance(node.func, cst.Name) and node.func.value == "old_api" and self.ctx.qualname(cst.Name("torch")):
+                self.report(node, "old_api", Fix((self.replace(node.func, cst.Name("new_api")),)))
+
+    options = engine.Options((DropImport, Rename))
+    gluon = "import mxnet\n\n\ndef f():\n    return old_api()\n"
+    plain = "import torch\n\n\ndef f():\n    return old_api()\n"
+    # check: the gate reads the text checked (the plain file: neither rule)
+    assert [f.code for f in engine.check(gluon, options).findings] == ["ZZ911"]
+    assert engine.check(plain, options).findings == []
+    # fix: pass 1 replaces the import (the word is gone), pass 2 still runs ZZ912
+    fixed = engine.fix(gluon, options)
+    assert fixed.source == "import torch\n\n\ndef f():\n    return new_api()\n" and fixed.fixed == {"ZZ911": 1, "ZZ912": 1}
+    assert not engine.fix(plain, options).changed
+    # the incremental checker: as engine.check, while the word comes and goes
+    doc = incremental.Document(options.rules)
+    for text in (gluon, plain, plain.replace("return", "x = 1\n    return"), gluon, gluon.replace("import mxnet", "import mxnet  # kept")):
+        assert [key(f) for f in doc.check(text).findings] == [key(f) for f in engine.check(text, options).findings]
