@@ -13,7 +13,9 @@ runs it.
   as the PyTorch port (`--to torch`, the intermediate the torch_xla port is made from, which
   tests/test_gluon_ports.py verifies against MXNet) its first steps' losses agree within 1e-4
   (relative), each jitted train step compiles once, its lowered module has no host callback,
-  and the training loop reads values on the host only in the iterations that log.
+  and the training loop reads values on the host only in the iterations that log;
+- against the MXNet original itself (all but dcgan, whose noise is MXNet's): from the
+  original's initial weights and its data order, the JAX port prints the original's log lines.
 """
 from __future__ import annotations
 
@@ -356,3 +358,47 @@ def test_jax_port_takes_the_pytorch_ports_steps_compiled_once(fx, tmp_path):
     for module in lowered:
         text = module.read_text(encoding="utf-8")
         assert "callback" not in text.lower(), f"{module.name} has a host callback"
+
+
+# --------------------------------------------------------------------------------------
+# Against the MXNet original itself: its initial weights, its data order
+# --------------------------------------------------------------------------------------
+_LOG = re.compile(r"^\[epoch \d+ batch \d+\].*$", re.M)
+_NUMBER = re.compile(r"(?<![\w.])-?\d+\.\d+")
+# dcgan draws its noise from MXNet's generator in the original: no common noise to give both
+MXNET_COMPARED = [fx for fx in FIXTURES if fx.name != "dcgan"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fx", MXNET_COMPARED, ids=[f.name for f in MXNET_COMPARED])
+def test_jax_port_prints_the_mxnet_originals_log_lines(fx, tmp_path):
+    """The MXNet original runs port.toml's arguments and saves its initial weights
+    (tests/data/gluon/mxnet_initial_weights.py); the JAX port starts from them (read by its
+    own read_gluon_parameters, loaded by its load_torch_state_dict) and its loaders shuffle
+    with Gluon's permutation of numpy's generator (seeded by the script's np.random.seed):
+    every log line both print (the JAX port drops the ragged last batch) has the same words
+    and the same numbers within 1e-5 (they are printed with 4 or 6 decimals)."""
+    python = _mxnet_python()
+    init = tmp_path / "init.params"
+    mx = subprocess.run([python, str(REPO / "tests" / "data" / "gluon" / "mxnet_initial_weights.py"), str(fx.original),
+                         *fx.run], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                        env={**os.environ, "MX_INIT": str(init)})
+    assert mx.returncode == 0, mx.stderr[-3000:]
+    jax_port, _ = _ports(fx, tmp_path)
+    convert = (f"import importlib.util, numpy as np\n"
+               f"spec = importlib.util.spec_from_file_location('port', {str(jax_port)!r})\n"
+               f"port = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(port)\n"
+               f"state = port.read_gluon_parameters({str(init)!r})\n"
+               f"np.savez('weights.npz', losses=np.zeros(0), **{{'state0/' + k: v for k, v in state.items()}})\n")
+    proc = subprocess.run([sys.executable, "-c", convert], cwd=tmp_path, capture_output=True, text=True, timeout=300, env=_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = subprocess.run([sys.executable, str(HARNESS), "jax", str(jax_port), "--numpy-shuffle", "--weights", "weights.npz",
+                           "--steps", "1000", "--out", "jax.json", "--", *fx.run], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=900, env=_env())
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    want, got = _LOG.findall(mx.stdout), _LOG.findall(proc.stdout)
+    assert len(got) >= 2 and want[:len(got)] and len(want) >= len(got), (want, got)
+    for a, b in zip(want, got):
+        assert _NUMBER.sub("#", a) == _NUMBER.sub("#", b), (a, b)
+        np.testing.assert_allclose([float(x) for x in _NUMBER.findall(b)], [float(x) for x in _NUMBER.findall(a)],
+                                   rtol=1e-5, atol=2e-6, err_msg=f"MXNet: {a}\nJAX port: {b}")

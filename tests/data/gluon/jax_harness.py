@@ -53,14 +53,34 @@ def _run(script: Path, args: list[str]) -> None:
         pass
 
 
-def _seeded_loaders() -> None:
+class NumpyShuffle:
+    """Gluon's RandomSampler: a permutation of numpy's global generator at each epoch."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __iter__(self):
+        indices = np.arange(self.length)
+        np.random.shuffle(indices)
+        return iter(indices.tolist())
+
+    def __len__(self) -> int:
+        return self.length
+
+
+def _seeded_loaders(numpy_shuffle: bool = False) -> None:
     import torch
 
     init = torch.utils.data.DataLoader.__init__
 
     def seeded(self, *a, **k):
         if k.get("shuffle") and k.get("generator") is None:
-            k["generator"] = torch.Generator().manual_seed(0)
+            if numpy_shuffle:  # the MXNet original's order (np.random.seed seeds both)
+                dataset = a[0] if a else k["dataset"]
+                k["shuffle"] = False
+                k["sampler"] = NumpyShuffle(len(dataset))
+            else:
+                k["generator"] = torch.Generator().manual_seed(0)
         init(self, *a, **k)
 
     torch.utils.data.DataLoader.__init__ = seeded
@@ -107,12 +127,11 @@ def torch_side(script: Path, steps: int, out: Path, args: list[str], same_noise:
     np.savez(out, losses=np.array(losses, dtype=np.float64), **arrays)
 
 
-def jax_side(script: Path, weights: Path, steps: int, out: Path, args: list[str], same_noise: bool) -> None:
-    import jax
-    import jax.numpy as jnp
+def jax_side(script: Path, weights: Path, steps: int, out: Path, args: list[str], same_noise: bool,
+             numpy_shuffle: bool = False) -> None:
     from flax import nnx
 
-    _seeded_loaders()
+    _seeded_loaders(numpy_shuffle)
     if same_noise:
         noise = np.random.RandomState(1234)
         np.random.standard_normal = lambda size=None: noise.standard_normal(size)
@@ -186,12 +205,16 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--same-noise", action="store_true")
+    parser.add_argument("--numpy-shuffle", action="store_true",
+                        help="shuffling loaders draw Gluon's permutation (numpy's global generator), for a "
+                             "comparison with the MXNet original")
     opts = parser.parse_args(argv)
     if opts.side == "torch":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
         torch_side(opts.script.resolve(), opts.steps, opts.out.resolve(), script_args, opts.same_noise)
     else:
-        jax_side(opts.script.resolve(), opts.weights.resolve(), opts.steps, opts.out.resolve(), script_args, opts.same_noise)
+        jax_side(opts.script.resolve(), opts.weights.resolve(), opts.steps, opts.out.resolve(), script_args, opts.same_noise,
+                 opts.numpy_shuffle)
 
 
 if __name__ == "__main__":
