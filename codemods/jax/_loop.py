@@ -455,7 +455,8 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
             text = code(s)
             if ".item()" in text or "print(" in text:
                 raise Unsupported(f"`{text.strip()}` reads a value on the host inside the step")
-            if isinstance(s, cst.If) and not (set(if_test_reads(s)) & (bound_in(domain) | models)):
+            per_iteration = bound_in(stmts) | set(astutil.target_names(loop.target) if isinstance(loop, cst.For) else ())
+            if isinstance(s, cst.If) and not (set(if_test_reads(s)) & (per_iteration | models)):
                 continue  # a branch on the script's settings (`if kind == "softmax":`): static in the step
             if not isinstance(s, cst.SimpleStatementLine):
                 raise Unsupported(f"a compound statement is part of the forward pass: `{text.strip().splitlines()[0]}`")
