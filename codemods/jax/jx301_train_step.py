@@ -365,6 +365,49 @@ class TrainStep(Rule):
             title="two optimizers (a GAN at module level): one step each; the generator's output is computed again in its own step; "
                   "the other model is an argument of the differentiated function (its BatchNorm statistics update), not differentiated",
         ),
+        Example(
+            """
+            import torch
+
+
+            def train(args, model, loader, ce, bce):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    out = model(x)
+                    if args.loss == "ce":
+                        loss = ce(out, y)
+                    else:
+                        loss = bce(out, y)
+                    loss.backward()
+                    optimizer.step()
+            """,
+            """
+            import torch
+            import flax.nnx as nnx
+
+
+            @nnx.jit(static_argnames=("args_loss", "ce", "bce"))
+            def train_step(model, optimizer, x, y, args_loss, ce, bce):
+                def loss_fn(model):
+                    out = model(x)
+                    if args_loss == "ce":
+                        loss = ce(out, y)
+                    else:
+                        loss = bce(out, y)
+                    return loss
+                loss, grads = nnx.value_and_grad(loss_fn)(model)
+                optimizer.update(model, grads)
+                return loss
+
+
+            def train(args, model, loader, ce, bce):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x, y in loader:
+                    loss = train_step(model, optimizer, x, y, args.loss, ce, bce)
+            """,
+            title="a loss chosen by an if on the settings: the branch moves into the step, its test's names static",
+        ),
     ]
     valid = [
         "import torch\nfor x in loader:\n    with torch.no_grad():\n        out = model(x)\n",
