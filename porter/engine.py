@@ -115,23 +115,37 @@ class _Dispatcher:
 
     def walk(self, node: cst.CSTNode) -> None:
         stack = self.ctx.ancestors
-        name = type(node).__name__
+        kind = type(node)
+        name = kind.__name__
         stack.append(node)
-        if isinstance(node, (cst.Import, cst.ImportFrom)) and len(stack) > 2:
+        if (kind is cst.Import or kind is cst.ImportFrom) and len(stack) > 2:
             self.ctx.add_import(node)
         for handler in self.visit.get(name, ()):
             handler(node)
-        for fname in _child_fields(type(node)):
+        for fname in _child_fields(kind):
             value = getattr(node, fname)
-            if isinstance(value, cst.CSTNode):
-                self.walk(value)
-            elif isinstance(value, (tuple, list)):
+            vkind = type(value)
+            if vkind is tuple or vkind is list:
                 for item in value:
-                    if isinstance(item, cst.CSTNode):
+                    if is_node_type(type(item)):
                         self.walk(item)
+            elif is_node_type(vkind):
+                self.walk(value)
         for handler in self.leave.get(name, ()):
             handler(node)
         stack.pop()
+
+
+_NODE_TYPES: dict[type, bool] = {}
+
+
+def is_node_type(kind: type) -> bool:
+    """``issubclass(kind, cst.CSTNode)``, memoized per type: ``isinstance`` against LibCST's
+    abstract base class goes through ``ABCMeta.__instancecheck__``, most of a walk's own cost."""
+    found = _NODE_TYPES.get(kind)
+    if found is None:
+        found = _NODE_TYPES[kind] = issubclass(kind, cst.CSTNode)
+    return found
 
 
 def applicable_rules(rules: Iterable[type[Rule]], source: str, document: Optional[str] = None) -> list[type[Rule]]:

@@ -409,22 +409,26 @@ def run_statement(stmt: cst.BaseStatement, rules: Sequence[type[Rule]], aliases:
             except (_NotLocal, Exception):
                 dead.add(k)
 
+    is_node_type = engine.is_node_type
+
     def walk(node: cst.CSTNode) -> None:
-        name = type(node).__name__
+        kind = type(node)
+        name = kind.__name__
         ancestors.append(node)
-        if isinstance(node, (cst.Import, cst.ImportFrom)) and len(ancestors) > 2:
+        if (kind is cst.Import or kind is cst.ImportFrom) and len(ancestors) > 2:
             importer.add_import(node)
         handlers = visit.get(name)
         if handlers:
             call(handlers, node)
-        for fname in child_fields(type(node)):
+        for fname in child_fields(kind):
             value = getattr(node, fname)
-            if isinstance(value, cst.CSTNode):
-                walk(value)
-            elif isinstance(value, (tuple, list)):
+            vkind = type(value)
+            if vkind is tuple or vkind is list:
                 for item in value:
-                    if isinstance(item, cst.CSTNode):
+                    if is_node_type(type(item)):
                         walk(item)
+            elif is_node_type(vkind):
+                walk(value)
         handlers = leave.get(name)
         if handlers:
             call(handlers, node)
