@@ -6,6 +6,8 @@
   `load_torch_state_dict` comes first (as torch's load_state_dict does), and then compute what
   torch computes with the same weights; before that, `torch_state_dict` gives None for them
   and nnx.Optimizer / nnx.jit fail naming the layer;
+- Gluon's BatchNorm in a JAX port of Gluon code updates its running variance with the biased
+  batch variance, as MXNet does (JX015 -> GluonBatchNorm);
 - Gluon's `initialize()` and initializers in JAX form (JX015): Xavier with MXNet's fans,
   biases zero, BatchNorm gamma one / beta zero, a layer's own initializer first, lazy layers
   initialized when their first call makes their parameters, loaded weights kept;
@@ -411,6 +413,15 @@ def test_a_gluon_model_ported_to_jax_computes_what_its_torch_port_computes(tmp_p
     model.eval()
     np.testing.assert_allclose(np.asarray(model(x)), want, atol=1e-5)
     assert type(model.features.layers[0]).__name__ == "TorchLazyConv2d"  # the activation keeps the class's name
+    # Gluon's BatchNorm: the running variance moves with the biased batch variance (MXNet's update)
+    bn = model.features.layers[1]
+    assert type(bn).__name__ == "GluonBatchNorm"
+    h = np.asarray(model.features.layers[0](x), np.float64)
+    mean0, var0 = np.asarray(bn.mean[...], np.float64), np.asarray(bn.var[...], np.float64)
+    model.train()
+    model(x)
+    np.testing.assert_allclose(np.asarray(bn.var[...]), 0.9 * var0 + 0.1 * h.var(axis=(0, 2, 3)), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(bn.mean[...]), 0.9 * mean0 + 0.1 * h.mean(axis=(0, 2, 3)), rtol=1e-5, atol=1e-6)
 
 
 LM = """

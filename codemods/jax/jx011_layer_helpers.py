@@ -17,13 +17,16 @@ HELPERS = {
     "TorchTransformerEncoderLayer": ("TorchMultiheadAttention",), "TorchTransformerEncoder": (),
     # torch's lazy layers (input size from the first input); `_TorchLazy` is their base
     "_TorchLazy": (), "TorchLazyLinear": ("_TorchLazy",), "TorchLazyBatchNorm": ("_TorchLazy", "TorchBatchNorm"),
+    # Gluon's BatchNorm (MXNet's biased running variance) in a port of Gluon code (JX015)
+    "_gluon_batch_norm": (), "GluonBatchNorm": ("TorchBatchNorm", "_gluon_batch_norm"),
+    "GluonLazyBatchNorm": ("TorchLazyBatchNorm", "_TorchLazy", "TorchBatchNorm", "_gluon_batch_norm"),
     **{f"TorchLazyConv{n}d": ("_TorchLazy", f"TorchConv{n}d", "_ntuple") for n in (1, 2, 3)},
     **{f"TorchLazyConvTranspose{n}d": ("_TorchLazy", f"TorchConvTranspose{n}d", "_ntuple") for n in (1, 2, 3)},
 }
 
 
 # helpers other helpers derive from
-_BASES = frozenset({"_TorchLazy", "TorchBatchNorm", *(f"TorchConv{n}d" for n in (1, 2, 3)), *(f"TorchConvTranspose{n}d" for n in (1, 2, 3))})
+_BASES = frozenset({"_TorchLazy", "TorchBatchNorm", "TorchLazyBatchNorm", *(f"TorchConv{n}d" for n in (1, 2, 3)), *(f"TorchConvTranspose{n}d" for n in (1, 2, 3))})
 
 
 def _moved(names: set, insert):
@@ -75,6 +78,8 @@ class TorchLayerHelpers(Rule):
       that makes `nnx.Optimizer` / `nnx.jit` raise naming the layer, and `torch_state_dict`
       gives None for it (torch's UninitializedParameter). A deferred initializer
       (`lazy_init`, Gluon's `initialize()`) runs on the parameters an eager call made.
+    - `GluonBatchNorm` / `GluonLazyBatchNorm` (a port of MXNet/Gluon code, JX015): the
+      running variance updated with the biased batch variance, as MXNet's BatchNorm does.
 
     ## Why
     Flax's LSTM cells keep one kernel per gate with a single bias, nnx.MultiHeadAttention

@@ -75,6 +75,21 @@ def gluon_helpers(ctx) -> dict[str, tuple[str, cst.CSTNode]]:
     return found
 
 
+# the emitted Gluon parameter-file reader (templates/gluon_weights.py.j2) also marks a port of Gluon code
+_GLUON_IO = ("read_gluon_parameters", "load_gluon_parameters")
+# Gluon's BatchNorm: MXNet's biased running variance (torch's layer updates it with the unbiased one)
+_BATCH_NORMS = {"TorchBatchNorm": "GluonBatchNorm", "TorchLazyBatchNorm": "GluonLazyBatchNorm"}
+
+
+def is_gluon_port(ctx) -> bool:
+    """The file is porter's port of MXNet/Gluon code: it has the front end's helpers."""
+    key = ("jx015.gluon_port",)
+    if key not in ctx.cache:
+        ctx.cache[key] = bool(gluon_helpers(ctx)) or any(
+            isinstance(s, cst.FunctionDef) and s.name.value in _GLUON_IO for s in ctx.module.body)
+    return ctx.cache[key]
+
+
 def _seed(ctx) -> str:
     """The seed of the enclosing function's `torch.manual_seed(S)`, else "0"."""
     scope = ctx.enclosing(cst.FunctionDef) or ctx.module
@@ -118,6 +133,9 @@ class GluonHelpersJax(Rule):
       the function's second model `jax.random.fold_in(jax.random.key(S), 1)`, ...);
     - `with_activation` (Gluon's `activation=` of a convolution): the layer's class becomes a
       subclass applying the activation to its output (no forward hooks in NNX);
+    - in a port of Gluon code (one with these helpers), `TorchBatchNorm` / `TorchLazyBatchNorm`
+      -> `GluonBatchNorm` / `GluonLazyBatchNorm` (JX011): the running variance is updated with
+      the biased batch variance, as MXNet's BatchNorm does (torch's with the unbiased one);
     - `begin_state`: `jnp.zeros` by default; calls drop `ctx=` (a traced array has no
       device) and pass `func=jnp.zeros` for `func=torch.zeros`.
 
@@ -136,7 +154,7 @@ class GluonHelpersJax(Rule):
     target = "jax"
     summary = "porter's emitted Gluon helpers (initialize, init_*, LazyDense, begin_state) -> their JAX forms"
     severity = Severity.ERROR
-    needs_text = ("Gluon",)
+    needs_text = ("Gluon", "gluon")
     examples = [
         Example(
             '''
@@ -188,6 +206,10 @@ class GluonHelpersJax(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+        if isinstance(func, cst.Name) and name in _BATCH_NORMS and is_gluon_port(self.ctx):
+            self.report(node, f"{name}: Gluon's BatchNorm updates the running variance with the biased batch variance",
+                        Fix((self.replace(node, node.with_changes(func=cst.Name(_BATCH_NORMS[name]))),), safety=_UNSAFE))
+            return
         if name not in ("initialize", "begin_state"):
             return
         helpers = gluon_helpers(self.ctx)
