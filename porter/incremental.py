@@ -76,7 +76,7 @@ from libcst.metadata.position_provider import PositionProvidingCodegenState
 from porter import engine
 from porter.context import FileContext
 from porter.rules import Finding, Position, Rule
-from porter.rules import module_fact as rules_module_fact
+from porter.rules import StatementFact
 
 _BREAK = re.compile(r"\r\n?|\n")  # LibCST's line breaks (position_provider.NEWLINE_RE)
 _MISSING = object()
@@ -133,13 +133,55 @@ class _LocalContext(FileContext):
 # --------------------------------------------------------------------------------------
 class _Facts:
     """The module facts of one version, computed on demand with the context the module-wide
-    rules then use too (the fact is computed once per version)."""
+    rules then use too (the fact is computed once per version). A fact built statement by
+    statement (porter.rules.StatementFact) reuses each statement's part while the statement,
+    the imports (``state``) and the fact's ``pre`` value are the same."""
 
-    def __init__(self, ctx: FileContext) -> None:
+    def __init__(self, ctx: FileContext, stmts: Optional[list] = None, state: Any = None) -> None:
         self.ctx = ctx
+        self.stmts = stmts
+        self.state = state
 
     def value(self, compute):
-        return rules_module_fact(self.ctx, compute)
+        if isinstance(compute, StatementFact) and self.stmts is not None:
+            key = ("module_fact", compute)
+            cached = self.ctx.cache.get(key)
+            if cached is not None and cached[0] is self.ctx.module:
+                return cached[1]
+            pre = None if compute.pre_fact is None else self.value(compute.pre_fact)
+            parts = []
+            for s in self.stmts:
+                got = s.fact_parts.get(compute)
+                if got is None or got[0] != self.state or got[1] != pre:
+                    got = s.fact_parts[compute] = (self.state, pre, compute.part(self.ctx, s.node, pre))
+                parts.append(got[2])
+            value = compute.combine(self.ctx, parts, pre)
+            self.ctx.cache[key] = (self.ctx.module, value)
+            return value
+        return rules_module_fact_plain(self.ctx, compute)
+
+
+class _SharedContext(FileContext):
+    """The module-wide rules' context of a version whose module facts come from _Facts (the
+    parts of unchanged statements reused), the same values the per-statement runs read."""
+
+    facts: Optional[_Facts] = None
+
+    def provide_fact(self, compute):
+        if self.facts is None:
+            return rules_module_fact_plain(self, compute)
+        return self.facts.value(compute)
+
+
+def rules_module_fact_plain(ctx: FileContext, compute):
+    """porter.rules.module_fact's own computation (per context, cached in ctx.cache)."""
+    key = ("module_fact", compute)
+    cached = ctx.cache.get(key)
+    if cached is not None and cached[0] is ctx.module:
+        return cached[1]
+    value = compute(ctx)
+    ctx.cache[key] = (ctx.module, value)
+    return value
 
 
 class _Same:
@@ -513,6 +555,7 @@ class _Stmt:
     indent: bool
     results: dict = field(default_factory=dict)  # import-state id -> {rule: findings | None}
     reads: dict = field(default_factory=dict)  # import-state id -> {rule: its lookups in module facts}
+    fact_parts: dict = field(default_factory=dict)  # StatementFact -> (import state, pre value, its part)
     positions: Optional[dict] = None  # node -> CodeRange, lines counted from the statement's first line
     strings: Optional[list] = None  # (first, last) relative lines of strings spanning lines
 
@@ -807,8 +850,8 @@ class Document:
         # the module-wide rules below (one computation per version).
         end_key = (tuple(ctx.aliases.items()), tuple(ctx.module_names.items()))
         uniform = len({st[0] for st in states}) == 1 and self._alias_ids.get(end_key) == states[0][0]
-        shared = FileContext(module, self.path)
-        facts = _Facts(shared) if uniform else None
+        shared = _SharedContext(module, self.path)
+        facts = shared.facts = _Facts(shared, stmts, states[0][0]) if uniform else None
         local = [r for r in rules if getattr(r, "local", False)]
         wide = {r for r in rules if not getattr(r, "local", False)}
         for k, s in enumerate(stmts):

@@ -221,3 +221,26 @@ def module_fact(ctx: "FileContext", compute: Callable[["FileContext"], object]):
     value = compute(ctx)
     ctx.cache[key] = (ctx.module, value)
     return value
+
+
+class StatementFact:
+    """A module fact built statement by statement: ``part(ctx, stmt, pre)`` for each top-level
+    statement in order (reading that statement and the imports only), then
+    ``combine(ctx, parts, pre)``; ``pre`` is the value of another module fact (``pre_fact``,
+    None without) that both receive, e.g. names declared anywhere in the module. Called as a
+    function of the context, it computes the whole fact; `porter lsp` (porter.incremental)
+    keeps each statement's part while the statement, the imports and ``pre`` are the same, so
+    an edit costs the parts of the statements it changed and the combination."""
+
+    def __init__(self, part: Callable, combine: Callable, pre_fact: Optional[Callable] = None, name: str = "") -> None:
+        self.part = part
+        self.combine = combine
+        self.pre_fact = pre_fact
+        self.__name__ = name or getattr(combine, "__name__", "statement_fact")
+
+    def pre(self, ctx: "FileContext"):
+        return None if self.pre_fact is None else module_fact(ctx, self.pre_fact)
+
+    def __call__(self, ctx: "FileContext"):
+        pre = self.pre(ctx)
+        return self.combine(ctx, [self.part(ctx, stmt, pre) for stmt in ctx.module.body], pre)

@@ -639,3 +639,22 @@ def test_document_gate_is_read_from_the_text_a_run_began_with():
     doc = incremental.Document(options.rules)
     for text in (gluon, plain, plain.replace("return", "x = 1\n    return"), gluon, gluon.replace("import mxnet", "import mxnet  # kept")):
         assert [key(f) for f in doc.check(text).findings] == [key(f) for f in engine.check(text, options).findings]
+
+
+def test_statement_facts_follow_a_change_of_their_pre_fact():
+    """The training-loop index is built statement by statement (porter.rules.StatementFact)
+    on the optimizer classes of the module: an edit of one class's base (another statement)
+    changes what the index says of a binding in main and, through the call, TX201's finding
+    in train; undone, it goes. Each step equals engine.check."""
+    text = (FACTS_DOCUMENT
+            .replace("    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n", "    opt = Stepper(model.parameters(), lr=0.1)\n")
+            .replace("class Progress:", "class Stepper(object):\n    pass\n\n\nclass Progress:")
+            .replace("opt.", "stepper.").replace("opt,", "stepper,").replace("opt = ", "stepper = "))
+    checker = Checker("torch-xla", text)
+    tx201 = [f for f in checker.result[0].findings if f.code == "TX201"]
+    checker.apply(text.replace("class Stepper(object):", "class Stepper(torch.optim.SGD):"))
+    got = checker.result[0]
+    assert got.reparsed is not None and got.statements_run < len(got.module.body)
+    assert len([f for f in got.findings if f.code == "TX201"]) == len(tx201) + 1
+    checker.apply(text)
+    assert [f for f in checker.result[0].findings if f.code == "TX201"] == [] == tx201

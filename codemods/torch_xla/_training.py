@@ -22,7 +22,7 @@ from porter.astutil import target_names
 
 from porter import astutil
 from porter.context import FileContext, dotted_name
-from porter.rules import module_fact
+from porter.rules import StatementFact, module_fact
 
 # Binding kinds -------------------------------------------------------------------------
 OPTIMIZER = "optimizer"
@@ -124,23 +124,53 @@ def index(ctx: FileContext) -> Index:
     """The file's Index, built once per module (a module fact: see porter.rules.module_fact;
     the rules read it through dictionary/set lookups only, so that they can still be checked
     one top-level statement at a time in `porter lsp`)."""
-    return module_fact(ctx, _build)
+    return module_fact(ctx, _INDEX)
 
 
-def _optimizer_classes(ctx: FileContext) -> frozenset[str]:
-    names = set()
-    for node in astutil.walk(ctx.module, into_functions=True):
+# Both facts are built statement by statement (porter.rules.StatementFact): each top-level
+# statement's part is the list of what it adds, in the order of the walk, and the fact is
+# made by applying the parts in the order of the statements: the same operations in the same
+# order as one walk of the module, so the same fact (also the order of dictionaries and
+# sets), and `porter lsp` computes again only the parts of the statements an edit changed.
+def _optimizer_class_part(ctx: FileContext, stmt: cst.CSTNode, pre: None) -> tuple:
+    """The classes of ``stmt`` (walk order) with, for each base, whether it is one of
+    torch.optim's optimizers (through the imports) and its dotted name."""
+    out = []
+    for node in astutil.walk(stmt, into_functions=True):
         if isinstance(node, cst.ClassDef):
+            bases = []
             for base in node.bases:
                 q = ctx.qualname(base.value) or ""
-                if (q.startswith("torch.optim.") and not q.startswith(("torch.optim.lr_scheduler", "torch.optim.swa_utils"))) or dotted_name(base.value) in names:
-                    names.add(node.name.value)
+                bases.append((q.startswith("torch.optim.") and not q.startswith(("torch.optim.lr_scheduler", "torch.optim.swa_utils")),
+                              dotted_name(base.value)))
+            out.append((node.name.value, tuple(bases)))
+    return tuple(out)
+
+
+def _optimizer_class_names(ctx: FileContext, parts: list, pre: None) -> frozenset[str]:
+    """Classes deriving from a torch.optim optimizer, or from such a class defined earlier."""
+    names: set[str] = set()
+    for part in parts:
+        for name, bases in part:
+            for optimizer, dotted in bases:
+                if optimizer or dotted in names:
+                    names.add(name)
     return frozenset(names)
 
 
-def _build(ctx: FileContext) -> Index:
-    idx = Index()
-    opt_classes = _optimizer_classes(ctx)
+_OPTIMIZER_CLASSES = StatementFact(_optimizer_class_part, _optimizer_class_names, name="optimizer_classes")
+
+
+def _optimizer_classes(ctx: FileContext) -> frozenset[str]:
+    return module_fact(ctx, _OPTIMIZER_CLASSES)
+
+
+def _index_part(ctx: FileContext, stmt: cst.CSTNode, opt_classes: frozenset[str]) -> tuple:
+    """What one top-level statement adds to the Index, as operations in walk order (see
+    _apply_index_ops)."""
+    ops: list[tuple] = []
+    emit = ops.append
+    module_scope = ctx.module
 
     def bind(scope: cst.CSTNode, target: cst.CSTNode, kind: str, value: Optional[cst.CSTNode] = None) -> None:
         if isinstance(target, (cst.Tuple, cst.List)):
@@ -160,23 +190,22 @@ def _build(ctx: FileContext) -> Index:
         key = dotted_name(target)
         if key is None:
             return
-        idx.filewide.setdefault(key, set()).add(kind)
+        emit(("filewide", key, kind))
         if isinstance(target, cst.Name):
-            scope_key = MODULE_SCOPE if scope is ctx.module else id(scope)
-            idx.scoped.setdefault(scope_key, {}).setdefault(key, set()).add(kind)
-        idx.dicts.setdefault(key, []).append(value if isinstance(value, (cst.Dict, cst.IfExp)) else None)
-        idx.values.setdefault(key, []).append(value)
+            emit(("scoped", MODULE_SCOPE if scope is module_scope else id(scope), key, kind))
+        emit(("dicts", key, value if isinstance(value, (cst.Dict, cst.IfExp)) else None))
+        emit(("values", key, value))
         if value is not None:
             if isinstance(value, (cst.List, cst.Tuple)) and value.elements:
                 kinds = {classify_value(e.value, ctx, opt_classes) for e in value.elements}
                 if len(kinds) == 1:
-                    idx.filewide.setdefault(key + "[]", set()).update(kinds)
+                    emit(("filewide_update", key + "[]", kinds))
 
     def visit(node: cst.CSTNode, scope: cst.CSTNode) -> None:
         if isinstance(node, (cst.FunctionDef, cst.Lambda)):
             names = {p.name.value for p in _all_params(node.params)}
-            idx.params[id(node)] = names
-            idx.functions[id(node)] = node
+            emit(("params", id(node), names))
+            emit(("functions", id(node), node))
             for child in _children(node):
                 visit(child, node)
             return
@@ -198,24 +227,64 @@ def _build(ctx: FileContext) -> Index:
         elif isinstance(node, cst.NamedExpr):
             bind(scope, node.target, classify_value(node.value, ctx, opt_classes), node.value)
         elif isinstance(node, cst.Call):
-            idx.call_scopes[id(node)] = None if scope is ctx.module else scope
+            emit(("call_scopes", id(node), None if scope is module_scope else scope))
             q = ctx.qualname(node.func)
             if q:
-                idx.calls.add(q)
+                emit(("calls", q))
             if isinstance(node.func, cst.Name):
-                idx.calls_by_name.setdefault(node.func.value, []).append(node)
+                emit(("calls_by_name", node.func.value, node))
             if astutil.method_name(node) == "set_epoch":
-                idx.set_epoch_called = True
+                emit(("set_epoch_called",))
             if astutil.method_name(node) == "update" and isinstance(node.func, cst.Attribute):
                 key = dotted_name(node.func.value)
                 if key is not None:
                     a = node.args[0].value if len(node.args) == 1 and node.args[0].keyword is None and not node.args[0].star else None
-                    idx.dicts.setdefault(key, []).append(("update", a, node))
+                    emit(("dicts", key, ("update", a, node)))
         for child in _children(node):
             visit(child, scope)
 
-    visit(ctx.module, ctx.module)
+    visit(stmt, module_scope)
+    return tuple(ops)
+
+
+def _apply_index_ops(ctx: FileContext, parts: list, opt_classes: frozenset[str]) -> Index:
+    idx = Index()
+    for ops in parts:
+        for op in ops:
+            what = op[0]
+            if what == "filewide":
+                idx.filewide.setdefault(op[1], set()).add(op[2])
+            elif what == "scoped":
+                idx.scoped.setdefault(op[1], {}).setdefault(op[2], set()).add(op[3])
+            elif what == "dicts":
+                idx.dicts.setdefault(op[1], []).append(op[2])
+            elif what == "values":
+                idx.values.setdefault(op[1], []).append(op[2])
+            elif what == "filewide_update":
+                idx.filewide.setdefault(op[1], set()).update(op[2])
+            elif what == "params":
+                idx.params[op[1]] = set(op[2])
+            elif what == "functions":
+                idx.functions[op[1]] = op[2]
+            elif what == "call_scopes":
+                idx.call_scopes[op[1]] = op[2]
+            elif what == "calls":
+                idx.calls.add(op[1])
+            elif what == "calls_by_name":
+                idx.calls_by_name.setdefault(op[1], []).append(op[2])
+            elif what == "set_epoch_called":
+                idx.set_epoch_called = True
+            else:  # pragma: no cover
+                raise AssertionError(op)
     return idx
+
+
+_INDEX = StatementFact(_index_part, _apply_index_ops, pre_fact=_OPTIMIZER_CLASSES, name="index")
+
+
+def _build(ctx: FileContext) -> Index:
+    """The Index of the whole module (one walk), as index() has it."""
+    return _INDEX(ctx)
 
 
 def _all_params(params: cst.Parameters) -> Iterator[cst.Param]:
