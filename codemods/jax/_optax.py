@@ -624,6 +624,9 @@ def fold(ctx: FileContext, p: Plan):
         lr_arg = p.scheduler_target if factor == "1" else f"lambda step: {p.scheduler_target}(step // {factor})"
     tx = transformation(p.qual, b, lr_arg, scheduled=sched_text is not None)
     used |= b.used
+    if sched_text is None and lr_written(ctx, p.target):
+        tx = inject_learning_rate(tx, ctx.module_alias("optax"))
+        used.add("optax")
     nnx = ctx.module_alias("flax.nnx")
     used.add("flax.nnx")
     return sched_text, f"{p.target} = {nnx}.Optimizer({model}, {tx}, wrt={nnx}.Param)", used
@@ -684,4 +687,70 @@ def folded_optimizer(ctx: FileContext, schedule: str):
                     factor = code(n.args[0].value.right)
             if factor is not None:
                 return target, block, factor
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# A learning rate the script sets (Gluon's trainer.set_learning_rate, GL305's
+# `for param_group in optimizer.param_groups: param_group["lr"] = v`)
+# --------------------------------------------------------------------------------------
+def _lr_subscript(node: cst.CSTNode, name: Optional[str] = None) -> bool:
+    """``g["lr"]`` (``g`` named ``name`` when given)."""
+    return (isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index)
+            and code(node.slice[0].slice.value) in ('"lr"', "'lr'")
+            and (name is None or code(node.value) == name))
+
+
+def lr_set_loop(stmt: cst.CSTNode, target: str) -> Optional[cst.BaseExpression]:
+    """``for g in target.param_groups: g["lr"] = v`` (one statement) -> ``v``."""
+    if not (isinstance(stmt, cst.For) and isinstance(stmt.target, cst.Name) and code(stmt.iter) == f"{target}.param_groups"
+            and isinstance(stmt.body, cst.IndentedBlock) and len(stmt.body.body) == 1 and stmt.orelse is None):
+        return None
+    line = stmt.body.body[0]
+    if not (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and isinstance(line.body[0], cst.Assign)):
+        return None
+    assign = line.body[0]
+    if len(assign.targets) != 1 or not _lr_subscript(assign.targets[0].target, stmt.target.value):
+        return None
+    return assign.value
+
+
+def lr_written(ctx: FileContext, target: str) -> bool:
+    """The file sets the learning rate of optimizer ``target`` through its param_groups."""
+    key = ("optax.lr_written", target)
+    if key not in ctx.cache:
+        ctx.cache[key] = any(lr_set_loop(n, target) is not None
+                             for n in astutil.walk(ctx.module, into_functions=True) if isinstance(n, cst.For))
+    return ctx.cache[key]
+
+
+def inject_learning_rate(tx: str, optax_name: str) -> str:
+    """``optax.sgd(lr, ...)`` -> ``optax.inject_hyperparams(optax.sgd)(lr, ...)`` (in a chain:
+    its last transformation), so that the rate is an array of the optimizer's state the
+    script can set between steps without a new compilation."""
+    expr = cst.parse_expression(tx)
+    core = expr
+    if isinstance(expr, cst.Call) and code(expr.func) == f"{optax_name}.chain" and expr.args:
+        core = expr.args[-1].value
+    if not isinstance(core, cst.Call):
+        raise Manual("the learning rate the script sets is not the first argument of an optax transformation")
+    new_core = core.with_changes(func=cst.Call(cst.parse_expression(f"{optax_name}.inject_hyperparams"), [cst.Arg(core.func)]))
+    if core is expr:
+        return code(new_core)
+    return code(expr.with_changes(args=[*expr.args[:-1], expr.args[-1].with_changes(value=new_core)]))
+
+
+def hyperparams_path(ctx: FileContext, call: cst.Call) -> Optional[str]:
+    """For ``nnx.Optimizer(model, tx, ...)`` whose transformation is (or ends a chain with)
+    ``optax.inject_hyperparams(...)(...)``: ``opt_state`` / ``opt_state[i]``, where its
+    hyperparameters are; else None."""
+    if len(call.args) < 2:
+        return None
+    tx = call.args[1].value
+    path = "opt_state"
+    if isinstance(tx, cst.Call) and (ctx.qualname(tx.func) or "") == "optax.chain" and tx.args:
+        path = f"opt_state[{len(tx.args) - 1}]"
+        tx = tx.args[-1].value
+    if isinstance(tx, cst.Call) and isinstance(tx.func, cst.Call) and (ctx.qualname(tx.func.func) or "") == "optax.inject_hyperparams":
+        return path
     return None

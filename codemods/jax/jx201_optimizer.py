@@ -50,6 +50,12 @@ class OptimizerToOptax(Rule):
     lr_t = lr * sqrt(1 - b2^t) / (1 - b1^t), w -= lr_t * m / (sqrt(v) + eps), and MXNet's
     coupled wd; the class goes once every construction of it is ported.
 
+    An optimizer whose learning rate the script sets between steps
+    (`for g in optimizer.param_groups: g["lr"] = v`, a Gluon script's `set_learning_rate`)
+    is built with `optax.inject_hyperparams(optax.sgd)(lr, ...)` (in a chain: its last
+    transformation): the rate is an array of the optimizer's state, which JX202 reads and
+    sets (no new compilation when it changes).
+
     ## Why
     A JAX training step updates parameters with an optax transformation; the learning rate
     schedule is part of it rather than a separate object mutating the optimizer.
@@ -155,15 +161,15 @@ class OptimizerToOptax(Rule):
                 """gluon.Trainer's "adam" as an optax transformation. MXNet puts epsilon inside the bias
                 correction: w -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps) (optax.adam adds
                 eps to the bias-corrected sqrt(v)); weight_decay is MXNet's wd, an L2 term added to the
-                gradient before the moments. learning_rate: a number or an optax schedule of the count."""
+                gradient before the moments. learning_rate: a number or an optax schedule of the count
+                (the numbers may be arrays: optax.inject_hyperparams(gluon_adam) keeps them in the state)."""
 
                 def init(params):
                     zeros = lambda: jax.tree.map(jnp.zeros_like, params)
                     return optax.ScaleByAdamState(count=jnp.zeros([], jnp.int32), mu=zeros(), nu=zeros())
 
                 def update(grads, state, params=None):
-                    if weight_decay:
-                        grads = jax.tree.map(lambda g, w: g + weight_decay * w, grads, params)
+                    grads = jax.tree.map(lambda g, w: g + weight_decay * w, grads, params)
                     mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, grads)
                     nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, grads)
                     count = state.count + 1
@@ -180,6 +186,33 @@ class OptimizerToOptax(Rule):
                 trainer = nnx.Optimizer(net, gluon_adam(args.lr, b1=0.5, b2=0.999, weight_decay=args.wd), wrt=nnx.Param)
             ''',
             title="the Gluon front end's GluonAdam (MXNet's epsilon placement): its optax form, gluon_adam",
+        ),
+        Example(
+            """
+            import torch
+
+
+            def main(args, model, loader):
+                optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-4)
+                for epoch in range(args.epochs):
+                    if epoch in args.decay_epochs:
+                        for param_group in optimizer.param_groups:
+                            param_group["lr"] = param_group["lr"] * 0.1
+            """,
+            """
+            import torch
+            import optax
+            import flax.nnx as nnx
+
+
+            def main(args, model, loader):
+                optimizer = nnx.Optimizer(model, optax.chain(optax.add_decayed_weights(1e-4), optax.inject_hyperparams(optax.sgd)(args.lr, momentum=0.9)), wrt=nnx.Param)
+                for epoch in range(args.epochs):
+                    if epoch in args.decay_epochs:
+                        for param_group in optimizer.param_groups:
+                            param_group["lr"] = param_group["lr"] * 0.1
+            """,
+            title='a learning rate the script sets (param_groups): optax.inject_hyperparams',
         ),
     ]
     valid = ["import optax\nfrom flax import nnx\noptimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)\n"]

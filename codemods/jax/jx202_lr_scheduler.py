@@ -27,7 +27,10 @@ class LRScheduler(Rule):
     after as many `scheduler.step()` calls. Elsewhere it is reported. So is
     `optimizer.param_groups` (an `nnx.Optimizer` has none), except
     `optimizer.param_groups[0]["lr"]` read where the optimizer is built with a constant
-    learning rate (a Gluon script's `trainer.learning_rate`), which becomes that expression.
+    learning rate (a Gluon script's `trainer.learning_rate`), which becomes that expression,
+    and an optimizer JX201 built with `optax.inject_hyperparams` (the script sets its rate):
+    `optimizer.param_groups[0]["lr"]` reads, and `for g in optimizer.param_groups:
+    g["lr"] = v` writes, `optimizer.opt_state[i].hyperparams["learning_rate"][...]`.
 
     ## Why
     optax takes the learning rate as a function of the update count; a torch scheduler that
@@ -97,6 +100,34 @@ class LRScheduler(Rule):
             """,
             title="torch's learning-rate state of a scheduled optimizer",
         ),
+        Example(
+            """
+            import optax
+            from flax import nnx
+
+
+            def main(args, model, loader):
+                optimizer = nnx.Optimizer(model, optax.inject_hyperparams(optax.sgd)(args.lr, momentum=0.9), wrt=nnx.Param)
+                for epoch in range(args.epochs):
+                    if epoch in args.decay_epochs:
+                        for param_group in optimizer.param_groups:
+                            param_group["lr"] = optimizer.param_groups[0]["lr"] * 0.1
+                    print(f"lr={optimizer.param_groups[0]['lr']:g}")
+            """,
+            """
+            import optax
+            from flax import nnx
+
+
+            def main(args, model, loader):
+                optimizer = nnx.Optimizer(model, optax.inject_hyperparams(optax.sgd)(args.lr, momentum=0.9), wrt=nnx.Param)
+                for epoch in range(args.epochs):
+                    if epoch in args.decay_epochs:
+                        optimizer.opt_state.hyperparams["learning_rate"][...] = optimizer.opt_state.hyperparams["learning_rate"][...] * 0.1
+                    print(f"lr={optimizer.opt_state.hyperparams['learning_rate'][...]:g}")
+            """,
+            title="a learning rate the script sets: read and written in the optimizer's state",
+        ),
     ]
     valid = [
         "import torch\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
@@ -114,6 +145,8 @@ class LRScheduler(Rule):
         if name == "get_last_lr" and owner in _optax.folded_schedules(self.ctx):
             ops.report_manual(self, node, f"{owner}.get_last_lr(): {owner} is an optax schedule: the rate of epoch e is "
                                           f"{owner}(e) (per-update schedules: the update count)")
+        elif name == "param_groups" and owner in _optax.nnx_optimizers(self.ctx) and self._injected_lr(node, owner):
+            return
         elif name == "param_groups" and owner in _optax.nnx_optimizers(self.ctx) and self._constant_lr(node, owner):
             return
         elif name == "param_groups" and owner in _optax.nnx_optimizers(self.ctx):
@@ -153,6 +186,57 @@ class LRScheduler(Rule):
                     Fix((Edit(target_node, new),)))
         return True
 
+    def _optimizer_call(self, owner: str):
+        """(the ``owner = nnx.Optimizer(...)`` call, its block), or None."""
+        for block in _optax._blocks(self.ctx.module):
+            for stmt in block.body:
+                got = _optax._assign_of(stmt)
+                if got and got[0] == owner and (self.ctx.qualname(got[1].func) or "") == "flax.nnx.Optimizer":
+                    return got[1], block
+        return None
+
+    def _injected_lr(self, node: cst.Attribute, owner: str) -> bool:
+        """An optimizer whose learning rate the script sets (JX201 built it with
+        optax.inject_hyperparams): ``owner.param_groups[0]["lr"]`` reads, and
+        ``for g in owner.param_groups: g["lr"] = v`` writes, the rate in its state."""
+        found = self._optimizer_call(owner)
+        if found is None or not self._visible(owner, found[1]):
+            return False
+        path = _optax.hyperparams_path(self.ctx, found[0])
+        if path is None:
+            return False
+        rate = f'{owner}.{path}.hyperparams["learning_rate"][...]'
+        anc = self.ctx.ancestors
+        loop = anc[-2] if len(anc) > 1 else None
+        if isinstance(loop, cst.For) and loop.iter is node and _optax.lr_set_loop(loop, owner) is not None:
+            group = loop.target.value  # type: ignore[attr-defined]
+
+            class _Group(cst.CSTTransformer):  # the loop's own `param_group["lr"]` in the value
+                def leave_Subscript(self, original, updated):
+                    if _optax._lr_subscript(original, group):
+                        return cst.parse_expression(rate)
+                    return updated
+
+            def write(updated: cst.For) -> cst.CSTNode:
+                value = updated.body.body[0].body[0].value.visit(_Group())
+                stmt = cst.parse_statement(f"{rate} = {cst.Module([]).code_for_node(value)}\n")
+                return stmt.with_changes(leading_lines=updated.leading_lines)
+
+            self.report(node, f"{owner}'s learning rate set through param_groups: the rate in its optax state "
+                              "(inject_hyperparams), set between steps without a new compilation",
+                        Fix((Edit(loop, write),)))
+            return True
+        if len(anc) > 2:
+            first, second = anc[-2], anc[-3]
+            if (isinstance(first, cst.Subscript) and first.value is node and _index(first) == "0"
+                    and isinstance(second, cst.Subscript) and second.value is first and _index(second) in ('"lr"', "'lr'")):
+                quote = _index(second)[0]  # the key's quotes fit where it is (an f-string's)
+                read = rate.replace('"', quote)
+                self.report(node, f"{owner}.param_groups[0]['lr']: the learning rate in its optax state",
+                            Fix((Edit(second, cst.parse_expression(read)),)))
+                return True
+        return False
+
     def _constant_lr(self, node: cst.Attribute, owner: str) -> bool:
         """``optimizer.param_groups[0]["lr"]`` read where the nnx.Optimizer is built (same
         block) with a constant learning rate (``optax.sgd(args.lr)``, the last
@@ -164,6 +248,8 @@ class LRScheduler(Rule):
         if not (isinstance(first, cst.Subscript) and first.value is node and _index(first) == "0"
                 and isinstance(second, cst.Subscript) and second.value is first and _index(second) in ('"lr"', "'lr'")):
             return False
+        if _optax.lr_written(self.ctx, owner):
+            return False  # the script changes the rate: not a constant
         for block in _optax._blocks(self.ctx.module):
             for stmt in block.body:
                 got = _optax._assign_of(stmt)
