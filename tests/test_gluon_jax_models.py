@@ -12,33 +12,22 @@
   biases zero, BatchNorm gamma one / beta zero, a layer's own initializer first, lazy layers
   initialized when their first call makes their parameters, loaded weights kept;
 - a model built by a factory (nnx.Sequential, no module class) gets the weight converter;
-  a Sequential grown with append keeps its torch indices;
-- every fixtures/mxnet model, ported to JAX from the original in a temporary folder, verifies
-  against real MXNet 1.9.1 (`porter verify`, port.toml's model and inputs, 5 steps): forward
-  within 1e-4 (max abs), the step losses within 1e-4 (relative), one compilation, no host
-  callback.
+  a Sequential grown with append keeps its torch indices.
+
+Each fixture's JAX port verified against real MXNet: tests/test_gluon_ports.py.
 """
 from __future__ import annotations
 
-import inspect
-import json
 import math
-import os
-import subprocess
-import sys
 import textwrap
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from porter import engine, registry
-from porter.fixtures import gluon_fixtures
 
 REPO = Path(__file__).resolve().parents[1]
-FORWARD_ATOL = 1e-4
-LOSS_RTOL = 1e-4
 
 
 def _port(source: str) -> str:
@@ -312,61 +301,6 @@ def test_factory_models_get_the_converter_and_appended_layers_keep_their_indices
     x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
     with torch.no_grad():
         np.testing.assert_allclose(np.asarray(model(x)), model_t(torch.as_tensor(x)).numpy(), atol=1e-6)
-
-
-# --------------------------------------------------------------------------------------
-# every Gluon fixture's model, ported to JAX, against real MXNet
-# --------------------------------------------------------------------------------------
-def _side_jax_takes_lazy_layers() -> bool:
-    """porter verify's JAX side reads a None from torch_state_dict as a lazy layer's
-    parameter with no shape yet (load_torch_state_dict then materializes it)."""
-    from porter.verify import side_jax
-
-    return "is not None" in inspect.getsource(side_jax._mismatch)
-
-
-LAZY_FIXTURES = {"mlp", "cnn_bn_dropout", "dcgan", "resnet"}
-
-
-def _fixture_case(fx):
-    marks = [pytest.mark.slow]
-    if fx.name in LAZY_FIXTURES and not _side_jax_takes_lazy_layers():
-        marks.append(pytest.mark.xfail(strict=True, reason=(
-            "porter/verify/side_jax.py compares torch_state_dict(model)'s shapes with the original's before "
-            "load_torch_state_dict: a lazy layer's parameters (None, no shape yet) are reported as a mismatch")))
-    return pytest.param(fx, marks=marks, id=fx.name)
-
-
-def _mxnet_python() -> str:
-    if os.environ.get("PORTER_MXNET_PYTHON"):
-        return os.environ["PORTER_MXNET_PYTHON"]
-    out = subprocess.run([sys.executable, "-m", "porter.verify.mxnet_env"], capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip().splitlines()[-1]
-
-
-@pytest.mark.parametrize("fx", [_fixture_case(fx) for fx in gluon_fixtures("jax")])
-def test_fixture_model_ported_to_jax_verifies_against_mxnet(fx, tmp_path):
-    out = tmp_path / "port"
-    proc = subprocess.run([sys.executable, "-m", "porter", "migrate", str(fx.original), "--to", "jax", *fx.migrate,
-                           "--out", str(out)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    port = out / fx.original.name
-    conf = tomllib.loads((fx.folder / "port.toml").read_text(encoding="utf-8"))
-    args = [sys.executable, "-m", "porter", "verify", str(fx.original), str(port), "--model", conf["model"],
-            *[a for spec in conf["inputs"] for a in ("--input", spec)], "--steps", "5", "--format", "json"]
-    env = {**os.environ, "PORTER_MXNET_PYTHON": _mxnet_python()}
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=900, env=env)
-    report = json.loads(proc.stdout)
-    assert proc.returncode == 0 and report["passed"], (report["summary"], report.get("notes"))
-    forward = [t["max_abs"] for t in report["tensors"] if t["phase"] in ("layer", "output")]
-    losses = [t for t in report["tensors"] if t["phase"] == "loss"]
-    assert forward and max(forward) <= FORWARD_ATOL, max(forward)
-    assert sorted(t["step"] for t in losses) == [1, 2, 3, 4, 5]
-    assert max(t["max_rel"] for t in losses) <= LOSS_RTOL
-    health = report["health"]
-    assert health["compiles_total"] == 1 and health["max_transfers_per_step"] == 0, health
-    assert not health["problems"], health["problems"]
 
 
 ACTIVATED = """

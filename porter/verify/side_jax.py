@@ -357,7 +357,8 @@ def _mismatch(own: dict, state: dict):
     extra = sorted(state_keys - set(own))
     if missing or extra:
         return {"missing": missing, "unexpected": extra}
-    bad = [k for k in own if tuple(np.shape(own[k])) != tuple(np.shape(state[k]))]
+    # a lazy layer's parameter has no shape yet (None): loading the state dict gives it one
+    bad = [k for k in own if own[k] is not None and tuple(np.shape(own[k])) != tuple(np.shape(state[k]))]
     if bad:
         return {"shape": {k: [list(np.shape(state[k])), list(np.shape(own[k]))] for k in bad}}
     return None
@@ -529,7 +530,8 @@ def run(request: dict) -> dict:
         raise PortError("the JAX side runs ports only: it needs the original's weights and inputs (shared)")
     data = np.load(shared)
     state = {k[len("init/"):]: data[k] for k in data.files if k.startswith("init/")}
-    own = {k: np.asarray(v) for k, v in torch_state_dict(model).items()}
+    # None: a parameter of a lazy layer with no shape yet (load_torch_state_dict materializes it)
+    own = {k: None if v is None else np.asarray(v) for k, v in torch_state_dict(model).items()}
     mm = _mismatch(own, state)
     if mm:
         meta["mismatch"] = mm
