@@ -402,3 +402,19 @@ def test_jax_port_prints_the_mxnet_originals_log_lines(fx, tmp_path):
         assert _NUMBER.sub("#", a) == _NUMBER.sub("#", b), (a, b)
         np.testing.assert_allclose([float(x) for x in _NUMBER.findall(b)], [float(x) for x in _NUMBER.findall(a)],
                                    rtol=1e-5, atol=2e-6, err_msg=f"MXNet: {a}\nJAX port: {b}")
+
+
+@pytest.mark.slow
+def test_resnet_jax_port_decays_its_learning_rate_without_recompiling(tmp_path):
+    """resnet's `trainer.set_learning_rate(trainer.learning_rate * lr_decay)` at the decay
+    epochs: the JAX port keeps the rate in the optimizer's state (inject_hyperparams), the
+    log prints Gluon's rates (0.1, 0.01, 0.001) and the train step is lowered once."""
+    fx = next(f for f in FIXTURES if f.name == "resnet")
+    jax_port, _ = _ports(fx, tmp_path)
+    args = [*fx.run, "--epochs", "3", "--lr-decay-epoch", "2,3"]
+    proc = subprocess.run([sys.executable, str(jax_port), *args], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=900, env=_env(JAX_DUMP_IR_TO=str(tmp_path / "ir")))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rates = re.findall(r"^\[epoch (\d) batch \d+\].* lr=(\S+)$", proc.stdout, re.M)
+    assert {(int(e), float(r)) for e, r in rates} == {(1, 0.1), (2, 0.01), (3, 0.001)}, rates
+    assert len(list((tmp_path / "ir").glob("*jit_train_step*"))) == 1
