@@ -14,7 +14,8 @@
   compilation after the warm-up iterations, device-to-host transfers only in iterations that
   log.
 
-A port that does not work yet is a strict expected failure naming what is missing.
+- the JAX ports: see also tests/test_gluon_jax_scripts.py (script level) and
+  tests/test_gluon_jax_models.py (lazy layers, Gluon's initialize in JAX form).
 """
 from __future__ import annotations
 
@@ -37,27 +38,6 @@ CASES = [(t, fx) for t in GLUON_TARGETS for fx in gluon_fixtures(t)]
 IDS = [f"{t}-{fx.name}" for t, fx in CASES]
 FORWARD_ATOL = 1e-4
 LOSS_RTOL = 1e-4
-
-# What the JAX ports lack (the model's translation to Flax NNX), by fixture
-_JAX_LAZY = ("the JAX port keeps {layers} as torch lazy modules (Gluon's deferred input sizes -> {kinds}): JX090 "
-             "has no Flax NNX form for lazy layers (marked manual), so the port's model lacks {keys}")
-JAX_MISSING = {
-    "mlp": _JAX_LAZY.format(layers="layer 0", kinds="LazyDense", keys="0.weight and 0.bias"),
-    "cnn_bn_dropout": _JAX_LAZY.format(layers="conv1 and fc1", kinds="nn.LazyConv2d, LazyDense",
-                                       keys="conv1.weight, fc1.weight, fc1.bias"),
-    "dcgan": ("get_netG/get_netD are factories of nnx.Sequential with no module class, so JX010 emits no "
-              "load_torch_state_dict/torch_state_dict into the port; their first layers are torch lazy modules "
-              "(nn.LazyConvTranspose2d, nn.LazyConv2d) that JX090 leaves manual"),
-    "lstm_lm": ("the emitted begin_state helper reads rnn.bidirectional, an attribute the JAX port's TorchLSTM "
-                "(JX090) does not have: AttributeError at the first forward"),
-    "resnet": ("the port builds its containers with nnx.Sequential(...).append(...) (HybridSequential.add), and "
-               "nnx.Sequential has no append: the model cannot be built"),
-}
-# (target, fixture) -> what is missing, for the model-level verification
-VERIFY_XFAIL: dict[tuple[str, str], str] = {("jax", name): why for name, why in JAX_MISSING.items()}
-# fixture -> what is missing, for the torch_xla port's script-level run
-HEALTH_XFAIL: dict[str, str] = {}
-
 
 def _mxnet_python() -> str:
     if os.environ.get("PORTER_MXNET_PYTHON"):
@@ -184,14 +164,9 @@ def _emitted_reader():
 
 # --------------------------------------------------------------------------------------
 # The emitted Gluon weight converter in each port: a file MXNet wrote, loaded into the port's
-# model (torch_xla: load_gluon_parameters; JAX: the numpy reader, which survives the JAX rules
-# unchanged, chained into the port's own load_torch_state_dict)
+# model with the port's load_gluon_parameters (the numpy reader; JAX: chained into the port's
+# own load_torch_state_dict)
 # --------------------------------------------------------------------------------------
-# (target, fixture) -> what is missing (loading alone does not run the forward: lstm_lm loads)
-CONVERTER_XFAIL: dict[tuple[str, str], str] = {("jax", name): why for name, why in JAX_MISSING.items()
-                                               if name != "lstm_lm"}
-
-
 @pytest.fixture(scope="module")
 def gluon_files(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("gluon_files")
@@ -201,14 +176,8 @@ def gluon_files(tmp_path_factory) -> Path:
     return folder
 
 
-def _converter_case(target, fx):
-    marks = [pytest.mark.slow]
-    if (target, fx.name) in CONVERTER_XFAIL:
-        marks.append(pytest.mark.xfail(strict=True, reason=CONVERTER_XFAIL[target, fx.name]))
-    return pytest.param(target, fx, marks=marks, id=f"{target}-{fx.name}")
-
-
-@pytest.mark.parametrize("target,fx", [_converter_case(t, fx) for t, fx in CASES])
+@pytest.mark.slow
+@pytest.mark.parametrize("target,fx", CASES, ids=IDS)
 def test_port_loads_the_originals_parameter_file(gluon_files, target, fx, tmp_path):
     """In a fresh process: import the port (its __main__ block does not run), build port.toml's
     model, load the file MXNet's save_parameters wrote with the port's own code, and read back
@@ -224,7 +193,7 @@ path = {str(gluon_files / (fx.name + '.port.params'))!r}
 if {target!r} == "jax":
     import flax.nnx as nnx
     model = eval({fx.model!r}[:-1] + ", rngs=nnx.Rngs(0))", {{**vars(port), "nnx": nnx}})
-    port.load_torch_state_dict(model, port.read_gluon_parameters(path))
+    port.load_gluon_parameters(model, path)
     got = port.torch_state_dict(model)
 else:
     model = eval({fx.model!r}, vars(port))
@@ -243,14 +212,8 @@ print("ok", len(expected))
 # --------------------------------------------------------------------------------------
 # Model-level verification against the original in MXNet
 # --------------------------------------------------------------------------------------
-def _verify_case(target, fx):
-    marks = [pytest.mark.slow]
-    if (target, fx.name) in VERIFY_XFAIL:
-        marks.append(pytest.mark.xfail(strict=True, reason=VERIFY_XFAIL[target, fx.name]))
-    return pytest.param(target, fx, marks=marks, id=f"{target}-{fx.name}")
-
-
-@pytest.mark.parametrize("target,fx", [_verify_case(t, fx) for t, fx in CASES])
+@pytest.mark.slow
+@pytest.mark.parametrize("target,fx", CASES, ids=IDS)
 def test_verify_against_mxnet(target, fx):
     os.environ.setdefault("PORTER_MXNET_PYTHON", _mxnet_python())
     conf = tomllib.loads((fx.folder / "port.toml").read_text(encoding="utf-8"))
@@ -267,19 +230,17 @@ def test_verify_against_mxnet(target, fx):
     assert max(t["max_rel"] for t in losses) <= LOSS_RTOL
     health = report["health"]
     assert health is not None and health["within_budget"], health
+    if target == "jax":  # the jitted step compiles once; the step calls back to the host never
+        assert health["compiles_total"] == 1 and health["max_transfers_per_step"] == 0, health
+        assert not health["problems"], health["problems"]
 
 
 # --------------------------------------------------------------------------------------
 # XLA health of the torch_xla ports at script level
 # --------------------------------------------------------------------------------------
-def _health_case(fx):
-    marks = [pytest.mark.slow, pytest.mark.xla]
-    if fx.name in HEALTH_XFAIL:
-        marks.append(pytest.mark.xfail(strict=True, reason=HEALTH_XFAIL[fx.name]))
-    return pytest.param(fx, marks=marks, id=fx.name)
-
-
-@pytest.mark.parametrize("fx", [_health_case(fx) for fx in gluon_fixtures("torch-xla")])
+@pytest.mark.slow
+@pytest.mark.xla
+@pytest.mark.parametrize("fx", gluon_fixtures("torch-xla"), ids=lambda fx: fx.name)
 def test_torch_xla_port_runs_healthy(fx, tmp_path):
     """port.toml's `run` arguments (one epoch, a few iterations) under the tracer the
     torch_xla fixtures use: the iterations after the warm-up compile nothing, and only
