@@ -46,11 +46,24 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     out: list[cst.CSTNode] = []
     for name in _child_fields(type(node)):
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
+        kind = type(value)
+        if kind is tuple or kind is list:
+            out.extend(v for v in value if _is_node_type(type(v)))
+        elif _is_node_type(kind):
             out.append(value)
-        elif isinstance(value, (tuple, list)):
-            out.extend(v for v in value if isinstance(v, cst.CSTNode))
     return out
+
+
+_NODE_TYPES: dict[type, bool] = {}
+
+
+def _is_node_type(kind: type) -> bool:
+    """``issubclass(kind, cst.CSTNode)``, memoized: ``isinstance`` against LibCST's abstract
+    base class goes through ABCMeta.__instancecheck__, the largest cost of a walk."""
+    found = _NODE_TYPES.get(kind)
+    if found is None:
+        found = _NODE_TYPES[kind] = issubclass(kind, cst.CSTNode)
+    return found
 
 
 def target_names(target: cst.CSTNode) -> Iterator[str]:

@@ -31,6 +31,7 @@ class UnusedMxnetImport(Rule):
     summary = "remove MXNet imports that no code of the file refers to any more"
     severity = Severity.ERROR
     needs_text = sc.NEEDS_MXNET
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

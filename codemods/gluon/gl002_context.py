@@ -70,6 +70,7 @@ class MxnetContext(Rule):
     summary = "mx.gpu()/mx.cpu()/num_gpus() -> torch.device / torch.cuda; the context variable becomes `device`"
     severity = Severity.ERROR
     needs_text = sc.NEEDS_MXNET
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

@@ -38,6 +38,7 @@ class MxnetPlacement(Rule):
     summary = "x.as_in_context(ctx) -> x.to(ctx); x.context -> x.device; split_and_load on one context"
     severity = Severity.ERROR
     needs_text = ("as_in_context", ".context", "split_and_load")
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

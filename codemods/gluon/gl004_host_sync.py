@@ -38,6 +38,7 @@ class MxnetHostSync(Rule):
     summary = "asscalar() -> item(); asnumpy() -> detach().cpu().numpy(); nd.waitall() -> torch.cuda.synchronize()"
     severity = Severity.ERROR
     needs_text = ("asscalar", "asnumpy", "waitall", "wait_to_read")
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

@@ -50,6 +50,7 @@ class MxnetRandom(Rule):
     summary = "mx.random.seed -> torch.manual_seed; mx.nd.random.normal/uniform -> torch.randn/rand"
     severity = Severity.ERROR
     needs_text = ("random",)
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

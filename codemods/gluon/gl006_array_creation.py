@@ -47,6 +47,7 @@ class MxnetArrayCreation(Rule):
     summary = "mx.nd.ones/zeros/full/empty/array/arange(..., ctx=) -> torch factories with device="
     severity = Severity.ERROR
     needs_text = sc.NEEDS_MXNET
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

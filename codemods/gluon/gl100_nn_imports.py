@@ -34,6 +34,7 @@ class GluonNnImports(Rule):
     summary = "from mxnet.gluon import nn / rnn -> from torch import nn"
     severity = Severity.ERROR
     needs_text = ("mxnet",)
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

@@ -39,6 +39,7 @@ class GluonBlock(Rule):
     summary = "gluon.HybridBlock with hybrid_forward(self, F, x) -> nn.Module with forward(self, x)"
     severity = Severity.ERROR
     needs_text = ("Block",)
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

@@ -25,6 +25,7 @@ class GluonNameScope(Rule):
     summary = "with self.name_scope(): body -> body"
     severity = Severity.WARNING
     needs_text = ("name_scope",)
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

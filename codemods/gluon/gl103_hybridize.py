@@ -26,6 +26,7 @@ class GluonHybridize(Rule):
     summary = "net.hybridize() -> removed (XLA compiles the step)"
     severity = Severity.INFO
     needs_text = ("hybridize",)
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

@@ -44,6 +44,7 @@ class GluonSequential(Rule):
     summary = "nn.HybridSequential() + net.add(layer) -> nn.Sequential() + net.append(layer)"
     severity = Severity.ERROR
     needs_text = ("Sequential",)
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

@@ -71,6 +71,7 @@ class GluonLayers(Rule):
     summary = "Gluon layers (Dense, Conv2D, BatchNorm, pooling, Embedding, rnn.LSTM...) -> torch.nn layers"
     severity = Severity.ERROR
     needs_text = ("mxnet", "porter: manual")
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

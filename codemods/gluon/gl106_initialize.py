@@ -50,6 +50,7 @@ class GluonInitialize(Rule):
     summary = "net.initialize(mx.init.Xavier(), ctx=ctx) -> initialize(net, init_xavier()); net.to(ctx)"
     severity = Severity.ERROR
     needs_text = ("initialize", "init.")
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

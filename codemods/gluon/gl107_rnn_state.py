@@ -51,6 +51,7 @@ class GluonRnnState(Rule):
     summary = "rnn layer begin_state(...) -> begin_state(layer, ...); layer(x) -> layer(x)[0]"
     severity = Severity.ERROR
     needs_text = ("rnn", "begin_state")
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

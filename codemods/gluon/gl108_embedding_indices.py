@@ -28,6 +28,7 @@ class GluonEmbeddingIndices(Rule):
     summary = "self.embedding(x) in a Gluon block -> self.embedding(x.long())"
     severity = Severity.ERROR
     needs_text = ("Embedding",)
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

@@ -48,6 +48,7 @@ class GluonOps(Rule):
     summary = "F.* / mx.nd.* operators -> torch (the op table)"
     severity = Severity.ERROR
     needs_text = ("mxnet", "hybrid_forward")
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

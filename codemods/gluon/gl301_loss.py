@@ -88,6 +88,7 @@ class GluonLoss(Rule):
     summary = "gluon.loss.* -> torch losses with reduction=\"none\" and Gluon's per-sample mean; labels adapted at each call"
     severity = Severity.ERROR
     needs_text = ("Loss",)
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

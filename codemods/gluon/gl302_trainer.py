@@ -81,6 +81,7 @@ class GluonTrainer(Rule):
     summary = "gluon.Trainer(net.collect_params(), 'sgd'|'nag'|'adam', {...}) -> torch.optim.SGD / an exact Gluon Adam"
     severity = Severity.ERROR
     needs_text = ("Trainer",)
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

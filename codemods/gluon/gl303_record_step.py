@@ -69,6 +69,7 @@ class GluonRecordStep(Rule):
     summary = "with autograd.record(): ... loss.backward(); trainer.step(n) -> zero_grad(), forward, (loss.sum() / n).backward(), step()"
     severity = Severity.ERROR
     needs_text = ("record",)
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

@@ -97,6 +97,7 @@ class GluonGradients(Rule):
     summary = "gluon.utils.clip_global_norm(grads, c) before trainer.step(n) -> clip_grad_norm_(params, c / n); collect_params().values() -> parameters()"
     severity = Severity.ERROR
     needs_text = ("clip_global_norm", "collect_params", "grad_req")
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

@@ -34,6 +34,7 @@ class GluonLearningRate(Rule):
     summary = "trainer.learning_rate / set_learning_rate(v) -> the torch optimizer's param_groups"
     severity = Severity.ERROR
     needs_text = ("learning_rate",)
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

@@ -76,6 +76,7 @@ class GluonPredictMode(Rule):
     summary = "a function calling the trained model outside autograd.record() -> net.eval(), torch.no_grad(), net.train() before it returns"
     severity = Severity.ERROR
     needs_text = ("Trainer",)
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

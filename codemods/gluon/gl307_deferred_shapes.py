@@ -81,9 +81,11 @@ class GluonDeferredShapes(Rule):
     summary = "lazy (deferred-shape) models: one CPU sample through the model before net.to(device)"
     severity = Severity.ERROR
     needs_text = _LAZY_WORDS
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """
+            # an mxnet script after the front end's first pass (Rule.needs_document)
             import torch
 
             def main(train_data, device):
@@ -95,6 +97,7 @@ class GluonDeferredShapes(Rule):
                     output = net(data)
             """,
             """
+            # an mxnet script after the front end's first pass (Rule.needs_document)
             import torch
             import torch.utils.data
 
@@ -114,6 +117,7 @@ class GluonDeferredShapes(Rule):
         ),
         Example(
             """
+            # an mxnet script after the front end's first pass (Rule.needs_document)
             import torch
 
             def main(loader, device, nz):
@@ -125,6 +129,7 @@ class GluonDeferredShapes(Rule):
                     fake = netG(noise)
             """,
             """
+            # an mxnet script after the front end's first pass (Rule.needs_document)
             import torch
 
             def main(loader, device, nz):

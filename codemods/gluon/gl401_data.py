@@ -50,6 +50,7 @@ class GluonData(Rule):
     summary = "gluon.data.ArrayDataset / DataLoader -> torch.utils.data.TensorDataset / DataLoader (last_batch -> drop_last)"
     severity = Severity.ERROR
     needs_text = ("DataLoader", "ArrayDataset")
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

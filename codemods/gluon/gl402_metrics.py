@@ -73,6 +73,7 @@ class GluonMetrics(Rule):
     summary = "mx.metric.Accuracy/Perplexity/Loss/CustomMetric -> emitted classes that accumulate on the device"
     severity = Severity.ERROR
     needs_text = ("metric",)
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """

@@ -53,13 +53,16 @@ class GluonParametersIO(Rule):
     summary = "save_parameters -> torch.save(state_dict); load_parameters -> the emitted Gluon weight converter"
     severity = Severity.ERROR
     needs_text = ("save_parameters", "load_parameters")
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
+            "# an mxnet script after the front end's first pass (Rule.needs_document)\n"
             "import numpy as np\n"
             "import torch\n"
             "\n"
             'net.load_parameters("pretrained.params", ctx=device)\n'
             'net.save_parameters("net.params")\n',
+            "# an mxnet script after the front end's first pass (Rule.needs_document)\n"
             "import numpy as np\n"
             "import torch\n"
             "import re\n"
@@ -71,7 +74,8 @@ class GluonParametersIO(Rule):
             "net.to(device)\n"
             'torch.save(net.state_dict(), "net.params")\n',
         ),
-        Example('net.load_parameters("p.params", allow_missing=True)\n', None, title="partial loads: reported"),
+        Example("# an mxnet script after the front end's first pass (Rule.needs_document)\n"
+                'net.load_parameters("p.params", allow_missing=True)\n', None, title="partial loads: reported"),
     ]
     valid = ["import torch\ntorch.save(net.state_dict(), 'p.pt')\n"]
 

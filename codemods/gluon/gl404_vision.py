@@ -70,6 +70,7 @@ class GluonVisionData(Rule):
     summary = "gluon.data.vision datasets + transform_first(T) and transforms -> torchvision"
     severity = Severity.ERROR
     needs_text = ("vision",)
+    needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
             """
