@@ -76,7 +76,7 @@ from libcst.metadata.position_provider import PositionProvidingCodegenState
 from porter import engine
 from porter.context import FileContext
 from porter.rules import Finding, Position, Rule
-from porter.rules import StatementFact
+from porter.rules import StatementFact, computed_module_fact
 
 _BREAK = re.compile(r"\r\n?|\n")  # LibCST's line breaks (position_provider.NEWLINE_RE)
 _MISSING = object()
@@ -158,7 +158,7 @@ class _Facts:
             value = compute.combine(self.ctx, parts, pre)
             self.ctx.cache[key] = (self.ctx.module, value)
             return value
-        return rules_module_fact_plain(self.ctx, compute)
+        return computed_module_fact(self.ctx, compute)
 
 
 class _SharedContext(FileContext):
@@ -169,19 +169,8 @@ class _SharedContext(FileContext):
 
     def provide_fact(self, compute):
         if self.facts is None:
-            return rules_module_fact_plain(self, compute)
+            return computed_module_fact(self, compute)
         return self.facts.value(compute)
-
-
-def rules_module_fact_plain(ctx: FileContext, compute):
-    """porter.rules.module_fact's own computation (per context, cached in ctx.cache)."""
-    key = ("module_fact", compute)
-    cached = ctx.cache.get(key)
-    if cached is not None and cached[0] is ctx.module:
-        return cached[1]
-    value = compute(ctx)
-    ctx.cache[key] = (ctx.module, value)
-    return value
 
 
 class _Same:

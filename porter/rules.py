@@ -214,6 +214,11 @@ def module_fact(ctx: "FileContext", compute: Callable[["FileContext"], object]):
     provide = getattr(ctx, "provide_fact", None)
     if provide is not None:
         return provide(compute)
+    return computed_module_fact(ctx, compute)
+
+
+def computed_module_fact(ctx: "FileContext", compute: Callable[["FileContext"], object]):
+    """``compute(ctx)``, cached in ``ctx.cache`` for the context's current module."""
     key = ("module_fact", compute)
     cached = ctx.cache.get(key)
     if cached is not None and cached[0] is ctx.module:
