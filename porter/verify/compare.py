@@ -113,13 +113,13 @@ def batchnorm_values_per_channel(key: str, original: Mapping[str, np.ndarray]) -
 
 def compare_running_var(key: str, original: Mapping[str, np.ndarray], port: Mapping[str, np.ndarray], n: int,
                         tol: Tolerance) -> TensorResult:
-    """A BatchNorm running variance after step K, from the original and from the port on torch_xla.
+    """A BatchNorm running variance after step K, from the original and from the port.
 
     PyTorch updates ``running_var`` with the unbiased batch variance S*n/(n-1), torch_xla
-    (measured: 2.9, CPU) with the biased one S, n values per channel. The difference is
+    (measured: 2.9, CPU) and Flax's nnx.BatchNorm with the biased one S, n values per channel. The difference is
     accepted, with a note, only when it is exactly that: from the original's values (initial,
     step 1, ..., K), with the momentum m solved from step 1 per channel (it must be one value
-    in (0, 1] for all channels), the port's torch_xla update is predicted,
+    in (0, 1] for all channels), the port's biased update is predicted,
     ``p_K = (1-m) p_{K-1} + (o_K - (1-m) o_{K-1}) (n-1)/n``, and must match within tolerance.
     Anything else fails as usual (a wrong momentum also shows in running_mean, a wrong eps in
     the layer's output). Not told apart: a shift of every channel by the same amount at step 1,
@@ -148,9 +148,9 @@ def compare_running_var(key: str, original: Mapping[str, np.ndarray], port: Mapp
         return plain
     return TensorResult(plain.key, plain.phase, plain.name, plain.step, plain.shape, plain.dtype, plain.max_abs,
                         plain.max_rel, True,
-                        f"torch_xla updates running_var with the biased batch variance, PyTorch with the unbiased "
-                        f"(n={n} values per channel, momentum {m:.3g}): the port's value is torch_xla's update of "
-                        f"the original's batch statistics")
+                        f"the port updates running_var with the biased batch variance (as torch_xla 2.9 and Flax "
+                        f"do), the original with the unbiased (n={n} values per channel, momentum {m:.3g}): the "
+                        f"port's value is the biased update of the original's batch statistics")
 
 
 def compare_all(order: Sequence[str], original: Mapping[str, np.ndarray], port: Mapping[str, np.ndarray],
