@@ -26,6 +26,11 @@ benchmarks/results/bench_lsp.json.
 
     .venv/bin/python benchmarks/bench_lsp.py
     .venv/bin/python benchmarks/bench_lsp.py --lines 3000 --changes 5 --no-resolve
+    .venv/bin/python benchmarks/bench_lsp.py --target jax --lines 1000 --changes 5 --no-resolve
+
+``--target jax`` checks the same kind of document with the JAX rules (the server reads the
+target from a ``[tool.porter]`` pyproject.toml written beside the document); its JSON goes to
+benchmarks/results/bench_lsp_jax.json unless --out says otherwise.
 
 This is a measurement, not a test: it asserts nothing.
 """
@@ -121,12 +126,12 @@ def apply_edit(text: str, line: int, new_line: str) -> str:
     return "".join(lines)
 
 
-def time_incremental(text: str, edits: list[tuple[int, str]]) -> tuple[float, list[float], list]:
+def time_incremental(text: str, edits: list[tuple[int, str]], target: str = "torch-xla") -> tuple[float, list[float], list]:
     """The first check and each edit's check by porter.incremental in this process; the
     result of each edit is compared with engine.check (it must be equal)."""
     from porter import incremental
 
-    options = Settings().options()
+    options = Settings(target).options()
     doc = incremental.Document(options.rules)
     t0 = time.perf_counter()
     doc.check(text)
@@ -159,8 +164,8 @@ def time_parse(text: str, repeat: int) -> list[float]:
     return out
 
 
-def time_check(text: str, repeat: int) -> tuple[list[float], int]:
-    options = Settings().options()
+def time_check(text: str, repeat: int, target: str = "torch-xla") -> tuple[list[float], int]:
+    options = Settings(target).options()
     out = []
     n = 0
     for _ in range(repeat):
@@ -277,25 +282,30 @@ def main() -> None:
     ap.add_argument("--changes", type=int, default=5, help="didChange round trips timed")
     ap.add_argument("--actions", type=int, default=200, help="code action requests timed (at most)")
     ap.add_argument("--no-resolve", dest="resolve", action="store_false", help="skip timing codeAction/resolve")
-    ap.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
+    ap.add_argument("--target", default="torch-xla", choices=("torch-xla", "jax"), help="the rules checked")
+    ap.add_argument("--out", type=Path, default=None, help="where the JSON goes")
     args = ap.parse_args()
+    if args.out is None:
+        args.out = RESULTS if args.target == "torch-xla" else RESULTS.with_name("bench_lsp_jax.json")
 
     text = build_document(args.lines)
     n_lines = text.count("\n")
     load_start = [round(x, 2) for x in os.getloadavg()]
-    Settings().options()  # import the rules before timing
-    print(f"document: {n_lines} lines, {len(text)} characters (fixtures/torch_xla joined, renamed copies)", flush=True)
+    Settings(args.target).options()  # import the rules before timing
+    print(f"document: {n_lines} lines, {len(text)} characters (fixtures/torch_xla joined, renamed copies); target {args.target}", flush=True)
 
     parse = time_parse(text, args.repeat)
     print(f"  bare LibCST parse        best {min(parse) * 1000:7.0f} ms  median {statistics.median(parse) * 1000:7.0f} ms", flush=True)
-    check, n_findings = time_check(text, args.repeat)
+    check, n_findings = time_check(text, args.repeat, args.target)
     print(f"  engine.check             best {min(check) * 1000:7.0f} ms  median {statistics.median(check) * 1000:7.0f} ms  ({n_findings} findings)", flush=True)
-    inc_first, inc, inc_info = time_incremental(text, function_edits(text, args.changes))
+    inc_first, inc, inc_info = time_incremental(text, function_edits(text, args.changes), args.target)
     print(f"  incremental: first check {inc_first * 1000:7.0f} ms; an edit in a function  best {min(inc) * 1000:7.0f} ms  median {statistics.median(inc) * 1000:7.0f} ms"
           f"  (equal to engine.check; {inc_info[0]['rules_per_statement']} rules per statement, {inc_info[0]['rules_module_wide']} module-wide)", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "big_train.py"
         path.write_text(text, encoding="utf-8")
+        if args.target != "torch-xla":
+            (Path(tmp) / "pyproject.toml").write_text(f'[tool.porter]\ntarget = "{args.target}"\n', encoding="utf-8")
         lsp = asyncio.run(drive_server(text, path, args.changes, args.actions, args.resolve))
     changes = lsp["change_seconds"]
     actions = lsp["code_action_seconds"]
@@ -324,6 +334,7 @@ def main() -> None:
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
                     "load_average_at_start": load_start, "load_average_at_end": load_end},
+        "target": args.target,
         "document": {"lines": n_lines, "characters": len(text), "findings": n_findings},
         "parse_seconds": parse,
         "check_seconds": check,

@@ -658,3 +658,99 @@ def test_statement_facts_follow_a_change_of_their_pre_fact():
     assert len([f for f in got.findings if f.code == "TX201"]) == len(tx201) + 1
     checker.apply(text)
     assert [f for f in checker.result[0].findings if f.code == "TX201"] == [] == tx201
+
+
+JAX_FACTS_DOCUMENT = '''import numpy as np
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Base(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class Child(Base):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        if self.training:
+            x = x * 2
+        return self.fc(self.drop(x))
+
+
+def make_data():
+    x = torch.randn(64, 4)
+    y = torch.randint(0, 2, (64,))
+    return x, y
+
+
+def noise():
+    return torch.randn(3, 4)
+
+
+def main():
+    x, y = make_data()
+    loader = DataLoader(TensorDataset(x, y), batch_size=8)
+    model = Child()
+    return loader, model
+'''
+
+# (name, old text, new text, the codes whose findings change, the rule that reads the fact
+# and must stay per statement). Each edit is in one statement and changes findings in another.
+JAX_FACT_EDITS = [
+    # _nnx.module_classes: Child is a module class through Base; JX006 (Child's self.training)
+    ("module classes", "class Base(nn.Module):", "class Base(object):", {"JX006"}, "JX006"),
+    # _ops_table._data_facts: make_data feeds a TensorDataset in main, so its torch.randn /
+    # torch.randint stay torch (data pipeline); without the loader JX101 reports them
+    ("data pipeline", "    loader = DataLoader(TensorDataset(x, y), batch_size=8)\n", "    loader = None\n",
+     {"JX101"}, "JX101"),
+    # jx101._seeds_numpy: np.random.seed in main turns noise()'s torch.randn into numpy's draw
+    ("numpy seeded", "    x, y = make_data()\n", "    np.random.seed(0)\n    x, y = make_data()\n", {"JX101"}, "JX101"),
+]
+
+
+def _stays_local(checker, code: str) -> bool:
+    """Whether the rule ``code`` ran per statement on every statement of the last version."""
+    rule = next(r for r in checker.options.rules if r.code == code)
+    return all(rule in got and got[rule] is not None
+               for s in checker.doc.last.stmts for got in [next(reversed(s.results.values()))])
+
+
+def test_jax_module_facts_changed_in_another_statement():
+    """The JAX rules' module facts (the module classes, the data pipeline, numpy seeding): an
+    edit in one statement changes the findings of another through the fact; each step, and
+    the undo, equals engine.check, the reading rule stays per statement, and a plain edit
+    inside a function checks that statement alone."""
+    checker = Checker("jax", JAX_FACTS_DOCUMENT)
+    base = checker.result[0]
+    watched = {"JX006", "JX101"}
+    for name, old, new, codes, reader in JAX_FACT_EDITS:
+        assert JAX_FACTS_DOCUMENT.count(old) == 1, name
+        rule = next(r for r in checker.options.rules if r.code == reader)
+        assert getattr(rule, "local", False), reader
+        before = checker.text
+        checker.apply(before.replace(old, new))
+        got = checker.result[0]
+        assert got.reparsed is not None, name
+        changed = {c for c in watched
+                   if [x for x in _codes_at(got) if x[0] == c] != [x for x in _codes_at(base) if x[0] == c]}
+        assert changed == codes, (name, changed)
+        edited_line = before[:before.index(old)].count("\n") + 1
+        moved = [x for x in _codes_at(got) if x[0] in codes] + [x for x in _codes_at(base) if x[0] in codes]
+        assert any(x[2] is not None and abs(x[2] - edited_line) > 3 for x in moved), name  # another statement
+        assert _stays_local(checker, reader), name
+        assert got.statements_run < len(got.module.body), (name, got.statements_run)
+        checker.apply(before)
+        assert _codes_at(checker.result[0]) == _codes_at(base), name
+        assert _stays_local(checker, reader), name
+    fresh = Checker("jax", JAX_FACTS_DOCUMENT)
+    fresh.apply(JAX_FACTS_DOCUMENT.replace("    return torch.randn(3, 4)\n", "    z = 1\n    return torch.randn(3, 4)\n"))
+    assert fresh.result[0].statements_run == 1

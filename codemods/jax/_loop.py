@@ -28,6 +28,7 @@ import libcst as cst
 
 from porter import astutil
 from porter.context import FileContext, dotted_name
+from porter.rules import module_fact
 
 _BUILTINS = frozenset(dir(builtins))
 NNX = "flax.nnx"
@@ -244,9 +245,12 @@ class FileFacts:
 
 
 def file_facts(ctx: FileContext) -> FileFacts:
-    key = ("jx.file_facts",)
-    if key in ctx.cache:
-        return ctx.cache[key]
+    """The file's facts, a module fact (porter.rules.module_fact): `porter lsp` may check its
+    readers one statement at a time, recording the lookups they make in it."""
+    return module_fact(ctx, _file_facts_of)
+
+
+def _file_facts_of(ctx: FileContext) -> FileFacts:
     facts = FileFacts()
     module = ctx.module
     for stmt in module.body:
@@ -286,7 +290,6 @@ def file_facts(ctx: FileContext) -> FileFacts:
             elif isinstance(value, cst.Lambda):
                 facts.losses.add(target)
     facts.modules.update(m for m in facts.optimizers.values() if m)
-    ctx.cache[key] = facts
     return facts
 
 

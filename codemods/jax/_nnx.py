@@ -14,6 +14,7 @@ import libcst as cst
 from porter import astutil
 from porter._layout import templates_dir
 from porter.context import FileContext, dotted_name
+from porter.rules import module_fact
 
 
 MANUAL = "porter: manual"
@@ -49,10 +50,12 @@ def nnx_name(ctx: FileContext) -> str:
 # --------------------------------------------------------------------------------------
 def module_classes(ctx: FileContext) -> dict[str, cst.ClassDef]:
     """Top-level classes deriving from torch.nn.Module or nnx.Module, directly or through
-    other such classes of the file (in file order), by name."""
-    key = ("jx0.module_classes",)
-    if key in ctx.cache:
-        return ctx.cache[key]
+    other such classes of the file (in file order), by name. A module fact
+    (porter.rules.module_fact): `porter lsp` may check its readers one statement at a time."""
+    return module_fact(ctx, _module_classes_of)
+
+
+def _module_classes_of(ctx: FileContext) -> dict[str, cst.ClassDef]:
     found: dict[str, cst.ClassDef] = {}
     changed = True
     classes = [s for s in ctx.module.body if isinstance(s, cst.ClassDef)]
@@ -68,9 +71,7 @@ def module_classes(ctx: FileContext) -> dict[str, cst.ClassDef]:
                     found[cls.name.value] = cls
                     changed = True
                     break
-    ordered = {c.name.value: c for c in classes if c.name.value in found}
-    ctx.cache[key] = ordered
-    return ordered
+    return {c.name.value: c for c in classes if c.name.value in found}
 
 
 def direct_base(cls: cst.ClassDef, ctx: FileContext) -> Optional[str]:
@@ -459,6 +460,11 @@ def rngs_plan(ctx: FileContext) -> RngsPlan:
     return ctx.cache[key]
 
 
+def _rngs_functions(ctx: FileContext) -> dict:
+    """RngsPlan.functions, as a module fact (porter.rules.module_fact)."""
+    return rngs_plan(ctx).functions
+
+
 def _returns(func: cst.FunctionDef) -> bool:
     return any(isinstance(n, cst.Return) and n.value is not None for n in astutil.walk(func.body))
 
@@ -475,7 +481,7 @@ def enclosing_function(ctx: FileContext) -> Optional[cst.FunctionDef]:
 def in_rngs_scope(ctx: FileContext) -> bool:
     """The current node sits in a function that has (or gets) an ``rngs`` parameter."""
     func = enclosing_function(ctx)
-    if func is not None and (func in rngs_plan(ctx).functions or has_param(func, "rngs")):
+    if func is not None and (func in module_fact(ctx, _rngs_functions) or has_param(func, "rngs")):
         return True
     where = scope_statement(ctx)
     return where is not None and assigns_rngs_before(*where)

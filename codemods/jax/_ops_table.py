@@ -24,6 +24,7 @@ from typing import Callable, Optional, Sequence, Union
 import libcst as cst
 
 from porter.context import FileContext
+from porter.rules import module_fact
 
 
 class Manual(Exception):
@@ -1845,17 +1846,19 @@ def _dotted(node: cst.CSTNode) -> Optional[str]:
 
 
 def _module_classes(ctx: FileContext) -> frozenset:
-    key = ("ops.module_classes",)
-    if key not in ctx.cache:
-        names = set()
-        for stmt in ctx.module.body:
-            if isinstance(stmt, cst.ClassDef):
-                for base in stmt.bases:
-                    q = ctx.qualname(base.value) or _dotted(base.value) or ""
-                    if q.endswith("Module") or q in names:
-                        names.add(stmt.name.value)
-        ctx.cache[key] = frozenset(names)
-    return ctx.cache[key]
+    return module_fact(ctx, _module_classes_of)
+
+
+def _module_classes_of(ctx: FileContext) -> frozenset:
+    """(A module fact, porter.rules.module_fact, as the other facts of the file below.)"""
+    names = set()
+    for stmt in ctx.module.body:
+        if isinstance(stmt, cst.ClassDef):
+            for base in stmt.bases:
+                q = ctx.qualname(base.value) or _dotted(base.value) or ""
+                if q.endswith("Module") or q in names:
+                    names.add(stmt.name.value)
+    return frozenset(names)
 
 
 def in_data_pipeline(ctx: FileContext) -> bool:
@@ -1884,9 +1887,10 @@ _DATA_CALLS = ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.Tenso
 def _data_facts(ctx: FileContext) -> tuple[frozenset, frozenset]:
     """(names of the file's data functions, ids of data nodes: TensorDataset/DataLoader
     arguments and the statements assigning names they read)."""
-    key = ("ops.data_facts",)
-    if key in ctx.cache:
-        return ctx.cache[key]
+    return module_fact(ctx, _data_facts_of)
+
+
+def _data_facts_of(ctx: FileContext) -> tuple[frozenset, frozenset]:
     from porter import astutil
 
     functions = {n.name.value for n in astutil.walk(ctx.module, into_functions=True) if isinstance(n, cst.FunctionDef)}
@@ -1915,8 +1919,7 @@ def _data_facts(ctx: FileContext) -> tuple[frozenset, frozenset]:
                     v = a.value
                     if isinstance(v, cst.Call) and isinstance(v.func, cst.Name) and v.func.value in functions:
                         data_functions.add(v.func.value)
-    ctx.cache[key] = (frozenset(data_functions), frozenset(data_nodes))
-    return ctx.cache[key]
+    return (frozenset(data_functions), frozenset(data_nodes))
 
 
 def _scope(ctx: FileContext) -> cst.CSTNode:
@@ -1957,7 +1960,7 @@ def tensor_names(ctx: FileContext) -> frozenset:
         for anc in ctx.ancestors:  # a closure reads the arrays of the functions around it
             if isinstance(anc, cst.FunctionDef) and anc is not scope:
                 names |= _param_tensors(anc, False)
-        if cls is None and any(s is scope for s in ctx.module.body):
+        if cls is None and scope in module_fact(ctx, _top_functions):
             names |= _call_site_tensors(ctx, scope)
     ctx.cache[key] = frozenset(names)  # provisional, while assignments are read
     _assigned_tensors(ctx, scope, names, in_module_forward)
@@ -2051,15 +2054,21 @@ def _nnx_call(cls: cst.ClassDef, fn: cst.FunctionDef, ctx: FileContext) -> bool:
 
 def _jitted_functions(ctx: FileContext) -> frozenset:
     """Top-level functions of the file decorated with a jit (``@nnx.jit``, ``@jax.jit(...)``)."""
-    key = ("ops.jitted",)
-    if key not in ctx.cache:
-        ctx.cache[key] = frozenset(
-            s.name.value for s in ctx.module.body
-            if isinstance(s, cst.FunctionDef) and any(
-                (_dotted(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) or "").endswith("jit")
-                for d in s.decorators)
-        )
-    return ctx.cache[key]
+    return module_fact(ctx, _jitted_functions_of)
+
+
+def _jitted_functions_of(ctx: FileContext) -> frozenset:
+    return frozenset(
+        s.name.value for s in ctx.module.body
+        if isinstance(s, cst.FunctionDef) and any(
+            (_dotted(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) or "").endswith("jit")
+            for d in s.decorators)
+    )
+
+
+def _top_functions(ctx: FileContext) -> frozenset:
+    """The module's top-level functions (nodes)."""
+    return frozenset(s for s in ctx.module.body if isinstance(s, cst.FunctionDef))
 
 
 def _param_tensors(fn: cst.FunctionDef, in_module_forward: bool) -> set[str]:

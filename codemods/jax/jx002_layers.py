@@ -61,6 +61,7 @@ class NnxLayer(Rule):
     """
 
     code = "JX002"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "nnx-layer"
     target = "jax"
     summary = "torch.nn layers -> Flax NNX layers with torch's semantics made explicit"

@@ -65,6 +65,7 @@ class NnxContainers(Rule):
     """
 
     code = "JX004"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "nnx-containers"
     target = "jax"
     summary = "nn.Sequential / ModuleList / ModuleDict -> nnx.Sequential / nnx.List / nnx.Dict"

@@ -33,6 +33,7 @@ class NnxParamsBuffers(Rule):
     """
 
     code = "JX005"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "nnx-params-buffers"
     target = "jax"
     summary = "nn.Parameter -> nnx.Param, register_buffer -> nnx.Variable attribute"

@@ -27,6 +27,7 @@ class NnxTrainingFlag(Rule):
     """
 
     code = "JX006"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "nnx-training-flag"
     target = "jax"
     summary = "self.training -> not self.deterministic (set by model.train() / model.eval())"

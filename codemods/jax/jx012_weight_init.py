@@ -79,6 +79,7 @@ class NnxWeightInit(Rule):
     """
 
     code = "JX012"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "nnx-weight-init"
     target = "jax"
     summary = "nn.init.*_ on layer parameters, self.modules() init loops, isinstance on layers -> NNX"

@@ -81,6 +81,7 @@ class NnxModuleRandom(Rule):
     """
 
     code = "JX014"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "nnx-module-random"
     target = "jax"
     summary = "torch.randn_like / rand_like / randn / rand in a module method -> jax.random with the module's nnx.Rngs"

@@ -43,6 +43,7 @@ class ManualModule(Rule):
     """
 
     code = "JX090"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "nnx-manual-module"
     target = "jax"
     summary = "module constructs without a faithful NNX translation: reported, marked # porter: manual"

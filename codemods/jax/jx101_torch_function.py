@@ -1,7 +1,7 @@
 import libcst as cst
 
 from porter import astutil
-from porter.rules import Edit, Example, Fix, Rule, Severity
+from porter.rules import Edit, Example, Fix, Rule, Severity, module_fact
 
 from . import _ops_table as ops
 from .jx014_module_random import sampler
@@ -40,6 +40,7 @@ class TorchFunction(Rule):
     """
 
     code = "JX101"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "torch-function-to-jax"
     target = "jax"
     summary = "torch.* / F.* functions -> jax.numpy / jax.nn / jax.lax (op table)"
@@ -172,12 +173,13 @@ class TorchFunction(Rule):
         return True
 
     def _seeds_numpy(self) -> bool:
-        key = ("jx101.seeds_numpy",)
-        if key not in self.ctx.cache:
-            self.ctx.cache[key] = any(
-                isinstance(n, cst.Call) and self.ctx.qualname(n.func) == "numpy.random.seed"
-                for n in astutil.walk(self.ctx.module, into_functions=True))
-        return self.ctx.cache[key]
+        return module_fact(self.ctx, _seeds_numpy)
+
+
+def _seeds_numpy(ctx) -> bool:
+    """Whether the file calls numpy.random.seed (a module fact, porter.rules.module_fact)."""
+    return any(isinstance(n, cst.Call) and ctx.qualname(n.func) == "numpy.random.seed"
+               for n in astutil.walk(ctx.module, into_functions=True))
 
 
 _HOST_NOISE = {"torch.randn": "standard_normal", "torch.rand": "random_sample"}

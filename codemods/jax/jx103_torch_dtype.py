@@ -25,6 +25,7 @@ class TorchDtype(Rule):
     """
 
     code = "JX103"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "torch-dtype-to-jax"
     target = "jax"
     summary = "torch.float32 / torch.long / ... -> jnp.float32 / jnp.int32 / ..."

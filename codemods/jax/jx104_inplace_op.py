@@ -29,6 +29,7 @@ class InplaceOp(Rule):
     """
 
     code = "JX104"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "inplace-op-to-assignment"
     target = "jax"
     summary = "x.add_(y) -> x = x + y (in-place methods on plain names)"

@@ -30,6 +30,7 @@ class LossFunction(Rule):
     """
 
     code = "JX150"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "loss-function-to-optax"
     target = "jax"
     summary = "F.cross_entropy / F.mse_loss / ... -> optax / jnp with torch's reductions"

@@ -28,6 +28,7 @@ class LossModule(Rule):
     """
 
     code = "JX151"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "loss-module-to-function"
     target = "jax"
     summary = "nn.CrossEntropyLoss(...) and other loss modules -> lambda input, target: ..."

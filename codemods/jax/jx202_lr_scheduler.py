@@ -43,6 +43,7 @@ class LRScheduler(Rule):
     """
 
     code = "JX202"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "lr-scheduler-to-optax"
     target = "jax"
     summary = "LR schedulers optax cannot express mechanically (LambdaLR, ReduceLROnPlateau, ...): reported"

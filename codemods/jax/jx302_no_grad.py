@@ -30,6 +30,7 @@ class NoGrad(Rule):
     """
 
     code = "JX302"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "jax-no-grad"
     target = "jax"
     summary = "with torch.no_grad(): / @torch.no_grad() -> plain code (JAX computes gradients only where asked)"

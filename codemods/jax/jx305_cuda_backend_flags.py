@@ -25,6 +25,7 @@ class CudaBackendFlags(Rule):
     """
 
     code = "JX305"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "jax-cuda-backend-flags"
     target = "jax"
     summary = "remove torch.backends.cudnn.* / cuda.matmul.* switches"

@@ -29,6 +29,7 @@ class DropLast(Rule):
     """
 
     code = "JX306"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "jax-drop-last"
     target = "jax"
     summary = "DataLoader(..., shuffle=True) -> drop_last=True (one compiled train step)"

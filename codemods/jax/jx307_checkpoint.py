@@ -43,6 +43,7 @@ class Checkpoint(Rule):
     """
 
     code = "JX307"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "jax-checkpoint"
     target = "jax"
     summary = "torch.save(model.state_dict(), p) / model.load_state_dict(torch.load(p)) -> pickle of nnx.state"

@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from porter import astutil
-from porter.rules import Example, Fix, Rule, Safety, Severity
+from porter.rules import Example, Fix, Rule, Safety, Severity, module_fact
 
 from . import _loop as lp
 
@@ -30,6 +30,7 @@ class DeviceAccumulator(Rule):
     """
 
     code = "JX309"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "jax-device-accumulator"
     target = "jax"
     summary = "running_loss += loss.item() on every step -> running_loss += loss (no host read per step)"
@@ -123,9 +124,11 @@ def _receiver(call: cst.Call) -> cst.CSTNode:
 
 
 def _jitted_functions(ctx) -> set[str]:
-    key = ("jx309.jitted",)
-    if key in ctx.cache:
-        return ctx.cache[key]
+    """Names of the file's jitted top-level functions (a module fact, porter.rules.module_fact)."""
+    return module_fact(ctx, _jitted_of)
+
+
+def _jitted_of(ctx) -> set[str]:
     found = set()
     for stmt in ctx.module.body:
         if isinstance(stmt, cst.FunctionDef):
@@ -133,5 +136,4 @@ def _jitted_functions(ctx) -> set[str]:
                 expr = d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator
                 if (lp.dotted_name(expr) or "").split(".")[-1] in ("jit", "filter_jit"):
                     found.add(stmt.name.value)
-    ctx.cache[key] = found
     return found

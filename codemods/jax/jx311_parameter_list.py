@@ -37,6 +37,7 @@ class UnusedParameterList(Rule):
     """
 
     code = "JX311"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "jax-unused-parameter-list"
     target = "jax"
     summary = "params = [p for p in model.parameters() ...] read by nothing -> removed"
