@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 
 from porter import astutil
-from porter.rules import Example, Fix, Rule, Safety, Severity
+from porter.rules import Example, Fix, Rule, Safety, Severity, StatementFact, module_fact
 
 from . import _loop as lp
 
@@ -31,6 +33,7 @@ class DeviceParameter(Rule):
     """
 
     code = "JX308"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "jax-device-parameter"
     target = "jax"
     summary = "an unused `device` parameter and the arguments passed for it removed"
@@ -68,39 +71,43 @@ class DeviceParameter(Rule):
         "def f(model, device):\n    pass\nf(*args)\n",
     ]
 
-    def visit_Module(self, node: cst.Module) -> None:
-        functions = {s.name.value: s for s in node.body if isinstance(s, cst.FunctionDef)}
-        calls: dict[str, list[cst.Call]] = {name: [] for name in functions}
-        for n in astutil.walk(node, into_functions=True):
-            if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in calls:
-                calls[n.func.value].append(n)
-        refs = {name: _references(node, name) for name in functions}
-        for name, fn in functions.items():
-            params = list(fn.params.params)
-            at = next((i for i, p in enumerate(params) if p.name.value in _NAMES and p.default is None), None)
-            if at is None or fn.params.posonly_params or fn.params.star_arg not in (cst.MaybeSentinel.DEFAULT, None):
-                continue
-            pname = params[at].name.value
-            if pname in lp.reads(fn.body):
-                continue
-            edits = []
-            ok = True
-            for call in calls[name]:
-                arg = _argument_for(call, at, pname)
-                if arg is None:
-                    ok = False
-                    break
-                edits.append(self.replace(call, _drop_arg(call, arg)))
-            # the function used other than by plain calls (passed around): leave it
-            if not ok or refs.get(name, 0) != len(calls[name]) + 1:
-                continue
-            new_params = [p for i, p in enumerate(params) if i != at]
-            if new_params:
-                new_params[-1] = new_params[-1].with_changes(comma=params[-1].comma if at != len(params) - 1 else cst.MaybeSentinel.DEFAULT)
-            edits.append(self.replace(fn.params, fn.params.with_changes(params=new_params)))
-            safety = Safety.SAFE if name.startswith("_") else Safety.UNSAFE
-            self.report(fn, f"`{pname}` is not used by {name}() any more (JAX places arrays itself): parameter and arguments removed",
-                        Fix(tuple(edits), safety))
+    def visit_FunctionDef(self, fn: cst.FunctionDef) -> None:
+        # a module-level function (the last of its name), with the calls and references of
+        # its name in the whole file: a module fact built statement by statement, so that
+        # `porter lsp` checks this rule one statement at a time (porter.incremental)
+        if len(self.ctx.ancestors) != 2:
+            return
+        facts = module_fact(self.ctx, _FUNCTION_USES)
+        name = fn.name.value
+        if facts.functions.get(name) is not fn:
+            return
+        calls = {name: facts.calls.get(name, ())}
+        refs = {name: facts.refs.get(name, 0)}
+        params = list(fn.params.params)
+        at = next((i for i, p in enumerate(params) if p.name.value in _NAMES and p.default is None), None)
+        if at is None or fn.params.posonly_params or fn.params.star_arg not in (cst.MaybeSentinel.DEFAULT, None):
+            return
+        pname = params[at].name.value
+        if pname in lp.reads(fn.body):
+            return
+        edits = []
+        ok = True
+        for call in calls[name]:
+            arg = _argument_for(call, at, pname)
+            if arg is None:
+                ok = False
+                break
+            edits.append(self.replace(call, _drop_arg(call, arg)))
+        # the function used other than by plain calls (passed around): leave it
+        if not ok or refs.get(name, 0) != len(calls[name]) + 1:
+            return
+        new_params = [p for i, p in enumerate(params) if i != at]
+        if new_params:
+            new_params[-1] = new_params[-1].with_changes(comma=params[-1].comma if at != len(params) - 1 else cst.MaybeSentinel.DEFAULT)
+        edits.append(self.replace(fn.params, fn.params.with_changes(params=new_params)))
+        safety = Safety.SAFE if name.startswith("_") else Safety.UNSAFE
+        self.report(fn, f"`{pname}` is not used by {name}() any more (JAX places arrays itself): parameter and arguments removed",
+                    Fix(tuple(edits), safety))
 
 
 def _references(module: cst.Module, name: str) -> int:
@@ -145,3 +152,43 @@ def _drop_arg(call: cst.Call, arg: cst.Arg) -> cst.Call:
     if args and call.args[-1] is arg:
         args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     return call.with_changes(args=args)
+
+
+@dataclass
+class FunctionUses:
+    """The module-level functions by name (the last def of a name) and, for each name, the
+    calls ``name(...)`` and the references to it anywhere in the file (see _references)."""
+
+    functions: dict
+    calls: dict
+    refs: dict
+
+
+def _function_names(ctx) -> frozenset:
+    return frozenset(s.name.value for s in ctx.module.body if isinstance(s, cst.FunctionDef))
+
+
+def _uses_part(ctx, stmt: cst.BaseStatement, names: frozenset):
+    calls: dict = {}
+    for n in astutil.walk(stmt, into_functions=True):
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in names:
+            calls.setdefault(n.func.value, []).append(n)
+    refs = {name: _references(stmt, name) for name in names}
+    return (stmt if isinstance(stmt, cst.FunctionDef) else None), calls, refs
+
+
+def _uses_combine(ctx, parts, names: frozenset) -> FunctionUses:
+    functions: dict = {}
+    calls: dict = {name: [] for name in names}
+    refs: dict = {name: 0 for name in names}
+    for fn, part_calls, part_refs in parts:
+        if fn is not None:
+            functions[fn.name.value] = fn
+        for name, found in part_calls.items():
+            calls[name].extend(found)
+        for name, count in part_refs.items():
+            refs[name] += count
+    return FunctionUses(functions, {k: tuple(v) for k, v in calls.items()}, refs)
+
+
+_FUNCTION_USES = StatementFact(_uses_part, _uses_combine, _function_names, name="jx308_function_uses")
