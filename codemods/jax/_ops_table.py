@@ -2000,16 +2000,19 @@ def _call_site_tensors(ctx: FileContext, fn: cst.FunctionDef) -> set:
     gives a tensor: ``loss_function(recon_batch, data, mu, logvar)`` after
     ``recon_batch, mu, logvar = model(data)``. The callers' tensors are their parameters known
     as such and what they assign from tensor expressions (no further call-site reading)."""
-    key = ("ops.call_site_tensors", fn)
-    if key in ctx.cache:
-        return ctx.cache[key]
-    ctx.cache[key] = set()
-    params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
-    sites = []
+    return module_fact(ctx, _call_site_tensors_of).get(fn, frozenset())
+
+
+def _call_site_tensors_of(ctx: FileContext) -> dict:
+    """_call_site_tensors of every top-level function (node -> frozenset), a module fact
+    (porter.rules.module_fact): the call sites of all of them found in one walk."""
+    functions = [s for s in ctx.module.body if isinstance(s, cst.FunctionDef)]
+    wanted = {f.name.value for f in functions}
+    sites: dict = {}
 
     def visit(node, chain):
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == fn.name.value:
-            sites.append((node, chain))
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in wanted:
+            sites.setdefault(node.func.value, []).append((node, chain))
         if isinstance(node, (cst.ClassDef, cst.Lambda)):
             return
         if isinstance(node, cst.FunctionDef):
@@ -2018,25 +2021,33 @@ def _call_site_tensors(ctx: FileContext, fn: cst.FunctionDef) -> set:
             visit(child, chain)
 
     visit(ctx.module, [])
-    found: "set | None" = None
-    for call, chain in sites:
-        if any(a.star for a in call.args) or not chain:
-            return ctx.cache[key]
-        caller = chain[-1]
-        names: set = set()
-        for outer in chain:
-            names |= _param_tensors(outer, False)
-        _assigned_tensors(ctx, caller, names, False)
-        here = set()
-        positional = [a for a in call.args if a.keyword is None]
-        for i, name in enumerate(params):
-            arg = positional[i] if i < len(positional) else next(
-                (a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
-            if arg is not None and _is_tensor(arg.value, ctx, names, False):
-                here.add(name)
-        found = here if found is None else found & here
-    ctx.cache[key] = found or set()
-    return ctx.cache[key]
+    caller_names: dict = {}  # the callers' tensors, by chain of functions (the same for every callee)
+    out: dict = {}
+    for fn in functions:
+        params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+        found: "set | None" = None
+        for call, chain in sites.get(fn.name.value, ()):
+            if any(a.star for a in call.args) or not chain:
+                found = None
+                break
+            chain_key = tuple(id(f) for f in chain)
+            names = caller_names.get(chain_key)
+            if names is None:
+                names = set()
+                for outer in chain:
+                    names |= _param_tensors(outer, False)
+                _assigned_tensors(ctx, chain[-1], names, False)
+                caller_names[chain_key] = names
+            here = set()
+            positional = [a for a in call.args if a.keyword is None]
+            for i, name in enumerate(params):
+                arg = positional[i] if i < len(positional) else next(
+                    (a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+                if arg is not None and _is_tensor(arg.value, ctx, names, False):
+                    here.add(name)
+            found = here if found is None else found & here
+        out[fn] = frozenset(found or ())
+    return out
 
 
 def _nnx_call(cls: cst.ClassDef, fn: cst.FunctionDef, ctx: FileContext) -> bool:

@@ -36,6 +36,7 @@ class TensorMethod(Rule):
     """
 
     code = "JX102"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "tensor-method-to-jax"
     target = "jax"
     summary = "tensor methods (x.view, x.permute, x.size, x.max(dim)...) -> JAX (op table)"
