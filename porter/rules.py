@@ -140,6 +140,8 @@ class Rule:
     # claim on every run: a rule that reads the module, keeps state from one statement to
     # the next or reports on the module is run over the whole file for that version).
     # False (the default): always run over the whole file.
+    # Not verified: state kept in ``ctx.cache`` from one statement to the next (each
+    # statement's run gets a fresh cache): a rule that does so must not declare local.
     local: ClassVar[bool] = False
 
     def __init__(self, ctx: "FileContext") -> None:
