@@ -660,7 +660,8 @@ def test_statement_facts_follow_a_change_of_their_pre_fact():
     assert [f for f in checker.result[0].findings if f.code == "TX201"] == [] == tx201
 
 
-JAX_FACTS_DOCUMENT = '''import numpy as np
+JAX_FACTS_DOCUMENT = '''import jax
+import numpy as np
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -701,6 +702,30 @@ def main():
     loader = DataLoader(TensorDataset(x, y), batch_size=8)
     model = Child()
     return loader, model
+
+
+def scale(t):
+    return t.float()
+
+
+def train(model, device, loader):
+    for x in loader:
+        model(x)
+
+
+@jax.jit
+def step(x):
+    return x
+
+
+def run(loader, model):
+    total = 0.0
+    for x in loader:
+        loss = step(x)
+        total += loss.item()
+    out = scale(torch.zeros(4))
+    train(model, "cpu", loader)
+    return total, out
 '''
 
 # (name, old text, new text, the codes whose findings change, the rule that reads the fact
@@ -714,6 +739,15 @@ JAX_FACT_EDITS = [
      {"JX101"}, "JX101"),
     # jx101._seeds_numpy: np.random.seed in main turns noise()'s torch.randn into numpy's draw
     ("numpy seeded", "    x, y = make_data()\n", "    np.random.seed(0)\n    x, y = make_data()\n", {"JX101"}, "JX101"),
+    # _ops_table._call_site_tensors_of: run() gives scale() a tensor, so t.float() is a
+    # tensor method (JX102); given an int, it is not (and the torch.zeros of run() goes, JX101)
+    ("call-site tensors", "    out = scale(torch.zeros(4))\n", "    out = scale(3)\n", {"JX101", "JX102"}, "JX102"),
+    # jx308's function uses: every call of train() passes the device by position, so the
+    # parameter and the arguments go (JX308, reported on train); a *args call keeps them
+    ("function uses", '    train(model, "cpu", loader)\n', "    train(model, *loader)\n", {"JX308"}, "JX308"),
+    # jx309's jitted functions: step() is jitted, so `total += loss.item()` in run() reads
+    # the device every step (JX309); without the decorator it is not a step's result
+    ("jitted functions", "@jax.jit\ndef step(x):", "def step(x):", {"JX309"}, "JX309"),
 ]
 
 
@@ -731,7 +765,7 @@ def test_jax_module_facts_changed_in_another_statement():
     inside a function checks that statement alone."""
     checker = Checker("jax", JAX_FACTS_DOCUMENT)
     base = checker.result[0]
-    watched = {"JX006", "JX101"}
+    watched = {"JX006", "JX101", "JX102", "JX308", "JX309"}
     for name, old, new, codes, reader in JAX_FACT_EDITS:
         assert JAX_FACTS_DOCUMENT.count(old) == 1, name
         rule = next(r for r in checker.options.rules if r.code == reader)
@@ -740,8 +774,8 @@ def test_jax_module_facts_changed_in_another_statement():
         checker.apply(before.replace(old, new))
         got = checker.result[0]
         assert got.reparsed is not None, name
-        changed = {c for c in watched
-                   if [x for x in _codes_at(got) if x[0] == c] != [x for x in _codes_at(base) if x[0] == c]}
+        changed = {c for c in watched  # lines aside: an inserted line moves the findings below it
+                   if [x[:2] + x[3:] for x in _codes_at(got) if x[0] == c] != [x[:2] + x[3:] for x in _codes_at(base) if x[0] == c]}
         assert changed == codes, (name, changed)
         edited_line = before[:before.index(old)].count("\n") + 1
         moved = [x for x in _codes_at(got) if x[0] in codes] + [x for x in _codes_at(base) if x[0] in codes]
