@@ -726,6 +726,14 @@ def run(loader, model):
     out = scale(torch.zeros(4))
     train(model, "cpu", loader)
     return total, out
+
+
+def load_torch_state_dict(model, state):
+    return model
+
+
+def restore(model, weights):
+    model.load_state_dict(weights)
 '''
 
 # (name, old text, new text, the codes whose findings change, the rule that reads the fact
@@ -748,6 +756,9 @@ JAX_FACT_EDITS = [
     # jx309's jitted functions: step() is jitted, so `total += loss.item()` in run() reads
     # the device every step (JX309); without the decorator it is not a step's result
     ("jitted functions", "@jax.jit\ndef step(x):", "def step(x):", {"JX309"}, "JX309"),
+    # jx307's converter: the module defines load_torch_state_dict, so restore()'s
+    # load_state_dict(weights) goes through it (JX307); renamed, it is not reported
+    ("converter", "def load_torch_state_dict(model, state):", "def load_other(model, state):", {"JX307"}, "JX307"),
 ]
 
 
@@ -765,7 +776,7 @@ def test_jax_module_facts_changed_in_another_statement():
     inside a function checks that statement alone."""
     checker = Checker("jax", JAX_FACTS_DOCUMENT)
     base = checker.result[0]
-    watched = {"JX006", "JX101", "JX102", "JX308", "JX309"}
+    watched = {"JX006", "JX101", "JX102", "JX307", "JX308", "JX309"}
     for name, old, new, codes, reader in JAX_FACT_EDITS:
         assert JAX_FACTS_DOCUMENT.count(old) == 1, name
         rule = next(r for r in checker.options.rules if r.code == reader)

@@ -5,7 +5,7 @@ from typing import Optional
 import libcst as cst
 
 from porter import astutil
-from porter.rules import Example, Fix, Rule, Safety, Severity
+from porter.rules import Example, Fix, Rule, Safety, Severity, module_fact
 
 from . import _loop as lp
 
@@ -154,8 +154,7 @@ class Checkpoint(Rule):
 
     def _has_converter(self) -> bool:
         """The port defines the weight converter (JX010's load_torch_state_dict)."""
-        return any(isinstance(stmt, cst.FunctionDef) and stmt.name.value == "load_torch_state_dict"
-                   for stmt in self.ctx.module.body)
+        return module_fact(self.ctx, _has_converter)
 
     def _mentions(self, small) -> bool:
         return any(self.ctx.qualname(c.func) in _SAVE + _LOAD for c in astutil.calls_in(small))
@@ -195,3 +194,10 @@ class Checkpoint(Rule):
             return
         self.report(node, f"torch checkpoint not translated: {reason}",
                     Fix((self.replace(node, lp.with_manual_comment(node, self.code, reason)),), Safety.SAFE))
+
+
+def _has_converter(ctx) -> bool:
+    """Whether the module defines JX010's load_torch_state_dict (a module fact,
+    porter.rules.module_fact)."""
+    return any(isinstance(stmt, cst.FunctionDef) and stmt.name.value == "load_torch_state_dict"
+               for stmt in ctx.module.body)
