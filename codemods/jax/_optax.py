@@ -108,6 +108,22 @@ def model_of(params: cst.CSTNode) -> str:
                  "an optax.multi_transform / a wrt= filter written by hand")
 
 
+def _adam_moments(b) -> list[str]:
+    """Adam's `betas` and `eps` as optax keyword arguments (b1, b2, eps)."""
+    parts = []
+    if b.has("betas"):
+        betas = b.node("betas")
+        v = literal(betas)
+        if isinstance(v, (tuple, list)) and len(v) == 2:
+            els = betas.elements  # type: ignore[attr-defined]
+            parts += [f"b1={code(els[0].value)}", f"b2={code(els[1].value)}"]
+        else:
+            parts += [f"b1={atom(betas)}[0]", f"b2={atom(betas)}[1]"]
+    if b.has("eps"):
+        parts.append(f"eps={b['eps']}")
+    return parts
+
+
 def transformation(qual: str, b: Bound, lr: str, scheduled: bool = False) -> str:
     """The optax transformation of a torch optimizer call, with ``lr`` as learning rate."""
     for k in _IGNORED:
@@ -129,32 +145,14 @@ def transformation(qual: str, b: Bound, lr: str, scheduled: bool = False) -> str
     elif kind in ("Adam", "AdamW"):
         if _flag(b, "amsgrad"):
             raise Manual("amsgrad=True: torch keeps the maximum of the second moment, which optax.amsgrad does not match exactly")
-        if b.has("betas"):
-            betas = b.node("betas")
-            v = literal(betas)
-            if isinstance(v, (tuple, list)) and len(v) == 2:
-                els = betas.elements  # type: ignore[attr-defined]
-                parts += [f"b1={code(els[0].value)}", f"b2={code(els[1].value)}"]
-            else:
-                parts += [f"b1={atom(betas)}[0]", f"b2={atom(betas)}[1]"]
-        if b.has("eps"):
-            parts.append(f"eps={b['eps']}")
+        parts += _adam_moments(b)
         decoupled = kind == "AdamW" or _flag(b, "decoupled_weight_decay")
         if decoupled:
             parts.append(f"weight_decay={b.get('weight_decay', '0.01') if kind == 'AdamW' else wd or '0.0'}")
             return f"{O}.adamw({', '.join(parts)})"
         tx = f"{O}.adam({', '.join(parts)})"
     elif kind == "GluonAdam":
-        if b.has("betas"):
-            betas = b.node("betas")
-            v = literal(betas)
-            if isinstance(v, (tuple, list)) and len(v) == 2:
-                els = betas.elements  # type: ignore[attr-defined]
-                parts += [f"b1={code(els[0].value)}", f"b2={code(els[1].value)}"]
-            else:
-                parts += [f"b1={atom(betas)}[0]", f"b2={atom(betas)}[1]"]
-        if b.has("eps"):
-            parts.append(f"eps={b['eps']}")
+        parts += _adam_moments(b)
         if wd is not None:
             parts.append(f"weight_decay={wd}")  # MXNet's wd: coupled, inside the transformation
         return f"gluon_adam({', '.join(parts)})"
