@@ -33,12 +33,13 @@ import libcst as cst
 import numpy as np
 import pytest
 
+import mxnethelp
 from porter import engine, registry
 from porter.fixtures import gluon_fixtures
 
 REPO = Path(__file__).resolve().parents[1]
 HARNESS = REPO / "tests" / "data" / "gluon" / "jax_harness.py"
-SCRIPT = REPO / "tests" / "data" / "gluon" / "script_steps.py"
+SCRIPT = mxnethelp.SCRIPT_STEPS
 FIXTURES = gluon_fixtures("jax")
 COMPARED = 5  # iterations whose losses are compared (drop_last: 5 full batches of 16 in 88 samples)
 RTOL = 1e-4
@@ -173,53 +174,26 @@ def test_custom_metric_keeps_arrays_and_applies_feval_on_numpy_in_get():
 # --------------------------------------------------------------------------------------
 # script_steps.py: the semantics of the Gluon training step, original (MXNet) vs JAX port
 # --------------------------------------------------------------------------------------
-_INIT = """
-import sys
-sys.path.insert(0, sys.argv[1])
-import mxnet as mx
-import script_steps
-for kind, outputs in (("softmax", 4), ("sigmoid", 1)):
-    net = script_steps.build(outputs)
-    net.initialize(mx.init.Normal(0.5))
-    net.save_parameters(f"init_{kind}.params")
-"""
-
-
-def _mxnet_python() -> str:
-    if os.environ.get("PORTER_MXNET_PYTHON"):
-        return os.environ["PORTER_MXNET_PYTHON"]
-    out = subprocess.run([str(REPO / "scripts" / "bootstrap-mxnet")], capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip().splitlines()[-1]
-
-
 @pytest.mark.slow
-def test_script_steps_jax_port_takes_mxnets_steps(tmp_path):
+def test_script_steps_jax_port_takes_mxnets_steps(script_steps_mxnet, tmp_path):
     """The JAX port of script_steps.py, from the MXNet file of initial weights (read by the
     emitted converter into load_torch_state_dict), takes MXNet's 6 steps (batches 4, 4, 2
     twice: the ragged batch compiles a second step, as the script's loader keeps it) with SGD
     and with Adam, softmax and sigmoid losses: the losses within 1e-5, and the checkpoint it
     saves reads back into a fresh model."""
-    python = _mxnet_python()
-    proc = subprocess.run([python, "-c", _INIT, str(SCRIPT.parent)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    folder, runs = script_steps_mxnet
     port = engine.fix(SCRIPT.read_text(encoding="utf-8"), engine.Options(registry.select("jax")), str(SCRIPT)).source
     assert "mxnet" not in port and "load_torch_state_dict(model, state)" in port and "def gluon_adam" in port
     script = tmp_path / "port.py"
     script.write_text(port, encoding="utf-8")
-    for optimizer in ("sgd", "adam"):
-        for loss in ("softmax", "sigmoid"):
-            args = [f"init_{loss}.params", f"out_{optimizer}_{loss}.params", optimizer, loss]
-            mx = subprocess.run([python, str(SCRIPT), *args[:1], f"mx_{optimizer}_{loss}.params", *args[2:]],
-                                cwd=tmp_path, capture_output=True, text=True, timeout=300)
-            assert mx.returncode == 0, mx.stderr[-3000:]
-            jx = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, capture_output=True, text=True,
-                                timeout=600, env=_env())
-            assert jx.returncode == 0, jx.stderr[-3000:]
-            want = [float(v) for v in mx.stdout.split()]
-            got = [float(v) for v in jx.stdout.split()]
-            assert len(want) == len(got) == 6
-            np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=f"{optimizer} {loss}")
+    for (optimizer, loss), (want, _) in runs.items():
+        args = [str(folder / f"init_{loss}.params"), f"out_{optimizer}_{loss}.params", optimizer, loss]
+        jx = subprocess.run([sys.executable, str(script), *args], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=600, env=_env())
+        assert jx.returncode == 0, jx.stderr[-3000:]
+        got = [float(v) for v in jx.stdout.split()]
+        assert len(want) == len(got) == 6
+        np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=f"{optimizer} {loss}")
     # the port's checkpoint (JX307: a pickle of the model's pure state dict) reads back
     check = f"""
 import importlib.util, pickle, sys
@@ -378,7 +352,7 @@ def test_jax_port_prints_the_mxnet_originals_log_lines(fx, tmp_path):
     with Gluon's permutation of numpy's generator (seeded by the script's np.random.seed):
     every log line both print (the JAX port drops the ragged last batch) has the same words
     and the same numbers within 1e-5 (they are printed with 4 or 6 decimals)."""
-    python = _mxnet_python()
+    python = mxnethelp.mxnet_python()
     init = tmp_path / "init.params"
     mx = subprocess.run([python, str(REPO / "tests" / "data" / "gluon" / "mxnet_initial_weights.py"), str(fx.original),
                          *fx.run], cwd=tmp_path, capture_output=True, text=True, timeout=600,

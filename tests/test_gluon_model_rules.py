@@ -36,15 +36,6 @@ LAZY = {
 }
 
 
-@pytest.fixture(scope="module")
-def mxnet_python() -> str:
-    if os.environ.get("PORTER_MXNET_PYTHON"):
-        return os.environ["PORTER_MXNET_PYTHON"]
-    out = subprocess.run([str(REPO / "scripts" / "bootstrap-mxnet")], capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip().splitlines()[-1]
-
-
 def model_source(path: Path, expr: str) -> str:
     """The imports of ``path`` and the top-level classes and functions ``expr`` reaches."""
     module = cst.parse_module(path.read_text())

@@ -30,6 +30,7 @@ import libcst as cst
 import numpy as np
 import pytest
 
+import mxnethelp
 from porter import engine, registry
 from porter.fixtures import GLUON_TARGETS, gluon_fixtures
 
@@ -38,13 +39,6 @@ CASES = [(t, fx) for t in GLUON_TARGETS for fx in gluon_fixtures(t)]
 IDS = [f"{t}-{fx.name}" for t, fx in CASES]
 FORWARD_ATOL = 1e-4
 LOSS_RTOL = 1e-4
-
-def _mxnet_python() -> str:
-    if os.environ.get("PORTER_MXNET_PYTHON"):
-        return os.environ["PORTER_MXNET_PYTHON"]
-    out = subprocess.run([str(REPO / "scripts" / "bootstrap-mxnet")], capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip().splitlines()[-1]
 
 
 def test_there_are_five_gluon_fixtures_for_each_target():
@@ -86,44 +80,16 @@ def test_cli_port_equals_expected(tmp_path):
 # --------------------------------------------------------------------------------------
 # The script-side semantics, end to end: original in MXNet, port on torch and torch_xla
 # --------------------------------------------------------------------------------------
-SCRIPT = REPO / "tests" / "data" / "gluon" / "script_steps.py"
-_INIT = """
-import sys
-sys.path.insert(0, sys.argv[1])
-import mxnet as mx
-import script_steps
-for kind, outputs in (("softmax", 4), ("sigmoid", 1)):
-    net = script_steps.build(outputs)
-    net.initialize(mx.init.Normal(0.5))
-    net.save_parameters(f"init_{kind}.params")
-"""
-
-
-@pytest.fixture(scope="module")
-def script_runs(tmp_path_factory):
-    """The original's losses and final parameters, for each optimizer and loss."""
-    folder = tmp_path_factory.mktemp("script_steps")
-    python = _mxnet_python()
-    proc = subprocess.run([python, "-c", _INIT, str(SCRIPT.parent)], cwd=folder, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    runs = {}
-    for optimizer in ("sgd", "adam"):
-        for loss in ("softmax", "sigmoid"):
-            out = folder / f"mx_{optimizer}_{loss}.params"
-            proc = subprocess.run([python, str(SCRIPT), f"init_{loss}.params", str(out), optimizer, loss],
-                                  cwd=folder, capture_output=True, text=True, timeout=300)
-            assert proc.returncode == 0, proc.stderr
-            runs[optimizer, loss] = ([float(v) for v in proc.stdout.split()], out)
-    return folder, runs
+SCRIPT = mxnethelp.SCRIPT_STEPS
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["torch", "torch-xla"])
-def test_script_port_takes_the_original_steps(script_runs, target, tmp_path):
+def test_script_port_takes_the_original_steps(script_steps_mxnet, target, tmp_path):
     """The port (GL301-GL304, GL401, GL403, then the target's rules) from the same initial
     weights (read by the emitted converter) takes the same 6 steps: losses and final weights
     within 1e-5 (float32 kernels of two frameworks)."""
-    folder, runs = script_runs
+    folder, runs = script_steps_mxnet
     options = engine.Options(registry.select(target), unsafe_fixes=False)
     port = engine.fix(SCRIPT.read_text(encoding="utf-8"), options, str(SCRIPT)).source
     assert "mxnet" not in port
@@ -170,7 +136,7 @@ def _emitted_reader():
 @pytest.fixture(scope="module")
 def gluon_files(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("gluon_files")
-    proc = subprocess.run([_mxnet_python(), str(REPO / "tests" / "data" / "gluon" / "mxnet_reference.py"), str(folder)],
+    proc = subprocess.run([mxnethelp.mxnet_python(), str(REPO / "tests" / "data" / "gluon" / "mxnet_reference.py"), str(folder)],
                           capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return folder
@@ -215,7 +181,7 @@ print("ok", len(expected))
 @pytest.mark.slow
 @pytest.mark.parametrize("target,fx", CASES, ids=IDS)
 def test_verify_against_mxnet(target, fx):
-    os.environ.setdefault("PORTER_MXNET_PYTHON", _mxnet_python())
+    os.environ.setdefault("PORTER_MXNET_PYTHON", mxnethelp.mxnet_python())
     conf = tomllib.loads((fx.folder / "port.toml").read_text(encoding="utf-8"))
     tolerance = ["--atol", str(conf["verify_atol"])] if "verify_atol" in conf else []
     args = [sys.executable, "-m", "porter", "verify", str(fx.original), str(fx.expected), "--model", fx.model,

@@ -22,7 +22,6 @@ import pytest
 
 from porter.fixtures import fixtures
 
-REPO = Path(__file__).resolve().parents[1]
 FIXTURES = {fx.name: fx for fx in fixtures("mxnet")}
 # fixture -> optimizer-step iterations its port.toml run takes, and the names its log lines report
 EXPECTED = {
@@ -36,17 +35,6 @@ LOG = re.compile(r"^\[epoch (?P<epoch>\d+) batch (?P<batch>\d+)\] step (?P<step>
 VALUE = re.compile(r"(\w+)=(\S+)")
 FINISHED = re.compile(r"^finished (\d+) steps in [\d.]+ s; parameters saved to (\S+)$")
 FLAGS = {"--epochs", "--batch-size", "--lr", "--seed", "--log-interval", "--num-samples", "--save-params"}
-
-
-@pytest.fixture(scope="module")
-def mxnet_python() -> str:
-    """The MXNet venv's python: PORTER_MXNET_PYTHON, else the one scripts/bootstrap-mxnet builds
-    (once per lock hash; it prints the path)."""
-    if os.environ.get("PORTER_MXNET_PYTHON"):
-        return os.environ["PORTER_MXNET_PYTHON"]
-    out = subprocess.run([str(REPO / "scripts" / "bootstrap-mxnet")], capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip().splitlines()[-1]
 
 
 def _run(python: str, args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:

@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -56,15 +55,6 @@ LAYERS = {
                "features.2.0", "features.4", "features", "output"],
 }
 OUTPUTS = {"lstm_lm": ["0", "1.0", "1.1"]}
-
-
-@pytest.fixture(scope="module")
-def mxnet_python() -> str:
-    if os.environ.get("PORTER_MXNET_PYTHON"):
-        return os.environ["PORTER_MXNET_PYTHON"]
-    out = subprocess.run([str(REPO / "scripts" / "bootstrap-mxnet")], capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip().splitlines()[-1]
 
 
 def _mxnet_backend(python: str) -> backends.Backend:
