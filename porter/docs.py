@@ -33,7 +33,6 @@ def render_all() -> dict[str, str]:
 def main() -> None:
     """Write docs/rules/ from the rule classes (run after adding or changing a rule)."""
     import sys
-    from pathlib import Path
 
     from porter._layout import REPO
 
