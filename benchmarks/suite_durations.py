@@ -1,0 +1,44 @@
+"""Where the test suite's time goes, by module, from pytest's ``--durations=0`` output.
+
+    CI=true scripts/test --durations=0 > suite.log; python benchmarks/suite_durations.py suite.log
+
+Prints the sum of every test's setup + call + teardown time (what one process would take under
+the same load), each module's share, and the wall time pytest reported, whose ratio to the sum
+is what the workers bought. Results: docs/benchmarks.md ("Test suite time").
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+
+LINE = re.compile(r"^\s*([\d.]+)s (call|setup|teardown)\s+(tests/[\w/.-]+\.py)")
+WALL = re.compile(r" in ([\d.]+)s(?: \(|$)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("log", help="pytest output with --durations=0")
+    parser.add_argument("--top", type=int, default=20)
+    args = parser.parse_args()
+    seconds: collections.Counter = collections.Counter()
+    tests: collections.Counter = collections.Counter()
+    wall = None
+    with open(args.log, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            m = LINE.match(line)
+            if m:
+                seconds[m.group(3)] += float(m.group(1))
+                tests[m.group(3)] += m.group(2) == "call"
+            elif "passed" in line or "failed" in line:
+                w = WALL.search(line)
+                wall = float(w.group(1)) if w else wall
+    total = sum(seconds.values())
+    print(f"sum of test durations {total:.0f} s" + (f"; wall {wall:.0f} s; ratio {total / wall:.2f}" if wall else ""))
+    print("| module | tests | s | share |\n| --- | ---: | ---: | ---: |")
+    for module, s in seconds.most_common(args.top):
+        print(f"| {module} | {tests[module]} | {s:.0f} | {100 * s / total:.1f}% |")
+
+
+if __name__ == "__main__":
+    main()
