@@ -250,6 +250,13 @@ class _ApplyEdits(cst.CSTTransformer):
         for e in edits:
             self.edits.setdefault(id(e.target), []).append(e)
         self.applied = 0
+        self.parents: list[cst.CSTNode] = []  # the original nodes around the one visited
+
+    def on_visit_attribute(self, node, attribute) -> None:  # type: ignore[override]
+        self.parents.append(node)
+
+    def on_leave_attribute(self, original_node, attribute) -> None:  # type: ignore[override]
+        self.parents.pop()
 
     def on_leave(self, original_node, updated_node):  # type: ignore[override]
         edits = self.edits.get(id(original_node))
@@ -260,9 +267,87 @@ class _ApplyEdits(cst.CSTTransformer):
             if isinstance(result, (cst.RemovalSentinel, cst.FlattenSentinel)):
                 break  # a removal/flatten wins; the other edits are found again next pass
             rep = edit.replacement
+            before = result
             result = rep(result) if callable(rep) and not isinstance(rep, cst.CSTNode) else rep
+            result = keep_boundary(before, result, lambda side: _word_beside(self.parents, original_node, side))
             self.applied += 1
         return result
+
+
+_WORD_CHAR = re.compile(r"\w")
+_EMPTY_MODULE = cst.Module([])
+
+
+def keep_boundary(before: cst.CSTNode, after, word_beside: Callable[[int], Optional[bool]] = lambda side: None):
+    """``after`` (an edit's replacement of the expression ``before``) with what the code
+    around it relies on: ``before``'s parentheses when ``after`` has none, and parentheses
+    when ``after`` would begin (end) with a word character where ``before`` did not and the
+    code before (after) it is a word character too.
+
+    ``return(x.cuda())``, ``if(torch.device('cuda')):``, ``x in[...]``, ``lambda:'s'``: the
+    keyword is followed by no space, legal only because the expression begins with a
+    bracket or a quote. A replacement built without the original's parentheses (or of
+    another kind: a call for a list) would glue itself to the keyword, which LibCST refuses
+    (``CSTValidationError: Must have at least one space after 'return'``) or which reads as
+    another name. Done here, where every rule's replacement is put in place, so that no rule
+    has to think of it. ``word_beside(side)``: whether the character just before (side -1)
+    or after (side 1) the original node is a word character (None: not known, assume so)."""
+    if not isinstance(after, cst.BaseExpression) or not isinstance(before, cst.BaseExpression) or after is before:
+        return after
+    if after.lpar or after.rpar:
+        return after
+    if before.lpar and len(before.lpar) == len(before.rpar):
+        return _parenthesized(after, before.lpar, before.rpar)
+    old, new = _edge_chars(before), _edge_chars(after)
+    if old is None or new is None:
+        return after
+    for side, at in ((-1, 0), (1, 1)):
+        if not _WORD_CHAR.match(old[at]) and _WORD_CHAR.match(new[at]) and word_beside(side) is not False:
+            return _parenthesized(after, (cst.LeftParen(),), (cst.RightParen(),))
+    return after
+
+
+def _parenthesized(node: cst.BaseExpression, lpar, rpar):
+    try:
+        return node.with_changes(lpar=tuple(lpar), rpar=tuple(rpar))
+    except (TypeError, cst.CSTValidationError):  # a node kind that takes no parentheses
+        return node
+
+
+def _edge_chars(node: cst.CSTNode) -> Optional[tuple[str, str]]:
+    """The first and last characters of ``node``'s code (None when it has none)."""
+    code = _EMPTY_MODULE.code_for_node(node).strip()
+    return (code[0], code[-1]) if code else None
+
+
+def _word_beside(parents: Sequence[cst.CSTNode], node: cst.CSTNode, side: int) -> Optional[bool]:
+    """Whether the character just before (``side`` -1) or after (1) ``node`` in the code of
+    its ancestors ``parents`` (outermost first) is a word character; None when not found.
+    Each ancestor's code is generated with positions until one has code on that side of the
+    node (usually the parent: a keyword, an operator)."""
+    child = node
+    for parent in reversed(parents):
+        sink = _PositionSink()
+        state = PositionProvidingCodegenState(default_indent="    ", default_newline="\n", provider=sink)
+        parent._codegen(state)
+        rng = sink._computed.get(child)
+        if rng is None:
+            return None
+        lines = "".join(state.tokens).split("\n")
+        if side < 0:
+            line, col = rng.start.line, rng.start.column
+            if line == 1 and col == 0:
+                child = parent
+                continue
+            text = lines[line - 1][:col]
+            return bool(text) and bool(_WORD_CHAR.match(text[-1]))
+        line, col = rng.end.line, rng.end.column
+        rest = lines[line - 1][col:] if line <= len(lines) else ""
+        if line == len(lines) and not rest:
+            child = parent
+            continue
+        return bool(rest) and bool(_WORD_CHAR.match(rest[0]))
+    return False  # the node begins (ends) the module
 
 
 def apply_fixes(module: cst.Module, fixes: Sequence[Fix], ctx: Optional[FileContext] = None) -> cst.Module:
