@@ -126,20 +126,22 @@ def text_shape(source: str) -> TextShape:
     return TextShape(nesting, nesting_line, chain, chain_line)
 
 
-def precheck(source: str, max_nesting: int = MAX_NESTING, max_chain: int = MAX_CHAIN) -> None:
-    """Raise PorterError for a text past porter's limits (see MAX_NESTING)."""
+def precheck(source: str, max_nesting: Optional[int] = None, max_chain: Optional[int] = None) -> None:
+    """Raise PorterError for a text past porter's limits (by default MAX_NESTING, MAX_CHAIN)."""
+    max_nesting = MAX_NESTING if max_nesting is None else max_nesting
+    max_chain = MAX_CHAIN if max_chain is None else max_chain
     if "(" not in source and "[" not in source and "{" not in source and len(source) < max_chain:
         return
     shape = text_shape(source)
     if shape.nesting > max_nesting:
         raise PorterError(
             f"line {shape.nesting_line}: brackets nested {shape.nesting} deep, over porter's limit of "
-            f"{max_nesting} (LibCST's parser would overflow its stack); file left unchanged"
+            f"{max_nesting} (LibCST's parser would overflow its stack)"
         )
     if shape.chain > max_chain:
         raise PorterError(
             f"line {shape.chain_line}: a chain of {shape.chain} operators in one expression, over porter's "
-            f"limit of {max_chain} (LibCST's parse time grows as its cube); file left unchanged"
+            f"limit of {max_chain} (LibCST's parse time grows as its cube)"
         )
 
 
@@ -402,7 +404,7 @@ def _suppressed(lines: list[str], f: Finding) -> bool:
     return False
 
 
-_TOO_DEEP = "too deeply nested for porter (RecursionError while walking the tree); file left unchanged"
+_TOO_DEEP = "too deeply nested for porter (RecursionError while walking the tree)"
 
 
 def check(source: str, options: Options, path: str = "<string>") -> CheckResult:
