@@ -425,6 +425,9 @@ def _worker_main(conn, memory_mb: int) -> None:
         # what native code prints as it dies (Rust's "memory allocation of N bytes failed"):
         # the parent reports the file in one line instead
         try:
+            import faulthandler
+
+            faulthandler.disable()  # (a test runner's, inherited through fork)
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, 2)
             os.close(devnull)
