@@ -2,8 +2,9 @@
 import libcst as cst
 import pytest
 
-from porter import engine
+from porter import engine, lsp
 from porter.context import FileContext
+from porter.runner import Settings
 from porter.rules import Edit, Fix, NeedsHuman, Rule, Safety, Severity
 
 
@@ -312,7 +313,22 @@ def test_replacements_after_a_keyword_keep_their_parentheses(target, expr):
         checked = engine.check(src, options)
         for finding in checked.findings:
             if finding.fix is not None:
-                compile(engine.apply_fixes(checked.module, [finding.fix]).code, "<quick-fix>", "exec")
+                compile(engine.apply_fixes(checked.module, [finding.fix]).code, "<fix preview>", "exec")
+        an = lsp.analyze(src, Settings(target), "k.py")
+        for finding in an.findings:
+            if finding.fix is not None:  # the editor's quick-fix: text changes of this fix alone
+                compile(_apply_text_changes(src, lsp.fix_changes(an, finding)), "<quick-fix>", "exec")
+
+
+def _apply_text_changes(text: str, changes) -> str:
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    for c in sorted(changes, key=lambda c: (c.start, c.end), reverse=True):
+        a, b = starts[c.start[0]] + c.start[1], starts[c.end[0]] + c.end[1]
+        text = text[:a] + c.text + text[b:]
+    return text
 
 
 class WordFor(Rule):
@@ -452,3 +468,19 @@ def test_unparsable_output_names_the_rule_and_the_line():
     message = str(err.value)
     assert "the fix of T005 at line 4 produced code that does not parse" in message and "T001" not in message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize("line", ["return'a'", "y = x in'a'", "y = 'a'if c else'a'", "y = not'a'", "y = f('a')"])
+def test_quick_fix_text_edits_add_the_same_parentheses(line):
+    """The editor's one-line quick-fix (text edits of the replacement, porter.lsp) judges the
+    characters around the target on its line as the engine does."""
+    src = f"def f(x, c):\n    {line}\n"
+    an = lsp.analyze(src, Settings(), "q.py")
+    an.positions = engine.node_positions(an.module)
+    findings = engine.run_rules(an.module, [WordFor])
+    engine.attach_positions(an.module, findings)
+    want = engine.fix(src, opts(WordFor)).source
+    text = src
+    for finding in sorted(findings, key=lambda f: (f.position.line, f.position.column), reverse=True):
+        text = _apply_text_changes(text, lsp.fix_changes(an, finding))
+    assert text == want
