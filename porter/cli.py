@@ -155,7 +155,7 @@ def check(
     select: List[str] = typer.Option([], "--select", help="Only these rule codes, code prefixes or names (comma-separated, repeatable)."),
     ignore: List[str] = typer.Option([], "--ignore", help="Skip these rule codes, code prefixes or names."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Worker processes."),
-    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0, help=f"Seconds one file may take (wall clock; 0: no limit); default from \\[tool.porter] time-limit or {DEFAULT_TIME_LIMIT:g}."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0, help=f"Seconds of CPU time one file may take (0: no limit); default from \\[tool.porter] time-limit or {DEFAULT_TIME_LIMIT:g}."),
     memory_limit: Optional[int] = typer.Option(None, "--memory-limit", min=0, help=f"MB of memory one file may use (0: no limit); default from \\[tool.porter] memory-limit or {DEFAULT_MEMORY_MB}."),
 ) -> None:
     """Report what stands between this code and the target; change nothing.
@@ -205,7 +205,7 @@ def migrate(
     select: List[str] = typer.Option([], "--select", help="Only these rule codes, code prefixes or names."),
     ignore: List[str] = typer.Option([], "--ignore", help="Skip these rule codes, code prefixes or names."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Worker processes."),
-    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0, help=f"Seconds one file may take (wall clock; 0: no limit); default from \\[tool.porter] time-limit or {DEFAULT_TIME_LIMIT:g}."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0, help=f"Seconds of CPU time one file may take (0: no limit); default from \\[tool.porter] time-limit or {DEFAULT_TIME_LIMIT:g}."),
     memory_limit: Optional[int] = typer.Option(None, "--memory-limit", min=0, help=f"MB of memory one file may use (0: no limit); default from \\[tool.porter] memory-limit or {DEFAULT_MEMORY_MB}."),
     verify_port: bool = typer.Option(False, "--verify", help="Then run the original script and its port side by side (`porter verify --script`). One file, with --out."),
     verify_steps: int = typer.Option(12, "--verify-steps", min=1, help="Optimizer steps that --verify compares."),

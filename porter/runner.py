@@ -26,9 +26,10 @@ from porter.sources import (
 )
 
 MODES = ("diff", "write", "out")
-# Per-file budgets by default. The slowest real file measured (torch's
-# testing/_internal/common_methods_invocations.py, 1 MB) takes ~20 s to migrate and
-# under 2 GB; a 9.9 MB generated file took 480 s and 11.4 GB before the budgets.
+# Per-file budgets by default. The largest real file measured, torch's
+# testing/_internal/common_methods_invocations.py (1.2 MB), takes 29 s of CPU time and
+# 0.9 GB (maximum resident set) to migrate (145 s of wall-clock time on 2 cores at load 17:
+# hence a CPU-time budget); a 9.9 MB generated file took 480 s and 11.4 GB before the budgets.
 DEFAULT_TIME_LIMIT = 300.0
 DEFAULT_MEMORY_MB = 4096
 
@@ -46,7 +47,8 @@ class Settings:
     ignore: tuple[str, ...] = ()
     unsafe_fixes: bool = False
     # Per-file budgets (0: none). A file is processed in a worker process (also with one
-    # job) that is killed past ``time_limit`` seconds of wall-clock time and whose address
+    # job) that is stopped past ``time_limit`` seconds of CPU time (RLIMIT_CPU; the parent
+    # also kills it at WALL_FACTOR times that in wall-clock time) and whose address
     # space is capped at ``memory_mb`` MB above what it starts with.
     time_limit: float = DEFAULT_TIME_LIMIT
     memory_mb: int = DEFAULT_MEMORY_MB
@@ -419,6 +421,10 @@ class _Worker:
         self.conn.close()
 
 
+WALL_FACTOR = 4  # a worker still on its file after this many times its CPU budget (wall clock) is killed
+_WALL_EXTRA = 60.0
+
+
 def _worker_main(conn, memory_mb: int) -> None:
     _worker_init()
     if not os.environ.get("PORTER_DEBUG"):
@@ -443,6 +449,7 @@ def _worker_main(conn, memory_mb: int) -> None:
         if msg is None:
             return
         i, task = msg
+        _limit_cpu(task[2].time_limit)
         try:
             outcome = _task(task)
         except MemoryError:
@@ -450,6 +457,26 @@ def _worker_main(conn, memory_mb: int) -> None:
         except Exception as exc:
             outcome = FileOutcome(display(task[1]), "failed", _internal(exc))
         conn.send((i, outcome))
+
+
+def _limit_cpu(seconds: float) -> None:
+    """The kernel stops this process (SIGXCPU) once it has used ``seconds`` more CPU time
+    than now: the budget of the file it starts on. No core file."""
+    if seconds <= 0:
+        return
+    try:
+        import math
+        import resource
+
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        limit = math.ceil(usage.ru_utime + usage.ru_stime + seconds)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (limit, hard))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+    except (ImportError, OSError, ValueError):
+        pass
 
 
 def _limit_memory(memory_mb: int) -> None:
@@ -514,7 +541,8 @@ def _run_workers(tasks: list, jobs: int, done: Callable[[int, FileOutcome], None
             for w in workers:
                 if w.task is None and queue:
                     i = queue.popleft()
-                    w.task, w.deadline = i, (time.monotonic() + limit if limit > 0 else float("inf"))
+                    wall = limit * WALL_FACTOR + _WALL_EXTRA
+                    w.task, w.deadline = i, (time.monotonic() + wall if limit > 0 else float("inf"))
                     try:
                         w.conn.send((i, tasks[i]))
                     except OSError:
@@ -538,11 +566,16 @@ def _run_workers(tasks: list, jobs: int, done: Callable[[int, FileOutcome], None
                     continue
                 if not w.proc.is_alive():
                     w.proc.join()
-                    message = _death(w.proc.exitcode, settings)
+                    if w.proc.exitcode == -signal.SIGXCPU:
+                        _remove_temporaries(tasks[i])
+                        message = f"over the time limit of {limit:g} s of CPU time for one file (--time-limit); file left unchanged"
+                    else:
+                        message = _death(w.proc.exitcode, settings)
                 elif time.monotonic() >= w.deadline:
                     w.stop(kill=True)
                     _remove_temporaries(tasks[i])
-                    message = f"over the time limit of {limit:g} s for one file (--time-limit); file left unchanged"
+                    message = (f"still running after {WALL_FACTOR * limit + _WALL_EXTRA:g} s of wall-clock time "
+                               f"({WALL_FACTOR}x the time limit of {limit:g} s, plus {_WALL_EXTRA:g} s); file left unchanged")
                 else:
                     continue
                 done(i, FileOutcome(display(tasks[i][1]), "failed", message))
