@@ -226,3 +226,17 @@ def test_a_dead_worker_fails_its_file_only(tmp_path, monkeypatch, jobs):
     for name in ("good.py", "train.py", "zz.py"):
         o = outcomes[runner.display(b / name)]
         assert o.status == "unchanged" and o.findings, name
+
+
+def test_the_editors_incremental_check_applies_the_limits_to_an_edit():
+    """`porter lsp` parses only the statements an edit changed (porter.incremental): an edit
+    that nests 3,000 brackets is refused there too (LibCST's parser would take the server
+    down), and the next version is checked as usual."""
+    from porter import incremental
+
+    doc = incremental.Document(registry.select("torch-xla"))
+    text = "import torch\n\n\ndef f(x):\n    return x.cuda()\n\n\ndef g():\n    return 1\n"
+    assert len(doc.check(text).findings) == 1
+    with pytest.raises(engine.PorterError, match="^line 9: brackets nested 3000 deep"):
+        doc.check(text.replace("return 1", "return " + "(" * 3000 + "1" + ")" * 3000))
+    assert len(doc.check(text).findings) == 1
