@@ -25,8 +25,9 @@ from rich.text import Text
 
 from porter import registry, report
 from porter.config import Config, ConfigError, load
+from porter.engine import describe_exception
 from porter.registry import RegistryError
-from porter.runner import FileOutcome, Settings, UsageError, run
+from porter.runner import DEFAULT_MEMORY_MB, DEFAULT_TIME_LIMIT, FileOutcome, Settings, UsageError, run
 
 app = typer.Typer(
     add_completion=False,
@@ -74,7 +75,7 @@ def guarded(command: Callable) -> Callable:
 def _internal_error(exc: BaseException) -> None:
     if os.environ.get("PORTER_DEBUG"):
         traceback.print_exc()
-    say(f"porter: internal error: {type(exc).__name__}: {exc}".splitlines()[0])
+    say(f"porter: internal error: {describe_exception(exc)}")
     if not os.environ.get("PORTER_DEBUG"):
         say("porter: this is a bug in porter; set PORTER_DEBUG=1 for the traceback")
     raise typer.Exit(2) from None
@@ -84,7 +85,8 @@ def _table_console(stream, min_width: int = 100) -> Console:
     return Console(file=stream, highlight=False, soft_wrap=False, width=max(min_width, Console(file=stream).width))
 
 
-def _settings(paths: List[Path], target: Optional[str], select: List[str], ignore: List[str], unsafe: Optional[bool]) -> Settings:
+def _settings(paths: List[Path], target: Optional[str], select: List[str], ignore: List[str], unsafe: Optional[bool],
+              time_limit: Optional[float] = None, memory_limit: Optional[int] = None) -> Settings:
     try:
         cfg = load(paths[0]) if paths else Config()
     except ConfigError as exc:
@@ -99,6 +101,8 @@ def _settings(paths: List[Path], target: Optional[str], select: List[str], ignor
         select=cli_select or cfg.select,
         ignore=cli_ignore or cfg.ignore,
         unsafe_fixes=cfg.unsafe_fixes if unsafe is None else unsafe,
+        time_limit=next(v for v in (time_limit, cfg.time_limit, DEFAULT_TIME_LIMIT) if v is not None),
+        memory_mb=next(v for v in (memory_limit, cfg.memory_limit, DEFAULT_MEMORY_MB) if v is not None),
     )
     # Check each source of codes on its own so the message says where a bad code came from.
     Settings(chosen, cli_select, cli_ignore).validate()
@@ -151,6 +155,8 @@ def check(
     select: List[str] = typer.Option([], "--select", help="Only these rule codes, code prefixes or names (comma-separated, repeatable)."),
     ignore: List[str] = typer.Option([], "--ignore", help="Skip these rule codes, code prefixes or names."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Worker processes."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0, help=f"Seconds of CPU time one file may take (0: no limit); default from \\[tool.porter] time-limit or {DEFAULT_TIME_LIMIT:g}."),
+    memory_limit: Optional[int] = typer.Option(None, "--memory-limit", min=0, help=f"MB of memory one file may use (0: no limit); default from \\[tool.porter] memory-limit or {DEFAULT_MEMORY_MB}."),
 ) -> None:
     """Report what stands between this code and the target; change nothing.
 
@@ -159,7 +165,7 @@ def check(
     if fmt not in FORMATS:
         raise UsageError(f"unknown format {fmt!r}; choose text, json or sarif")
     _check_paths(paths)
-    settings = _settings(paths, target, select, ignore, None)
+    settings = _settings(paths, target, select, ignore, None, time_limit, memory_limit)
     outcomes = _run("check", paths, settings, jobs=jobs)
     found = report.findings_of(outcomes)
     if fmt == "json":
@@ -199,6 +205,8 @@ def migrate(
     select: List[str] = typer.Option([], "--select", help="Only these rule codes, code prefixes or names."),
     ignore: List[str] = typer.Option([], "--ignore", help="Skip these rule codes, code prefixes or names."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Worker processes."),
+    time_limit: Optional[float] = typer.Option(None, "--time-limit", min=0, help=f"Seconds of CPU time one file may take (0: no limit); default from \\[tool.porter] time-limit or {DEFAULT_TIME_LIMIT:g}."),
+    memory_limit: Optional[int] = typer.Option(None, "--memory-limit", min=0, help=f"MB of memory one file may use (0: no limit); default from \\[tool.porter] memory-limit or {DEFAULT_MEMORY_MB}."),
     verify_port: bool = typer.Option(False, "--verify", help="Then run the original script and its port side by side (`porter verify --script`). One file, with --out."),
     verify_steps: int = typer.Option(12, "--verify-steps", min=1, help="Optimizer steps that --verify compares."),
     verify_args: str = typer.Option("", "--verify-args", help="Arguments for both scripts in --verify, as one string (e.g. \"--epochs 1 --dropout 0\")."),
@@ -213,7 +221,7 @@ def migrate(
     if verify_port and (out is None or len(paths) != 1 or not paths[0].is_file()):
         raise UsageError("--verify needs one script and --out DIR (the original must stay as it is to compare with)")
     _check_paths(paths)
-    settings = _settings(paths, to, select, ignore, unsafe_fixes)
+    settings = _settings(paths, to, select, ignore, unsafe_fixes, time_limit, memory_limit)
     mode = "write" if write else ("out" if out is not None else "diff")
     outcomes = _run("migrate", paths, settings, mode=mode, out_dir=out, jobs=jobs)
     if mode == "diff":

@@ -1,4 +1,5 @@
-"""``[tool.porter]`` in pyproject.toml: select, ignore, target, unsafe-fixes."""
+"""``[tool.porter]`` in pyproject.toml: select, ignore, target, unsafe-fixes, time-limit,
+memory-limit."""
 from __future__ import annotations
 
 import tomllib
@@ -6,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-KEYS = {"select", "ignore", "target", "unsafe-fixes"}
+KEYS = {"select", "ignore", "target", "unsafe-fixes", "time-limit", "memory-limit"}
 
 
 class ConfigError(Exception):
@@ -20,6 +21,8 @@ class Config:
     target: Optional[str] = None
     unsafe_fixes: bool = False
     source: Optional[Path] = None
+    time_limit: Optional[float] = None  # seconds a file may take (0: no limit)
+    memory_limit: Optional[int] = None  # MB a file may use (0: no limit)
 
 
 def find_pyproject(start: Path) -> Optional[Path]:
@@ -60,4 +63,13 @@ def load(start: Path) -> Config:
     unsafe = section.get("unsafe-fixes", False)
     if not isinstance(unsafe, bool):
         raise ConfigError(f"{path}: [tool.porter] unsafe-fixes must be true or false")
-    return Config(codes("select"), codes("ignore"), target, unsafe, path)
+    limits = {}
+    for key, kind in (("time-limit", float), ("memory-limit", int)):
+        value = section.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (kind is int and value != int(value)):
+            what = "a number of seconds" if kind is float else "a whole number of MB"
+            raise ConfigError(f"{path}: [tool.porter] {key} must be {what}, 0 or more (0: no limit)")
+        limits[key.replace("-", "_")] = kind(value)
+    return Config(codes("select"), codes("ignore"), target, unsafe, path, **limits)

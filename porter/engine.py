@@ -20,7 +20,7 @@ from libcst.codemod.visitors import AddImportsVisitor, ImportItem, RemoveImports
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from porter.context import PREFERRED_ALIASES, FileContext
-from porter.rules import Edit, Finding, Fix, Position, Rule, Safety
+from porter.rules import Edit, Finding, Fix, NeedsHuman, Position, Rule, Safety, Severity
 
 MAX_PASSES = 8
 _SUPPRESS = re.compile(r"#\s*porter:\s*ignore(?:\[([A-Za-z0-9_,\s]+)\])?")
@@ -51,9 +51,105 @@ class FixResult:
 
 
 # --------------------------------------------------------------------------------------
+# Limits
+# --------------------------------------------------------------------------------------
+# LibCST's native parser overflows its stack (the process dies, no message) on about 2,000
+# nested brackets; its parse of a chain of binary operators grows as the cube of its length
+# (1k/2k/4k terms of `+`: 1.8/10.4/87 s), and the tree of a long chain is as deep as the
+# chain, deeper than Python's recursion limit for the walks over it past a few hundred terms.
+# `precheck` refuses such a file, from its tokens, before LibCST sees it. The limits are far
+# above real code: measured with benchmarks/limits_maxima.py over torch's, torchvision's and
+# timm's installed sources and ../shared/corpus (2,604 files, 2026-12): deepest bracket
+# nesting 26 (MAX_NESTING 100; CPython itself refuses 200), longest operator chain 29
+# (MAX_CHAIN 100). The pre-check costs about a tenth of the parse (same script).
+MAX_NESTING = 100
+MAX_CHAIN = 100
+
+_OPEN = frozenset("([{")
+_CLOSE = frozenset(")]}")
+# operators that nest in the tree as a chain grows: binary and unary operators, attribute access
+_CHAIN_OPS = frozenset({
+    "+", "-", "*", "/", "//", "%", "@", "**", "<<", ">>", "&", "|", "^", "~", ".",
+})
+_CHAIN_WORDS = frozenset({"and", "or", "not"})
+
+
+@dataclass(frozen=True)
+class TextShape:
+    """The largest nesting and operator chain of a text, and where they are (1-based lines)."""
+
+    nesting: int = 0
+    nesting_line: int = 0
+    chain: int = 0
+    chain_line: int = 0
+
+
+def text_shape(source: str) -> TextShape:
+    """Deepest bracket nesting and longest run of chaining operators at one bracket level
+    (between commas, colons, assignments and line ends), from Python's tokenizer. A text the
+    tokenizer rejects is measured up to the error (LibCST then reports the syntax error)."""
+    import io
+    import tokenize
+
+    depth = nesting = nesting_line = chain = chain_line = 0
+    runs = [0]
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            kind, text = tok.type, tok.string
+            if kind == tokenize.OP:
+                if text in _OPEN:
+                    depth += 1
+                    runs.append(0)
+                    if depth > nesting:
+                        nesting, nesting_line = depth, tok.start[0]
+                elif text in _CLOSE:
+                    if depth:
+                        depth -= 1
+                        runs.pop()
+                elif text in _CHAIN_OPS:
+                    runs[-1] += 1
+                    if runs[-1] > chain:
+                        chain, chain_line = runs[-1], tok.start[0]
+                else:  # , : = ; -> augmented assignments, comparisons...: a new chain
+                    if text != "==" and text not in ("<", ">", "<=", ">=", "!="):
+                        runs[-1] = 0
+            elif kind == tokenize.NAME and text in _CHAIN_WORDS:
+                runs[-1] += 1
+                if runs[-1] > chain:
+                    chain, chain_line = runs[-1], tok.start[0]
+            elif kind in (tokenize.NEWLINE, tokenize.NL) and depth == 0:
+                runs[-1] = 0
+            elif kind == tokenize.NAME and text in ("lambda", "if", "else", "for", "yield", "return"):
+                runs[-1] = 0
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        pass
+    return TextShape(nesting, nesting_line, chain, chain_line)
+
+
+def precheck(source: str, max_nesting: Optional[int] = None, max_chain: Optional[int] = None) -> None:
+    """Raise PorterError for a text past porter's limits (by default MAX_NESTING, MAX_CHAIN)."""
+    max_nesting = MAX_NESTING if max_nesting is None else max_nesting
+    max_chain = MAX_CHAIN if max_chain is None else max_chain
+    if "(" not in source and "[" not in source and "{" not in source and len(source) < max_chain:
+        return
+    shape = text_shape(source)
+    if shape.nesting > max_nesting:
+        raise PorterError(
+            f"line {shape.nesting_line}: brackets nested {shape.nesting} deep, over porter's limit of "
+            f"{max_nesting} (LibCST's parser would overflow its stack)"
+        )
+    if shape.chain > max_chain:
+        raise PorterError(
+            f"line {shape.chain_line}: a chain of {shape.chain} operators in one expression, over porter's "
+            f"limit of {max_chain} (LibCST's parse time grows as its cube)"
+        )
+
+
+# --------------------------------------------------------------------------------------
 # Parsing
 # --------------------------------------------------------------------------------------
 def parse(source: str) -> cst.Module:
+    precheck(source)
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
@@ -100,18 +196,42 @@ Handler = Callable[[cst.CSTNode], object]
 
 
 class _Dispatcher:
-    """One walk of the tree calling every rule's visit_/leave_ methods for each node."""
+    """One walk of the tree calling every rule's visit_/leave_ methods for each node.
+
+    A rule's :class:`NeedsHuman` becomes a finding of the rule at the node visited; any other
+    exception from a rule (a bug in porter) becomes the rule's internal-error finding at that
+    node, the rule's other findings for the file are dropped and the rule is not called again
+    in this walk; the other rules go on. RecursionError and MemoryError are limits of the
+    file, not of a rule: they stop the walk."""
 
     def __init__(self, rules: Sequence[Rule], ctx: FileContext) -> None:
         self.ctx = ctx
-        self.visit: dict[str, list[Handler]] = {}
-        self.leave: dict[str, list[Handler]] = {}
-        for rule in rules:
+        self.rules = list(rules)
+        self.crashed: dict[int, Finding] = {}  # id(rule instance) -> its internal-error finding
+        self._index()
+
+    def _index(self) -> None:
+        self.visit: dict[str, list[tuple[Rule, Handler]]] = {}
+        self.leave: dict[str, list[tuple[Rule, Handler]]] = {}
+        for rule in self.rules:
+            if id(rule) in self.crashed:
+                continue
             for attr in dir(type(rule)):
                 if attr.startswith("visit_"):
-                    self.visit.setdefault(attr[6:], []).append(getattr(rule, attr))
+                    self.visit.setdefault(attr[6:], []).append((rule, getattr(rule, attr)))
                 elif attr.startswith("leave_"):
-                    self.leave.setdefault(attr[6:], []).append(getattr(rule, attr))
+                    self.leave.setdefault(attr[6:], []).append((rule, getattr(rule, attr)))
+
+    def _call(self, rule: Rule, handler: Handler, node: cst.CSTNode) -> None:
+        try:
+            handler(node)
+        except NeedsHuman as exc:
+            rule.report(node, str(exc) or "cannot be ported automatically")
+        except (RecursionError, MemoryError):
+            raise
+        except Exception as exc:
+            self.crashed[id(rule)] = rule_crash(rule.code, node, exc, "while checking this code")
+            self._index()
 
     def walk(self, node: cst.CSTNode) -> None:
         stack = self.ctx.ancestors
@@ -120,8 +240,8 @@ class _Dispatcher:
         stack.append(node)
         if (kind is cst.Import or kind is cst.ImportFrom) and len(stack) > 2:
             self.ctx.add_import(node)
-        for handler in self.visit.get(name, ()):
-            handler(node)
+        for rule, handler in self.visit.get(name, ()):
+            self._call(rule, handler, node)
         for fname in _child_fields(kind):
             value = getattr(node, fname)
             vkind = type(value)
@@ -131,9 +251,51 @@ class _Dispatcher:
                         self.walk(item)
             elif is_node_type(vkind):
                 self.walk(value)
-        for handler in self.leave.get(name, ()):
-            handler(node)
+        for rule, handler in self.leave.get(name, ()):
+            self._call(rule, handler, node)
         stack.pop()
+
+
+def rule_crash(code: str, node: cst.CSTNode, exc: BaseException, doing: str) -> Finding:
+    """The finding that reports rule ``code``'s exception ``exc`` at ``node``: a bug in porter."""
+    return Finding(
+        code,
+        f"internal error in rule {code} {doing} (a bug in porter; its findings and fixes are left out "
+        f"for this file): {describe_exception(exc)}",
+        node,
+        Severity.ERROR,
+        internal_error=True,
+    )
+
+
+def _library_roots() -> tuple[str, ...]:
+    import os
+    import sysconfig
+
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots.add(os.path.dirname(os.path.abspath(cst.__file__)))
+    mine = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # porter installed in site-packages
+    return tuple(r.rstrip(os.sep) + os.sep for r in roots if not mine.startswith(r.rstrip(os.sep) + os.sep)) + (
+        os.path.dirname(os.path.abspath(cst.__file__)) + os.sep,)
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``Type: message (where)`` on one line (the message's line breaks made spaces), ``where``
+    being the innermost frame outside LibCST and the standard library: the rule or the helper
+    that raised, not the LibCST function it called."""
+    import os
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
+    libs = _library_roots()
+    own = [f for f in frames if not f.filename.startswith("<") and not os.path.abspath(f.filename).startswith(libs)]
+    frame = own[-1] if own else (frames[-1] if frames else None)
+    where = ""
+    if frame is not None:
+        parts = os.path.abspath(frame.filename).split(os.sep)
+        where = f" ({'/'.join(parts[-2:])}:{frame.lineno})"
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}{where}" if text else f"{type(exc).__name__}{where}"
 
 
 _NODE_TYPES: dict[type, bool] = {}
@@ -165,11 +327,21 @@ def run_rules(module: cst.Module, rules: Sequence[type[Rule]], path: str = "<str
         return []
     if ctx is None:
         ctx = FileContext(module, path)
-    instances = [rule(ctx) for rule in rules]
-    _Dispatcher(instances, ctx).walk(module)
-    findings: list[Finding] = []
+    instances = []
+    crashed_init = []
+    for rule in rules:
+        try:
+            instances.append(rule(ctx))
+        except (RecursionError, MemoryError):
+            raise
+        except Exception as exc:
+            crashed_init.append(rule_crash(rule.code, module, exc, "while starting on this file"))
+    dispatcher = _Dispatcher(instances, ctx)
+    dispatcher.walk(module)
+    findings: list[Finding] = list(crashed_init)
     for rule in instances:
-        findings.extend(rule.findings)
+        crash = dispatcher.crashed.get(id(rule))
+        findings.extend([crash] if crash is not None else rule.findings)
     return findings
 
 
@@ -232,10 +404,17 @@ def _suppressed(lines: list[str], f: Finding) -> bool:
     return False
 
 
+_TOO_DEEP = "too deeply nested for porter (RecursionError while walking the tree)"
+
+
 def check(source: str, options: Options, path: str = "<string>") -> CheckResult:
-    """All findings of the enabled rules, with positions, suppressions honoured."""
+    """All findings of the enabled rules, with positions, suppressions honoured. A rule that
+    raises gives its internal-error finding (see :class:`_Dispatcher`)."""
     module = parse(source)
-    findings = run_rules(module, applicable_rules(options.rules, source), path)
+    try:
+        findings = run_rules(module, applicable_rules(options.rules, source), path)
+    except RecursionError:
+        raise PorterError(_TOO_DEEP) from None
     attach_positions(module, findings)
     return CheckResult(drop_suppressed(source, findings), module)
 
@@ -250,6 +429,14 @@ class _ApplyEdits(cst.CSTTransformer):
         for e in edits:
             self.edits.setdefault(id(e.target), []).append(e)
         self.applied = 0
+        self.parents: list[cst.CSTNode] = []  # the original nodes around the one visited
+        self.failures: list[tuple[Edit, Exception]] = []  # callable replacements that raised
+
+    def on_visit_attribute(self, node, attribute) -> None:  # type: ignore[override]
+        self.parents.append(node)
+
+    def on_leave_attribute(self, original_node, attribute) -> None:  # type: ignore[override]
+        self.parents.pop()
 
     def on_leave(self, original_node, updated_node):  # type: ignore[override]
         edits = self.edits.get(id(original_node))
@@ -260,16 +447,115 @@ class _ApplyEdits(cst.CSTTransformer):
             if isinstance(result, (cst.RemovalSentinel, cst.FlattenSentinel)):
                 break  # a removal/flatten wins; the other edits are found again next pass
             rep = edit.replacement
-            result = rep(result) if callable(rep) and not isinstance(rep, cst.CSTNode) else rep
+            before = result
+            if callable(rep) and not isinstance(rep, cst.CSTNode):
+                try:
+                    result = rep(result)
+                except (RecursionError, MemoryError):
+                    raise
+                except Exception as exc:  # NeedsHuman, or a bug in the rule: this edit is left out
+                    self.failures.append((edit, exc))
+                    result = before
+                    continue
+            else:
+                result = rep
+            result = keep_boundary(before, result, lambda side: _word_beside(self.parents, original_node, side))
             self.applied += 1
         return result
 
 
+_WORD_CHAR = re.compile(r"\w")
+_EMPTY_MODULE = cst.Module([])
+
+
+def keep_boundary(before: cst.CSTNode, after, word_beside: Callable[[int], Optional[bool]] = lambda side: None):
+    """``after`` (an edit's replacement of the expression ``before``) with what the code
+    around it relies on: ``before``'s parentheses when ``after`` has none, and parentheses
+    when ``after`` would begin (end) with a word character where ``before`` did not and the
+    code before (after) it is a word character too.
+
+    ``return(x.cuda())``, ``if(torch.device('cuda')):``, ``x in[...]``, ``lambda:'s'``: the
+    keyword is followed by no space, legal only because the expression begins with a
+    bracket or a quote. A replacement built without the original's parentheses (or of
+    another kind: a call for a list) would glue itself to the keyword, which LibCST refuses
+    (``CSTValidationError: Must have at least one space after 'return'``) or which reads as
+    another name. Done here, where every rule's replacement is put in place, so that no rule
+    has to think of it. ``word_beside(side)``: whether the character just before (side -1)
+    or after (side 1) the original node is a word character (None: not known, assume so)."""
+    if not isinstance(after, cst.BaseExpression) or not isinstance(before, cst.BaseExpression) or after is before:
+        return after
+    if after.lpar or after.rpar:
+        return after
+    if before.lpar and len(before.lpar) == len(before.rpar):
+        return _parenthesized(after, before.lpar, before.rpar)
+    old, new = _edge_chars(before), _edge_chars(after)
+    if old is None or new is None:
+        return after
+    for side, at in ((-1, 0), (1, 1)):
+        if not _WORD_CHAR.match(old[at]) and _WORD_CHAR.match(new[at]) and word_beside(side) is not False:
+            return _parenthesized(after, (cst.LeftParen(),), (cst.RightParen(),))
+    return after
+
+
+def _parenthesized(node: cst.BaseExpression, lpar, rpar):
+    try:
+        return node.with_changes(lpar=tuple(lpar), rpar=tuple(rpar))
+    except (TypeError, cst.CSTValidationError):  # a node kind that takes no parentheses
+        return node
+
+
+def _edge_chars(node: cst.CSTNode) -> Optional[tuple[str, str]]:
+    """The first and last characters of ``node``'s code (None when it has none)."""
+    code = _EMPTY_MODULE.code_for_node(node).strip()
+    return (code[0], code[-1]) if code else None
+
+
+def _word_beside(parents: Sequence[cst.CSTNode], node: cst.CSTNode, side: int) -> Optional[bool]:
+    """Whether the character just before (``side`` -1) or after (1) ``node`` in the code of
+    its ancestors ``parents`` (outermost first) is a word character; None when not found.
+    Each ancestor's code is generated with positions until one has code on that side of the
+    node (usually the parent: a keyword, an operator)."""
+    child = node
+    for parent in reversed(parents):
+        sink = _PositionSink()
+        state = PositionProvidingCodegenState(default_indent="    ", default_newline="\n", provider=sink)
+        parent._codegen(state)
+        rng = sink._computed.get(child)
+        if rng is None:
+            return None
+        lines = "".join(state.tokens).split("\n")
+        if side < 0:
+            line, col = rng.start.line, rng.start.column
+            if line == 1 and col == 0:
+                child = parent
+                continue
+            text = lines[line - 1][:col]
+            return bool(text) and bool(_WORD_CHAR.match(text[-1]))
+        line, col = rng.end.line, rng.end.column
+        rest = lines[line - 1][col:] if line <= len(lines) else ""
+        if line == len(lines) and not rest:
+            child = parent
+            continue
+        return bool(rest) and bool(_WORD_CHAR.match(rest[0]))
+    return False  # the node begins (ends) the module
+
+
+class FixFailed(Exception):
+    """A fix's callable replacement raised (``exc``); its edit was left out."""
+
+    def __init__(self, failures: list[tuple[Edit, Exception]]) -> None:
+        super().__init__(describe_exception(failures[0][1]))
+        self.failures = failures
+
+
 def apply_fixes(module: cst.Module, fixes: Sequence[Fix], ctx: Optional[FileContext] = None) -> cst.Module:
     """Apply the edits of ``fixes``, add the imports they need and remove the ones they
-    left unused. Pure."""
+    left unused. Pure. Raises :class:`FixFailed` when a callable replacement raised."""
     edits = [e for fix in fixes for e in fix.edits]
-    new = module.visit(_ApplyEdits(edits))
+    transformer = _ApplyEdits(edits)
+    new = module.visit(transformer)
+    if transformer.failures:
+        raise FixFailed(transformer.failures)
     assert isinstance(new, cst.Module)
     modules = sorted({m for fix in fixes for m in fix.imports})
     if modules:
@@ -408,16 +694,135 @@ def _first_stage(chosen: list[Finding], options: Options) -> list[Finding]:
     return front if front and len(front) < len(chosen) else chosen
 
 
+def _apply_chosen(module: cst.Module, chosen: list[Finding]) -> tuple[cst.Module, list[Finding], list[Finding]]:
+    """Apply the fixes of ``chosen``: (the new module, the findings whose fixes were applied,
+    the findings that report fixes left out). A fix whose replacement raised
+    :class:`NeedsHuman` is left out and reported with that message; a rule whose fix raised
+    anything else (in its replacement, or in LibCST when the new node was put in place) is
+    a bug: its fixes are left out and its internal error reported. The others still apply."""
+    problems: list[Finding] = []
+    chosen = list(chosen)
+    while True:
+        try:
+            return apply_fixes(module, [f.fix for f in chosen if f.fix], FileContext(module)), chosen, problems
+        except FixFailed as failed:
+            owner = {id(e): f for f in chosen if f.fix for e in f.fix.edits}
+            bad_codes: set[str] = set()
+            dropped: set[int] = set()
+            for edit, exc in failed.failures:
+                f = owner.get(id(edit))
+                if f is None:
+                    continue
+                dropped.add(id(f))
+                if isinstance(exc, NeedsHuman):
+                    problems.append(Finding(f.code, str(exc) or f.message, f.node, f.severity))
+                elif f.code not in bad_codes:
+                    bad_codes.add(f.code)
+                    problems.append(rule_crash(f.code, edit.target, exc, "while fixing this code"))
+            chosen = [f for f in chosen if id(f) not in dropped and f.code not in bad_codes]
+        except (RecursionError, MemoryError):
+            raise
+        except Exception as exc:
+            culprits = _failing_codes(module, chosen)
+            if not culprits:
+                raise
+            for code in culprits:
+                first = next(f for f in chosen if f.code == code)
+                problems.append(rule_crash(code, first.node, culprits[code], "while fixing this code"))
+            chosen = [f for f in chosen if f.code not in culprits]
+
+
+def _by_code(findings: Sequence[Finding]) -> dict[str, list[Finding]]:
+    groups: dict[str, list[Finding]] = {}
+    for f in findings:
+        groups.setdefault(f.code, []).append(f)
+    return groups
+
+
+def _failing_codes(module: cst.Module, chosen: Sequence[Finding]) -> dict[str, Exception]:
+    """The rules whose fixes, applied alone, raise: rule code -> the exception."""
+    failing: dict[str, Exception] = {}
+    for code, group in _by_code(chosen).items():
+        try:
+            apply_fixes(module, [f.fix for f in group if f.fix], FileContext(module))
+        except (RecursionError, MemoryError):
+            raise
+        except FixFailed:
+            continue  # handled by the caller's next round
+        except Exception as exc:
+            failing[code] = exc
+    return failing
+
+
+def _unparsable(module: cst.Module, chosen: Sequence[Finding], exc: Exception) -> PorterError:
+    """The error for fixes whose output does not parse, naming the rule(s) and the line:
+    the rules whose fixes alone give code that does not parse, else all of them."""
+    bad: list[str] = []
+    where = _parse_error_where(exc)
+    at = ""
+    for code, group in _by_code(chosen).items():
+        try:
+            text = apply_fixes(module, [f.fix for f in group if f.fix], FileContext(module)).code
+            cst.parse_module(text)
+        except cst.ParserSyntaxError as own:
+            if not bad:
+                where = _parse_error_where(own)
+                line = _first_changed_line(module.code, text)
+                fixes = [f for f in group if f.fix]
+                attach_positions(module, fixes)
+                near = [f.position.line for f in fixes if f.position and f.position.line <= line] or [
+                    f.position.line for f in fixes if f.position]
+                at = f" at line {max(near)}" if near else ""
+            bad.append(code)
+        except Exception:
+            continue
+    codes = ", ".join(bad) if bad else ", ".join(sorted({f.code for f in chosen}))
+    return PorterError(
+        f"internal error: the fix of {codes}{at} produced code that does not parse ({where}); a bug in porter, "
+        "file left unchanged"
+    )
+
+
+_LIBCST_AT = re.compile(r"^(?:parser error: )?error at \d+:\d+: ")
+
+
+def _parse_error_where(exc: Exception) -> str:
+    if isinstance(exc, cst.ParserSyntaxError):
+        first = str(exc.message).splitlines()[0] if exc.message else "invalid syntax"
+        return f"line {exc.raw_line} of the converted code: {_LIBCST_AT.sub('', first)}"
+    return " ".join(str(exc).split())
+
+
+def _first_changed_line(before: str, after: str) -> int:
+    for n, (a, b) in enumerate(zip(before.splitlines(), after.splitlines()), 1):
+        if a != b:
+            return n
+    return min(len(before.splitlines()), len(after.splitlines())) + 1
+
+
 def fix(source: str, options: Options, path: str = "<string>") -> FixResult:
-    """Apply every selected fix until nothing changes; then verify a pass changes nothing."""
+    """Apply every selected fix until nothing changes; then verify a pass changes nothing.
+
+    A rule that raises is reported (its internal-error finding, see :class:`_Dispatcher`)
+    and left out for the file; the other rules' fixes still apply. Fixes whose output does
+    not parse leave the file unchanged (PorterError naming the rule and the line)."""
+    try:
+        return _fix(source, options, path)
+    except RecursionError:
+        raise PorterError(_TOO_DEEP) from None
+
+
+def _fix(source: str, options: Options, path: str) -> FixResult:
     module = parse(source)
     counts: dict[str, int] = {}
     current = source
     settled: Optional[list[Finding]] = None  # findings of a pass that changed nothing
+    problems: list[Finding] = []  # fixes left out (NeedsHuman, a rule's bug), with positions then
+    rules = list(options.rules)
     for _ in range(MAX_PASSES):
         # the text pre-filter reads this pass's text: a rule may act on another rule's output;
         # the document gate (Rule.needs_document) reads the text the migrate began with
-        findings = run_rules(module, applicable_rules(options.rules, current, source), path)
+        findings = run_rules(module, applicable_rules(rules, current, source), path)
         if "porter:" in current:
             attach_positions(module, findings)
             findings = drop_suppressed(current, findings)
@@ -425,18 +830,23 @@ def fix(source: str, options: Options, path: str = "<string>") -> FixResult:
         if not chosen:
             settled = findings
             break
-        new_module = apply_fixes(module, [f.fix for f in chosen if f.fix], FileContext(module))
+        new_module, applied, left_out = _apply_chosen(module, chosen)
+        left_out += [f for f in findings if f.internal_error]
+        if left_out:
+            attach_positions(module, left_out)
+            problems.extend(left_out)
+            crashed = {f.code for f in left_out if f.internal_error}
+            rules = [r for r in rules if r.code not in crashed]  # a rule that failed is not run again
         new_source = new_module.code
         if new_source == current:
             settled = findings
             break
-        for f in chosen:
+        for f in applied:
             counts[f.code] = counts.get(f.code, 0) + 1
         try:
             module = cst.parse_module(new_source)
         except Exception as exc:
-            codes = ", ".join(sorted({f.code for f in chosen}))
-            raise PorterError(f"internal error: the fixes of {codes} produced code that does not parse ({exc})".splitlines()[0]) from None
+            raise _unparsable(module, applied, exc) from None
         current = new_source
     else:
         codes = ", ".join(sorted(counts))
@@ -446,4 +856,5 @@ def fix(source: str, options: Options, path: str = "<string>") -> FixResult:
     remaining = settled
     if "porter:" not in current:
         attach_positions(module, remaining)
-    return FixResult(current, current != source, counts, remaining)
+    seen = {id(f) for f in remaining}
+    return FixResult(current, current != source, counts, remaining + [f for f in problems if id(f) not in seen])

@@ -734,6 +734,7 @@ class Document:
             else:
                 region = b[own[i]:]
             eof = j >= count
+            engine.precheck(region)  # past porter's limits: LibCST's parser must not see it (the full check says so)
             try:
                 chunk = cst.parse_module(region if eof else region + "pass" + module.default_newline)
                 break

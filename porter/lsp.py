@@ -344,10 +344,15 @@ def _node_edits(an: Analysis, fix) -> Optional[list[TextChange]]:
         new_node = rep(edit.target) if callable(rep) and not isinstance(rep, cst.CSTNode) else rep
         if not isinstance(new_node, cst.CSTNode):
             return None  # a removal or statements around the target: the parent is needed
+        line = rng.start.line - 1
+        text = _body(an.lines[line])
+        # the parentheses the engine keeps or adds (engine.keep_boundary), judged on this line
+        new_node = engine.keep_boundary(edit.target, new_node, lambda side, t=text, r=rng: bool(
+            re.match(r"\w", t[r.start.column - 1] if side < 0 and r.start.column > 0 else
+                     t[r.end.column] if side > 0 and r.end.column < len(t) else " ")))
         old, new = module.code_for_node(edit.target), module.code_for_node(new_node)
         if "\n" in new or "\r" in new:
             return None
-        line = rng.start.line - 1
         if _body(an.lines[line])[rng.start.column:rng.end.column] != old:
             return None
         spans.append((line, rng.start.column, rng.end.column, old, new))

@@ -97,14 +97,36 @@ def as_json(outcomes: Sequence[FileOutcome], target: Optional[str] = None) -> st
             "by_rule": dict(sorted(Counter(f.code for f in found).items())),
         },
     }
-    return json.dumps(doc, indent=2, ensure_ascii=False)
+    return _dump(doc)
+
+
+def _valid_text(value):
+    """``value`` (a JSON document) with every string valid Unicode: a file name's bytes that
+    are not UTF-8 (held as lone surrogates, Python's surrogateescape) written ``\\xff``."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    if isinstance(value, dict):
+        return {_valid_text(k): _valid_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_valid_text(v) for v in value]
+    return value
+
+
+def _dump(doc: dict) -> str:
+    return json.dumps(_valid_text(doc), indent=2, ensure_ascii=False)
 
 
 def _artifact(path: str) -> dict:
-    """A SARIF artifactLocation: relative to %SRCROOT% (the working folder) when possible."""
+    """A SARIF artifactLocation: relative to %SRCROOT% (the working folder) when possible.
+    The URI percent-encodes the name's bytes (also those that are not UTF-8)."""
+    raw = os.fsencode(path)
     if os.path.isabs(path):
-        return {"uri": Path(path).as_uri()}
-    return {"uri": quote(PurePosixPath(Path(path).as_posix()).as_posix()), "uriBaseId": "%SRCROOT%"}
+        return {"uri": "file://" + quote(raw)}
+    return {"uri": quote(os.fsencode(PurePosixPath(Path(path).as_posix()).as_posix())), "uriBaseId": "%SRCROOT%"}
 
 
 def sarif(outcomes: Sequence[FileOutcome]) -> str:
@@ -163,7 +185,7 @@ def sarif(outcomes: Sequence[FileOutcome]) -> str:
                 "semanticVersion": __version__,
                 "rules": rules,
             }},
-            "originalUriBaseIds": {"%SRCROOT%": {"uri": Path.cwd().as_uri().rstrip("/") + "/"}},
+            "originalUriBaseIds": {"%SRCROOT%": {"uri": "file://" + quote(os.fsencode(os.getcwd())).rstrip("/") + "/"}},
             "columnKind": "unicodeCodePoints",
             "results": results,
             "invocations": [{
@@ -172,7 +194,7 @@ def sarif(outcomes: Sequence[FileOutcome]) -> str:
             }],
         }],
     }
-    return json.dumps(doc, indent=2, ensure_ascii=False)
+    return _dump(doc)
 
 
 def summary(outcomes: Sequence[FileOutcome]) -> dict:

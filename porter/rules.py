@@ -38,6 +38,17 @@ Replacement = Union[
 ]
 
 
+class NeedsHuman(Exception):
+    """Raised by a rule (in a ``visit_``/``leave_`` method, or in a fix's callable replacement)
+    when the code at hand cannot be ported automatically; the message says why, for the user.
+
+    The engine turns it into a finding of the rule, without a fix, at the node being visited
+    (or at the edit's target, from a replacement: that fix is then left out), and the rule
+    goes on with the next node. Any other exception from a rule is a bug in porter: the
+    engine reports it as that rule's internal error and leaves the rule's findings and fixes
+    out for the file (the other rules' fixes still apply)."""
+
+
 @dataclass(frozen=True)
 class Edit:
     """Replace ``target`` (a node of the tree the rule saw) by ``replacement``.
@@ -85,6 +96,9 @@ class Finding:
     severity: Severity
     fix: Optional[Fix] = None
     position: Optional[Position] = None
+    # True for the engine's report of a rule's own exception (a bug in porter, not in the code
+    # checked): see NeedsHuman
+    internal_error: bool = False
 
     @property
     def fixable(self) -> bool:

@@ -15,9 +15,6 @@ import os
 import shutil
 import signal
 import stat
-import traceback
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -29,6 +26,12 @@ from porter.sources import (
 )
 
 MODES = ("diff", "write", "out")
+# Per-file budgets by default. The largest real file measured, torch's
+# testing/_internal/common_methods_invocations.py (1.2 MB), takes 29 s of CPU time and
+# 0.9 GB (maximum resident set) to migrate (145 s of wall-clock time on 2 cores at load 17:
+# hence a CPU-time budget); a 9.9 MB generated file took 480 s and 11.4 GB before the budgets.
+DEFAULT_TIME_LIMIT = 300.0
+DEFAULT_MEMORY_MB = 4096
 
 
 class UsageError(Exception):
@@ -43,6 +46,16 @@ class Settings:
     select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
     unsafe_fixes: bool = False
+    # Per-file budgets (0: none). A file is processed in a worker process (also with one
+    # job) that is stopped past ``time_limit`` seconds of CPU time (RLIMIT_CPU; the parent
+    # also kills it at WALL_FACTOR times that in wall-clock time) and whose address
+    # space is capped at ``memory_mb`` MB above what it starts with.
+    time_limit: float = DEFAULT_TIME_LIMIT
+    memory_mb: int = DEFAULT_MEMORY_MB
+
+    @property
+    def limited(self) -> bool:
+        return self.time_limit > 0 or self.memory_mb > 0
 
     def options(self) -> engine.Options:
         return engine.Options(registry.select(self.target, self.select, self.ignore), self.unsafe_fixes)
@@ -111,9 +124,13 @@ def display(path: Path) -> str:
 
 
 def _internal(exc: BaseException) -> str:
-    frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-    where = f" at {Path(frame.filename).name}:{frame.lineno}" if frame else ""
-    return f"internal error{where}: {type(exc).__name__}: {exc}".splitlines()[0]
+    """One line: the exception, where porter's own code raised it (not LibCST's frames)."""
+    return f"internal error (a bug in porter): {engine.describe_exception(exc)}"
+
+
+def _memory_message(settings: "Settings") -> str:
+    return (f"over the memory limit of {settings.memory_mb} MB (--memory-limit); file left unchanged"
+            if settings.memory_mb else "out of memory; file left unchanged")
 
 
 def _parse_error(exc: engine.PorterError, text: str) -> str:
@@ -141,7 +158,9 @@ def check_file(path: Path, settings: Settings) -> FileOutcome:
         result = engine.check(src.text, settings.options(), name)
     except engine.PorterError as exc:
         return FileOutcome(name, "failed", _parse_error(exc, src.text) if src else str(exc))
-    except Exception as exc:  # a rule crashed: report it against this file, go on
+    except MemoryError:
+        return FileOutcome(name, "failed", _memory_message(settings))
+    except Exception as exc:  # a bug in porter outside the rules: report it against this file, go on
         return FileOutcome(name, "failed", _internal(exc))
     return FileOutcome(name, "unchanged", findings=tuple(FindingRecord.of(name, f) for f in result.findings))
 
@@ -215,6 +234,8 @@ def migrate_file(path: Path, settings: Settings, mode: str, out: Optional[Path] 
     except OSError as exc:
         where = f" {display(Path(exc.filename))}" if exc.filename else ""
         return FileOutcome(name, "failed", f"cannot write{where}: {exc.strerror or exc}")
+    except MemoryError:
+        return FileOutcome(name, "failed", _memory_message(settings))
     except Exception as exc:
         return FileOutcome(name, "failed", _internal(exc))
 
@@ -351,9 +372,9 @@ def run(
         if on_file:
             on_file(outcome)
 
-    if jobs > 1 and len(tasks) > 1:
-        _run_pool(tasks, min(jobs, len(tasks)), done)
-    else:
+    if tasks and (settings.limited or (jobs > 1 and len(tasks) > 1)):
+        _run_workers(tasks, min(jobs, len(tasks)), done, settings)
+    else:  # no budgets, one job: in this process
         for i, t in enumerate(tasks):
             done(i, _task(t))
     outcomes = [r for r in results if r is not None]
@@ -368,40 +389,215 @@ def run(
     return outcomes
 
 
-def _run_pool(tasks: list, jobs: int, done: Callable[[int, FileOutcome], None]) -> None:
-    """Run tasks in ``jobs`` processes, a few at a time per worker so that a slow file does
-    not hold the rest back; a worker that dies fails its files, not the batch."""
-    pending = {}
-    # Largest files first (longest-processing-time-first): the last files to finish are small
-    # ones, so the workers run out of work at nearly the same time. Results keep file order.
-    order = sorted(range(len(tasks)), key=lambda i: -_size(tasks[i][1]))
-    next_task = 0
-    window = jobs * 4
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_pool_context(), initializer=_worker_init)
+class _Worker:
+    """One worker process and the pipe to it; processes one file at a time."""
+
+    def __init__(self, ctx, memory_mb: int) -> None:
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, memory_mb), daemon=True)
+        self.proc.start()
+        child.close()
+        self.task: Optional[int] = None
+        self.deadline = 0.0
+
+    def stop(self, kill: bool = False) -> None:
+        """Kill it, or let it finish its file (its result is read and dropped, so that it
+        never blocks on a full pipe) and stop."""
+        if kill:
+            self.proc.kill()
+        else:
+            try:
+                self.conn.send(None)
+            except OSError:
+                pass
+        while self.proc.is_alive():
+            self.proc.join(0.05)
+            try:
+                while not self.conn.closed and self.conn.poll():
+                    self.conn.recv()
+            except (EOFError, OSError):
+                pass
+        self.proc.join()
+        self.conn.close()
+
+
+WALL_FACTOR = 4  # a worker still on its file after this many times its CPU budget (wall clock) is killed
+_WALL_EXTRA = 60.0
+
+
+def _worker_main(conn, memory_mb: int) -> None:
+    _worker_init()
+    if not os.environ.get("PORTER_DEBUG"):
+        # what native code prints as it dies (Rust's "memory allocation of N bytes failed"):
+        # the parent reports the file in one line instead
+        try:
+            import faulthandler
+
+            faulthandler.disable()  # (a test runner's, inherited through fork)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            os.close(devnull)
+        except OSError:
+            pass
+    if memory_mb:
+        _limit_memory(memory_mb)
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        i, task = msg
+        _limit_cpu(task[2].time_limit)
+        try:
+            outcome = _task(task)
+        except MemoryError:
+            outcome = FileOutcome(display(task[1]), "failed", _memory_message(task[2]))
+        except Exception as exc:
+            outcome = FileOutcome(display(task[1]), "failed", _internal(exc))
+        conn.send((i, outcome))
+
+
+def _limit_cpu(seconds: float) -> None:
+    """The kernel stops this process (SIGXCPU) once it has used ``seconds`` more CPU time
+    than now: the budget of the file it starts on. No core file."""
+    if seconds <= 0:
+        return
     try:
-        while next_task < len(order) or pending:
-            while next_task < len(order) and len(pending) < window:
-                try:
-                    pending[pool.submit(_task, tasks[order[next_task]])] = order[next_task]
-                except BrokenProcessPool:
-                    break
-                next_task += 1
-            if not pending:  # the pool broke before anything could be submitted
-                for i in order[next_task:]:
-                    done(i, FileOutcome(display(tasks[i][1]), "failed", "not processed: a worker process died"))
-                return
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                i = pending.pop(fut)
-                try:
-                    outcome = fut.result()
-                except BrokenProcessPool:
-                    outcome = FileOutcome(display(tasks[i][1]), "failed", "a worker process died (crashed or was killed) while on this file or a neighbour")
-                except Exception as exc:
-                    outcome = FileOutcome(display(tasks[i][1]), "failed", _internal(exc))
-                done(i, outcome)
+        import math
+        import resource
+
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        limit = math.ceil(usage.ru_utime + usage.ru_stime + seconds)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (limit, hard))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+    except (ImportError, OSError, ValueError):
+        pass
+
+
+def _limit_memory(memory_mb: int) -> None:
+    """Cap this process's address space at ``memory_mb`` MB above its current size: Python
+    then raises MemoryError, and a native allocation that fails aborts the process (which
+    the parent reports)."""
+    try:
+        import resource
+
+        with open("/proc/self/statm") as fh:
+            pages = int(fh.read().split()[0])
+        size = pages * os.sysconf("SC_PAGE_SIZE") + memory_mb * 1024 * 1024
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            size = min(size, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (size, hard))
+    except (ImportError, OSError, ValueError):
+        pass  # no /proc or no RLIMIT_AS on this platform: no memory budget
+
+
+def _death(exitcode: Optional[int], settings: Settings) -> str:
+    """Why a worker stopped with ``exitcode`` while on a file, for the user."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        why = {
+            "SIGSEGV": "a crash in native code, usually LibCST's parser running out of stack",
+            "SIGABRT": "an abort in native code, usually an allocation refused at the memory limit"
+                       + (f" of {settings.memory_mb} MB" if settings.memory_mb else ""),
+            "SIGKILL": "killed from outside porter (by the out-of-memory killer?)",
+            "SIGBUS": "a crash in native code",
+        }.get(name, "")
+        detail = f"{name}: {why}" if why else name
+    else:
+        detail = f"exit status {exitcode}"
+    return f"porter's worker process died on this file ({detail}); file left unchanged, the other files were processed"
+
+
+def _run_workers(tasks: list, jobs: int, done: Callable[[int, FileOutcome], None], settings: Settings) -> None:
+    """Run tasks in ``jobs`` worker processes, one file at a time each, within the per-file
+    budgets of ``settings``: a file past its time is stopped (its worker killed), a worker
+    that dies (a native crash, the memory limit) fails its one file, and a fresh worker
+    takes the next; the batch goes on. On Ctrl-C the workers finish their file and stop."""
+    import time
+    from collections import deque
+    from multiprocessing.connection import wait as wait_any
+
+    ctx = _pool_context()
+    # Largest files first (longest-processing-time-first) with several jobs: the last files
+    # to finish are small ones, so the workers run out of work at nearly the same time.
+    order = list(range(len(tasks)))
+    if jobs > 1:
+        order.sort(key=lambda i: -_size(tasks[i][1]))
+    queue = deque(order)
+    workers: list[_Worker] = []
+    limit = settings.time_limit
+    try:
+        workers = [_Worker(ctx, settings.memory_mb) for _ in range(jobs)]
+        while queue or any(w.task is not None for w in workers):
+            for w in workers:
+                if w.task is None and queue:
+                    i = queue.popleft()
+                    wall = limit * WALL_FACTOR + _WALL_EXTRA
+                    w.task, w.deadline = i, (time.monotonic() + wall if limit > 0 else float("inf"))
+                    try:
+                        w.conn.send((i, tasks[i]))
+                    except OSError:
+                        pass  # it died before the task reached it: found below
+            busy = [w for w in workers if w.task is not None]
+            timeout = max(0.0, min(w.deadline for w in busy) - time.monotonic())
+            wait_any([x for w in busy for x in (w.conn, w.proc.sentinel)], timeout=None if timeout == float("inf") else timeout)
+            for k, w in enumerate(workers):
+                if w.task is None:
+                    continue
+                i = w.task
+                outcome = None
+                if w.conn.poll():
+                    try:
+                        got, outcome = w.conn.recv()
+                    except (EOFError, OSError):
+                        outcome = None
+                if outcome is not None:
+                    w.task = None
+                    done(i, outcome)
+                    continue
+                if not w.proc.is_alive():
+                    w.proc.join()
+                    if w.proc.exitcode == -signal.SIGXCPU:
+                        _remove_temporaries(tasks[i])
+                        message = f"over the time limit of {limit:g} s of CPU time for one file (--time-limit); file left unchanged"
+                    else:
+                        message = _death(w.proc.exitcode, settings)
+                elif time.monotonic() >= w.deadline:
+                    w.stop(kill=True)
+                    _remove_temporaries(tasks[i])
+                    message = (f"still running after {WALL_FACTOR * limit + _WALL_EXTRA:g} s of wall-clock time "
+                               f"({WALL_FACTOR}x the time limit of {limit:g} s, plus {_WALL_EXTRA:g} s); file left unchanged")
+                else:
+                    continue
+                done(i, FileOutcome(display(tasks[i][1]), "failed", message))
+                w.conn.close()
+                workers[k] = _Worker(ctx, settings.memory_mb)
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        for w in workers:
+            w.stop()
+
+
+def _remove_temporaries(task) -> None:
+    """The temporary file a killed worker may have left beside the file it was writing."""
+    kind, path, _, mode, out = task
+    target = out if mode == "out" and out is not None else path
+    if kind != "migrate" or mode == "diff" or target is None:
+        return
+    folder = Path(os.path.realpath(target)).parent
+    for leftover in folder.glob(f".{Path(os.path.realpath(target)).name}.*{TMP_SUFFIX}"):
+        try:
+            leftover.unlink()
+        except OSError:
+            pass
 
 
 def _worker_init() -> None:

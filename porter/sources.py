@@ -115,9 +115,41 @@ def _declared_encoding(data: bytes) -> Optional[str]:
     return None
 
 
+def _wide_encoding(data: bytes) -> Optional[str]:
+    """"UTF-16 (little-endian, with BOM)" and the like for text in UTF-16/32, else None: a
+    BOM, or ASCII-range text whose NUL bytes fall in the places those encodings put them."""
+    for bom, name in ((codecs.BOM_UTF32_LE, "UTF-32 (little-endian"), (codecs.BOM_UTF32_BE, "UTF-32 (big-endian"),
+                      (codecs.BOM_UTF16_LE, "UTF-16 (little-endian"), (codecs.BOM_UTF16_BE, "UTF-16 (big-endian")):
+        if data.startswith(bom):
+            return f"{name}, with BOM)"
+    sample = data[:4096]
+    n = len(sample) - len(sample) % 4
+    if n < 8:
+        return None
+    sample = sample[:n]
+    zeros = [sample[k::4].count(0) / (n // 4) for k in range(4)]
+    if zeros[1] > 0.9 and zeros[2] > 0.9 and zeros[3] > 0.9 and zeros[0] < 0.1:
+        return "UTF-32 (little-endian, no BOM)"
+    if zeros[0] > 0.9 and zeros[1] > 0.9 and zeros[2] > 0.9 and zeros[3] < 0.1:
+        return "UTF-32 (big-endian, no BOM)"
+    even, odd = (zeros[0] + zeros[2]) / 2, (zeros[1] + zeros[3]) / 2
+    if odd > 0.6 and even < 0.1:
+        return "UTF-16 (little-endian, no BOM)"
+    if even > 0.6 and odd < 0.1:
+        return "UTF-16 (big-endian, no BOM)"
+    return None
+
+
 def decode(data: bytes) -> SourceText:
-    if b"\0" in data:
-        raise PorterError("binary file (contains NUL bytes), not Python source")
+    if b"\0" in data or data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        wide = _wide_encoding(data)
+        if wide:
+            raise PorterError(
+                f"text in {wide}, not Python source: Python source must be UTF-8 or an ASCII-compatible "
+                "encoding declared by a PEP 263 coding line; convert the file to UTF-8"
+            )
+        if b"\0" in data:
+            raise PorterError("binary file (contains NUL bytes), not Python source")
     bom = data.startswith(codecs.BOM_UTF8)
     if bom:
         data = data[len(codecs.BOM_UTF8):]

@@ -39,6 +39,11 @@ BAD = {
     "fifo.py": "FIFO",
     "libcst_continuation.py": "LibCST cannot parse this file although CPython can",
     "libcst_roundtrip.py": "LibCST cannot reproduce this file",
+    "utf16_bom.py": "text in UTF-16 (little-endian, with BOM), not Python source: Python source must be UTF-8",
+    "utf16be.py": "text in UTF-16 (big-endian, no BOM)",
+    "utf32.py": "text in UTF-32 (little-endian, with BOM)",
+    "deep.py": "line 2: brackets nested 2000 deep, over porter's limit of 100",
+    "chain.py": "line 2: a chain of 20000 operators in one expression, over porter's limit of 100",
 }
 GOOD_CHANGED = ("good.py", "crlf.py", "bom.py", "latin1_cookie.py")
 GOOD_UNCHANGED = ("clean.py", "empty.py")
@@ -75,6 +80,13 @@ def make_batch(root: Path) -> Path:
     # code no rule touched.
     write(b / "libcst_continuation.py", "globalA\n\\\r\n")
     write(b / "libcst_roundtrip.py", TRAIN + "pass\n\n ")
+    write(b / "utf16_bom.py", TRAIN.encode("utf-16"))
+    write(b / "utf16be.py", TRAIN.encode("utf-16-be"))
+    write(b / "utf32.py", TRAIN.encode("utf-32"))
+    # past the pre-check's limits (LibCST alone: a stack overflow that kills the process, and
+    # over 20 minutes of parsing)
+    write(b / "deep.py", "import torch\nx = " + "(" * 2000 + "1" + ")" * 2000 + "\n")
+    write(b / "chain.py", "import torch\nx = " + " + ".join(["a"] * 20001) + "\n")
     return b
 
 
@@ -242,3 +254,27 @@ def test_every_rule_on_the_batch(tmp_path):
     again = run_porter("migrate", "all/out", cwd=tmp_path, timeout=120)
     assert again.code == 0, again.err
     assert again.out == ""
+
+
+@pytest.mark.parametrize("fmt", ["json", "sarif"])
+def test_file_names_that_are_not_utf8_give_valid_utf8_documents(tmp_path, fmt):
+    """A name with bytes that are not UTF-8 (held by Python as lone surrogates): the JSON and
+    SARIF documents stay valid UTF-8 (the name written with \\xff in JSON, %FF in URIs)."""
+    import json
+
+    folder = tmp_path / "names"
+    folder.mkdir()
+    for raw in (b"bad\xff.py", b"caf\xe9.py"):
+        with open(os.path.join(os.fsencode(folder), raw), "wb") as fh:
+            fh.write(TRAIN.encode())
+    write(folder / "sub\u00e9" / "ok.py", TRAIN)  # a valid UTF-8 name stays as it is
+    p = subprocess.run([*porter_exe(), "check", "names", "--format", fmt], cwd=tmp_path,
+                       capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
+    assert p.returncode == 1, p.stderr
+    doc = json.loads(p.stdout.decode("utf-8"))  # strict: raises on invalid UTF-8
+    if fmt == "json":
+        paths = sorted({f["path"] for f in doc["findings"]})
+        assert paths == ["names/bad\\xff.py", "names/caf\\xe9.py", "names/sub\u00e9/ok.py"]
+    else:
+        uris = sorted({r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in doc["runs"][0]["results"]})
+        assert uris == ["names/bad%FF.py", "names/caf%E9.py", "names/sub%C3%A9/ok.py"]

@@ -2,9 +2,10 @@
 import libcst as cst
 import pytest
 
-from porter import engine
+from porter import engine, lsp
 from porter.context import FileContext
-from porter.rules import Edit, Fix, Rule, Safety, Severity
+from porter.runner import Settings
+from porter.rules import Edit, Fix, NeedsHuman, Rule, Safety, Severity
 
 
 class RenameCuda(Rule):
@@ -270,3 +271,216 @@ def test_node_positions_agree_with_libcst_position_provider():
     ours = engine.node_positions(module)
     theirs = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     assert len(ours) == len(theirs) and all(ours[n] == theirs[n] for n in theirs)
+
+
+# -- a replacement keeps what the code around it relies on ----------------------------------
+# Keyword contexts with no space before a bracketed expression (legal Python); the shipped
+# rules of every target rewrite the expressions below with nodes that have no parentheses.
+KEYWORD_CONTEXTS = [
+    "return({e})", "yield({e})", "if({e}): pass", "while({e}): break", "assert({e})",
+    "y = not({e})", "y = a in({e})", "y = a not in({e})", "y = a is({e})", "y = a is not({e})",
+    "y = a and({e})", "y = a or({e})", "g = lambda:({e})", "raise({e})", "with({e}): pass",
+    "for i in({e}): pass", "y = [i for i in({e})]", "y = 1 if({e})else 2", "y = ({e})if a else 2",
+    "y = a if b else({e})", "if a: pass\n    elif({e}): pass", "y = {{k: v for k, v in({e})}}",
+]
+KEYWORD_EXPRESSIONS = [
+    ("torch-xla", "torch.device('cuda')"), ("torch-xla", "x.cuda()"),
+    ("jax", "torch.zeros(3)"), ("jax", "x.cuda()"),
+    ("torch", "mx.gpu()"), ("torch", "nd.array([1, 2])"), ("torch", "x.asnumpy()"), ("torch", "nd.mean(x)"),
+    ("torch-xla", "nd.relu(x)"), ("jax", "mx.nd.zeros((2, 3))"),
+]
+KEYWORD_PREAMBLE = "import torch\nimport numpy as np\n\n\n"
+GLUON_PREAMBLE = "import mxnet as mx\nfrom mxnet import nd\n\n\n"
+
+
+@pytest.mark.parametrize("target,expr", KEYWORD_EXPRESSIONS)
+def test_replacements_after_a_keyword_keep_their_parentheses(target, expr):
+    """`return(torch.device('cuda'))` and the like, in 22 keyword contexts, with the real rules
+    of each target (the Gluon front end too): every fix applies, the output compiles, and a
+    second run changes nothing; `porter check`'s fix of each finding (the editor's quick-fix
+    path, ``engine.apply_fixes``) gives code that compiles too."""
+    from porter import registry
+
+    options = engine.Options(registry.select(target))
+    preamble = GLUON_PREAMBLE if ("mx." in expr or "nd." in expr or "asnumpy" in expr) else KEYWORD_PREAMBLE
+    for context in KEYWORD_CONTEXTS:
+        src = preamble + "def f(x, a, b):\n    " + context.format(e=expr) + "\n"
+        result = engine.fix(src, options)
+        assert not [f.message for f in result.remaining if f.internal_error], (context, expr)
+        assert result.changed and expr not in result.source, (context, result.source)
+        compile(result.source, "<port>", "exec")
+        assert not engine.fix(result.source, options).changed
+        checked = engine.check(src, options)
+        for finding in checked.findings:
+            if finding.fix is not None:
+                compile(engine.apply_fixes(checked.module, [finding.fix]).code, "<fix preview>", "exec")
+        an = lsp.analyze(src, Settings(target), "k.py")
+        for finding in an.findings:
+            if finding.fix is not None:  # the editor's quick-fix: text changes of this fix alone
+                compile(_apply_text_changes(src, lsp.fix_changes(an, finding)), "<quick-fix>", "exec")
+
+
+def _apply_text_changes(text: str, changes) -> str:
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    for c in sorted(changes, key=lambda c: (c.start, c.end), reverse=True):
+        a, b = starts[c.start[0]] + c.start[1], starts[c.end[0]] + c.end[1]
+        text = text[:a] + c.text + text[b:]
+    return text
+
+
+class WordFor(Rule):
+    """Test rule: the string 'a' and the call boom() become the name `value`."""
+
+    code, name, target, summary, needs_text = "T010", "t-word", "test", "x", ()
+
+    def visit_SimpleString(self, node):
+        if node.value == "'a'":
+            self.report(node, "a", Fix((Edit(node, cst.Name("value")),)))
+
+    def visit_Call(self, node):
+        if isinstance(node.func, cst.Name) and node.func.value == "boom":
+            self.report(node, "boom", Fix((Edit(node, lambda n: cst.Name("value")),)))
+
+
+@pytest.mark.parametrize("before,after", [
+    ("return('a')\n", "return('a')\n".replace("'a'", "value")),
+    ("return'a'\n", "return(value)\n"),
+    ("y = 'a'if c else'a'\n", "y = (value)if c else(value)\n"),
+    ("y = x in'a'\n", "y = x in(value)\n"),
+    ("y = ['a', 'a']\n", "y = [value, value]\n"),
+    ("y = 'a' + 'a'\n", "y = value + value\n"),
+    ("y = {'a':'a'}\n", "y = {value:value}\n"),
+    ("y = f('a')\n", "y = f(value)\n"),
+    ("y = (boom())\n", "y = (value)\n"),
+    ("y = boom()\n", "y = value\n"),
+    ("if(boom()):\n    pass\n", "if(value):\n    pass\n"),
+    ("assert(((boom())))\n", "assert(((value)))\n"),
+    ("y = not'a'\n", "y = not(value)\n"),
+])
+def test_parentheses_kept_and_added_only_where_the_code_needs_them(before, after):
+    src = "def f(x, c):\n    " + before.replace("\n", "\n    ").rstrip(" ")
+    want = "def f(x, c):\n    " + after.replace("\n", "\n    ").rstrip(" ")
+    assert engine.fix(src, opts(WordFor)).source == want
+
+
+# -- a rule that fails is that rule's bug; the others' fixes still apply ----------------------
+class CrashesOnVisit(Rule):
+    code, name, target, summary, needs_text = "T020", "t-crash", "test", "x", ()
+
+    def visit_Call(self, node):
+        if isinstance(node.func, cst.Name) and node.func.value == "crash":
+            raise ValueError("no way\nat all")
+        self.report(node, "seen")  # reported before the crash: dropped with the rule's findings
+
+
+class CrashesInFix(Rule):
+    code, name, target, summary, needs_text = "T021", "t-crash-fix", "test", "x", ()
+
+    def visit_Call(self, node):
+        if isinstance(node.func, cst.Name) and node.func.value == "later":
+            self.report(node, "later", Fix((Edit(node, lambda n: {}["missing"]),)))
+
+
+class RefusedByLibCST(Rule):
+    """A replacement LibCST refuses when the parent is rebuilt (no space after `return`)."""
+
+    code, name, target, summary, needs_text = "T022", "t-refused", "test", "x", ()
+
+    def visit_Return(self, node):
+        self.report(node, "ret", Fix((Edit(node, lambda n: n.with_changes(whitespace_after_return=cst.SimpleWhitespace(""))),)))
+
+
+class BadNode(Rule):
+    code, name, target, summary, needs_text = "T023", "t-bad-node", "test", "x", ()
+
+    def visit_Call(self, node):
+        if isinstance(node.func, cst.Name) and node.func.value == "crash":
+            cst.Name("not a name")  # LibCST's validation raises inside this rule
+
+
+def test_a_crashing_rule_is_reported_and_the_other_fixes_apply():
+    src = "import torch\nf(1)\ncrash()\ntorch.cuda.synchronize()\n"
+    for run in ("check", "fix"):
+        if run == "check":
+            findings = engine.check(src, opts(CrashesOnVisit, RenameCuda)).findings
+        else:
+            result = engine.fix(src, opts(CrashesOnVisit, RenameCuda))
+            assert "xm.wait_device_ops()" in result.source and result.fixed == {"T001": 1}
+            findings = result.remaining
+        crash = [f for f in findings if f.code == "T020"]
+        assert len(crash) == 1 and crash[0].internal_error and crash[0].severity is Severity.ERROR
+        message = crash[0].message
+        assert "internal error in rule T020" in message and "ValueError: no way at all" in message
+        assert "test_engine.py:" in message and "\n" not in message
+        assert crash[0].position.line == 3  # (for fix: the line in the text the rule failed on)
+
+
+def test_libcst_errors_raised_in_a_rule_name_the_rule_not_libcst():
+    (crash,) = engine.check("crash()\n", opts(BadNode)).findings
+    assert crash.internal_error and "CSTValidationError" in crash.message
+    assert "(tests/test_engine.py:" in crash.message or "(test_engine.py:" in crash.message.replace("tests/", "")
+    assert "libcst" not in crash.message
+
+
+@pytest.mark.parametrize("bad", [CrashesInFix, RefusedByLibCST])
+def test_a_fix_that_fails_is_left_out_and_reported(bad):
+    src = "import torch\n\n\ndef g():\n    later()\n    torch.cuda.synchronize()\n    return 1\n"
+    result = engine.fix(src, opts(bad, RenameCuda))
+    assert "xm.wait_device_ops()" in result.source and result.fixed == {"T001": 1}
+    assert "later()" in result.source and "return 1" in result.source
+    (crash,) = [f for f in result.remaining if f.code == bad.code]
+    assert crash.internal_error and f"internal error in rule {bad.code} while fixing this code" in crash.message
+    assert crash.position is not None and crash.position.line in (5, 7)
+
+
+class NeedsAPerson(Rule):
+    code, name, target, summary, needs_text = "T024", "t-manual", "test", "x", ()
+
+    def visit_Call(self, node):
+        if isinstance(node.func, cst.Name) and node.func.value == "hard":
+            raise NeedsHuman("hard() has no port; write it by hand")
+        if isinstance(node.func, cst.Name) and node.func.value == "maybe":
+            def rewrite(n):
+                raise NeedsHuman("maybe() turned out not to be portable")
+            self.report(node, "maybe", Fix((Edit(node, rewrite),)))
+
+
+def test_needs_human_becomes_a_finding_at_the_node():
+    src = "import torch\nhard(1)\nmaybe(2)\ntorch.cuda.synchronize()\n"
+    findings = engine.check(src, opts(NeedsAPerson, RenameCuda)).findings
+    assert [(f.code, f.position.line, f.message) for f in findings if f.code == "T024"] == [
+        ("T024", 2, "hard() has no port; write it by hand"), ("T024", 3, "maybe")]
+    result = engine.fix(src, opts(NeedsAPerson, RenameCuda))
+    assert "xm.wait_device_ops()" in result.source and "maybe(2)" in result.source
+    left = {(f.code, f.message) for f in result.remaining}
+    assert ("T024", "hard() has no port; write it by hand") in left
+    assert ("T024", "maybe() turned out not to be portable") in left
+    assert not [f for f in result.remaining if f.internal_error]
+
+
+def test_unparsable_output_names_the_rule_and_the_line():
+    src = "import torch\ntorch.cuda.synchronize()\nx = 1\nboom\n"
+    with pytest.raises(engine.PorterError) as err:
+        engine.fix(src, opts(BreaksSyntax, RenameCuda))
+    message = str(err.value)
+    assert "the fix of T005 at line 4 produced code that does not parse" in message and "T001" not in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("line", ["return'a'", "y = x in'a'", "y = 'a'if c else'a'", "y = not'a'", "y = f('a')"])
+def test_quick_fix_text_edits_add_the_same_parentheses(line):
+    """The editor's one-line quick-fix (text edits of the replacement, porter.lsp) judges the
+    characters around the target on its line as the engine does."""
+    src = f"def f(x, c):\n    {line}\n"
+    an = lsp.analyze(src, Settings(), "q.py")
+    an.positions = engine.node_positions(an.module)
+    findings = engine.run_rules(an.module, [WordFor])
+    engine.attach_positions(an.module, findings)
+    want = engine.fix(src, opts(WordFor)).source
+    text = src
+    for finding in sorted(findings, key=lambda f: (f.position.line, f.position.column), reverse=True):
+        text = _apply_text_changes(text, lsp.fix_changes(an, finding))
+    assert text == want

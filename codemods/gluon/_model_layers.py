@@ -9,13 +9,15 @@ from typing import Optional
 import libcst as cst
 
 from porter.context import FileContext
+from porter.rules import NeedsHuman
 
 from . import _model
 from ._model import NOT_LITERAL, Bound, Size, code
 
 
-class Manual(Exception):
-    pass
+class Manual(NeedsHuman):
+    """This layer cannot be written in torch with the same semantics; the message says why
+    (a NeedsHuman: one that escapes the rule becomes a finding at the node)."""
 
 
 @dataclass

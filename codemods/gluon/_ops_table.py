@@ -28,10 +28,12 @@ from typing import Callable, Optional, Sequence
 
 import libcst as cst
 
+from porter.rules import NeedsHuman
+
 from ._model import NOT_LITERAL, Bound, bind, code, literal
 
 
-class Manual(Exception):
+class Manual(NeedsHuman):
     """This call cannot be translated with the same semantics; the message says why."""
 
 
