@@ -218,6 +218,8 @@ class OptimizerToOptax(Rule):
     valid = ["import optax\nfrom flax import nnx\noptimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)\n"]
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        from porter.codemods.gluon import _script
+
         # the Gluon front end's GluonAdam (a torch.optim.Adam with MXNet's epsilon placement):
         # its optax form, once every construction of it ports
         if self.ctx.parent is not self.ctx.module or not _optax.is_gluon_adam_class(node, self.ctx):
@@ -232,8 +234,6 @@ class OptimizerToOptax(Rule):
                 _optax.fold(self.ctx, plan)
             except ops.Manual:
                 return
-        from porter.codemods.gluon import _script
-
         new = _script.render("gluon_script_optim_jax.py.j2")
         self.report(node, "GluonAdam -> gluon_adam, an optax transformation with MXNet's Adam update",
                     Fix((Edit(node, cst.FlattenSentinel([new[0].with_changes(leading_lines=node.leading_lines)])),),
@@ -242,6 +242,9 @@ class OptimizerToOptax(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         qual = _optax.optimizer_qual(self.ctx, node.func)
         if qual not in _optax.OPTIMIZERS:
+            reason = _optax.unported_reason(qual)
+            if reason is not None:
+                ops.report_manual(self, node, reason)
             return
         plan = next((p for p in _optax.plans(self.ctx) if p.call is node), None)
         display = qual.replace("torch.optim.", "optim.").replace(_optax.GLUON_ADAM, "GluonAdam")
@@ -265,6 +268,17 @@ class OptimizerToOptax(Rule):
             new_sched = cst.parse_statement(sched_text).with_changes(leading_lines=plan.stmt.leading_lines)
             edits.append(Edit(plan.stmt, cst.FlattenSentinel([new_sched, new_opt])))
             edits.append(Edit(plan.scheduler_stmt, cst.RemoveFromParent()))
+        from porter.codemods.gluon import _script
+
+        helpers = [h for h in _optax.TORCH_TRANSFORMS if f"{h}(" in opt_text and not _script.defined_at_top(self.ctx, h)]
+        if helpers and plan is _first_needing_helpers(self.ctx):
+            # every helper the file's optimizers need, inserted once (by the first of them)
+            names = sorted({h for p in _optax.plans(self.ctx) for h in _optax.TORCH_TRANSFORMS
+                            if h in _helpers_of(self.ctx, p)} | set(helpers))
+            edits.append(Edit(self.ctx.module, _script.insert_before_defs(_script.render("jax_torch_optim.py.j2", names=names))))
+            used |= {"jax", "jax.numpy", "optax"} | ({"math"} if "torch_radam" in names else set())
+        elif helpers:
+            pass  # the first optimizer that needs them inserts them
         if plan.lambda_edit is not None:
             edits.append(Edit(*plan.lambda_edit))
         else:
@@ -279,6 +293,22 @@ class OptimizerToOptax(Rule):
                 module, _, short = name.rpartition(".")
                 removals.append((module, short))
         self.report(node, what, Fix(tuple(edits), imports=tuple(sorted(used)), remove_imports=tuple(removals)))
+
+
+def _helpers_of(ctx, plan) -> set:
+    """The port's own transformations (torch_nadam, ...) the plan's optimizer needs."""
+    try:
+        text = _optax.fold(ctx, plan)[1]
+    except ops.Manual:
+        return set()
+    return {h for h in _optax.TORCH_TRANSFORMS if f"{h}(" in text}
+
+
+def _first_needing_helpers(ctx):
+    for p in _optax.plans(ctx):
+        if _helpers_of(ctx, p):
+            return p
+    return None
 
 
 def _between_free_of(plan) -> bool:
