@@ -427,12 +427,13 @@ def _cyclic(b: Bound, what: str) -> str:
         fn = f"1 / (2.0 ** ({cycle} - 1))"
     else:
         fn = f"{b.atom('gamma') if b.has('gamma') else '1.0'} ** step"
+    times = "" if fn == "1.0" else f" * {fn}"
     if what == "lr":
         lo, hi = b.atom("base_lr"), b.atom("max_lr")
-        return f"{lo} + ({hi} - {lo}) * {scale} * {fn}"
+        return f"{lo} + ({hi} - {lo}) * {scale}{times}"
     m_lo = b.atom("base_momentum") if b.has("base_momentum") else "0.8"
     m_hi = b.atom("max_momentum") if b.has("max_momentum") else "0.9"
-    return f"{m_hi} - ({m_hi} - {m_lo}) * {scale} * {fn}"
+    return f"{m_hi} - ({m_hi} - {m_lo}) * {scale}{times}"
 
 
 def momentum_schedule(kind: str, b: Bound) -> Optional[str]:

@@ -13,10 +13,10 @@ class LRScheduler(Rule):
     """
     ## What it does
     Reports torch LR schedulers that porter cannot fold into the optimizer's optax schedule
-    (JX201 folds StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, OneCycleLR with
-    `cycle_momentum=False` and LambdaLR): a LambdaLR function that reads the step on the host
+    (JX201 folds StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, LinearLR, ConstantLR,
+    PolynomialLR, CosineAnnealingWarmRestarts, CyclicLR, OneCycleLR and LambdaLR): a LambdaLR function that reads the step on the host
     (`int(step)`, `and`/`or` on it, loops: a traced step count cannot), ReduceLROnPlateau (it reads the
-    validation loss), chained or sequential schedulers, OneCycleLR cycling the momentum, a
+    validation loss), chained or sequential schedulers, a scheduler cycling RMSprop's momentum, a
     scheduler whose optimizer porter cannot see, or one whose `step()` porter cannot place
     relative to the optimizer updates. The line is marked `# porter: manual`.
 
