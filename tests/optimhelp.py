@@ -15,18 +15,23 @@ def training_script(optimizer: str, scheduler=None, when=None, epochs_var: str =
     if when == "function":
         lines += ["def train_epoch(model, loader, optimizer):", "    for x, y in loader:", "        optimizer.zero_grad()",
                   "        loss_fn(model(x), y).backward()", "        optimizer.step()", ""]
+    if when == "global":  # the epoch's function loops over the module's loader
+        lines += ["def train_epoch(epoch):", "    for x, y in train_loader:", "        optimizer.zero_grad()",
+                  "        loss_fn(model(x), y).backward()", "        optimizer.step()", ""]
     lines.append(f"optimizer = {optimizer}")
     if scheduler:
         lines.append(f"scheduler = {scheduler}")
     lines += ["", f"for epoch in range({epochs_var}):"]
     if when == "function":
         lines.append("    train_epoch(model, train_loader, optimizer)")
+    elif when == "global":
+        lines.append("    train_epoch(epoch)")
     else:
         lines += ["    for x, y in train_loader:", "        optimizer.zero_grad()", "        loss = loss_fn(model(x), y)",
                   "        loss.backward()", "        optimizer.step()"]
         if when == "batch":
             lines.append(f"        scheduler.step({step_arg})")
-    if when in ("epoch", "function"):
+    if when in ("epoch", "function", "global"):
         lines.append(f"    scheduler.step({step_arg})")
     return "\n".join(lines) + "\n"
 

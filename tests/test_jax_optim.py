@@ -52,6 +52,7 @@ SCHEDULERS = {  # name: (constructor, stepped per "epoch" / "batch" / epoch arou
     "warm_restarts": (f"{S}.CosineAnnealingWarmRestarts(optimizer, T_0=2)", "epoch"),
     "warm_restarts_mult": (f"{S}.CosineAnnealingWarmRestarts(optimizer, T_0=1, T_mult=2, eta_min=0.001)", "batch"),
     "warm_restarts_function": (f"{S}.CosineAnnealingWarmRestarts(optimizer, 3, 1, 0.01)", "function"),
+    "cosine_global_function": (f"{S}.CosineAnnealingLR(optimizer, T_max=3)", "global"),
     "cyclic": (f"{S}.CyclicLR(optimizer, base_lr=0.01, max_lr=0.1, step_size_up=3, cycle_momentum=False)", "batch"),
     "cyclic_momentum_tri2": (f"{S}.CyclicLR(optimizer, 0.01, 0.1, step_size_up=2, step_size_down=3, mode='triangular2')", "batch"),
     "cyclic_momentum_exp": (f"{S}.CyclicLR(optimizer, 0.005, 0.05, step_size_up=4, mode='exp_range', gamma=0.9, "
@@ -69,7 +70,7 @@ PAIRS += [("adadelta_opts", "step"), ("adagrad_opts", "step"), ("adamax", "step"
 PAIRS += [("sgd", s) for s in ("linear", "linear_default_batch", "linear_down", "constant", "constant_default_batch", "polynomial",
                                "polynomial_default_batch", "warm_restarts", "warm_restarts_mult", "cyclic",
                                "onecycle_cos_three_plain")]
-PAIRS += [("sgd_momentum", "warm_restarts_function"), ("sgd_momentum", "cyclic_momentum_tri2"),
+PAIRS += [("sgd_momentum", "warm_restarts_function"), ("sgd_nesterov_wd", "cosine_global_function"), ("sgd_momentum", "cyclic_momentum_tri2"),
           ("sgd_nesterov_wd", "onecycle_linear_three"), ("sgd_momentum", "onecycle_momentum"), ("sgd", "onecycle_epochs"),
           ("adam", "onecycle_momentum"), ("adam", "cyclic_momentum_exp"), ("adamw", "onecycle_momentum"),
           ("adamw", "onecycle_linear_three")]

@@ -791,8 +791,28 @@ def _loader_in_function(fn: cst.FunctionDef, call: cst.Call, optimizer_target: s
             a = astutil.arg(call, it.value, idx)
             if a is not None and isinstance(a.value, (cst.Name, cst.Attribute)):
                 return f"len({code(a.value)})"
+        elif isinstance(it, (cst.Name, cst.Attribute)) and _root(it) not in params and _root(it) not in _locals(fn):
+            return f"len({code(it)})"  # a loader of the module (`for x, y in trainloader:` in `def train(epoch)`)
         return None
     return None
+
+
+def _root(node: cst.CSTNode) -> str:
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return node.value if isinstance(node, cst.Name) else ""
+
+
+def _locals(fn: cst.FunctionDef) -> set:
+    """Names the function binds by assignment or as loop targets (not its globals)."""
+    out = set()
+    for n in astutil.walk(fn.body):
+        if isinstance(n, cst.Assign):
+            for t in n.targets:
+                out |= {x.value for x in astutil.walk(t.target) if isinstance(x, cst.Name)}
+        elif isinstance(n, (cst.For, cst.AugAssign, cst.AnnAssign)):
+            out |= {x.value for x in astutil.walk(n.target) if isinstance(x, cst.Name)}
+    return out
 
 
 def fold(ctx: FileContext, p: Plan):
