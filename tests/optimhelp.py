@@ -61,7 +61,7 @@ class Recorder:
             yield torch.from_numpy(x), torch.from_numpy(y)
 
 
-def torch_trace(src: str, epochs: int = EPOCHS, batches: int = BATCHES) -> list:
+def torch_trace(src: str, epochs: int = EPOCHS, batches: int = BATCHES, extra=None) -> list:
     """The parameters before every update of the original script, and after the last."""
     import torch
 
@@ -71,7 +71,7 @@ def torch_trace(src: str, epochs: int = EPOCHS, batches: int = BATCHES) -> list:
         model.weight.copy_(torch.from_numpy(w0))
         model.bias.copy_(torch.from_numpy(b0))
     trace: list = []
-    ns = {"model": model, "EPOCHS": epochs, "loss_fn": lambda out, y: ((out - y) ** 2).mean()}
+    ns = {"model": model, "EPOCHS": epochs, "loss_fn": lambda out, y: ((out - y) ** 2).mean(), **(extra or {})}
     ns["train_loader"] = Recorder(data, model, trace)
     exec(compile(src, "<torch>", "exec"), ns)
     trace.append(np.concatenate([p.detach().numpy().ravel() for p in model.parameters()]))
@@ -97,7 +97,7 @@ def flat(m) -> np.ndarray:
     return np.concatenate([np.asarray(m.weight[...]).ravel(), np.asarray(m.bias[...]).ravel()])
 
 
-def jax_trace(head: str, epochs: int = EPOCHS, batches: int = BATCHES, per_epoch=None) -> list:
+def jax_trace(head: str, epochs: int = EPOCHS, batches: int = BATCHES, per_epoch=None, extra=None) -> list:
     """The port's optimizer (and schedule) built by ``head`` (the ported script up to its
     loop), driven by the same updates; ``per_epoch(namespace, epoch)`` runs after each epoch
     (a host-side scheduler step)."""
@@ -107,7 +107,7 @@ def jax_trace(head: str, epochs: int = EPOCHS, batches: int = BATCHES, per_epoch
 
     w0, b0, data = problem(batches)
     model = jax_model(w0, b0)
-    ns = {"model": model, "train_loader": data, "EPOCHS": epochs}
+    ns = {"model": model, "train_loader": data, "EPOCHS": epochs, **(extra or {})}
     exec(compile(head, "<port>", "exec"), ns)
     optimizer = ns["optimizer"]
     trace = []

@@ -121,3 +121,28 @@ def test_scheduler_stepped_with_an_argument_is_not_folded():
     result = engine.fix(src, engine.Options(JAX_RULES, unsafe_fixes=True))
     assert "scheduler.step(epoch + 1)" in result.source
     assert any(f.code == "JX201" and "given the epoch" in f.message for f in result.remaining), result.remaining
+
+
+# ReduceLROnPlateau: the port's host-side TorchReduceLROnPlateau, stepped once per epoch with
+# a metric (here a fixed series, so that both sides see the same values)
+PLATEAU = {
+    "min_rel": ("patience=0, factor=0.5", [1.0, 1.0, 0.9, 0.95]),
+    "defaults_patience": ("patience=1", [1.0, 1.1, 1.2, 1.3]),
+    "max_abs_cooldown": ("'max', factor=0.3, patience=0, threshold=0.05, threshold_mode='abs', cooldown=1", [0.5, 0.52, 0.53, 0.54]),
+    "min_lr": ("factor=0.1, patience=0, min_lr=0.02", [3.0, 3.0, 3.0, 3.0]),
+}
+
+
+@pytest.mark.parametrize("opt", ["sgd_momentum", "adam"])
+@pytest.mark.parametrize("case", list(PLATEAU), ids=[f"JX201-plateau-{c}" for c in PLATEAU])
+def test_reduce_lr_on_plateau(case, opt):
+    args, metrics = PLATEAU[case]
+    src = training_script(OPTIMIZERS[opt], f"{S}.ReduceLROnPlateau(optimizer, {args})", "epoch", step_arg="METRICS[epoch]")
+    result = engine.fix(src, engine.Options(JAX_RULES, unsafe_fixes=True))
+    assert not [f for f in result.remaining if f.code.startswith("JX2")], result.remaining
+    assert "inject_hyperparams" in result.source and "scheduler = TorchReduceLROnPlateau(optimizer, " in result.source
+    assert "scheduler.step(METRICS[epoch])" in result.source
+    head = result.source.split("\nfor epoch", 1)[0]
+    extra = {"METRICS": metrics}
+    trace_j = jax_trace(head, per_epoch=lambda ns, epoch: ns["scheduler"].step(metrics[epoch]), extra=extra)
+    assert_same_traces(torch_trace(src, extra=extra), trace_j)

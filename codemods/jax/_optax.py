@@ -27,7 +27,7 @@ import libcst as cst
 from porter import astutil
 from porter.context import FileContext
 
-from ._ops_table import NOT_LITERAL, Bound, Manual, Sig, atom, bind, code, literal
+from ._ops_table import NOT_LITERAL, Bound, Manual, Sig, atom, bare, bind, code, literal
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ UNPORTED = {
                   "which also moves the rows a batch did not touch)",
 }
 # the port's own transformations for optimizers optax has no exact form of (templates/jax_torch_optim.py.j2)
-TORCH_TRANSFORMS = ("torch_adagrad", "torch_nadam", "torch_radam", "torch_rprop")
+TORCH_TRANSFORMS = ("torch_adagrad", "torch_nadam", "torch_radam", "torch_rprop", "TorchReduceLROnPlateau")
 for _k in list(OPTIMIZERS):
     _short = _k.rsplit(".", 1)[1]
     OPTIMIZERS[f"torch.optim.{_short.lower()}.{_short}"] = OPTIMIZERS[_k]  # torch.optim.sgd.SGD
@@ -617,6 +617,7 @@ class Plan:
     scheduler_target: Optional[str] = None
     scheduler_error: Optional[str] = None  # why the scheduler cannot be folded in
     lambda_edit: Optional[tuple] = None  # LambdaLR: (the user's def, its traceable version)
+    scheduler_after: bool = False  # the scheduler's statement reads the optimizer (ReduceLROnPlateau)
 
 
 def _assign_of(stmt: cst.CSTNode) -> Optional[tuple[str, cst.Call]]:
@@ -836,6 +837,8 @@ def fold(ctx: FileContext, p: Plan):
             raise Manual(p.scheduler_error)
         sq = ctx.qualname(p.scheduler_call.func) or ""
         kind = sq.rsplit(".", 1)[1]
+        if kind == "ReduceLROnPlateau":
+            return _plateau(ctx, p, b, lr, used)
         if kind not in SCHEDULERS:
             raise Manual(f"{kind} is not ported (porter ports {', '.join(SCHEDULERS)})")
         sb = bind(p.scheduler_call, SCHEDULERS[kind], ctx)
@@ -865,6 +868,30 @@ def fold(ctx: FileContext, p: Plan):
     nnx = ctx.module_alias("flax.nnx")
     used.add("flax.nnx")
     return sched_text, f"{p.target} = {nnx}.Optimizer({model}, {tx}, wrt={nnx}.Param)", used
+
+
+_PLATEAU = Sig.parse("optimizer, mode, factor, patience, threshold, threshold_mode, cooldown, min_lr, eps, verbose")
+
+
+def _plateau(ctx: FileContext, p: Plan, b: Bound, lr: str, used: set):
+    """ReduceLROnPlateau: the optimizer keeps its rate in optax.inject_hyperparams state and the
+    scheduler becomes the port's host-side TorchReduceLROnPlateau on it (templates/
+    jax_torch_optim.py.j2), built after the optimizer; ``scheduler.step(metric)`` stays."""
+    sb = bind(p.scheduler_call, _PLATEAU, ctx)
+    if sb.has("min_lr") and isinstance(sb.lit("min_lr"), (list, tuple)):
+        raise Manual("min_lr= per parameter group is not ported")
+    sb.args.pop("verbose", None)
+    for _loop, call in _sched_steps(ctx.module, p.scheduler_target):
+        if len(call.args) != 1 or call.args[0].keyword is not None:
+            raise Manual(f"{p.scheduler_target}.step() is not given the metric alone")
+    tx = inject_learning_rate(transformation(p.qual, b, lr), b.optax)
+    used |= b.used | {"optax"}
+    args = [p.target] + [f"{k}={bare(v)}" for k, v in sb.args.items() if k != "optimizer"]
+    p.scheduler_after = True
+    nnx = ctx.module_alias("flax.nnx")
+    used.add("flax.nnx")
+    return (f"{p.scheduler_target} = TorchReduceLROnPlateau({', '.join(args)})",
+            f"{p.target} = {nnx}.Optimizer({model_of(astutil.arg(p.call, 'params', 0).value)}, {tx}, wrt={nnx}.Param)", used)
 
 
 def folded_schedules(ctx: FileContext) -> frozenset:

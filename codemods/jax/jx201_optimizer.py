@@ -31,7 +31,7 @@ class OptimizerToOptax(Rule):
 
     A learning-rate scheduler built on the optimizer (StepLR, MultiStepLR, ExponentialLR,
     CosineAnnealingLR, LinearLR, ConstantLR, PolynomialLR, CosineAnnealingWarmRestarts,
-    CyclicLR, OneCycleLR, LambdaLR) is folded in: its statement becomes the optax
+    CyclicLR, OneCycleLR, LambdaLR; ReduceLROnPlateau below) is folded in: its statement becomes the optax
     schedule (`scheduler = optax.exponential_decay(...)`), placed before the optimizer (or
     both where the scheduler was, when the code between them does not use the optimizer),
     and the optimizer takes it as learning rate. LambdaLR(optimizer, f) becomes
@@ -54,11 +54,15 @@ class OptimizerToOptax(Rule):
     the rate). OneCycleLR and CyclicLR cycle the momentum unless `cycle_momentum=False`:
     SGD's momentum or Adam's beta1 then is a schedule too, through
     `optax.inject_hyperparams(optax.sgd)(learning_rate=..., momentum=...)`.
+    ReduceLROnPlateau reads a metric each epoch, on the host: the optimizer keeps its rate in
+    `optax.inject_hyperparams` state and the scheduler becomes `TorchReduceLROnPlateau(optimizer,
+    ...)` (emitted into the port, torch's arguments and rules), built after the optimizer;
+    `scheduler.step(val_loss)` stays and writes the new rate into the optimizer's state (no
+    new compilation).
 
     Options with no exact optax counterpart (SGD dampening, amsgrad, maximize, parameter
     groups, a scheduler that cycles RMSprop's momentum, a LambdaLR function porter cannot make
-    traceable, other schedulers (SequentialLR, ChainedScheduler, ReduceLROnPlateau,
-    MultiplicativeLR), a scheduler stepped with an argument (`scheduler.step(epoch + i / n)`),
+    traceable, other schedulers (SequentialLR, ChainedScheduler, MultiplicativeLR), a scheduler stepped with an argument (`scheduler.step(epoch + i / n)`),
     a schedule whose steps per epoch porter cannot see, Rprop and ASGD under a scheduler)
     leave the optimizer in place, marked `# porter: manual`, with the reason.
 
@@ -320,7 +324,12 @@ class OptimizerToOptax(Rule):
             return
         new_opt = cst.parse_statement(opt_text)
         edits = []
-        if sched_text is not None and _between_free_of(plan):
+        if sched_text is not None and plan.scheduler_after:
+            # the scheduler reads the optimizer (ReduceLROnPlateau): the optimizer where it was,
+            # the scheduler where it was
+            edits.append(Edit(plan.scheduler_stmt, cst.parse_statement(sched_text).with_changes(
+                leading_lines=plan.scheduler_stmt.leading_lines, trailing_whitespace=plan.scheduler_stmt.trailing_whitespace)))
+        elif sched_text is not None and _between_free_of(plan):
             # code between the two (a LambdaLR's function, the numbers it reads) does not use the
             # optimizer: both go where the scheduler was, after what the schedule reads
             new_sched = cst.parse_statement(sched_text).with_changes(leading_lines=plan.scheduler_stmt.leading_lines)
@@ -332,7 +341,8 @@ class OptimizerToOptax(Rule):
             edits.append(Edit(plan.scheduler_stmt, cst.RemoveFromParent()))
         from porter.codemods.gluon import _script
 
-        helpers = [h for h in _optax.TORCH_TRANSFORMS if f"{h}(" in opt_text and not _script.defined_at_top(self.ctx, h)]
+        helpers = [h for h in _optax.TORCH_TRANSFORMS if f"{h}(" in opt_text + (sched_text or "")
+                   and not _script.defined_at_top(self.ctx, h)]
         if helpers and plan is _first_needing_helpers(self.ctx):
             # every helper the file's optimizers need, inserted once (by the first of them)
             names = sorted({h for p in _optax.plans(self.ctx) for h in _optax.TORCH_TRANSFORMS
@@ -343,7 +353,7 @@ class OptimizerToOptax(Rule):
             pass  # the first optimizer that needs them inserts them
         if plan.lambda_edit is not None:
             edits.append(Edit(*plan.lambda_edit))
-        else:
+        elif sched_text is None or plan.scheduler_after:
             edits.append(Edit(plan.stmt, new_opt.with_changes(leading_lines=plan.stmt.leading_lines,
                                                               trailing_whitespace=plan.stmt.trailing_whitespace)))
         what = f"{display} -> nnx.Optimizer with optax" + (" (scheduler folded in as the learning-rate schedule)" if sched_text else "")
@@ -360,9 +370,10 @@ class OptimizerToOptax(Rule):
 def _helpers_of(ctx, plan) -> set:
     """The port's own transformations (torch_nadam, ...) the plan's optimizer needs."""
     try:
-        text = _optax.fold(ctx, plan)[1]
+        sched, text, _ = _optax.fold(ctx, plan)
     except ops.Manual:
         return set()
+    text += sched or ""
     return {h for h in _optax.TORCH_TRANSFORMS if f"{h}(" in text}
 
 
