@@ -41,7 +41,8 @@ def left(result) -> list[tuple[int, str]]:
     "model = Net()\nmodel.eval()\nwith torch.no_grad():\n    for x, y in test_loader:\n        out = model(x)\n        print(torch.max(out.data, 1))\n",
     "model = Net()\n\ndef test(model, loader):\n    model.eval()\n    with torch.no_grad():\n        correct = 0\n        for x, y in loader:\n            out = model(x)\n            correct += (out.argmax(1) == y).sum().item()\n    return correct\n",
     "model = Net()\nmodel.eval()\nwith torch.inference_mode():\n    for batch in test_loader:\n        logits = model(batch[0])\n",
-], ids=["module-no-grad", "function-no-grad", "inference-mode"])
+    "model = Net()\nwith torch.no_grad():\n    total = 0\n    for x, y in test_loader:\n        out = model(x)\n        total += out.shape[0]\n",
+], ids=["module-no-grad", "function-no-grad", "inference-mode", "no-grad-without-eval-call"])
 def test_eval_step_is_defined_where_it_is_called(body):
     result = port(body)
     assert "eval_step(model, " in result.source

@@ -39,7 +39,7 @@ class EvalStep(Rule):
     target = "jax"
     summary = "output = model(x) in an evaluation loop -> output = eval_step(model, x) (@nnx.jit)"
     severity = Severity.WARNING
-    needs_text = (".eval()", "no_grad", "inference_mode")
+    needs_text = (".eval()", "no_grad", "inference_mode", "eval_step(")
     examples = [
         Example(
             """
