@@ -53,7 +53,9 @@ class TorchLeft(Rule):
       `.size()`, ...) used on a value the port computes in JAX: the result of a jitted
       function, of an NNX model of the file, or of a `jax.*` / `jnp.*` call.
 
-    Code inside the file's `torch.utils.data.Dataset` / `Sampler` classes is the input
+    Only files that are ports (they import jax / flax / optax: the other rules' fixes add the
+    imports) are read; in a torch file the other rules' own findings say what to port. Code
+    inside the file's `torch.utils.data.Dataset` / `Sampler` classes is the input
     pipeline and not reported. A line another rule already marked `# porter: manual` is not
     reported again.
 
@@ -148,8 +150,8 @@ class TorchLeft(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         ctx = self.ctx
-        if not any(q.startswith(("torch", "flax", "jax", "optax")) for q in ctx.aliases.values()):
-            return
+        if not any(q.split(".")[0] in ("flax", "jax", "optax") for q in ctx.aliases.values()):
+            return  # not a port (yet): the other rules' findings say what to port
         jitted = _jitted_functions(ctx)
         models = set(_nnx.module_classes(ctx))
         self._walk(node, jitted, models, skip=False)
