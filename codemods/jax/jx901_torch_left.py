@@ -51,7 +51,10 @@ class TorchLeft(Rule):
       `.requires_grad_()`, hooks;
     - tensor attributes JAX arrays lack (`.data`, `.grad`, `.cpu()`, `.detach()`, `.numpy()`,
       `.size()`, ...) used on a value the port computes in JAX: the result of a jitted
-      function, of an NNX model of the file, or of a `jax.*` / `jnp.*` call.
+      function, of an NNX model of the file, or of a `jax.*` / `jnp.*` call;
+    - a batch of a torch `DataLoader` given to a jitted function as it comes (a torch tensor)
+      instead of as numpy (`x = x.numpy()` at the boundary, as JX303 writes where the original
+      moved the batch to a device).
 
     Only files that are ports (they import jax / flax / optax: the other rules' fixes add the
     imports) are read; in a torch file the other rules' own findings say what to port. Code
@@ -155,6 +158,39 @@ class TorchLeft(Rule):
         jitted = _jitted_functions(ctx)
         models = set(_nnx.module_classes(ctx))
         self._walk(node, jitted, models, skip=False)
+        self._loader_batches(node, jitted)
+
+    def _loader_batches(self, module: cst.Module, jitted: set) -> None:
+        """A batch of a torch DataLoader given to a jitted function as it comes (a torch tensor:
+        jit cannot take it) rather than as numpy (`x = x.numpy()` first)."""
+        if not jitted:
+            return
+        loaders = _loader_names(self.ctx)
+        for loop in astutil.walk(module, into_functions=True):
+            if not isinstance(loop, cst.For) or _code(_strip_iter(loop.iter)) not in loaders:
+                continue
+            batch = {n.value for n in astutil.walk(loop.target) if isinstance(n, cst.Name)}
+            for stmt in _statements(loop):
+                if _marked(stmt):
+                    continue
+                for n in _own_nodes(stmt):
+                    if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in jitted:
+                        for a in n.args:
+                            if isinstance(a.value, cst.Name) and a.value.value in batch:
+                                self.report(a.value, f"{a.value.value} is a batch of the torch DataLoader, still a torch "
+                                                     f"tensor: {n.func.value} is jitted and takes numpy or JAX arrays "
+                                                     f"({a.value.value} = {a.value.value}.numpy() before the call)")
+                if isinstance(stmt, cst.SimpleStatementLine):
+                    for small in stmt.body:
+                        if isinstance(small, cst.Assign):
+                            bound = {x.value for t in small.targets for x in astutil.walk(t.target) if isinstance(x, cst.Name)}
+                            if any(isinstance(c, cst.Call) and (astutil.method_name(c) == "numpy" or (
+                                    self.ctx.qualname(c.func) or "") in ("numpy.asarray", "numpy.array", "jax.numpy.asarray",
+                                                                         "jax.numpy.array"))
+                                   for c in astutil.walk(small.value)):
+                                batch -= bound  # converted at the boundary
+                            elif not any(isinstance(x, cst.Name) and x.value in batch for x in astutil.walk(small.value)):
+                                batch -= bound  # rebound to something else
 
     # ------------------------------------------------------------------------------
     def _walk(self, root: cst.CSTNode, jitted: set, models: set, skip: bool) -> None:
@@ -347,6 +383,24 @@ def _jax_values(scope: cst.CSTNode, ctx, jitted: set, models: set) -> set:
                 for nm in names:
                     (jax_names if is_jax else other).add(nm.value)
     return (jax_names - other) - model_names
+
+
+def _strip_iter(node: cst.CSTNode) -> cst.CSTNode:
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("enumerate", "tqdm", "iter") \
+            and node.args:
+        node = node.args[0].value
+    return node
+
+
+def _loader_names(ctx) -> set:
+    """Names the file binds to a torch DataLoader(...)."""
+    out = set()
+    for n in astutil.walk(ctx.module, into_functions=True):
+        if isinstance(n, cst.Assign) and isinstance(n.value, cst.Call):
+            qual = ctx.qualname(n.value.func) or ""
+            if qual.startswith("torch.utils.data") and qual.endswith("DataLoader"):
+                out |= {_code(t.target) for t in n.targets}
+    return out
 
 
 def _torch_source(stmt: cst.CSTNode, model: cst.CSTNode, ctx) -> Optional[str]:
