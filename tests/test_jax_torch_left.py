@@ -133,6 +133,7 @@ def test_the_input_pipeline_is_not_reported():
         model = Net()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         for x, y in loader:
+            x, y = x.to(device), y.to(device)  # JX303: the batch crosses into the jitted step as numpy
             optimizer.zero_grad()
             loss = ((model(x) - 1) ** 2).mean()
             loss.backward()
