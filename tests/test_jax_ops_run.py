@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 # about a thousand small cases (~3 minutes in all on 2 cores): the module is slow, each case is not
 pytestmark = pytest.mark.slow
 
+from optimhelp import assert_same_traces, jax_trace, torch_trace, training_script  # noqa: E402
 from porter import engine, registry  # noqa: E402
 from porter._layout import mapped_package  # noqa: E402
 
@@ -215,7 +216,6 @@ SCHEDULERS = {  # name: (constructor, stepped per "epoch" or per "batch")
     "step_per_batch": ("torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.7)", "batch"),
     "step_in_function": ("torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.6)", "function"),
 }
-EPOCHS, BATCHES = 4, 5  # 20 optimizer steps
 OPT_PAIRS = [pytest.param(o, s, id=f"JX201-{o}-{s}") for o in OPTIMIZERS for s in ("none", "step")]
 OPT_PAIRS += [pytest.param(o, s, id=f"JX201-{o}-{s}") for o, s in [
     ("sgd_momentum", "multistep"), ("sgd_momentum", "exponential"), ("sgd_momentum", "cosine"), ("adam", "cosine_eta_min"),
@@ -224,101 +224,13 @@ OPT_PAIRS += [pytest.param(o, s, id=f"JX201-{o}-{s}") for o, s in [
 ]]
 
 
-def training_script(opt: str, sched: str) -> str:
-    ctor, when = SCHEDULERS[sched]
-    lines = ["import torch", ""]
-    if when == "function":
-        lines += ["def train_epoch(model, loader, optimizer):", "    for x, y in loader:", "        optimizer.zero_grad()",
-                  "        loss_fn(model(x), y).backward()", "        optimizer.step()", ""]
-    lines.append(f"optimizer = {OPTIMIZERS[opt]}")
-    if ctor:
-        lines.append(f"scheduler = {ctor}")
-    lines += ["", "for epoch in range(EPOCHS):"]
-    if when == "function":
-        lines.append("    train_epoch(model, train_loader, optimizer)")
-    else:
-        lines += ["    for x, y in train_loader:", "        optimizer.zero_grad()", "        loss = loss_fn(model(x), y)",
-                  "        loss.backward()", "        optimizer.step()"]
-        if when == "batch":
-            lines.append("        scheduler.step()")
-    if when in ("epoch", "function"):
-        lines.append("    scheduler.step()")
-    return "\n".join(lines) + "\n"
-
-
-def _problem():
-    rng = np.random.default_rng(7)
-    w0 = rng.standard_normal((2, 3)).astype(np.float32)
-    b0 = rng.standard_normal(2).astype(np.float32)
-    batches = [(rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((4, 2)).astype(np.float32)) for _ in range(BATCHES)]
-    return w0, b0, batches
-
-
-class _Recorder:
-    """The torch side's train_loader: records the parameters before each batch."""
-
-    def __init__(self, batches, model, trace):
-        self.batches, self.model, self.trace = batches, model, trace
-
-    def __len__(self):
-        return len(self.batches)
-
-    def __iter__(self):
-        for x, y in self.batches:
-            self.trace.append(np.concatenate([p.detach().numpy().ravel().copy() for p in self.model.parameters()]))
-            yield torch.from_numpy(x), torch.from_numpy(y)
-
-
 @pytest.mark.parametrize("opt,sched", OPT_PAIRS)
 def test_optimizer_and_scheduler(opt, sched):
-    from flax import nnx
-
-    jnp = jax.numpy
-    src = training_script(opt, sched)
+    src = training_script(OPTIMIZERS[opt], *SCHEDULERS[sched])
     result = engine.fix(src, engine.Options(RULES + tuple(r for r in registry.rules_for("jax") if r.code.startswith("JX2"))))
     assert "nnx.Optimizer(model" in result.source, result.source
     assert not [f for f in result.remaining if f.code.startswith("JX2")], result.remaining
     head = result.source.split("\nfor epoch", 1)[0]
     assert "torch.optim" not in head, head
 
-    w0, b0, batches = _problem()
-    # torch: the original script
-    model = torch.nn.Linear(3, 2)
-    with torch.no_grad():
-        model.weight.copy_(torch.from_numpy(w0))
-        model.bias.copy_(torch.from_numpy(b0))
-    trace_t: list = []
-    ns = {"model": model, "EPOCHS": EPOCHS, "loss_fn": lambda out, y: ((out - y) ** 2).mean()}
-    ns["train_loader"] = _Recorder(batches, model, trace_t)
-    exec(compile(src, "<torch>", "exec"), ns)
-    trace_t.append(np.concatenate([p.detach().numpy().ravel() for p in model.parameters()]))
-
-    # JAX: the port's optimizer (and schedule), driven by the same loop
-    class Linear(nnx.Module):
-        def __init__(self):
-            self.weight = nnx.Param(jnp.asarray(w0))
-            self.bias = nnx.Param(jnp.asarray(b0))
-
-        def __call__(self, x):
-            return x @ self.weight.T + self.bias
-
-    jmodel = Linear()
-    jns = {"model": jmodel, "train_loader": batches, "EPOCHS": EPOCHS}
-    exec(compile(head, "<port>", "exec"), jns)
-    optimizer = jns["optimizer"]
-    trace_j = []
-
-    def flat(m):
-        return np.concatenate([np.asarray(m.weight[...]).ravel(), np.asarray(m.bias[...]).ravel()])
-
-    for _ in range(EPOCHS):
-        for x, y in batches:
-            trace_j.append(flat(jmodel))
-            grads = nnx.grad(lambda m: jnp.mean((m(jnp.asarray(x)) - jnp.asarray(y)) ** 2))(jmodel)
-            optimizer.update(jmodel, grads)
-    trace_j.append(flat(jmodel))
-    assert len(trace_t) == len(trace_j) == EPOCHS * BATCHES + 1
-    for step, (t, j) in enumerate(zip(trace_t, trace_j)):
-        # relative to the parameters' scale (an element crossing zero has no relative error)
-        err = np.max(np.abs(j - t)) / np.max(np.abs(t))
-        assert err <= 1e-5, f"parameters after {step} steps: relative error {err:.2e}\ntorch {t}\nport  {j}"
+    assert_same_traces(torch_trace(src), jax_trace(head))

@@ -27,7 +27,7 @@ import libcst as cst
 from porter import astutil
 from porter.context import FileContext
 
-from ._ops_table import NOT_LITERAL, Bound, Manual, Sig, atom, bind, code, literal
+from ._ops_table import NOT_LITERAL, Bound, Manual, Sig, atom, bare, bind, code, literal
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,24 @@ OPTIMIZERS = {
     "torch.optim.Adam": OptimizerSpec(Sig.parse("params, lr, betas, eps, weight_decay, amsgrad, *, foreach, maximize, capturable, differentiable, fused, decoupled_weight_decay"), "0.001"),
     "torch.optim.AdamW": OptimizerSpec(Sig.parse("params, lr, betas, eps, weight_decay, amsgrad, *, maximize, foreach, capturable, differentiable, fused"), "0.001"),
     "torch.optim.RMSprop": OptimizerSpec(Sig.parse("params, lr, alpha, eps, weight_decay, momentum, centered, capturable, foreach, maximize, differentiable"), "0.01"),
+    "torch.optim.Adadelta": OptimizerSpec(Sig.parse("params, lr, rho, eps, weight_decay, foreach, *, capturable, maximize, differentiable"), "1.0"),
+    "torch.optim.Adagrad": OptimizerSpec(Sig.parse("params, lr, lr_decay, weight_decay, initial_accumulator_value, eps, foreach, *, maximize, differentiable, fused"), "0.01"),
+    "torch.optim.Adamax": OptimizerSpec(Sig.parse("params, lr, betas, eps, weight_decay, foreach, *, maximize, differentiable, capturable"), "0.002"),
+    "torch.optim.NAdam": OptimizerSpec(Sig.parse("params, lr, betas, eps, weight_decay, momentum_decay, decoupled_weight_decay, *, foreach, maximize, capturable, differentiable"), "0.002"),
+    "torch.optim.RAdam": OptimizerSpec(Sig.parse("params, lr, betas, eps, weight_decay, decoupled_weight_decay, *, foreach, maximize, capturable, differentiable"), "0.001"),
+    "torch.optim.ASGD": OptimizerSpec(Sig.parse("params, lr, lambd, alpha, t0, weight_decay, foreach, maximize, differentiable, capturable"), "0.01"),
+    "torch.optim.Rprop": OptimizerSpec(Sig.parse("params, lr, etas, step_sizes, *, capturable, foreach, maximize, differentiable"), "0.01"),
 }
+# torch.optim optimizers porter does not port, and why (JX201 reports them at the line)
+UNPORTED = {
+    "LBFGS": "torch.optim.LBFGS runs its closure several times per step (line search, max_iter inner iterations); "
+             "optax.lbfgs takes one gradient per update and its own line search: write the loop with "
+             "optax.lbfgs and optax.value_and_grad_from_state by hand",
+    "SparseAdam": "SparseAdam updates only the rows of sparse gradients; JAX gradients are dense (use optax.adam, "
+                  "which also moves the rows a batch did not touch)",
+}
+# the port's own transformations for optimizers optax has no exact form of (templates/jax_torch_optim.py.j2)
+TORCH_TRANSFORMS = ("torch_adagrad", "torch_nadam", "torch_radam", "torch_rprop", "TorchReduceLROnPlateau")
 for _k in list(OPTIMIZERS):
     _short = _k.rsplit(".", 1)[1]
     OPTIMIZERS[f"torch.optim.{_short.lower()}.{_short}"] = OPTIMIZERS[_k]  # torch.optim.sgd.SGD
@@ -77,6 +94,12 @@ SCHEDULERS = {
     "OneCycleLR": Sig.parse("optimizer, max_lr, total_steps, epochs, steps_per_epoch, pct_start, anneal_strategy, cycle_momentum, "
                             "base_momentum, max_momentum, div_factor, final_div_factor, three_phase, last_epoch, verbose"),
     "LambdaLR": Sig.parse("optimizer, lr_lambda, last_epoch, verbose"),
+    "LinearLR": Sig.parse("optimizer, start_factor, end_factor, total_iters, last_epoch, verbose"),
+    "ConstantLR": Sig.parse("optimizer, factor, total_iters, last_epoch, verbose"),
+    "PolynomialLR": Sig.parse("optimizer, total_iters, power, last_epoch, verbose"),
+    "CosineAnnealingWarmRestarts": Sig.parse("optimizer, T_0, T_mult, eta_min, last_epoch, verbose"),
+    "CyclicLR": Sig.parse("optimizer, base_lr, max_lr, step_size_up, step_size_down, mode, gamma, scale_fn, scale_mode, "
+                          "cycle_momentum, base_momentum, max_momentum, last_epoch, verbose"),
 }
 SCHEDULER_PREFIX = "torch.optim.lr_scheduler."
 
@@ -88,6 +111,18 @@ def is_scheduler(qual: Optional[str]) -> bool:
 # --------------------------------------------------------------------------------------
 # Optimizers
 # --------------------------------------------------------------------------------------
+def unported_reason(qual: Optional[str]) -> Optional[str]:
+    """Why the torch.optim optimizer class ``qual`` is not ported, or None when it is not one."""
+    if not qual or not qual.startswith("torch.optim.") or qual in OPTIMIZERS or is_scheduler(qual):
+        return None
+    short = qual.rsplit(".", 1)[1]
+    if short in UNPORTED:
+        return UNPORTED[short]
+    if short[:1].isupper() and short not in ("Optimizer",):
+        return f"torch.optim.{short} has no optax counterpart porter knows"
+    return None
+
+
 def _flag(b: Bound, name: str, default=False):
     if not b.has(name):
         return default
@@ -124,8 +159,9 @@ def _adam_moments(b) -> list[str]:
     return parts
 
 
-def transformation(qual: str, b: Bound, lr: str, scheduled: bool = False) -> str:
-    """The optax transformation of a torch optimizer call, with ``lr`` as learning rate."""
+def transformation(qual: str, b: Bound, lr: str, scheduled: bool = False, momentum: Optional[str] = None) -> str:
+    """The optax transformation of a torch optimizer call, with ``lr`` as learning rate;
+    ``momentum``: a schedule of SGD's momentum / Adam's beta1 (a scheduler that cycles it)."""
     for k in _IGNORED:
         b.args.pop(k, None)
     if _flag(b, "maximize"):
@@ -134,6 +170,8 @@ def transformation(qual: str, b: Bound, lr: str, scheduled: bool = False) -> str
     kind = qual.rsplit(".", 1)[1]
     wd = b.get("weight_decay") if b.has("weight_decay") and b.lit("weight_decay") not in (0, 0.0) else None
     parts = [lr]
+    if momentum is not None:
+        return _cycled_momentum(kind, b, lr, momentum, wd)
     if kind == "SGD":
         if b.has("dampening") and b.lit("dampening") not in (0, 0.0):
             raise Manual("SGD dampening != 0 has no optax counterpart")
@@ -172,10 +210,75 @@ def transformation(qual: str, b: Bound, lr: str, scheduled: bool = False) -> str
         if b.has("momentum") and b.lit("momentum") not in (0, 0.0):
             parts.append(f"momentum={b['momentum']}")
         tx = f"{O}.rmsprop({', '.join(parts)})"
+    elif kind == "Adadelta":
+        parts += [f"rho={b.get('rho', '0.9')}", f"eps={b.get('eps', '1e-06')}"]
+        tx = f"{O}.adadelta({', '.join(parts)})"  # optax's update: torch's, eps inside both square roots
+    elif kind == "Adamax":
+        parts += _adam_moments(b)
+        tx = f"{O}.adamax({', '.join(parts)})"  # max(b2 * u, |g| + eps), as torch
+    elif kind == "Adagrad":
+        # optax.adagrad adds eps inside the square root and starts the sum at 0.1: torch's own
+        parts += [f"lr_decay={b['lr_decay']}"] if b.has("lr_decay") and b.lit("lr_decay") not in (0, 0.0) else []
+        parts += [f"initial_accumulator_value={b['initial_accumulator_value']}"] \
+            if b.has("initial_accumulator_value") and b.lit("initial_accumulator_value") not in (0, 0.0) else []
+        parts += [f"eps={b['eps']}"] if b.has("eps") else []
+        tx = f"torch_adagrad({', '.join(parts)})"
+    elif kind in ("NAdam", "RAdam"):
+        if _flag(b, "decoupled_weight_decay") and wd is not None:
+            raise Manual("decoupled_weight_decay=True is not ported")
+        parts += _adam_moments(b)
+        if kind == "NAdam" and b.has("momentum_decay"):
+            parts.append(f"momentum_decay={b['momentum_decay']}")
+        tx = f"torch_{kind.lower()}({', '.join(parts)})"
+    elif kind == "ASGD":
+        if scheduled:
+            raise Manual("ASGD under an LR scheduler: torch computes the next step size from the rate after the "
+                         "scheduler's change, one step late; port by hand")
+        lambd, alpha = b.get("lambd", "0.0001"), b.get("alpha", "0.75")
+        # torch: eta_t = lr / (1 + lambd * lr * (t - 1)) ** alpha; w -= eta_t * (g + weight_decay * w + lambd * w)
+        # (the averaged parameters `ax` only matter to code that reads optimizer.state)
+        tx = f"{O}.sgd(lambda count: {atom(cst.parse_expression(lr))} / (1 + {atom(cst.parse_expression(lambd))} * {atom(cst.parse_expression(lr))} * count) ** {atom(cst.parse_expression(alpha))})"
+        decay = lambd if wd is None else f"{atom(cst.parse_expression(lambd))} + {atom(cst.parse_expression(wd))}"
+        return f"{O}.chain({O}.add_decayed_weights({decay}), {tx})"
+    elif kind == "Rprop":
+        if scheduled:
+            raise Manual("Rprop under an LR scheduler: torch reads the rate once, as the initial step size")
+        etas, sizes = b.lit("etas", (0.5, 1.2)), b.lit("step_sizes", (1e-06, 50))
+        if not (isinstance(etas, (tuple, list)) and len(etas) == 2 and isinstance(sizes, (tuple, list)) and len(sizes) == 2):
+            raise Manual("etas= / step_sizes= are not literal pairs")
+        parts += [f"eta_minus={etas[0]!r}", f"eta_plus={etas[1]!r}", f"min_step_size={sizes[0]!r}", f"max_step_size={float(sizes[1])!r}"]
+        tx = f"torch_rprop({', '.join(parts)})"
     else:  # pragma: no cover - OPTIMIZERS lists the kinds
         raise Manual(f"{kind} is not ported")
     if wd is not None:
         # torch's weight_decay for SGD/Adam/RMSprop is L2: added to the gradient before the update
+        tx = f"{O}.chain({O}.add_decayed_weights({wd}), {tx})"
+    return tx
+
+
+def _cycled_momentum(kind: str, b: Bound, lr: str, momentum: str, wd: Optional[str]) -> str:
+    """SGD / Adam / AdamW whose momentum (beta1) a scheduler cycles: optax.inject_hyperparams
+    evaluates both schedules at the update count, as torch sets both before each step."""
+    O = b.optax
+    if kind == "SGD":
+        if b.has("dampening") and b.lit("dampening") not in (0, 0.0):
+            raise Manual("SGD dampening != 0 has no optax counterpart")
+        nesterov = ", nesterov=True" if _flag(b, "nesterov") else ""
+        tx = f"{O}.inject_hyperparams({O}.sgd, static_args=('nesterov',))(learning_rate={lr}, momentum={momentum}{nesterov})"
+    elif kind in ("Adam", "AdamW"):
+        if _flag(b, "amsgrad"):
+            raise Manual("amsgrad=True: torch keeps the maximum of the second moment, which optax.amsgrad does not match exactly")
+        rest = [p for p in _adam_moments(b) if not p.startswith("b1=")]
+        decoupled = kind == "AdamW" or _flag(b, "decoupled_weight_decay")
+        if decoupled:
+            rest.append(f"weight_decay={b.get('weight_decay', '0.01') if kind == 'AdamW' else wd or '0.0'}")
+        name = "adamw" if decoupled else "adam"
+        tx = f"{O}.inject_hyperparams({O}.{name})(learning_rate={lr}, b1={momentum}{''.join(', ' + p for p in rest)})"
+        if decoupled:
+            return tx
+    else:
+        raise Manual(f"the scheduler cycles the momentum of {kind}, which porter does not port; pass cycle_momentum=False")
+    if wd is not None:
         tx = f"{O}.chain({O}.add_decayed_weights({wd}), {tx})"
     return tx
 
@@ -210,30 +313,136 @@ def schedule(kind: str, b: Bound, lr: str) -> tuple[str, bool]:
             return f"lambda epoch: {eta} + ({lr} - {eta}) * (1 + {jnp}.cos({jnp}.pi * epoch / {t_max})) / 2", False
         return f"lambda epoch: {atom(cst.parse_expression(lr))} * (1 + {jnp}.cos({jnp}.pi * epoch / {t_max})) / 2", False
     if kind == "OneCycleLR":
-        if _flag(b, "cycle_momentum", True) is not False:
-            raise Manual("OneCycleLR cycles the momentum (SGD momentum / Adam beta1) unless cycle_momentum=False: "
-                         "optax would need inject_hyperparams for that; pass cycle_momentum=False or port by hand")
-        if _flag(b, "three_phase"):
-            raise Manual("three_phase=True is not ported")
-        if b.has("anneal_strategy") and b.lit("anneal_strategy") != "cos":
-            raise Manual("anneal_strategy='linear' is not ported")
-        jnp = b.jnp
-        if b.has("total_steps"):
-            total = b.atom("total_steps")
-        elif b.has("epochs") and b.has("steps_per_epoch"):
-            total = f"({b.atom('epochs')} * {b.atom('steps_per_epoch')})"
+        return f"lambda step: {_one_cycle(b, 'lr')}", True
+    if kind == "LinearLR":
+        jnp, lr_a = b.jnp, atom(cst.parse_expression(lr))
+        start = b.atom("start_factor") if b.has("start_factor") else "(1.0 / 3)"
+        end = b.atom("end_factor") if b.has("end_factor") else "1.0"
+        total = b.atom("total_iters") if b.has("total_iters") else "5"
+        return f"lambda epoch: {lr_a} * ({start} + ({end} - {start}) * {jnp}.minimum(epoch, {total}) / {total})", False
+    if kind == "ConstantLR":
+        jnp, lr_a = b.jnp, atom(cst.parse_expression(lr))
+        factor = b.atom("factor") if b.has("factor") else "(1.0 / 3)"
+        total = b.atom("total_iters") if b.has("total_iters") else "5"
+        return f"lambda epoch: {lr_a} * {jnp}.where(epoch < {total}, {factor}, 1.0)", False
+    if kind == "PolynomialLR":
+        jnp, lr_a = b.jnp, atom(cst.parse_expression(lr))
+        total = b.atom("total_iters") if b.has("total_iters") else "5"
+        power = b.atom("power") if b.has("power") else "1.0"
+        return f"lambda epoch: {lr_a} * (1.0 - {jnp}.minimum(epoch, {total}) / {total}) ** {power}", False
+    if kind == "CosineAnnealingWarmRestarts":
+        jnp, lr_a = b.jnp, atom(cst.parse_expression(lr))
+        t0 = b.atom("T_0")
+        mult = b.lit("T_mult", 1)
+        if not isinstance(mult, int) or mult < 1:
+            raise Manual("T_mult= is not a literal integer >= 1")
+        eta = b.atom("eta_min") if b.has("eta_min") and b.lit("eta_min") not in (0, 0.0) else None
+        if mult == 1:
+            t_cur, t_i = f"(epoch % {t0})", t0
         else:
-            raise Manual("OneCycleLR needs total_steps= or epochs= and steps_per_epoch=")
+            # the restarts so far: the k with T_0 * (T_mult^k - 1) / (T_mult - 1) <= epoch (counted, not a log)
+            n = f"{jnp}.sum(epoch >= {t0} * ({mult} ** {jnp}.arange(1.0, 40.0) - 1) // {mult - 1})"
+            t_cur, t_i = f"(epoch - {t0} * ({mult} ** {n} - 1) // {mult - 1})", f"({t0} * {mult} ** {n})"
+        cos = f"(1 + {jnp}.cos({jnp}.pi * {t_cur} / {t_i})) / 2"
+        if eta is None:
+            return f"lambda epoch: {lr_a} * {cos}", False
+        return f"lambda epoch: {eta} + ({lr_a} - {eta}) * {cos}", False
+    if kind == "CyclicLR":
+        return f"lambda step: {_cyclic(b, 'lr')}", True
+    raise Manual(f"{kind} is not ported (porter ports {', '.join(SCHEDULERS)})")
+
+
+def _one_cycle(b: Bound, what: str) -> str:
+    """OneCycleLR's learning rate (``what`` "lr") or momentum ("momentum") at ``step``, torch's
+    phases: warm-up to max_lr over pct_start * total_steps - 1 steps, annealing to
+    max_lr / div_factor / final_div_factor at total_steps - 1 (three_phase: back to the initial
+    rate at 2 * pct_start * total_steps - 2 first); the momentum runs opposite, max_momentum ->
+    base_momentum -> max_momentum."""
+    jnp = b.jnp
+    if b.has("anneal_strategy") and b.lit("anneal_strategy") not in ("cos", "linear"):
+        raise Manual("anneal_strategy= is not a literal 'cos' or 'linear'")
+    linear = b.has("anneal_strategy") and b.lit("anneal_strategy") == "linear"
+    three = _flag(b, "three_phase")
+    if b.has("total_steps"):
+        total = b.atom("total_steps")
+    elif b.has("epochs") and b.has("steps_per_epoch"):
+        total = f"({b.atom('epochs')} * {b.atom('steps_per_epoch')})"
+    else:
+        raise Manual("OneCycleLR needs total_steps= or epochs= and steps_per_epoch=")
+    for name in ("max_lr", "base_momentum", "max_momentum"):
+        if b.has(name) and isinstance(b.lit(name), (list, tuple)):
+            raise Manual(f"{name}= per parameter group is not ported")
+    pct = b.atom("pct_start") if b.has("pct_start") else "0.3"
+    if what == "lr":
         hi = b.atom("max_lr")
         lo = f"{hi} / {b.atom('div_factor') if b.has('div_factor') else '25.0'}"
         low = f"{lo} / {b.atom('final_div_factor') if b.has('final_div_factor') else '1e4'}"
-        pct = b.atom("pct_start") if b.has("pct_start") else "0.3"
-        e1 = f"({pct} * {total} - 1)"
-        up = f"{hi} + ({lo} - {hi}) / 2 * ({jnp}.cos({jnp}.pi * step / {e1}) + 1)"
-        down = f"{low} + ({hi} - {low}) / 2 * ({jnp}.cos({jnp}.pi * (step - {e1}) / ({total} - 1 - {e1})) + 1)"
-        return f"lambda step: {jnp}.where(step <= {e1}, {up}, {down})", True
-    raise Manual(f"{kind} is not ported (porter ports StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, OneCycleLR "
-                 "and LambdaLR)")
+        values = [(lo, hi), (hi, lo), (lo, low)] if three else [(lo, hi), (hi, low)]
+    else:
+        m_lo = b.atom("base_momentum") if b.has("base_momentum") else "0.85"
+        m_hi = b.atom("max_momentum") if b.has("max_momentum") else "0.95"
+        values = [(m_hi, m_lo), (m_lo, m_hi), (m_hi, m_hi)] if three else [(m_hi, m_lo), (m_lo, m_hi)]
+    ends = [f"({pct} * {total} - 1)", f"(2 * {pct} * {total} - 2)", f"({total} - 1)"] if three \
+        else [f"({pct} * {total} - 1)", f"({total} - 1)"]
+
+    def anneal(start: str, end: str, begin: str, stop: str) -> str:
+        frac = f"(step - {begin}) / ({stop} - {begin})" if begin != "0" else f"step / {stop}"
+        if linear:
+            return f"({end} - {start}) * {frac} + {start}"
+        return f"{end} + ({start} - {end}) / 2 * ({jnp}.cos({jnp}.pi * {frac}) + 1)"
+
+    begins = ["0", *ends[:-1]]
+    expr = anneal(*values[-1], begins[-1], ends[-1])
+    for i in range(len(values) - 2, -1, -1):
+        expr = f"{jnp}.where(step <= {ends[i]}, {anneal(*values[i], begins[i], ends[i])}, {expr})"
+    return expr
+
+
+def _cyclic(b: Bound, what: str) -> str:
+    """CyclicLR's learning rate (``what`` "lr") or momentum ("momentum") at ``step`` (torch:
+    triangular cycles of step_size_up + step_size_down steps between base_lr and max_lr,
+    scaled by mode's function of the cycle, or exp_range's gamma ** step; the momentum runs
+    from max_momentum down to base_momentum and back)."""
+    jnp = b.jnp
+    if b.has("scale_fn") and b.lit("scale_fn") is not None:
+        raise Manual("CyclicLR scale_fn= (a function of the cycle) is not ported")
+    mode = b.lit("mode", "triangular")
+    if mode not in ("triangular", "triangular2", "exp_range"):
+        raise Manual("CyclicLR mode= is not a literal 'triangular', 'triangular2' or 'exp_range'")
+    if b.has("scale_mode") and b.lit("scale_mode") != ("iterations" if mode == "exp_range" else "cycle"):
+        raise Manual("CyclicLR scale_mode= other than the mode's own is not ported")
+    for name in ("base_lr", "max_lr", "base_momentum", "max_momentum"):
+        if b.has(name) and isinstance(b.lit(name), (list, tuple)):
+            raise Manual(f"{name}= per parameter group is not ported")
+    up = b.atom("step_size_up") if b.has("step_size_up") else "2000"
+    down = b.atom("step_size_down") if b.has("step_size_down") and b.lit("step_size_down") is not None else up
+    total = f"({up} + {down})"
+    cycle = f"{jnp}.floor(1 + step / {total})"
+    x = f"(1.0 + step / {total} - {cycle})"
+    ratio = f"({up} / {total})"
+    scale = f"{jnp}.where({x} <= {ratio}, {x} / {ratio}, ({x} - 1) / ({ratio} - 1))"
+    if mode == "triangular":
+        fn = "1.0"
+    elif mode == "triangular2":
+        fn = f"1 / (2.0 ** ({cycle} - 1))"
+    else:
+        fn = f"{b.atom('gamma') if b.has('gamma') else '1.0'} ** step"
+    times = "" if fn == "1.0" else f" * {fn}"
+    if what == "lr":
+        lo, hi = b.atom("base_lr"), b.atom("max_lr")
+        return f"{lo} + ({hi} - {lo}) * {scale}{times}"
+    m_lo = b.atom("base_momentum") if b.has("base_momentum") else "0.8"
+    m_hi = b.atom("max_momentum") if b.has("max_momentum") else "0.9"
+    return f"{m_hi} - ({m_hi} - {m_lo}) * {scale}{times}"
+
+
+def momentum_schedule(kind: str, b: Bound) -> Optional[str]:
+    """The momentum schedule (a lambda of the scheduler's steps) of a scheduler that cycles
+    the optimizer's momentum (OneCycleLR, CyclicLR with cycle_momentum=True, torch's
+    default), else None."""
+    if kind not in ("OneCycleLR", "CyclicLR") or _flag(b, "cycle_momentum", True) is False:
+        return None
+    return f"lambda step: {_one_cycle(b, 'momentum') if kind == 'OneCycleLR' else _cyclic(b, 'momentum')}"
 
 
 # --------------------------------------------------------------------------------------
@@ -408,6 +617,7 @@ class Plan:
     scheduler_target: Optional[str] = None
     scheduler_error: Optional[str] = None  # why the scheduler cannot be folded in
     lambda_edit: Optional[tuple] = None  # LambdaLR: (the user's def, its traceable version)
+    scheduler_after: bool = False  # the scheduler's statement reads the optimizer (ReduceLROnPlateau)
 
 
 def _assign_of(stmt: cst.CSTNode) -> Optional[tuple[str, cst.Call]]:
@@ -582,8 +792,28 @@ def _loader_in_function(fn: cst.FunctionDef, call: cst.Call, optimizer_target: s
             a = astutil.arg(call, it.value, idx)
             if a is not None and isinstance(a.value, (cst.Name, cst.Attribute)):
                 return f"len({code(a.value)})"
+        elif isinstance(it, (cst.Name, cst.Attribute)) and _root(it) not in params and _root(it) not in _locals(fn):
+            return f"len({code(it)})"  # a loader of the module (`for x, y in trainloader:` in `def train(epoch)`)
         return None
     return None
+
+
+def _root(node: cst.CSTNode) -> str:
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return node.value if isinstance(node, cst.Name) else ""
+
+
+def _locals(fn: cst.FunctionDef) -> set:
+    """Names the function binds by assignment or as loop targets (not its globals)."""
+    out = set()
+    for n in astutil.walk(fn.body):
+        if isinstance(n, cst.Assign):
+            for t in n.targets:
+                out |= {x.value for x in astutil.walk(t.target) if isinstance(x, cst.Name)}
+        elif isinstance(n, (cst.For, cst.AugAssign, cst.AnnAssign)):
+            out |= {x.value for x in astutil.walk(n.target) if isinstance(x, cst.Name)}
+    return out
 
 
 def fold(ctx: FileContext, p: Plan):
@@ -600,12 +830,15 @@ def fold(ctx: FileContext, p: Plan):
     lr = b["lr"] if b.has("lr") else spec.default_lr
     sched_text = None
     lr_arg = lr
+    m_sched = m_arg = found = None
     used: set[str] = set()
     if p.scheduler_stmt is not None:
         if p.scheduler_error:
             raise Manual(p.scheduler_error)
         sq = ctx.qualname(p.scheduler_call.func) or ""
         kind = sq.rsplit(".", 1)[1]
+        if kind == "ReduceLROnPlateau":
+            return _plateau(ctx, p, b, lr, used)
         if kind not in SCHEDULERS:
             raise Manual(f"{kind} is not ported (porter ports {', '.join(SCHEDULERS)})")
         sb = bind(p.scheduler_call, SCHEDULERS[kind], ctx)
@@ -613,14 +846,21 @@ def fold(ctx: FileContext, p: Plan):
             expr, p.lambda_edit = lambda_schedule(ctx, sb, lr, p.scheduler_stmt)
         else:
             expr, _per_batch = schedule(kind, sb, lr)
+            m_sched = momentum_schedule(kind, sb)
         used |= sb.used
-        factor = updates_per_step(ctx, p.scheduler_target, p.target)
-        if factor is None:
-            raise Manual(f"porter cannot tell how many optimizer updates run per {p.scheduler_target}.step() "
-                         "(optax counts updates): build the schedule by hand")
+        if any(call.args for _loop, call in _sched_steps(ctx.module, p.scheduler_target)):
+            raise Manual(f"{p.scheduler_target}.step(...) is given the epoch (or a metric): the schedule would follow "
+                         "that value, not the update count")
+        found = updates_per_step(ctx, p.scheduler_target, p.target)
+        factor = found or "1"  # None: reported below, once the optimizer's own reasons are
         sched_text = f"{p.scheduler_target} = {expr}"
         lr_arg = p.scheduler_target if factor == "1" else f"lambda step: {p.scheduler_target}(step // {factor})"
-    tx = transformation(p.qual, b, lr_arg, scheduled=sched_text is not None)
+        if m_sched is not None:
+            m_arg = m_sched if factor == "1" else f"lambda step: ({m_sched})(step // {factor})"
+    tx = transformation(p.qual, b, lr_arg, scheduled=sched_text is not None, momentum=m_arg)
+    if sched_text is not None and found is None:
+        raise Manual(f"porter cannot tell how many optimizer updates run per {p.scheduler_target}.step() "
+                     "(optax counts updates): build the schedule by hand")
     used |= b.used
     if sched_text is None and lr_written(ctx, p.target):
         tx = inject_learning_rate(tx, ctx.module_alias("optax"))
@@ -628,6 +868,30 @@ def fold(ctx: FileContext, p: Plan):
     nnx = ctx.module_alias("flax.nnx")
     used.add("flax.nnx")
     return sched_text, f"{p.target} = {nnx}.Optimizer({model}, {tx}, wrt={nnx}.Param)", used
+
+
+_PLATEAU = Sig.parse("optimizer, mode, factor, patience, threshold, threshold_mode, cooldown, min_lr, eps, verbose")
+
+
+def _plateau(ctx: FileContext, p: Plan, b: Bound, lr: str, used: set):
+    """ReduceLROnPlateau: the optimizer keeps its rate in optax.inject_hyperparams state and the
+    scheduler becomes the port's host-side TorchReduceLROnPlateau on it (templates/
+    jax_torch_optim.py.j2), built after the optimizer; ``scheduler.step(metric)`` stays."""
+    sb = bind(p.scheduler_call, _PLATEAU, ctx)
+    if sb.has("min_lr") and isinstance(sb.lit("min_lr"), (list, tuple)):
+        raise Manual("min_lr= per parameter group is not ported")
+    sb.args.pop("verbose", None)
+    for _loop, call in _sched_steps(ctx.module, p.scheduler_target):
+        if len(call.args) != 1 or call.args[0].keyword is not None:
+            raise Manual(f"{p.scheduler_target}.step() is not given the metric alone")
+    tx = inject_learning_rate(transformation(p.qual, b, lr), b.optax)
+    used |= b.used | {"optax"}
+    args = [p.target] + [f"{k}={bare(v)}" for k, v in sb.args.items() if k != "optimizer"]
+    p.scheduler_after = True
+    nnx = ctx.module_alias("flax.nnx")
+    used.add("flax.nnx")
+    return (f"{p.scheduler_target} = TorchReduceLROnPlateau({', '.join(args)})",
+            f"{p.target} = {nnx}.Optimizer({model_of(astutil.arg(p.call, 'params', 0).value)}, {tx}, wrt={nnx}.Param)", used)
 
 
 def folded_schedules(ctx: FileContext) -> frozenset:

@@ -11,16 +11,27 @@ from . import _optax
 class OptimizerToOptax(Rule):
     """
     ## What it does
-    Rewrites a torch optimizer (`torch.optim.SGD/Adam/AdamW/RMSprop(model.parameters(), ...)`)
-    to `nnx.Optimizer(model, <optax transformation>, wrt=nnx.Param)` with torch's semantics:
-    SGD `momentum`/`nesterov` -> `optax.sgd`; torch's coupled (L2) `weight_decay` of SGD, Adam
-    and RMSprop -> `optax.add_decayed_weights` chained before the update; AdamW's decoupled
-    decay -> `optax.adamw(weight_decay=...)` (torch's default 0.01 spelled out); RMSprop ->
+    Rewrites a torch optimizer (`torch.optim.X(model.parameters(), ...)`) to
+    `nnx.Optimizer(model, <optax transformation>, wrt=nnx.Param)` with torch's semantics and
+    defaults: SGD `momentum`/`nesterov` -> `optax.sgd`; torch's coupled (L2) `weight_decay`
+    -> `optax.add_decayed_weights` chained before the update; AdamW's decoupled decay ->
+    `optax.adamw(weight_decay=...)` (torch's default 0.01 spelled out); RMSprop ->
     `optax.rmsprop(decay=alpha, eps_in_sqrt=False)` (torch adds eps outside the square root);
-    torch's default learning rates spelled out.
+    Adadelta -> `optax.adadelta(rho=, eps=)`; Adamax -> `optax.adamax`; ASGD -> `optax.sgd`
+    with torch's step size lr / (1 + lambd * lr * t) ** alpha and lambd as decay (its averaged
+    copy of the weights is not kept). Where optax's own optimizer differs from torch's,
+    the port gets torch's update as an optax transformation of its own, emitted once at the
+    top of the file (templates/jax_torch_optim.py.j2): `torch_adagrad` (eps outside the
+    square root, `lr_decay`, `initial_accumulator_value` 0 as torch), `torch_nadam` (torch's
+    `momentum_decay` schedule of the momentum), `torch_radam` (eps before the bias correction,
+    rectified where rho_t > 5, rho_t computed without float32 cancellation), `torch_rprop`
+    (no step where the gradient's sign flips). torch's default learning rates are spelled out.
+    Other torch.optim classes are reported at their line: LBFGS (its closure runs several
+    times per step), SparseAdam, NAdam/RAdam with `decoupled_weight_decay=True`.
 
     A learning-rate scheduler built on the optimizer (StepLR, MultiStepLR, ExponentialLR,
-    CosineAnnealingLR, OneCycleLR, LambdaLR) is folded in: its statement becomes the optax
+    CosineAnnealingLR, LinearLR, ConstantLR, PolynomialLR, CosineAnnealingWarmRestarts,
+    CyclicLR, OneCycleLR, LambdaLR; ReduceLROnPlateau below) is folded in: its statement becomes the optax
     schedule (`scheduler = optax.exponential_decay(...)`), placed before the optimizer (or
     both where the scheduler was, when the code between them does not use the optimizer),
     and the optimizer takes it as learning rate. LambdaLR(optimizer, f) becomes
@@ -35,13 +46,25 @@ class OptimizerToOptax(Rule):
     that loops over the loader it is given), the learning rate is
     `lambda step: scheduler(step // len(train_loader))`; stepped next to the optimizer, it
     is `scheduler`. JX203 then removes the `scheduler.step()` calls; `optimizer.zero_grad()`
-    and `optimizer.step()` are the training-loop rules' business.
+    and `optimizer.step()` are the training-loop rules' business. Each schedule is torch's
+    closed form (torch's defaults: LinearLR start_factor 1/3 over 5 steps, ConstantLR factor
+    1/3 for 5 steps, PolynomialLR power 1; OneCycleLR cos annealing, pct_start 0.3,
+    div_factor 25, final_div_factor 1e4, `three_phase` and `anneal_strategy='linear'` as
+    given; CyclicLR triangular / triangular2 / exp_range from base_lr, which torch sets as
+    the rate). OneCycleLR and CyclicLR cycle the momentum unless `cycle_momentum=False`:
+    SGD's momentum or Adam's beta1 then is a schedule too, through
+    `optax.inject_hyperparams(optax.sgd)(learning_rate=..., momentum=...)`.
+    ReduceLROnPlateau reads a metric each epoch, on the host: the optimizer keeps its rate in
+    `optax.inject_hyperparams` state and the scheduler becomes `TorchReduceLROnPlateau(optimizer,
+    ...)` (emitted into the port, torch's arguments and rules), built after the optimizer;
+    `scheduler.step(val_loss)` stays and writes the new rate into the optimizer's state (no
+    new compilation).
 
     Options with no exact optax counterpart (SGD dampening, amsgrad, maximize, parameter
-    groups, OneCycleLR's momentum cycling, a LambdaLR function porter cannot make
-    traceable, other schedulers, a schedule whose
-    steps per epoch porter cannot see) leave the optimizer in place, marked
-    `# porter: manual`, with the reason.
+    groups, a scheduler that cycles RMSprop's momentum, a LambdaLR function porter cannot make
+    traceable, other schedulers (SequentialLR, ChainedScheduler, MultiplicativeLR), a scheduler stepped with an argument (`scheduler.step(epoch + i / n)`),
+    a schedule whose steps per epoch porter cannot see, Rprop and ASGD under a scheduler)
+    leave the optimizer in place, marked `# porter: manual`, with the reason.
 
     The Gluon front end's `GluonAdam` (a `torch.optim.Adam` subclass it emits for
     `gluon.Trainer(..., "adam")`: MXNet puts epsilon inside the bias correction) becomes
@@ -61,15 +84,17 @@ class OptimizerToOptax(Rule):
     schedule is part of it rather than a separate object mutating the optimizer.
 
     ## Fix safety
-    Safe: tests/test_jax_ops_run.py runs 20 steps of each optimizer and scheduler in torch and
-    in the port on the same problem and compares the parameters (1e-5 relative);
+    Safe: tests/test_jax_ops_run.py and tests/test_jax_optim.py run 20 steps of each optimizer
+    and scheduler (defaults and options spelled out, weight decay, per-epoch and per-batch
+    stepping, momentum cycling) in torch and in the port on the same problem and compare the
+    parameters before every step (1e-5 relative);
     tests/test_jax_init.py compares a LambdaLR warm-up/decay port's rates with torch's.
     """
 
     code = "JX201"
     name = "optimizer-to-optax"
     target = "jax"
-    summary = "torch.optim.X(model.parameters()) (+ LR scheduler) -> nnx.Optimizer(model, optax..., wrt=nnx.Param)"
+    summary = "torch.optim.X(model.parameters()) (+ LR scheduler) -> nnx.Optimizer(model, optax..., wrt=nnx.Param); LBFGS, SparseAdam reported"
     severity = Severity.ERROR
     needs_text = ("optim",)
     examples = [
@@ -118,6 +143,47 @@ class OptimizerToOptax(Rule):
                     scheduler.step()
             """,
             title="a per-epoch scheduler folded in as an optax schedule over updates",
+        ),
+        Example(
+            """
+            import torch
+
+            def main(model, train_loader):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+                scheduler = torch.optim.lr_scheduler.CyclicLR(optimizer, base_lr=0.01, max_lr=0.1, step_size_up=100)
+                for x, y in train_loader:
+                    train_step(x, y)
+                    optimizer.step()
+                    scheduler.step()
+            """,
+            """
+            import torch
+            import optax
+            import flax.nnx as nnx
+            import jax.numpy as jnp
+
+            def main(model, train_loader):
+                scheduler = lambda step: 0.01 + (0.1 - 0.01) * jnp.where((1.0 + step / (100 + 100) - jnp.floor(1 + step / (100 + 100))) <= (100 / (100 + 100)), (1.0 + step / (100 + 100) - jnp.floor(1 + step / (100 + 100))) / (100 / (100 + 100)), ((1.0 + step / (100 + 100) - jnp.floor(1 + step / (100 + 100))) - 1) / ((100 / (100 + 100)) - 1))
+                optimizer = nnx.Optimizer(model, optax.inject_hyperparams(optax.sgd, static_args=('nesterov',))(learning_rate=scheduler, momentum=lambda step: 0.9 - (0.9 - 0.8) * jnp.where((1.0 + step / (100 + 100) - jnp.floor(1 + step / (100 + 100))) <= (100 / (100 + 100)), (1.0 + step / (100 + 100) - jnp.floor(1 + step / (100 + 100))) / (100 / (100 + 100)), ((1.0 + step / (100 + 100) - jnp.floor(1 + step / (100 + 100))) - 1) / ((100 / (100 + 100)) - 1))), wrt=nnx.Param)
+                for x, y in train_loader:
+                    train_step(x, y)
+                    optimizer.step()
+                    scheduler.step()
+            """,
+            title="CyclicLR (per batch) cycling SGD's momentum: both are schedules of the update count",
+        ),
+        Example(
+            """
+            import torch
+
+            optimizer = torch.optim.LBFGS(model.parameters(), lr=1, max_iter=20)
+            """,
+            """
+            import torch
+
+            optimizer = torch.optim.LBFGS(model.parameters(), lr=1, max_iter=20)  # porter: manual
+            """,
+            title="LBFGS (its closure runs several times per step): reported",
         ),
         Example(
             """
@@ -218,6 +284,8 @@ class OptimizerToOptax(Rule):
     valid = ["import optax\nfrom flax import nnx\noptimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)\n"]
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        from porter.codemods.gluon import _script
+
         # the Gluon front end's GluonAdam (a torch.optim.Adam with MXNet's epsilon placement):
         # its optax form, once every construction of it ports
         if self.ctx.parent is not self.ctx.module or not _optax.is_gluon_adam_class(node, self.ctx):
@@ -232,8 +300,6 @@ class OptimizerToOptax(Rule):
                 _optax.fold(self.ctx, plan)
             except ops.Manual:
                 return
-        from porter.codemods.gluon import _script
-
         new = _script.render("gluon_script_optim_jax.py.j2")
         self.report(node, "GluonAdam -> gluon_adam, an optax transformation with MXNet's Adam update",
                     Fix((Edit(node, cst.FlattenSentinel([new[0].with_changes(leading_lines=node.leading_lines)])),),
@@ -242,6 +308,9 @@ class OptimizerToOptax(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         qual = _optax.optimizer_qual(self.ctx, node.func)
         if qual not in _optax.OPTIMIZERS:
+            reason = _optax.unported_reason(qual)
+            if reason is not None:
+                ops.report_manual(self, node, reason)
             return
         plan = next((p for p in _optax.plans(self.ctx) if p.call is node), None)
         display = qual.replace("torch.optim.", "optim.").replace(_optax.GLUON_ADAM, "GluonAdam")
@@ -255,7 +324,12 @@ class OptimizerToOptax(Rule):
             return
         new_opt = cst.parse_statement(opt_text)
         edits = []
-        if sched_text is not None and _between_free_of(plan):
+        if sched_text is not None and plan.scheduler_after:
+            # the scheduler reads the optimizer (ReduceLROnPlateau): the optimizer where it was,
+            # the scheduler where it was
+            edits.append(Edit(plan.scheduler_stmt, cst.parse_statement(sched_text).with_changes(
+                leading_lines=plan.scheduler_stmt.leading_lines, trailing_whitespace=plan.scheduler_stmt.trailing_whitespace)))
+        elif sched_text is not None and _between_free_of(plan):
             # code between the two (a LambdaLR's function, the numbers it reads) does not use the
             # optimizer: both go where the scheduler was, after what the schedule reads
             new_sched = cst.parse_statement(sched_text).with_changes(leading_lines=plan.scheduler_stmt.leading_lines)
@@ -265,9 +339,21 @@ class OptimizerToOptax(Rule):
             new_sched = cst.parse_statement(sched_text).with_changes(leading_lines=plan.stmt.leading_lines)
             edits.append(Edit(plan.stmt, cst.FlattenSentinel([new_sched, new_opt])))
             edits.append(Edit(plan.scheduler_stmt, cst.RemoveFromParent()))
+        from porter.codemods.gluon import _script
+
+        helpers = [h for h in _optax.TORCH_TRANSFORMS if f"{h}(" in opt_text + (sched_text or "")
+                   and not _script.defined_at_top(self.ctx, h)]
+        if helpers and plan is _first_needing_helpers(self.ctx):
+            # every helper the file's optimizers need, inserted once (by the first of them)
+            names = sorted({h for p in _optax.plans(self.ctx) for h in _optax.TORCH_TRANSFORMS
+                            if h in _helpers_of(self.ctx, p)} | set(helpers))
+            edits.append(Edit(self.ctx.module, _script.insert_before_defs(_script.render("jax_torch_optim.py.j2", names=names))))
+            used |= {"jax", "jax.numpy", "optax"} | ({"math"} if "torch_radam" in names else set())
+        elif helpers:
+            pass  # the first optimizer that needs them inserts them
         if plan.lambda_edit is not None:
             edits.append(Edit(*plan.lambda_edit))
-        else:
+        elif sched_text is None or plan.scheduler_after:
             edits.append(Edit(plan.stmt, new_opt.with_changes(leading_lines=plan.stmt.leading_lines,
                                                               trailing_whitespace=plan.stmt.trailing_whitespace)))
         what = f"{display} -> nnx.Optimizer with optax" + (" (scheduler folded in as the learning-rate schedule)" if sched_text else "")
@@ -279,6 +365,23 @@ class OptimizerToOptax(Rule):
                 module, _, short = name.rpartition(".")
                 removals.append((module, short))
         self.report(node, what, Fix(tuple(edits), imports=tuple(sorted(used)), remove_imports=tuple(removals)))
+
+
+def _helpers_of(ctx, plan) -> set:
+    """The port's own transformations (torch_nadam, ...) the plan's optimizer needs."""
+    try:
+        sched, text, _ = _optax.fold(ctx, plan)
+    except ops.Manual:
+        return set()
+    text += sched or ""
+    return {h for h in _optax.TORCH_TRANSFORMS if f"{h}(" in text}
+
+
+def _first_needing_helpers(ctx):
+    for p in _optax.plans(ctx):
+        if _helpers_of(ctx, p):
+            return p
+    return None
 
 
 def _between_free_of(plan) -> bool:

@@ -13,10 +13,10 @@ class LRScheduler(Rule):
     """
     ## What it does
     Reports torch LR schedulers that porter cannot fold into the optimizer's optax schedule
-    (JX201 folds StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, OneCycleLR with
-    `cycle_momentum=False` and LambdaLR): a LambdaLR function that reads the step on the host
-    (`int(step)`, `and`/`or` on it, loops: a traced step count cannot), ReduceLROnPlateau (it reads the
-    validation loss), chained or sequential schedulers, OneCycleLR cycling the momentum, a
+    (JX201 folds StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, LinearLR, ConstantLR,
+    PolynomialLR, CosineAnnealingWarmRestarts, CyclicLR, OneCycleLR, LambdaLR and, host-side,
+    ReduceLROnPlateau): a LambdaLR function that reads the step on the host
+    (`int(step)`, `and`/`or` on it, loops: a traced step count cannot), chained or sequential schedulers, a scheduler cycling RMSprop's momentum, a
     scheduler whose optimizer porter cannot see, or one whose `step()` porter cannot place
     relative to the optimizer updates. The line is marked `# porter: manual`.
 
@@ -46,7 +46,7 @@ class LRScheduler(Rule):
     local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "lr-scheduler-to-optax"
     target = "jax"
-    summary = "LR schedulers optax cannot express mechanically (LambdaLR, ReduceLROnPlateau, ...): reported"
+    summary = "LR schedulers optax cannot express mechanically (a LambdaLR reading the step on the host, SequentialLR, ...): reported"
     severity = Severity.ERROR
     needs_text = ("lr_scheduler", "param_groups", "get_last_lr")
     examples = [

@@ -8,6 +8,7 @@ from porter import astutil
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
 from . import _loop as lp
+from . import _program
 
 
 class ModelRngs(Rule):
@@ -16,7 +17,11 @@ class ModelRngs(Rule):
     Gives every construction of a model class of the file (a class deriving from
     `nn.Module` / `nnx.Module`, or a module-level factory function returning one or taking a
     required keyword-only `rngs`, as the module rules give factories) outside the
-    model classes an `rngs=nnx.Rngs(seed)` argument. The seed is the argument of the
+    model classes an `rngs=nnx.Rngs(seed)` argument; likewise a model class or factory the
+    file imports from another file of its program (`from models import *` through a
+    package's star imports, `from model import Net as Classifier`, relative imports: the
+    source next to the file is read, as Python would resolve the import from the script's
+    folder), since that file's port takes `rngs` too. The seed is the argument of the
     `torch.manual_seed(seed)` call of the same function (or of the script's top level) made
     before the construction, else 0. `torch.manual_seed` itself stays: torch still drives the
     data pipeline (loader shuffling, samplers, augmentation) and its seed keeps that
@@ -40,7 +45,7 @@ class ModelRngs(Rule):
     target = "jax"
     summary = "Net(...) -> Net(..., rngs=nnx.Rngs(seed)) with the seed of torch.manual_seed"
     severity = Severity.ERROR
-    needs_text = ("Module", "rngs")
+    needs_text = ("Module", "rngs", "from ")  # "from ": models imported from other files of the program
     examples = [
         Example(
             """
@@ -140,8 +145,8 @@ class ModelRngs(Rule):
             return
         facts = lp.file_facts(self.ctx)
         name = node.func.value
-        factories = _factories(self.ctx)
-        if name not in facts.module_classes and name not in factories:
+        factories = _program.factories(self.ctx)
+        if name not in facts.module_classes and name not in factories and name not in _program.imported_models(self.ctx):
             return
         if any(a.keyword is not None and a.keyword.value == "rngs" for a in node.args):
             return
@@ -172,23 +177,3 @@ class ModelRngs(Rule):
             if self.ctx.qualname(call.func) in ("torch.manual_seed", "torch.random.manual_seed") and call.args:
                 return lp.code(call.args[0].value)
         return None
-
-
-def _factories(ctx) -> set[str]:
-    """Module-level functions returning a construction of a model class of the file."""
-    key = ("jx304.factories",)
-    if key in ctx.cache:
-        return ctx.cache[key]
-    facts = lp.file_facts(ctx)
-    found: set[str] = set()
-    for stmt in ctx.module.body:
-        if isinstance(stmt, cst.FunctionDef):
-            if any(p.name.value == "rngs" and p.default is None for p in stmt.params.kwonly_params):
-                found.add(stmt.name.value)  # a factory the module rules gave a required rngs
-                continue
-            for n in astutil.walk(stmt.body):
-                if isinstance(n, cst.Return) and isinstance(n.value, cst.Call) and isinstance(n.value.func, cst.Name) \
-                        and n.value.func.value in facts.module_classes:
-                    found.add(stmt.name.value)
-    ctx.cache[key] = found
-    return found

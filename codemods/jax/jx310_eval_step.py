@@ -39,7 +39,7 @@ class EvalStep(Rule):
     target = "jax"
     summary = "output = model(x) in an evaluation loop -> output = eval_step(model, x) (@nnx.jit)"
     severity = Severity.WARNING
-    needs_text = (".eval()", "no_grad", "inference_mode")
+    needs_text = (".eval()", "no_grad", "inference_mode", "eval_step(")
     examples = [
         Example(
             """
@@ -85,6 +85,9 @@ class EvalStep(Rule):
         if any(a.keyword is not None or a.star for a in call.args) or not call.args:
             return
         model = call.func.value
+        if model == _STEP:
+            self._define_step()  # the call is ours, its def lost to another edit of the same statement
+            return
         loop = astutil.enclosing_loop(self.ctx)
         if loop is None or not isinstance(loop, cst.For) or self.ctx.parent is not loop.body:
             return
@@ -104,6 +107,22 @@ class EvalStep(Rule):
             return  # a function of that name exists and is not porter's
         self.report(node, f"{model}(...) in an evaluation loop runs op by op: call it through the jitted {_STEP}",
                     Fix(tuple(edits), Safety.SAFE, ("flax.nnx",)))
+
+    def _define_step(self) -> None:
+        """``eval_step(model, ...)`` called and no top-level def of it: the def. (The def goes in
+        with the first call's rewrite, before the statement holding it; when another rule
+        replaces that statement in the same pass, e.g. JX302 flattening a `with torch.no_grad():`,
+        the insertion is dropped and made here in the next pass.)"""
+        facts = lp.file_facts(self.ctx)
+        defined = self.ctx.cache.setdefault(("jx310.defined",), set())
+        if _STEP in facts.toplevel or "pass" in defined or len(self.ctx.ancestors) < 2:
+            return
+        defined.add("pass")
+        nnx = lp.nnx_name(self.ctx)
+        holder = self.ctx.ancestors[1]
+        step = cst.parse_statement(f"@{nnx}.jit\ndef {_STEP}(model, *inputs):\n    return model(*inputs)\n")
+        self.report(self.ctx.ancestors[-1], f"{_STEP}(...) is called and not defined: its jitted def",
+                    Fix((self.replace(holder, _insert_before(step)),), Safety.SAFE, ("flax.nnx",)))
 
     def _ours(self) -> bool:
         for stmt in self.ctx.module.body:

@@ -1,0 +1,129 @@
+"""Facts about the other files of the program a file belongs to, read from disk next to it.
+
+A script often builds its model from a module of its own tree (``from models import *`` then
+``net = ResNet18()``, ``from model import EncoderCNN``). Those files are ported by the same
+``porter migrate`` run (each on its own): their model classes become NNX modules whose
+constructors take ``rngs``, so the script's constructions need ``rngs=`` too (JX304). Each
+file is still ported alone; this module only reads the source files an import names
+(resolved as Python would from the script's folder: the folder itself for absolute imports,
+the package for relative ones), parses them, and says which imported names are model
+classes or model factories there. A file that cannot be found or parsed contributes
+nothing. Parsed files are kept per (path, size, mtime).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import libcst as cst
+
+from porter import astutil
+from porter.context import FileContext, dotted_name
+
+from . import _loop as lp
+
+_PARSED: dict[tuple, Optional[cst.Module]] = {}
+_MAX_DEPTH = 4  # star imports followed through package __init__ files
+
+
+def factories(ctx: FileContext) -> frozenset:
+    """Module-level functions of the file returning a construction of one of its model classes,
+    or taking a required keyword-only ``rngs`` (as the module rules give factories)."""
+    key = ("program.factories",)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    classes = lp.file_facts(ctx).module_classes
+    found: set[str] = set()
+    for stmt in ctx.module.body:
+        if isinstance(stmt, cst.FunctionDef):
+            if any(p.name.value == "rngs" and p.default is None for p in stmt.params.kwonly_params):
+                found.add(stmt.name.value)
+                continue
+            for n in astutil.walk(stmt.body):
+                if isinstance(n, cst.Return) and isinstance(n.value, cst.Call) and isinstance(n.value.func, cst.Name) \
+                        and n.value.func.value in classes:
+                    found.add(stmt.name.value)
+    ctx.cache[key] = frozenset(found)
+    return ctx.cache[key]
+
+
+def imported_models(ctx: FileContext) -> frozenset:
+    """Names the file imports (``from m import A`` / ``from m import *``, relative or not) that
+    are model classes or model factories of another file of the same tree."""
+    key = ("program.imported_models",)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    out: set[str] = set()
+    path = Path(ctx.path) if ctx.path and not ctx.path.startswith("<") else None
+    if path is not None and path.is_file():
+        for stmt in ctx.module.body:
+            for small in getattr(stmt, "body", ()) if isinstance(stmt, cst.SimpleStatementLine) else ():
+                if isinstance(small, cst.ImportFrom):
+                    out |= _names_from(small, path.parent, depth=0, seen={})
+    ctx.cache[key] = frozenset(out)
+    return ctx.cache[key]
+
+
+def _names_from(node: cst.ImportFrom, folder: Path, depth: int, seen: dict) -> set:
+    target = _resolve(node, folder)
+    if target is None or depth > _MAX_DEPTH:
+        return set()
+    if target not in seen:
+        seen[target] = set()  # an import cycle sees what is known so far
+        module = _parse(target)
+        seen[target] = _models_of(module, target, depth, seen) if module is not None else set()
+    models = seen[target]
+    if isinstance(node.names, cst.ImportStar):
+        return {n for n in models if not n.startswith("_")}
+    got = set()
+    for alias in node.names:
+        name = dotted_name(alias.name)
+        if name in models:
+            got.add(dotted_name(alias.asname.name) if alias.asname else name)
+    return got
+
+
+def _models_of(module: cst.Module, path: Path, depth: int, seen: dict) -> set:
+    """Model classes and factories a file defines, and those it re-exports by import."""
+    ctx = FileContext(module, str(path))
+    names = set(lp.file_facts(ctx).module_classes) | set(factories(ctx))
+    for stmt in module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.ImportFrom):
+                    names |= _names_from(small, path.parent, depth + 1, seen)
+    return names
+
+
+def _resolve(node: cst.ImportFrom, folder: Path) -> Optional[Path]:
+    """The source file of ``from <module> import ...``, as seen from a file in ``folder``."""
+    level = len(node.relative)
+    base = folder
+    for _ in range(max(level - 1, 0)):
+        base = base.parent
+    mod = dotted_name(node.module) if node.module is not None else ""
+    if mod is None:
+        return None
+    parts = [p for p in mod.split(".") if p]
+    if not parts and level == 0:
+        return None
+    candidate = base.joinpath(*parts)
+    for f in (candidate.with_suffix(".py") if parts else None, candidate / "__init__.py"):
+        if f is not None and f.is_file():
+            return f.resolve()
+    return None
+
+
+def _parse(path: Path) -> Optional[cst.Module]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _PARSED:
+        try:
+            _PARSED[key] = cst.parse_module(path.read_text(encoding="utf-8"))
+        except Exception:  # not Python, not UTF-8: no facts from it
+            _PARSED[key] = None
+    return _PARSED[key]

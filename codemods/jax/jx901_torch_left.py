@@ -1,0 +1,420 @@
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from porter import astutil
+from porter.rules import Edit, Example, Fix, Rule, Safety, Severity
+
+from . import _nnx
+
+# torch code a JAX port keeps on purpose: the host-side input pipeline (its batches cross into
+# the jitted step as numpy arrays), seeding of that pipeline, and device checks that touch no
+# JAX value
+_HOST = ("torch.utils.data", "torchvision.datasets", "torchvision.transforms", "torchtext", "torchaudio.datasets",
+         "torch.manual_seed", "torch.Generator", "torch.cuda.is_available", "torch.device", "torch.backends",
+         "torch.set_num_threads", "torch.get_num_threads", "torch.from_numpy")
+# methods and attributes only torch objects have, reported wherever they are left
+_TORCH_ONLY = {
+    "backward": "the training step around it was not rewritten into a jitted nnx.value_and_grad step",
+    "zero_grad": "an nnx.Optimizer / NNX module has no gradients to zero: the training step around it was not rewritten",
+    "is_cuda": "JAX arrays have no is_cuda (jax.devices() / x.devices() say where they are)",
+    "cuda": "JAX arrays and NNX modules have no .cuda(): JAX places arrays on the default device by itself",
+    "requires_grad_": "JAX differentiates what nnx.grad / nnx.value_and_grad is given (wrt=), not flagged tensors",
+    "register_hook": "JAX has no tensor hooks",
+    "register_forward_hook": "NNX modules have no forward hooks",
+    "named_parameters": "NNX modules have no named_parameters(): nnx.state(model, nnx.Param) holds them",
+}
+# methods and attributes of torch tensors that JAX arrays lack, reported on values the port computes in JAX
+_TENSOR_ONLY = ("data", "grad", "cpu", "detach", "numpy", "to", "float", "long", "int", "double", "half", "dim",
+                "contiguous", "type", "device_type")
+_JIT = ("flax.nnx.jit", "jax.jit")
+
+
+class TorchLeft(Rule):
+    """
+    ## What it does
+    Runs on what the other JAX rules leave (the findings porter reports are those of the
+    last pass, once nothing else changes) and reports each piece of torch code still in the
+    port, at its line, so that a port never fails with no finding that predicted it:
+
+    - a `torch.*` / `torchvision.*` name still used (a function with no JAX translation,
+      `isinstance(h, torch.Tensor)`, `torchvision.utils.save_image(...)` on a JAX array);
+      the host-side input pipeline (`torch.utils.data`, `torchvision.datasets` /
+      `transforms`, `torch.manual_seed`, device checks) is not reported: its batches
+      cross into the jitted step as numpy arrays;
+    - a torchvision model (`torchvision.models.resnet18()`) given to `nnx.Optimizer`:
+      a torch module cannot be trained by optax;
+    - calls only torch objects have: `loss.backward()` / `optimizer.zero_grad()` left in a
+      loop the training-step rules did not rewrite, `.cuda()`, `.is_cuda`,
+      `.requires_grad_()`, hooks;
+    - tensor attributes JAX arrays lack (`.data`, `.grad`, `.cpu()`, `.detach()`, `.numpy()`,
+      `.size()`, ...) used on a value the port computes in JAX: the result of a jitted
+      function, of an NNX model of the file, or of a `jax.*` / `jnp.*` call;
+    - a batch of a torch `DataLoader` given to a jitted function as it comes (a torch tensor)
+      instead of as numpy (`x = x.numpy()` at the boundary, as JX303 writes where the original
+      moved the batch to a device).
+
+    Only files that are ports (they import jax / flax / optax: the other rules' fixes add the
+    imports) are read; in a torch file the other rules' own findings say what to port. Code
+    inside the file's `torch.utils.data.Dataset` / `Sampler` classes is the input
+    pipeline and not reported. A line another rule already marked `# porter: manual` is not
+    reported again.
+
+    Fixes: `outputs.data` on a JAX value becomes `outputs` (a JAX array is its own data);
+    `isinstance(x, torch.Tensor)` becomes `isinstance(x, jax.Array)` (unsafe: a value of the
+    input pipeline that is still a torch tensor would no longer pass).
+
+    ## Why
+    A JAX port with torch calls left in it fails when it runs (a torch function given a JAX
+    array, an attribute JAX arrays do not have), often far from the line that needs a human.
+
+    ## Fix safety
+    `.data` removal: safe (`x.data` of a torch tensor is the same values without autograd
+    history, which JAX arrays never have). `torch.Tensor` -> `jax.Array` in `isinstance`:
+    unsafe. Everything else is reported only.
+    """
+
+    code = "JX901"
+    name = "torch-left-in-jax-port"
+    target = "jax"
+    summary = "torch code left in the JAX port after the other rules (torch.* calls, .backward(), .cuda(), tensor attributes on JAX values): reported at its line"
+    severity = Severity.ERROR
+    needs_text = ("torch", "backward", "zero_grad", "cuda", ".data", ".grad")
+    examples = [
+        Example(
+            """
+            import torch
+            import jax.numpy as jnp
+
+            def check(x):
+                y = jnp.exp(x)
+                return torch.max(y.data, 1)
+            """,
+            """
+            import torch
+            import jax.numpy as jnp
+
+            def check(x):
+                y = jnp.exp(x)
+                return torch.max(y, 1)
+            """,
+            title=".data of a JAX value dropped; torch.max (no table entry for this call) reported",
+        ),
+        Example(
+            """
+            import torch
+            import jax.numpy as jnp
+
+            def step(h):
+                if isinstance(h, torch.Tensor):
+                    h = jnp.tanh(h)
+                return h
+            """,
+            """
+            import torch
+            import jax.numpy as jnp
+            import jax
+
+            def step(h):
+                if isinstance(h, jax.Array):
+                    h = jnp.tanh(h)
+                return h
+            """,
+            unsafe=True,
+            title="isinstance(h, torch.Tensor) -> jax.Array",
+        ),
+        Example(
+            """
+            import torch
+            import torchvision
+            import optax
+            import flax.nnx as nnx
+
+            model = torchvision.models.resnet18(num_classes=10)
+            optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                if x.is_cuda:
+                    print(loss.item())
+            """,
+            None,
+            title="a torchvision model given to nnx.Optimizer, a loop that still calls backward(), is_cuda",
+        ),
+    ]
+    valid = [
+        "import torch\nimport numpy as np\nloader = torch.utils.data.DataLoader(ds, batch_size=4)\ntorch.manual_seed(0)\n"
+        "for x, y in loader:\n    x = x.numpy()\n    print(np.asarray(x).sum())\n",
+        "import torch\nclass Data(torch.utils.data.Dataset):\n    def __getitem__(self, i):\n        return torch.tensor([i]).float()\n",
+    ]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        ctx = self.ctx
+        if not any(q.split(".")[0] in ("flax", "jax", "optax") for q in ctx.aliases.values()):
+            return  # not a port (yet): the other rules' findings say what to port
+        jitted = _jitted_functions(ctx)
+        models = set(_nnx.module_classes(ctx))
+        self._walk(node, jitted, models, skip=False)
+        self._loader_batches(node, jitted)
+
+    def _loader_batches(self, module: cst.Module, jitted: set) -> None:
+        """A batch of a torch DataLoader given to a jitted function as it comes (a torch tensor:
+        jit cannot take it) rather than as numpy (`x = x.numpy()` first)."""
+        if not jitted:
+            return
+        loaders = _loader_names(self.ctx)
+        for loop in astutil.walk(module, into_functions=True):
+            if not isinstance(loop, cst.For) or _code(_strip_iter(loop.iter)) not in loaders:
+                continue
+            batch = {n.value for n in astutil.walk(loop.target) if isinstance(n, cst.Name)}
+            for stmt in _statements(loop):
+                if _marked(stmt):
+                    continue
+                for n in _own_nodes(stmt):
+                    if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in jitted:
+                        for a in n.args:
+                            if isinstance(a.value, cst.Name) and a.value.value in batch:
+                                self.report(a.value, f"{a.value.value} is a batch of the torch DataLoader, still a torch "
+                                                     f"tensor: {n.func.value} is jitted and takes numpy or JAX arrays "
+                                                     f"({a.value.value} = {a.value.value}.numpy() before the call)")
+                if isinstance(stmt, cst.SimpleStatementLine):
+                    for small in stmt.body:
+                        if isinstance(small, cst.Assign):
+                            bound = {x.value for t in small.targets for x in astutil.walk(t.target) if isinstance(x, cst.Name)}
+                            if any(isinstance(c, cst.Call) and (astutil.method_name(c) == "numpy" or (
+                                    self.ctx.qualname(c.func) or "") in ("numpy.asarray", "numpy.array", "jax.numpy.asarray",
+                                                                         "jax.numpy.array"))
+                                   for c in astutil.walk(small.value)):
+                                batch -= bound  # converted at the boundary
+                            elif not any(isinstance(x, cst.Name) and x.value in batch for x in astutil.walk(small.value)):
+                                batch -= bound  # rebound to something else
+
+    # ------------------------------------------------------------------------------
+    def _walk(self, root: cst.CSTNode, jitted: set, models: set, skip: bool) -> None:
+        ctx = self.ctx
+        for scope in _scopes(root, ctx):
+            jax_names = _jax_values(scope, ctx, jitted, models)
+            for stmt in _statements(scope):
+                if _marked(stmt):
+                    continue
+                self._check_statement(stmt, jax_names, jitted, models)
+
+    def _check_statement(self, stmt: cst.CSTNode, jax_names: set, jitted: set, models: set) -> None:
+        ctx = self.ctx
+        reported: set[int] = set()
+        for n in _own_nodes(stmt):
+            if isinstance(n, (cst.Import, cst.ImportFrom)):
+                return
+            if id(n) in reported:
+                continue
+            if isinstance(n, cst.Call) and (ctx.qualname(n.func) or "") == "flax.nnx.Optimizer" and n.args:
+                model = n.args[0].value
+                src = _torch_source(stmt, model, ctx)
+                if src:
+                    self.report(n, f"{_code(model)} is a torch module ({src}): nnx.Optimizer and the jitted step cannot "
+                                   "train it; define the model as an nn.Module class in the file (porter ports it to NNX) "
+                                   "or use an NNX implementation")
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "isinstance" and len(n.args) == 2:
+                kinds = n.args[1].value
+                elts = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+                for e in elts:
+                    if (ctx.qualname(e) or "") in ("torch.Tensor", "torch.nn.Parameter"):
+                        reported.update(id(m) for m in astutil.walk(e))
+                        jax_alias = ctx.module_alias("jax")
+                        self.report(e, f"isinstance(..., {_code(e)}): the port's tensors are JAX arrays",
+                                    Fix((Edit(e, cst.parse_expression(f"{jax_alias}.Array")),), safety=Safety.UNSAFE,
+                                        imports=("jax",)))
+            if isinstance(n, (cst.Attribute, cst.Name)):
+                qual = ctx.qualname(n)
+                if qual and qual.startswith(_HOST):
+                    reported.update(id(m) for m in astutil.walk(n))
+                    continue
+                if qual and qual.split(".")[0] in ("torch", "torchvision"):
+                    # the longest dotted chain only (torch.nn.functional.relu, not torch.nn)
+                    reported.update(id(m) for m in astutil.walk(n))
+                    self.report(n, f"{qual} is torch code left in the JAX port (no JAX translation here): "
+                                   "port this line by hand")
+                    continue
+            if isinstance(n, cst.Attribute):
+                attr = n.attr.value
+                recv = n.value
+                if attr in _TORCH_ONLY:
+                    reported.add(id(n))
+                    self.report(n, f".{attr} left in the JAX port: {_TORCH_ONLY[attr]}")
+                    continue
+                if attr in _TENSOR_ONLY and _is_jax_value(recv, ctx, jax_names, jitted, models):
+                    reported.add(id(n))
+                    if attr == "data":
+                        self.report(n, f"{_code(recv)}.data: a JAX array has no .data (it is its own data)",
+                                    Fix((Edit(n, recv),)))
+                    else:
+                        self.report(n, f"{_code(recv)}.{attr}: {_code(recv)} is a JAX array here, which has no .{attr} "
+                                       "(np.asarray(x) for numpy, x.shape for sizes, x.astype for dtypes)")
+
+
+# ----------------------------------------------------------------------------------------
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
+
+
+def _scopes(root: cst.CSTNode, ctx):
+    """The module and every function / class (each scope's own statements are read alone), not
+    the input pipeline's classes (Dataset, Sampler subclasses) and what they hold."""
+    stack = [root]
+    while stack:
+        cur = stack.pop()
+        if _is_pipeline_class(cur, ctx):
+            continue
+        yield cur
+        stack.extend(n for n in astutil.walk(cur) if n is not cur and isinstance(n, (cst.FunctionDef, cst.ClassDef)))
+
+
+def _statements(scope: cst.CSTNode):
+    """The simple statements and compound-statement headers of a scope, not of nested scopes."""
+    body = scope.body
+    stack = list(body.body) if isinstance(body, cst.IndentedBlock) else list(getattr(scope, "body", []))
+    if isinstance(scope, cst.Module):
+        stack = list(scope.body)
+    stack.reverse()
+    while stack:
+        st = stack.pop()
+        if isinstance(st, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        yield st
+        if isinstance(st, cst.BaseCompoundStatement):
+            inner: list = []
+            for part in ("body", "orelse", "handlers", "finalbody"):
+                p = getattr(st, part, None)
+                if p is None:
+                    continue
+                for x in (p if isinstance(p, (list, tuple)) else [p]):
+                    if isinstance(x, cst.IndentedBlock):
+                        inner.extend(x.body)
+                    elif isinstance(x, (cst.Else, cst.Finally, cst.ExceptHandler)):
+                        inner.extend(x.body.body if isinstance(x.body, cst.IndentedBlock) else [])
+                    elif isinstance(x, cst.If):
+                        inner.append(x)
+            stack.extend(reversed(inner))
+
+
+def _own_nodes(stmt: cst.CSTNode):
+    """The nodes of a statement itself: a simple statement whole, a compound statement's header
+    (its test, iterable, with items), not its body."""
+    if isinstance(stmt, cst.BaseCompoundStatement):
+        heads = []
+        for part in ("test", "iter", "target", "items", "decorators"):
+            p = getattr(stmt, part, None)
+            if p is None:
+                continue
+            heads.extend(p if isinstance(p, (list, tuple)) else [p])
+        for h in heads:
+            yield from astutil.walk(h, into_functions=True)
+        return
+    yield from astutil.walk(stmt, into_functions=True)
+
+
+def _marked(stmt: cst.CSTNode) -> bool:
+    tw = getattr(stmt, "trailing_whitespace", None)
+    if tw is not None and tw.comment is not None and "porter: manual" in tw.comment.value:
+        return True
+    return _nnx.has_manual_marker(stmt) if isinstance(stmt, cst.SimpleStatementLine) else False
+
+
+def _is_pipeline_class(scope: cst.CSTNode, ctx) -> bool:
+    if not isinstance(scope, cst.ClassDef):
+        return False
+    return any((ctx.qualname(b.value) or "").startswith(("torch.utils.data", "torchvision.datasets")) for b in scope.bases)
+
+
+def _jitted_functions(ctx) -> set:
+    return {s.name.value for s in astutil.walk(ctx.module, into_functions=True) if isinstance(s, cst.FunctionDef)
+            and any((ctx.qualname(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) or "") in _JIT
+                    for d in s.decorators)}
+
+
+def _is_jax_call(call: cst.CSTNode, ctx, jax_names: set, jitted: set, models: set) -> bool:
+    if not isinstance(call, cst.Call):
+        return False
+    f = call.func
+    qual = ctx.qualname(f) or ""
+    if qual.startswith(("jax.", "flax.")) or qual in ("jax",):
+        return True
+    if isinstance(f, cst.Name) and (f.value in jitted or f.value in jax_names):
+        return True
+    return False
+
+
+def _is_jax_value(expr: cst.CSTNode, ctx, jax_names: set, jitted: set, models: set) -> bool:
+    if isinstance(expr, cst.Name):
+        return expr.value in jax_names and expr.value not in models
+    if isinstance(expr, cst.Subscript):
+        return _is_jax_value(expr.value, ctx, jax_names, jitted, models)
+    return _is_jax_call(expr, ctx, jax_names, jitted, models)
+
+
+def _jax_values(scope: cst.CSTNode, ctx, jitted: set, models: set) -> set:
+    """Names the scope binds to JAX values: results of jitted functions, jax / jnp calls, calls
+    of NNX models of the file (names bound to ``ModelClass(...)``), and names bound from those.
+    A name also bound to anything else in the scope is left out."""
+    model_names: set = set()
+    jax_names: set = set()
+    other: set = set()
+    assigns = []
+    for st in _statements(scope):
+        for n in _own_nodes(st):
+            if isinstance(n, cst.Assign):
+                assigns.append(n)
+    for a in assigns:
+        if isinstance(a.value, cst.Call) and isinstance(a.value.func, cst.Name) and a.value.func.value in models:
+            for t in a.targets:
+                if isinstance(t.target, cst.Name):
+                    model_names.add(t.target.value)
+    for _ in range(2):  # names bound from names bound earlier
+        for a in assigns:
+            v = a.value
+            is_jax = _is_jax_call(v, ctx, jax_names | model_names, jitted, models) or \
+                (isinstance(v, cst.Name) and v.value in jax_names)
+            for t in a.targets:
+                names = [t.target] if isinstance(t.target, cst.Name) else \
+                    [e.value for e in t.target.elements if isinstance(e.value, cst.Name)] if isinstance(t.target, (cst.Tuple, cst.List)) else []
+                for nm in names:
+                    (jax_names if is_jax else other).add(nm.value)
+    return (jax_names - other) - model_names
+
+
+def _strip_iter(node: cst.CSTNode) -> cst.CSTNode:
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("enumerate", "tqdm", "iter") \
+            and node.args:
+        node = node.args[0].value
+    return node
+
+
+def _loader_names(ctx) -> set:
+    """Names the file binds to a torch DataLoader(...)."""
+    out = set()
+    for n in astutil.walk(ctx.module, into_functions=True):
+        if isinstance(n, cst.Assign) and isinstance(n.value, cst.Call):
+            qual = ctx.qualname(n.value.func) or ""
+            if qual.startswith("torch.utils.data") and qual.endswith("DataLoader"):
+                out |= {_code(t.target) for t in n.targets}
+    return out
+
+
+def _torch_source(stmt: cst.CSTNode, model: cst.CSTNode, ctx) -> Optional[str]:
+    """What the name given to nnx.Optimizer was bound to, when that is a torch / torchvision call
+    (``torchvision.models.resnet18(...)``) in the same scope."""
+    if not isinstance(model, cst.Name):
+        return None
+    for n in astutil.walk(ctx.module, into_functions=True):
+        if isinstance(n, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == model.value for t in n.targets):
+            v = n.value
+            while isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute) and v.func.attr.value in ("to", "cuda", "train", "eval"):
+                v = v.func.value
+            if isinstance(v, cst.Call):
+                qual = ctx.qualname(v.func) or ""
+                if qual.startswith(("torchvision.", "torch.", "timm.")):
+                    return f"{qual}(...)"
+    return None

@@ -1,0 +1,126 @@
+"""JX016 in whole ports, run under JAX: `net.apply(weights_init)` in several spellings (class-name
+tests, isinstance tests, tensor-method and nn.init initialisers) and a module's own
+`init_weights` with `.data.uniform_` / `.zero_()`; the ported initialisation runs and draws
+what torch's draws (checked on the statistics of the initialised parameters)."""
+import textwrap
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+
+pytestmark = pytest.mark.slow  # ports and runs three initialisations under JAX (~1 minute)
+
+from porter import engine, registry  # noqa: E402
+
+JAX = engine.Options(tuple(registry.rules_for("jax")), unsafe_fixes=True)
+
+NET = '''
+import torch
+import torch.nn as nn
+
+
+class G(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 64, 3)
+        self.bn = nn.BatchNorm2d(64)
+        self.fc = nn.Linear(64, 256)
+
+    def forward(self, x):
+        return self.fc(self.bn(self.conv(x)).mean((2, 3)))
+
+'''
+
+CASES = {
+    "classname-data-methods": '''
+        def weights_init(m):
+            classname = m.__class__.__name__
+            if classname.find('Conv') != -1:
+                m.weight.data.normal_(0.0, 0.02)
+            elif classname.find('BatchNorm') != -1:
+                m.weight.data.normal_(1.0, 0.02)
+                m.bias.data.fill_(0)
+            elif classname.find('Linear') != -1:
+                m.weight.data.uniform_(-0.1, 0.1)
+                m.bias.data.zero_()
+
+        torch.manual_seed(3)
+        net = G()
+        net.apply(weights_init)
+    ''',
+    "isinstance-nn-init": '''
+        def init_params(module):
+            if isinstance(module, nn.Conv2d):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            elif isinstance(module, nn.BatchNorm2d):
+                nn.init.normal_(module.weight, 1.0, 0.02)
+                nn.init.constant_(module.bias, 0)
+            elif isinstance(module, nn.Linear):
+                nn.init.uniform_(module.weight, -0.1, 0.1)
+                nn.init.zeros_(module.bias)
+
+        def build():
+            model = G()
+            model.apply(init_params)
+            return model
+
+        net = build()
+    ''',
+}
+
+
+def _port_and_run(body: str) -> dict:
+    result = engine.fix(NET + textwrap.dedent(body), JAX)
+    src = result.source
+    assert ".apply(" not in src and ".data" not in src, src
+    assert not [f for f in result.remaining if f.code in ("JX016", "JX012", "JX102", "JX104", "JX901")], result.remaining
+    assert "porter: manual" not in src.split("def torch_state_dict", 1)[1], src
+    ns: dict = {"__name__": "port"}
+    exec(compile(src, "<port>", "exec"), ns)
+    return ns
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_apply_init_ports_and_draws_torchs_distributions(name):
+    ns = _port_and_run(CASES[name])
+    net = ns["net"]
+    conv = np.asarray(net.conv.kernel[...])
+    assert abs(conv.std() - 0.02) < 0.002 and abs(conv.mean()) < 0.002
+    scale = np.asarray(net.bn.scale[...])
+    assert abs(scale.mean() - 1.0) < 0.01 and 0.01 < scale.std() < 0.03
+    assert np.all(np.asarray(net.bn.bias[...]) == 0)
+    fc = np.asarray(net.fc.kernel[...])
+    assert fc.min() >= -0.1 and fc.max() <= 0.1 and fc.std() > 0.05  # uniform(-0.1, 0.1): std 0.0577
+    assert np.all(np.asarray(net.fc.bias[...]) == 0)
+    out = net(jax.numpy.ones((2, 3, 8, 8)))
+    assert out.shape == (2, 256)
+
+
+def test_module_init_weights_method_with_tensor_initialisers():
+    ns = _port_and_run('''
+        class LM(nn.Module):
+            def __init__(self, ntoken, nhid):
+                super().__init__()
+                self.encoder = nn.Embedding(ntoken, nhid)
+                self.decoder = nn.Linear(nhid, ntoken)
+                self.init_weights()
+
+            def init_weights(self):
+                initrange = 0.1
+                self.encoder.weight.data.uniform_(-initrange, initrange)
+                self.decoder.bias.data.zero_()
+                self.decoder.weight.data.uniform_(-initrange, initrange)
+
+        net = G()
+        lm = LM(500, 64)
+    ''')
+    lm = ns["lm"]
+    emb = np.asarray(lm.encoder.embedding[...])
+    assert emb.min() >= -0.1 and emb.max() <= 0.1 and abs(emb.std() - 0.2 / np.sqrt(12)) < 0.003
+    assert np.all(np.asarray(lm.decoder.bias[...]) == 0)
+
+
+def test_apply_of_a_lambda_is_reported():
+    result = engine.fix(NET + "net = G()\nnet.apply(lambda m: print(type(m)))\n", JAX)
+    assert any(f.code == "JX016" and "no apply()" in f.message for f in result.remaining), result.remaining
