@@ -260,25 +260,30 @@ def xla_device_expr(ctx: FileContext) -> cst.BaseExpression:
     return cst.parse_expression(f"{ctx.module_alias(TORCH_XLA)}.device()")
 
 
-def choice_replacement(choice: DeviceChoice, ctx: FileContext, cpu: cst.BaseExpression) -> cst.BaseExpression:
-    """torch_xla.device() for an availability test; else keep the user's choice, with ``cpu``."""
+def choice_replacement(choice: DeviceChoice, ctx: FileContext, cpu: cst.BaseExpression,
+                       folded: object = None) -> cst.BaseExpression:
+    """torch_xla.device() for an availability test; else keep the user's choice, with ``cpu``.
+    ``folded``: the test with the port's availability answers put in (True/False, the
+    remaining user's choice, or None when it holds no availability test)."""
     if choice.availability_only:
         return xla_device_expr(ctx)
     xla = xla_device_expr(ctx)
+    if isinstance(folded, bool):
+        return xla if folded is choice.cuda_first else cpu
+    test = folded if isinstance(folded, cst.BaseExpression) else choice.node.test
     if choice.cuda_first:
-        return choice.node.with_changes(body=xla, orelse=cpu, lpar=(), rpar=())
-    return choice.node.with_changes(body=cpu, orelse=xla, lpar=(), rpar=())
+        return choice.node.with_changes(test=test, body=xla, orelse=cpu, lpar=(), rpar=())
+    return choice.node.with_changes(test=test, body=cpu, orelse=xla, lpar=(), rpar=())
 
 
 def in_availability_choice(ctx: FileContext) -> bool:
-    """The current node sits in the test of a ``'cuda' if <availability> else 'cpu'`` that
-    TX101 replaces as a whole."""
+    """The current node sits in the test of a ``'cuda' if <test> else 'cpu'`` that TX101 (or,
+    as a ``map_location``, TX105) replaces as a whole, availability tests folded in."""
     anc = ctx.ancestors
     for i in range(len(anc) - 2, -1, -1):
         node = anc[i]
         if isinstance(node, cst.IfExp) and anc[i + 1] is node.test:
-            choice = device_choice(node, ctx)
-            return choice is not None and choice.availability_only
+            return device_choice(node, ctx) is not None
     return False
 
 

@@ -3,6 +3,7 @@ import libcst as cst
 from porter.astutil import arg
 from porter.rules import Example, Fix, Rule, Severity
 
+from ._availability import fold
 from ._tables import TORCH_XLA, choice_replacement, device_choice, is_cuda_string, xla_device_expr
 
 
@@ -137,7 +138,7 @@ class CudaDevice(Rule):
             return
         cpu_string = choice.node.orelse if choice.cuda_first else choice.node.body
         cpu = node.with_changes(args=[cst.Arg(cpu_string)])
-        new = choice_replacement(choice, self.ctx, cpu)
+        new = choice_replacement(choice, self.ctx, cpu, fold(choice.node.test, self.ctx))
         self.report(node, self._choice_message(choice), Fix((self.replace(node, new),), imports=(TORCH_XLA,)))
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
@@ -153,8 +154,8 @@ class CudaDevice(Rule):
         if not any(v == "torch" or v.startswith("torch.") for v in self.ctx.aliases.values()):
             return
         cpu = choice.node.orelse if choice.cuda_first else choice.node.body
-        new = choice_replacement(choice, self.ctx, cpu)
-        if not choice.availability_only and (node.lpar or isinstance(parent, (cst.IfExp, cst.BinaryOperation, cst.Comparison, cst.UnaryOperation, cst.BooleanOperation))):
+        new = choice_replacement(choice, self.ctx, cpu, fold(choice.node.test, self.ctx))
+        if isinstance(new, cst.IfExp) and (node.lpar or isinstance(parent, (cst.IfExp, cst.BinaryOperation, cst.Comparison, cst.UnaryOperation, cst.BooleanOperation))):
             new = new.with_changes(lpar=node.lpar or [cst.LeftParen()], rpar=node.rpar or [cst.RightParen()])
         self.report(node, self._choice_message(choice), Fix((self.replace(node, new),), imports=(TORCH_XLA,)))
 

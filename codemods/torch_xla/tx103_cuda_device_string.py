@@ -3,7 +3,8 @@ import libcst as cst
 from porter.astutil import arg
 from porter.rules import Example, Fix, Rule, Severity
 
-from ._tables import TORCH_XLA, imports_torch, is_cuda_string, xla_device_expr
+from ._devices import placement_expr
+from ._tables import TORCH_XLA, imports_torch, is_cuda_string
 
 # Tensor methods whose `device` argument places the result.
 _METHODS = ("to", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor")
@@ -105,10 +106,11 @@ class CudaDeviceString(Rule):
                                       "RuntimeError 'XLA device type not an accelerator'); use a CPU torch.Generator() and move "
                                       "the results, or seed the device with torch_xla.manual_seed()")
             return
+        place = placement_expr(self.ctx)
         self.report(
             target.value,
             "CUDA device string: on XLA use torch_xla.device()",
-            Fix((self.replace(target.value, xla_device_expr(self.ctx)),), imports=(TORCH_XLA,)),
+            Fix((self.replace(target.value, place),), imports=() if isinstance(place, cst.Name) else (TORCH_XLA,)),
         )
 
     def visit_Assign(self, node: cst.Assign) -> None:

@@ -1,9 +1,12 @@
+from typing import Optional
+
 import libcst as cst
 
 from porter import astutil
 from porter.rules import Edit, Example, Fix, Rule, Severity
 
 from . import _training as tr
+from ._devices import xla_device_value
 
 
 class MpDeviceLoader(Rule):
@@ -39,8 +42,18 @@ class MpDeviceLoader(Rule):
     uploads synchronously and leaves the loop without a step marker.
 
     ## Fix safety
-    Safe: the loop sees the same batches in the same order, already on the XLA device;
-    only the batch values that the loop moved anyway change place.
+    Safe: the loop sees the same batches in the same order, already on the device; only the
+    batch values that the loop moved anyway change place. `MpDeviceLoader` needs an XLA
+    device ("Check failed: device.type() == at::kXLA (cpu vs. xla)" with a CPU one), and a
+    script's device variable may hold the CPU (the port keeps the user's `--no-cuda`), so the
+    wrapper is unconditional only where the device is provably XLA: `torch_xla.device()` (the
+    loop moved its batch with `.cuda()`/`'cuda'`, or not at all) or a name every binding of which
+    in the file is the XLA device (`device = torch_xla.device()`, `torch.device('cuda')`, a
+    `'cuda' if torch.cuda.is_available() else 'cpu'` choice) and that is no parameter of an
+    enclosing function. Otherwise the loop iterates
+    `pl.MpDeviceLoader(loader, device) if torch.device(device).type == "xla" else loader`: on the
+    XLA device the device loader, on the CPU the plain loader, whose batches are already where
+    the dropped moves put them (`torch.device(...)` also reads a device string).
     """
 
     code = "TX301"
@@ -73,14 +86,41 @@ class MpDeviceLoader(Rule):
 
             def train(args, model, device, train_loader, optimizer, epoch):
                 model.train()
-                for batch_idx, (data, target) in enumerate(pl.MpDeviceLoader(train_loader, device)):
+                for batch_idx, (data, target) in enumerate(pl.MpDeviceLoader(train_loader, device) if torch.device(device).type == "xla" else train_loader):
                     optimizer.zero_grad()
                     output = model(data)
                     loss = F.nll_loss(output, target)
                     loss.backward()
                     optimizer.step()
             """,
-            title="the mnist training loop",
+            title="the mnist training loop: `device` is a parameter, it may be the CPU (a user's --no-cuda)",
+        ),
+        Example(
+            """
+            import torch
+            import torch_xla
+
+            device = torch_xla.device()
+
+            def train(model, train_loader, opt):
+                for x, y in train_loader:
+                    x, y = x.to(device), y.to(device)
+                    model(x, y).backward()
+                    opt.step()
+            """,
+            """
+            import torch
+            import torch_xla
+            import torch_xla.distributed.parallel_loader as pl
+
+            device = torch_xla.device()
+
+            def train(model, train_loader, opt):
+                for x, y in pl.MpDeviceLoader(train_loader, device):
+                    model(x, y).backward()
+                    opt.step()
+            """,
+            title="a device variable that is always the XLA device",
         ),
         Example(
             """
@@ -134,7 +174,7 @@ class MpDeviceLoader(Rule):
             import torch_xla.distributed.parallel_loader as pl
 
             def fit(model, dataloader, opt, device):
-                for step, batch in enumerate(pl.MpDeviceLoader(dataloader, device), 1):
+                for step, batch in enumerate(pl.MpDeviceLoader(dataloader, device) if torch.device(device).type == "xla" else dataloader, 1):
                     x = batch["x"].to(dtype=torch.float32)
                     y = batch["y"]
                     loss = model(x, y)
@@ -183,7 +223,7 @@ class MpDeviceLoader(Rule):
             import torch_xla.distributed.parallel_loader as pl
 
             def train(model, train_loader, opt, device):
-                for batch in pl.MpDeviceLoader(train_loader, device):
+                for batch in (pl.MpDeviceLoader(train_loader, device) if torch.device(device).type == "xla" else train_loader):
                     model(**batch).loss.backward()
                     opt.step()
             """,
@@ -265,9 +305,14 @@ class MpDeviceLoader(Rule):
         if plan.device is None:
             device_code = f"{self.ctx.module_alias('torch_xla')}.device()"
             imports.append("torch_xla")
+            test = None
         else:
             device_code = plan.device
-        edits = [Edit(plan.loader, _wrap(pl, device_code))]
+            xla = xla_device_value(cst.parse_expression(device_code), self.ctx, node)
+            test = None if xla else f"{self.ctx.module_alias('torch')}.device({device_code}).type == \"xla\""
+            if test is not None:
+                imports.append("torch")
+        edits = [Edit(plan.loader, _wrap(pl, device_code, test, parens=plan.loader is node.iter))]
         for call in plan.drop_calls:
             edits.append(Edit(call, tr.strip_move))
         for stmt in plan.drop_statements:
@@ -284,10 +329,17 @@ class MpDeviceLoader(Rule):
         )
 
 
-def _wrap(pl: str, device_code: str):
+def _wrap(pl: str, device_code: str, test: Optional[str], parens: bool = False):
+    """`pl.MpDeviceLoader(loader, device)`; with a ``test``, only when it holds:
+    `pl.MpDeviceLoader(loader, device) if test else loader`."""
     def apply(updated: cst.CSTNode) -> cst.CSTNode:
         call = cst.parse_expression(f"{pl}.MpDeviceLoader(_, {device_code})")
         assert isinstance(call, cst.Call)
-        return call.with_changes(args=[call.args[0].with_changes(value=updated), call.args[1]])
+        call = call.with_changes(args=[call.args[0].with_changes(value=updated), call.args[1]])
+        if test is None:
+            return call
+        assert isinstance(updated, cst.BaseExpression)
+        choice = cst.IfExp(test=cst.parse_expression(test), body=call, orelse=updated)
+        return choice.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) if parens else choice
 
     return apply
