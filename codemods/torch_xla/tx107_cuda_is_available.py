@@ -1,4 +1,4 @@
-from typing import Optional
+from typing import Optional, Sequence
 
 import libcst as cst
 
@@ -362,17 +362,41 @@ class CudaIsAvailable(Rule):
             carried.extend(foot)
             return cst.FlattenSentinel(chosen)
 
+        edits = []
+        chosen_suite = stmt.body if not negated else stmt.orelse.body if isinstance(stmt.orelse, cst.Else) else None
+        if not (negated and isinstance(stmt.orelse, cst.If)) and _ends_flow(chosen_suite):
+            # the kept branch returns (raises, ...): what followed the `if` in its block never runs
+            edits = [self.replace(later, cst.RemoveFromParent()) for later in siblings[at + 1:]]
+
         # comments that ended the kept block (or stood above a removed statement) go before the next
         # statement, or to the end of the enclosing block
         kept = stmt.body if not negated else stmt.orelse.body if isinstance(stmt.orelse, cst.Else) else None
         removed = negated and stmt.orelse is None and not (alone and isinstance(owner, cst.IndentedBlock))
-        if not (isinstance(kept, cst.IndentedBlock) and kept.footer) and not (removed and stmt.leading_lines):
-            return Fix((self.replace(stmt, apply),))
+        if edits or not (isinstance(kept, cst.IndentedBlock) and kept.footer) and not (removed and stmt.leading_lines):
+            return Fix((self.replace(stmt, apply), *edits))
         if at + 1 < len(siblings):
-            carry = self.replace(siblings[at + 1], lambda n: n.with_changes(leading_lines=[*carried, *n.leading_lines]))
+            carry = self.replace(siblings[at + 1], lambda n: n.with_changes(leading_lines=_merge_lines(carried, n.leading_lines)))
         else:
             carry = self.replace(owner, lambda n: n.with_changes(footer=[*carried, *n.footer]))
         return Fix((self.replace(stmt, apply), carry))
+
+
+def _merge_lines(carried: list, own: Sequence[cst.EmptyLine]) -> list:
+    """The comment lines of a removed statement before the next one's own lines; its blank
+    lines only where the next statement has none (the layout keeps one gap, not two)."""
+    if own and own[0].comment is None:
+        carried = [line for line in carried if line.comment is not None]
+    return [*carried, *own]
+
+
+def _ends_flow(suite: Optional[cst.BaseSuite]) -> bool:
+    """The block's last statement is a `return`, `raise`, `continue` or `break`."""
+    if suite is None:
+        return False
+    last = suite.body[-1] if isinstance(suite, cst.SimpleStatementSuite) else None
+    if isinstance(suite, cst.IndentedBlock) and isinstance(suite.body[-1], cst.SimpleStatementLine):
+        last = suite.body[-1].body[-1]
+    return isinstance(last, (cst.Return, cst.Raise, cst.Continue, cst.Break))
 
 
 def _value_position(holder: Optional[cst.CSTNode], top: cst.CSTNode) -> bool:

@@ -6,7 +6,8 @@ from porter import astutil
 from porter.rules import Edit, Example, Fix, Rule, Severity
 
 from . import _training as tr
-from ._devices import xla_device_value
+from ._availability import answer
+from ._devices import device_variable, xla_device_value
 
 
 class MpDeviceLoader(Rule):
@@ -33,7 +34,10 @@ class MpDeviceLoader(Rule):
     move (say the `lengths` that `pack_padded_sequence` wants on the CPU), since the device
     loader moves every tensor of the batch; and `zip(loader_a, loader_b)` (TX202 adds a
     sync there instead). Loops that already call `torch_xla.sync()`/`xm.mark_step()` are
-    left as they are.
+    left as they are, and a loop that still tests CUDA availability waits for TX107 (the next
+    fix pass wraps it). The device of `.cuda()` moves is the script's device variable where
+    the loop can read one (a parameter `device`, or a `device = ...` before it), else
+    `torch_xla.device()`.
 
     ## Why
     `MpDeviceLoader` uploads the next batches to the device in background threads while
@@ -192,7 +196,7 @@ class MpDeviceLoader(Rule):
                     for i, (images, target) in enumerate(val_loader):
                         if args.gpu is not None:
                             images = images.cuda(args.gpu, non_blocking=True)
-                        if torch.cuda.is_available():
+                        if args.cuda:
                             target = target.cuda(args.gpu, non_blocking=True)
                         output = model(images)
             """,
@@ -294,6 +298,8 @@ class MpDeviceLoader(Rule):
         kind = tr.loop_kind(node, self.ctx)
         if kind not in ("train", "eval"):
             return
+        if any(answer(n, self.ctx) is not None for n in astutil.walk(node.body)):
+            return  # TX107 folds the availability tests in the body first; the next pass wraps
         plan = tr.plan_loader_wrap(node, self.ctx)
         if plan is None:
             return
@@ -302,12 +308,13 @@ class MpDeviceLoader(Rule):
             return
         pl = self.ctx.module_alias("torch_xla.distributed.parallel_loader")
         imports = ["torch_xla.distributed.parallel_loader"]
-        if plan.device is None:
+        variable = device_variable(self.ctx) if plan.device is None else None
+        if plan.device is None and variable is None:
             device_code = f"{self.ctx.module_alias('torch_xla')}.device()"
             imports.append("torch_xla")
             test = None
         else:
-            device_code = plan.device
+            device_code = plan.device or variable
             xla = xla_device_value(cst.parse_expression(device_code), self.ctx, node)
             test = None if xla else f"{self.ctx.module_alias('torch')}.device({device_code}).type == \"xla\""
             if test is not None:
