@@ -1,9 +1,10 @@
 import libcst as cst
 
 from porter.astutil import arg
-from porter.rules import Example, Fix, Rule, Severity
+from porter.rules import Example, Fix, Rule, Safety, Severity
 
 from ._availability import fold
+from ._devices import PROVABLE, int_ordinal
 from ._tables import TORCH_XLA, choice_replacement, device_choice, is_cuda_string, xla_device_expr
 
 
@@ -26,6 +27,12 @@ class CudaDevice(Rule):
     `PJRT_DEVICE` unset `xr.device_type()` is `'CPU'` after import), so an availability test
     alone has nothing left to decide.
 
+    `torch.device(<int>)` (a CUDA device number: a literal, or a name bound to `int(...)`,
+    `dist.get_rank()`... in its scope; see TX103) becomes `torch_xla.device()` too, with an
+    unsafe fix where the name (a parameter `rank`, `args.gpu`) says it by its spelling only.
+    Availability tests inside the choice are folded as TX107 folds them
+    (`'cuda' if use_cuda and torch.cuda.is_available() else 'cpu'` keeps `use_cuda` only).
+
     ## Fix safety
     Safe. Code that only chose between CUDA and CPU by availability now always takes the XLA
     device (on a host without TPU that is XLA:CPU). A choice that includes a user flag is kept.
@@ -39,7 +46,7 @@ class CudaDevice(Rule):
     target = "torch-xla"
     summary = "torch.device('cuda'...) and 'cuda' if available else 'cpu' -> torch_xla.device()"
     severity = Severity.ERROR
-    needs_text = ("cuda",)
+    needs_text = ("cuda", "device(")
     examples = [
         Example(
             """
@@ -81,6 +88,9 @@ class CudaDevice(Rule):
                 a = torch.device("cuda", rank)
                 b = torch.device(f"cuda:{rank}")
                 c = torch.device("cuda:0")
+                d = torch.device(0)
+                local = int(os.environ["LOCAL_RANK"])
+                e = torch.device(local)
             """,
             """
             import torch
@@ -90,6 +100,9 @@ class CudaDevice(Rule):
                 a = torch_xla.device()
                 b = torch_xla.device()
                 c = torch_xla.device()
+                d = torch_xla.device()
+                local = int(os.environ["LOCAL_RANK"])
+                e = torch_xla.device()
             """,
         ),
         Example(
@@ -132,6 +145,12 @@ class CudaDevice(Rule):
                 "CUDA device on XLA: use torch_xla.device() (each XLA process owns its device; no index needed)",
                 Fix((self.replace(node, xla_device_expr(self.ctx)),), imports=(TORCH_XLA,)),
             )
+            return
+        ordinal = int_ordinal(first.value, self.ctx)
+        if ordinal is not None and len(node.args) == 1:
+            self.report(node, "torch.device(<int>) is a CUDA device number: on XLA use torch_xla.device()",
+                        Fix((self.replace(node, xla_device_expr(self.ctx)),),
+                            Safety.SAFE if ordinal == PROVABLE else Safety.UNSAFE, imports=(TORCH_XLA,)))
             return
         choice = device_choice(first.value, self.ctx)
         if choice is None:
