@@ -24,9 +24,11 @@ class CudaDeviceApi(Rule):
     `xr.local_ordinal()` and `xr.global_ordinal()`, and a person has to pick.
 
     ## Fix safety
-    Removing `set_device` is safe (it only selected the CUDA device; a block left empty gets
-    `pass`; a call whose argument has side effects is reported instead). The `device_count`
-    rewrite is unsafe: see above about the runtime initialization.
+    Removing `set_device` is safe (it only selected the CUDA device; an `if flag:` whose test
+    has no side effects goes when it is left empty, another block left empty gets `pass`; a
+    call whose argument has side effects is reported instead). The `device_count` rewrite is
+    unsafe: see above about the runtime initialization. A count compared with a number
+    (`torch.cuda.device_count() > 1`) is TX107's: it folds the test.
     """
 
     code = "TX104"
@@ -53,11 +55,9 @@ class CudaDeviceApi(Rule):
 
             def worker(gpu, args):
                 model = build()
-                if args.distributed:
-                    pass
                 return model
             """,
-            title="set_device removed, an emptied block gets pass",
+            title="set_device removed, an `if flag:` it empties goes too",
         ),
         Example(
             """

@@ -6,7 +6,7 @@ from porter.astutil import walk
 from porter.rules import Example, Fix, Rule, Severity
 
 from ._availability import answer, condition_top, flag_answer, fold, foldable, is_count
-from ._tables import in_availability_choice, side_effect_free
+from ._tables import emptied_if, in_availability_choice
 
 
 class CudaIsAvailable(Rule):
@@ -334,7 +334,7 @@ class CudaIsAvailable(Rule):
         at = next(i for i, s in enumerate(siblings) if s is stmt)
         alone = len(siblings) == 1
         if negated and stmt.orelse is None and alone and isinstance(owner, cst.IndentedBlock):
-            outer = _emptied_if(anc, index - 1, self.ctx)
+            outer = emptied_if(anc, index - 1, self.ctx)
             if outer is not None:
                 gone, last = outer
                 return Fix((self.replace(gone, cst.SimpleStatementLine([cst.Pass()], leading_lines=gone.leading_lines)
@@ -405,24 +405,6 @@ def _value_position(holder: Optional[cst.CSTNode], top: cst.CSTNode) -> bool:
     if isinstance(holder, (cst.Assign, cst.AnnAssign, cst.Return)):
         return holder.value is top
     return isinstance(holder, cst.Arg) and holder.keyword is not None and holder.value is top
-
-
-def _emptied_if(anc: list, block: int, ctx) -> Optional[tuple[cst.If, bool]]:
-    """The outermost plain `if flag:` (no else, a test without side effects) that removing the
-    only statement of ``anc[block]`` leaves empty, and whether it is the only statement of its
-    own block (then it becomes `pass`); None when there is none."""
-    found = None
-    while block >= 2:
-        owner, holder = anc[block - 1], anc[block - 2]
-        if not (isinstance(owner, cst.If) and owner.body is anc[block] and owner.orelse is None):
-            break
-        if isinstance(holder, cst.If) or not side_effect_free(owner.test, ctx):
-            break  # an `elif`, or a test that must still run
-        found = (owner, isinstance(holder, cst.IndentedBlock) and len(holder.body) == 1)
-        if not found[1]:
-            break
-        block -= 2
-    return found
 
 
 def _elif_branch(negated: bool):
