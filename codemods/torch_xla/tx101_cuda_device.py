@@ -5,7 +5,7 @@ from porter.rules import Example, Fix, Rule, Safety, Severity
 
 from ._availability import fold
 from ._devices import PROVABLE, int_ordinal
-from ._tables import TORCH_XLA, choice_replacement, device_choice, is_cuda_string, xla_device_expr
+from ._tables import TORCH_XLA, choice_replacement, device_choice, is_cuda_string, side_effect_free, xla_device_expr
 
 
 class CudaDevice(Rule):
@@ -32,6 +32,10 @@ class CudaDevice(Rule):
     unsafe fix where the name (a parameter `rank`, `args.gpu`) says it by its spelling only.
     Availability tests inside the choice are folded as TX107 folds them
     (`'cuda' if use_cuda and torch.cuda.is_available() else 'cpu'` keeps `use_cuda` only).
+
+    An `if`/`else` whose two arms are the same code once their CUDA devices are the XLA device
+    (`if args.gpu is not None: torch.device(f'cuda:{args.gpu}') else: torch.device('cuda')`) keeps
+    one arm (when its test has no side effects).
 
     ## Fix safety
     Safe. Code that only chose between CUDA and CPU by availability now always takes the XLA
@@ -109,6 +113,27 @@ class CudaDevice(Rule):
             """
             import torch
 
+            def place(args):
+                if args.gpu is not None:
+                    device = torch.device("cuda:{}".format(args.gpu))
+                else:
+                    device = torch.device("cuda")
+                return device
+            """,
+            """
+            import torch
+            import torch_xla
+
+            def place(args):
+                device = torch_xla.device()
+                return device
+            """,
+            title="arms that both become the XLA device are one",
+        ),
+        Example(
+            """
+            import torch
+
             DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
             x = torch.zeros(3).to("cpu" if args.cpu else "cuda")
             """,
@@ -177,6 +202,28 @@ class CudaDevice(Rule):
         if isinstance(new, cst.IfExp) and (node.lpar or isinstance(parent, (cst.IfExp, cst.BinaryOperation, cst.Comparison, cst.UnaryOperation, cst.BooleanOperation))):
             new = new.with_changes(lpar=node.lpar or [cst.LeftParen()], rpar=node.rpar or [cst.RightParen()])
         self.report(node, self._choice_message(choice), Fix((self.replace(node, new),), imports=(TORCH_XLA,)))
+
+    def visit_If(self, node: cst.If) -> None:
+        """`if c: device = torch_xla.device() else: device = torch_xla.device()`: the CUDA
+        choices both became the XLA device, so the arms are the same code; keep one."""
+        other = node.orelse
+        if not isinstance(other, cst.Else) or not isinstance(node.body, cst.IndentedBlock):
+            return
+        if not isinstance(other.body, cst.IndentedBlock) or not side_effect_free(node.test, self.ctx):
+            return
+        if self.ctx.parent is not None and isinstance(self.ctx.parent, cst.If):
+            return  # an `elif`
+        code = self.ctx.module.code_for_node
+        body = [code(s) for s in node.body.body]
+        if body != [code(s) for s in other.body.body]:
+            return
+        alias = self.ctx.module_alias(TORCH_XLA)
+        if not any(f"{alias}.device()" in line for line in body):
+            return  # identical arms of the user's own making are the user's
+        kept = list(node.body.body)
+        kept[0] = kept[0].with_changes(leading_lines=[*node.leading_lines, *kept[0].leading_lines])
+        self.report(node, "both arms of this `if` place on the XLA device now: one is enough",
+                    Fix((self.replace(node, cst.FlattenSentinel(kept)),)))
 
     @staticmethod
     def _choice_message(choice) -> str:
