@@ -209,7 +209,22 @@ def device_variable(ctx: FileContext) -> Optional[str]:
         return None
     if functions:
         return DEVICE_VARIABLE
-    return DEVICE_VARIABLE if _assigned_before(anc) else None
+    if len(anc) > 1 and _assigned_before(anc[1:]):
+        return DEVICE_VARIABLE  # earlier in the same top-level statement
+    if len(anc) > 1:
+        earlier = module_fact(ctx, _device_statements).get(anc[1])
+        return DEVICE_VARIABLE if earlier else None
+    return None
+
+
+def _device_statements(ctx: FileContext) -> dict[cst.CSTNode, bool]:
+    """Each top-level statement -> whether an earlier one assigns the device variable."""
+    out: dict[cst.CSTNode, bool] = {}
+    seen = False
+    for stmt in ctx.module.body:
+        out[stmt] = seen
+        seen = seen or _assigned_before([cst.Module([stmt]), None])
+    return out
 
 
 def _assigned_before(path: list) -> bool:

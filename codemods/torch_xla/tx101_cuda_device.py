@@ -213,7 +213,7 @@ class CudaDevice(Rule):
             return
         if self.ctx.parent is not None and isinstance(self.ctx.parent, cst.If):
             return  # an `elif`
-        code = self.ctx.module.code_for_node
+        code = cst.Module([]).code_for_node
         body = [code(s) for s in node.body.body]
         if body != [code(s) for s in other.body.body]:
             return
