@@ -30,6 +30,8 @@ GPU_FIXTURES = {
     "vae": "test loss",
     "transformer_classifier": "valid accuracy",
     "recommender_sparse": "HR@10",
+    "device_chain": "test accuracy",
+    "cpu_flag_script": "eval mse",
 }
 ALL_FIXTURES = [*GPU_FIXTURES, "xla_deprecated"]
 COMMON_FLAGS = {"--epochs", "--batch-size", "--lr", "--seed", "--log-interval", "--dropout",

@@ -260,25 +260,30 @@ def xla_device_expr(ctx: FileContext) -> cst.BaseExpression:
     return cst.parse_expression(f"{ctx.module_alias(TORCH_XLA)}.device()")
 
 
-def choice_replacement(choice: DeviceChoice, ctx: FileContext, cpu: cst.BaseExpression) -> cst.BaseExpression:
-    """torch_xla.device() for an availability test; else keep the user's choice, with ``cpu``."""
+def choice_replacement(choice: DeviceChoice, ctx: FileContext, cpu: cst.BaseExpression,
+                       folded: object = None) -> cst.BaseExpression:
+    """torch_xla.device() for an availability test; else keep the user's choice, with ``cpu``.
+    ``folded``: the test with the port's availability answers put in (True/False, the
+    remaining user's choice, or None when it holds no availability test)."""
     if choice.availability_only:
         return xla_device_expr(ctx)
     xla = xla_device_expr(ctx)
+    if isinstance(folded, bool):
+        return xla if folded is choice.cuda_first else cpu
+    test = folded if isinstance(folded, cst.BaseExpression) else choice.node.test
     if choice.cuda_first:
-        return choice.node.with_changes(body=xla, orelse=cpu, lpar=(), rpar=())
-    return choice.node.with_changes(body=cpu, orelse=xla, lpar=(), rpar=())
+        return choice.node.with_changes(test=test, body=xla, orelse=cpu, lpar=(), rpar=())
+    return choice.node.with_changes(test=test, body=cpu, orelse=xla, lpar=(), rpar=())
 
 
 def in_availability_choice(ctx: FileContext) -> bool:
-    """The current node sits in the test of a ``'cuda' if <availability> else 'cpu'`` that
-    TX101 replaces as a whole."""
+    """The current node sits in the test of a ``'cuda' if <test> else 'cpu'`` that TX101 (or,
+    as a ``map_location``, TX105) replaces as a whole, availability tests folded in."""
     anc = ctx.ancestors
     for i in range(len(anc) - 2, -1, -1):
         node = anc[i]
         if isinstance(node, cst.IfExp) and anc[i + 1] is node.test:
-            choice = device_choice(node, ctx)
-            return choice is not None and choice.availability_only
+            return device_choice(node, ctx) is not None
     return False
 
 
@@ -398,7 +403,7 @@ def removal_edit(ctx: FileContext, small: cst.CSTNode) -> Optional[Edit]:
     line = anc[idx - 1]
     if isinstance(line, cst.SimpleStatementSuite):  # `if x: torch.cuda.empty_cache()`
         if all(removable_small(s, ctx) for s in line.body) and small is line.body[0]:
-            return Edit(small, cst.Pass())
+            return _emptied_if_edit(anc, idx - 1, ctx) or Edit(small, cst.Pass())
         return Edit(small, cst.RemoveFromParent())
     if not isinstance(line, cst.SimpleStatementLine):
         return None
@@ -407,8 +412,37 @@ def removal_edit(ctx: FileContext, small: cst.CSTNode) -> Optional[Edit]:
     block = anc[idx - 2]
     siblings = getattr(block, "body", ())
     if not isinstance(block, cst.Module) and all(_removable_line(s, ctx) for s in siblings) and siblings and siblings[0] is line:
-        return Edit(line, _pass_line(line))
+        return _emptied_if_edit(anc, idx - 2, ctx) or Edit(line, _pass_line(line))
     return Edit(line, cst.RemoveFromParent())
+
+
+def emptied_if(anc: Sequence[cst.CSTNode], block: int, ctx: FileContext) -> Optional[tuple[cst.If, bool]]:
+    """The outermost plain `if flag:` (no else, a test without side effects) that removing the
+    only statement of ``anc[block]`` leaves empty, and whether it is the only statement of its
+    own block (then it becomes `pass`); None when there is none."""
+    found = None
+    while block >= 2:
+        owner, holder = anc[block - 1], anc[block - 2]
+        if not (isinstance(owner, cst.If) and owner.body is anc[block] and owner.orelse is None):
+            break
+        if isinstance(holder, cst.If) or not side_effect_free(owner.test, ctx):
+            break  # an `elif`, or a test that must still run
+        found = (owner, isinstance(holder, cst.IndentedBlock) and len(holder.body) == 1)
+        if not found[1]:
+            break
+        block -= 2
+    return found
+
+
+def _emptied_if_edit(anc: Sequence[cst.CSTNode], block: int, ctx: FileContext) -> Optional[Edit]:
+    """The edit removing the `if flag:` a removal empties (see :func:`emptied_if`), if any."""
+    found = emptied_if(anc, block, ctx)
+    if found is None:
+        return None
+    stmt, alone = found
+    if alone:
+        return Edit(stmt, cst.SimpleStatementLine([cst.Pass()], leading_lines=stmt.leading_lines))
+    return Edit(stmt, cst.RemoveFromParent())
 
 
 def imports_torch(ctx: FileContext) -> bool:

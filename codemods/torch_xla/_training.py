@@ -410,6 +410,8 @@ def _says_loader(expr: cst.CSTNode) -> bool:
 
 def loader_resolution(expr: cst.CSTNode, ctx: FileContext) -> Optional[str]:
     """DATALOADER, DEVICE_LOADER or None for an iterated expression."""
+    if isinstance(expr, cst.IfExp):  # TX301's `pl.MpDeviceLoader(loader, d) if <d is XLA> else loader`
+        return DEVICE_LOADER if loader_resolution(expr.body, ctx) == DEVICE_LOADER else None
     if isinstance(expr, cst.Call):
         q = ctx.qualname(expr.func)
         if q in DATALOADER_NAMES:
@@ -569,8 +571,9 @@ def loop_source(loop: cst.For, ctx: FileContext) -> list[LoopSource]:
             break
     kind = loader_resolution(it, ctx)
     key = dotted_name(it)
-    if kind == DEVICE_LOADER and isinstance(it, cst.Call) and it.args:
-        key = dotted_name(it.args[0].value)  # the CPU loader inside MpDeviceLoader(...)
+    wrapper = it.body if kind == DEVICE_LOADER and isinstance(it, cst.IfExp) else it
+    if kind == DEVICE_LOADER and isinstance(wrapper, cst.Call) and wrapper.args:
+        key = dotted_name(wrapper.args[0].value)  # the CPU loader inside MpDeviceLoader(...)
     return [LoopSource(it, kind, target, key)]
 
 

@@ -1,9 +1,11 @@
 import libcst as cst
 
 from porter.astutil import arg
-from porter.rules import Example, Fix, Rule, Severity
+from porter.rules import Example, Fix, Rule, Safety, Severity
 
-from ._tables import TORCH_XLA, choice_replacement, device_choice, is_cuda_string, xla_device_expr
+from ._availability import fold
+from ._devices import PROVABLE, int_ordinal
+from ._tables import TORCH_XLA, choice_replacement, device_choice, is_cuda_string, side_effect_free, xla_device_expr
 
 
 class CudaDevice(Rule):
@@ -25,6 +27,16 @@ class CudaDevice(Rule):
     `PJRT_DEVICE` unset `xr.device_type()` is `'CPU'` after import), so an availability test
     alone has nothing left to decide.
 
+    `torch.device(<int>)` (a CUDA device number: a literal, or a name bound to `int(...)`,
+    `dist.get_rank()`... in its scope; see TX103) becomes `torch_xla.device()` too, with an
+    unsafe fix where the name (a parameter `rank`, `args.gpu`) says it by its spelling only.
+    Availability tests inside the choice are folded as TX107 folds them
+    (`'cuda' if use_cuda and torch.cuda.is_available() else 'cpu'` keeps `use_cuda` only).
+
+    An `if`/`else` whose two arms are the same code once their CUDA devices are the XLA device
+    (`if args.gpu is not None: torch.device(f'cuda:{args.gpu}') else: torch.device('cuda')`) keeps
+    one arm (when its test has no side effects).
+
     ## Fix safety
     Safe. Code that only chose between CUDA and CPU by availability now always takes the XLA
     device (on a host without TPU that is XLA:CPU). A choice that includes a user flag is kept.
@@ -38,7 +50,7 @@ class CudaDevice(Rule):
     target = "torch-xla"
     summary = "torch.device('cuda'...) and 'cuda' if available else 'cpu' -> torch_xla.device()"
     severity = Severity.ERROR
-    needs_text = ("cuda",)
+    needs_text = ("cuda", "device(")
     examples = [
         Example(
             """
@@ -80,6 +92,9 @@ class CudaDevice(Rule):
                 a = torch.device("cuda", rank)
                 b = torch.device(f"cuda:{rank}")
                 c = torch.device("cuda:0")
+                d = torch.device(0)
+                local = int(os.environ["LOCAL_RANK"])
+                e = torch.device(local)
             """,
             """
             import torch
@@ -89,7 +104,31 @@ class CudaDevice(Rule):
                 a = torch_xla.device()
                 b = torch_xla.device()
                 c = torch_xla.device()
+                d = torch_xla.device()
+                local = int(os.environ["LOCAL_RANK"])
+                e = torch_xla.device()
             """,
+        ),
+        Example(
+            """
+            import torch
+
+            def place(args):
+                if args.gpu is not None:
+                    device = torch.device("cuda:{}".format(args.gpu))
+                else:
+                    device = torch.device("cuda")
+                return device
+            """,
+            """
+            import torch
+            import torch_xla
+
+            def place(args):
+                device = torch_xla.device()
+                return device
+            """,
+            title="arms that both become the XLA device are one",
         ),
         Example(
             """
@@ -132,12 +171,18 @@ class CudaDevice(Rule):
                 Fix((self.replace(node, xla_device_expr(self.ctx)),), imports=(TORCH_XLA,)),
             )
             return
+        ordinal = int_ordinal(first.value, self.ctx)
+        if ordinal is not None and len(node.args) == 1:
+            self.report(node, "torch.device(<int>) is a CUDA device number: on XLA use torch_xla.device()",
+                        Fix((self.replace(node, xla_device_expr(self.ctx)),),
+                            Safety.SAFE if ordinal == PROVABLE else Safety.UNSAFE, imports=(TORCH_XLA,)))
+            return
         choice = device_choice(first.value, self.ctx)
         if choice is None:
             return
         cpu_string = choice.node.orelse if choice.cuda_first else choice.node.body
         cpu = node.with_changes(args=[cst.Arg(cpu_string)])
-        new = choice_replacement(choice, self.ctx, cpu)
+        new = choice_replacement(choice, self.ctx, cpu, fold(choice.node.test, self.ctx))
         self.report(node, self._choice_message(choice), Fix((self.replace(node, new),), imports=(TORCH_XLA,)))
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
@@ -153,10 +198,32 @@ class CudaDevice(Rule):
         if not any(v == "torch" or v.startswith("torch.") for v in self.ctx.aliases.values()):
             return
         cpu = choice.node.orelse if choice.cuda_first else choice.node.body
-        new = choice_replacement(choice, self.ctx, cpu)
-        if not choice.availability_only and (node.lpar or isinstance(parent, (cst.IfExp, cst.BinaryOperation, cst.Comparison, cst.UnaryOperation, cst.BooleanOperation))):
+        new = choice_replacement(choice, self.ctx, cpu, fold(choice.node.test, self.ctx))
+        if isinstance(new, cst.IfExp) and (node.lpar or isinstance(parent, (cst.IfExp, cst.BinaryOperation, cst.Comparison, cst.UnaryOperation, cst.BooleanOperation))):
             new = new.with_changes(lpar=node.lpar or [cst.LeftParen()], rpar=node.rpar or [cst.RightParen()])
         self.report(node, self._choice_message(choice), Fix((self.replace(node, new),), imports=(TORCH_XLA,)))
+
+    def visit_If(self, node: cst.If) -> None:
+        """`if c: device = torch_xla.device() else: device = torch_xla.device()`: the CUDA
+        choices both became the XLA device, so the arms are the same code; keep one."""
+        other = node.orelse
+        if not isinstance(other, cst.Else) or not isinstance(node.body, cst.IndentedBlock):
+            return
+        if not isinstance(other.body, cst.IndentedBlock) or not side_effect_free(node.test, self.ctx):
+            return
+        if self.ctx.parent is not None and isinstance(self.ctx.parent, cst.If):
+            return  # an `elif`
+        code = cst.Module([]).code_for_node
+        body = [code(s) for s in node.body.body]
+        if body != [code(s) for s in other.body.body]:
+            return
+        alias = self.ctx.module_alias(TORCH_XLA)
+        if not any(f"{alias}.device()" in line for line in body):
+            return  # identical arms of the user's own making are the user's
+        kept = list(node.body.body)
+        kept[0] = kept[0].with_changes(leading_lines=[*node.leading_lines, *kept[0].leading_lines])
+        self.report(node, "both arms of this `if` place on the XLA device now: one is enough",
+                    Fix((self.replace(node, cst.FlattenSentinel(kept)),)))
 
     @staticmethod
     def _choice_message(choice) -> str:

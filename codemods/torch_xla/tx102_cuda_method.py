@@ -2,7 +2,8 @@ import libcst as cst
 
 from porter.rules import Example, Fix, Rule, Severity
 
-from ._tables import TORCH_XLA, imports_torch, tidy_args, xla_device_expr
+from ._devices import placement_expr
+from ._tables import TORCH_XLA, imports_torch, tidy_args
 
 # Keyword arguments of Tensor.cuda / Module.cuda that Tensor.to / Module.to also take.
 _KEPT = ("non_blocking", "memory_format")
@@ -77,12 +78,13 @@ class CudaMethod(Rule):
         if unknown:
             self.report(node, ".cuda(...) on XLA: use .to(torch_xla.device(), ...)")
             return
+        place = placement_expr(self.ctx)
         new = node.with_changes(
             func=func.with_changes(attr=cst.Name("to")),
-            args=tidy_args([cst.Arg(xla_device_expr(self.ctx)), *kept]),
+            args=tidy_args([cst.Arg(place), *kept]),
         )
         self.report(
             node,
             ".cuda() needs a CUDA device: use .to(torch_xla.device())",
-            Fix((self.replace(node, new),), imports=(TORCH_XLA,)),
+            Fix((self.replace(node, new),), imports=() if isinstance(place, cst.Name) else (TORCH_XLA,)),
         )

@@ -1,9 +1,10 @@
 import libcst as cst
 
 from porter.astutil import arg
-from porter.rules import Example, Fix, Rule, Severity
+from porter.rules import Example, Fix, Rule, Safety, Severity
 
-from ._tables import TORCH_XLA, imports_torch, is_cuda_string, xla_device_expr
+from ._devices import PROVABLE, SPELLING, int_ordinal, placement_expr
+from ._tables import TORCH_XLA, imports_torch, is_cuda_string
 
 # Tensor methods whose `device` argument places the result.
 _METHODS = ("to", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor")
@@ -18,6 +19,16 @@ class CudaDeviceString(Rule):
     to `torch_xla.device()`. Other CUDA strings (`DEVICE = 'cuda'`, a default parameter
     `device='cuda'`, `device='cuda'` passed to a function of the program) are reported.
 
+    Integer devices are CUDA device numbers: `.to(0)`, `.to(local_rank)`, `device=rank`. A
+    literal, or a plain name every binding of which in its scope is an integer literal or a
+    call of `int(...)` (`local_rank = int(os.environ['LOCAL_RANK'])`), `dist.get_rank()`,
+    `xr.global_ordinal()`, is provably one: a safe fix. A parameter named `rank`, `local_rank`,
+    `gpu`, `gpu_id`, `device_id`, `local_gpu` or `gpu_index` (say the `rank` of a function that
+    `mp.spawn` starts), or such an attribute of the parsed arguments (`args.gpu`,
+    `args.local_rank`), is read as one by its spelling alone: an unsafe fix. The device used is
+    the script's device variable `device` where the code can read one (a parameter, an
+    earlier `device = ...` in the function, a module-level one), else `torch_xla.device()`.
+
     ## Why
     A TPU host has no CUDA device. The XLA device of the process is `torch_xla.device()`.
     `torch.Generator(device='cuda')` is reported: an XLA device cannot hold a Generator
@@ -27,7 +38,9 @@ class CudaDeviceString(Rule):
     initialize the XLA runtime at import, so those are left to a person.
 
     ## Fix safety
-    Safe: the tensor is created on / moved to the XLA device instead of the CUDA device.
+    Safe: the tensor is created on / moved to the XLA device (or the script's device variable,
+    so the tensor meets the model wherever the user's flag put it) instead of the CUDA device.
+    Unsafe for an integer device known by its name's spelling only.
     """
 
     code = "TX103"
@@ -36,7 +49,7 @@ class CudaDeviceString(Rule):
     target = "torch-xla"
     summary = ".to('cuda') / device='cuda' in torch calls -> torch_xla.device()"
     severity = Severity.ERROR
-    needs_text = ("cuda",)
+    needs_text = ("cuda", ".to(", "device=")
     examples = [
         Example(
             """
@@ -59,6 +72,55 @@ class CudaDeviceString(Rule):
         ),
         Example(
             """
+            import os
+            import torch
+
+            def worker(model, batch):
+                local_rank = int(os.environ["LOCAL_RANK"])
+                model = model.to(local_rank)
+                mask = torch.ones(4, device=local_rank)
+                return model(batch.to(0)) * mask
+
+            def step(device, x):
+                return x.to("cuda", non_blocking=True)
+            """,
+            """
+            import os
+            import torch
+            import torch_xla
+
+            def worker(model, batch):
+                local_rank = int(os.environ["LOCAL_RANK"])
+                model = model.to(torch_xla.device())
+                mask = torch.ones(4, device=torch_xla.device())
+                return model(batch.to(torch_xla.device())) * mask
+
+            def step(device, x):
+                return x.to(device, non_blocking=True)
+            """,
+            title="integer device numbers; the script's device variable where there is one",
+        ),
+        Example(
+            """
+            import torch
+
+            def run(rank, args, model, x):
+                model.to(rank)
+                return model(x.to(args.gpu))
+            """,
+            """
+            import torch
+            import torch_xla
+
+            def run(rank, args, model, x):
+                model.to(torch_xla.device())
+                return model(x.to(torch_xla.device()))
+            """,
+            unsafe=True,
+            title="names that say GPU number by their spelling: unsafe",
+        ),
+        Example(
+            """
             import torch
 
             DEVICE = "cuda"
@@ -77,6 +139,8 @@ class CudaDeviceString(Rule):
         "import torch\ng = torch.Generator(device='cpu')\n",
         "import torch\nx = x.to(device)\n",
         "import torch\nx = x.to(torch.float16)\n",
+        "import torch\nx = x.to(other)\n",
+        "import torch\ndef f(x, n):\n    return x.to(n)\n",
         "import torch\nname = 'cuda_kernels'\n",
         "x = make(device='cuda')\n",  # not a torch file
     ]
@@ -98,17 +162,30 @@ class CudaDeviceString(Rule):
                 if dev is not None and is_cuda_string(dev.value):
                     self.report(dev, "CUDA device string passed on: on XLA pass torch_xla.device() (check how the callee uses it)")
             return
-        if target is None or not is_cuda_string(target.value):
+        if target is None:
+            return
+        ordinal = int_ordinal(target.value, self.ctx) if not is_cuda_string(target.value) else None
+        if ordinal is not None:
+            place = placement_expr(self.ctx)
+            message = "an integer device is a CUDA device number: on XLA use the process's device (torch_xla.device())"
+            if ordinal == SPELLING:
+                message += "; the unsafe fix reads the name as a GPU number by its spelling"
+            self.report(target.value, message, Fix((self.replace(target.value, place),),
+                                                   Safety.SAFE if ordinal == PROVABLE else Safety.UNSAFE,
+                                                   imports=() if isinstance(place, cst.Name) else (TORCH_XLA,)))
+            return
+        if not is_cuda_string(target.value):
             return
         if name == "torch.Generator":
             self.report(target.value, "torch.Generator(device='cuda'): XLA has no device generators (torch 2.9 / torch_xla 2.9: "
                                       "RuntimeError 'XLA device type not an accelerator'); use a CPU torch.Generator() and move "
                                       "the results, or seed the device with torch_xla.manual_seed()")
             return
+        place = placement_expr(self.ctx)
         self.report(
             target.value,
             "CUDA device string: on XLA use torch_xla.device()",
-            Fix((self.replace(target.value, xla_device_expr(self.ctx)),), imports=(TORCH_XLA,)),
+            Fix((self.replace(target.value, place),), imports=() if isinstance(place, cst.Name) else (TORCH_XLA,)),
         )
 
     def visit_Assign(self, node: cst.Assign) -> None:

@@ -2,6 +2,7 @@ import libcst as cst
 
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
+from ._availability import foldable, is_count
 from ._tables import CUDA_DEVICE_API, SET_DEVICE, removal_edits
 
 
@@ -23,9 +24,11 @@ class CudaDeviceApi(Rule):
     `xr.local_ordinal()` and `xr.global_ordinal()`, and a person has to pick.
 
     ## Fix safety
-    Removing `set_device` is safe (it only selected the CUDA device; a block left empty gets
-    `pass`; a call whose argument has side effects is reported instead). The `device_count`
-    rewrite is unsafe: see above about the runtime initialization.
+    Removing `set_device` is safe (it only selected the CUDA device; an `if flag:` whose test
+    has no side effects goes when it is left empty, another block left empty gets `pass`; a
+    call whose argument has side effects is reported instead). The `device_count` rewrite is
+    unsafe: see above about the runtime initialization. A count compared with a number
+    (`torch.cuda.device_count() > 1`) is TX107's: it folds the test.
     """
 
     code = "TX104"
@@ -52,11 +55,9 @@ class CudaDeviceApi(Rule):
 
             def worker(gpu, args):
                 model = build()
-                if args.distributed:
-                    pass
                 return model
             """,
-            title="set_device removed, an emptied block gets pass",
+            title="set_device removed, an `if flag:` it empties goes too",
         ),
         Example(
             """
@@ -105,6 +106,11 @@ class CudaDeviceApi(Rule):
         spec = CUDA_DEVICE_API.get(name or "")
         if spec is None:
             return
+        if is_count(node, self.ctx):
+            anc = self.ctx.ancestors
+            comparison = anc[-3] if isinstance(self.ctx.parent, cst.ComparisonTarget) and len(anc) >= 3 else self.ctx.parent
+            if comparison is not None and foldable(comparison, self.ctx):
+                return  # a one-device-or-more test: TX107 folds it
         if spec.module is None or (node.args and not spec.keep_args):
             self.report(node, spec.message, severity=spec.severity)
             return

@@ -1,78 +1,108 @@
-from typing import Optional
+from typing import Optional, Sequence
 
 import libcst as cst
 
-from porter.rules import Example, Fix, Rule, Safety, Severity
+from porter.astutil import walk
+from porter.rules import Example, Fix, Rule, Severity
 
-from ._tables import in_availability_choice
+from ._availability import answer, condition_top, flag_answer, fold, foldable, is_count
+from ._tables import emptied_if, in_availability_choice
 
 
 class CudaIsAvailable(Rule):
     """
     ## What it does
-    Handles `torch.cuda.is_available()` outside the device-selection idiom TX101 rewrites.
-    Where it is one operand of an `and` with a user's choice
-    (`use_cuda = not args.no_cuda and torch.cuda.is_available()`) the unsafe fix drops it,
-    keeping the user's choice (`use_cuda = not args.no_cuda`). A test on availability alone
-    (`torch.cuda.is_available()` or `not torch.cuda.is_available()`, resolved through imports)
-    gets an unsafe fix that keeps the CUDA branch: the port's accelerator is the XLA device, and
-    the rules for what is inside (`.cuda()` -> TX102, ...) port that branch.
+    Ports the device selection made through availability tests. In the port the accelerator is
+    the XLA device, so each test gets the answer it has there (`codemods/torch_xla/_availability`):
+    `torch.cuda.is_available()` and `torch.accelerator.is_available()` are True,
+    `torch.backends.mps.is_available()` / `is_built()` are False, and `torch.cuda.device_count()`
+    compared with a number counts one device (one XLA device per process). The condition that
+    holds the test is simplified with the user's own flags kept:
 
-    - `if available: A [elif ...] [else: ...]` -> `A`; `x if available else y` -> `x`.
-    - `if not available: A` -> nothing (`pass` where the block would be empty);
-      `if not available: A else: B` -> `B`; `if not available: A elif C: D [...]` -> the `elif`
-      chain itself, `if C: D [...]` (pytorch/examples' imagenet picks the CPU this way);
-      `y if not available else x` -> `x`.
-    - `elif available: A [...]` -> `else: A`; `elif not available: A [rest]` -> `[rest]` (the
-      next `elif`/`else`, or nothing).
+    - `use_cuda = not args.no_cuda and torch.cuda.is_available()` -> `use_cuda = not args.no_cuda`;
+      `use_mps = not args.no_mps and torch.backends.mps.is_available()` -> `use_mps = False`, and
+      a plain name bound only to such a constant (in its function, or at module level) reads as
+      that constant in later conditions (`elif use_mps:` goes).
+    - `if <True>: A [elif/else ...]` -> `A`; `if <False>: A` -> nothing (an enclosing `if flag:`
+      it leaves empty goes too; `pass` where a block would be empty);
+      `if <False>: A else: B` -> `B`; `if <False>: A elif C: D [...]` -> `if C: D [...]`;
+      `elif <True>: A` -> `else: A`; `elif <False>: A [rest]` -> `[rest]`.
+      So `if args.cuda and not torch.cuda.is_available(): sys.exit(...)` and
+      `if not torch.cuda.is_available() and not torch.backends.mps.is_available(): ...` go.
+    - `x if <True> else y` -> `x`; a stored or passed flag (`pin_memory=torch.cuda.is_available()`)
+      -> `True`; a remaining condition is kept simplified (`if args.cuda and torch.cuda.is_available():`
+      -> `if args.cuda:`).
 
     Comments stay: those above the statement, on the kept branch's header line and ending the
-    kept branch; those of a dropped branch go with it. Anywhere else (an `or`, a stored flag, a
-    `while` test) it is reported.
+    kept branch; those of a dropped branch go with it. A test inside `'cuda' if ... else 'cpu'`
+    is folded by TX101, which rewrites the choice as a whole. Reported without a fix: a test used
+    as a value (`print(torch.cuda.is_available())`), and one whose `and`/`or` partner has side
+    effects that would be lost.
 
     ## Why
-    On a TPU host `torch.cuda.is_available()` is False, so code guarded by it silently runs on
-    the CPU. torch_xla has no "is an accelerator present" call that keeps the semantics: after
-    `import torch_xla` a PJRT device is always selected (TPU, NEURON, else CPU; measured with
-    `PJRT_DEVICE` unset: `xr.device_type()` is `'CPU'`), so the XLA device always exists.
-    `torch_xla.device_count()` answers at least 1 and initializes the runtime (measured), which
-    breaks a later `torch_xla.launch`. If the program must know whether a real accelerator is
-    there, `xr.device_type() != 'CPU'` tells (it reads the selected PJRT device without
-    initializing the runtime).
+    On a TPU host `torch.cuda.is_available()` is False, so a script that chooses its device
+    by it (`use_cuda = not args.no_cuda and torch.cuda.is_available()`) runs on the CPU, and the
+    rewritten loaders and moves then meet CPU tensors ("Check failed: device.type() == at::kXLA
+    (cpu vs. xla)"). torch_xla has no "is an accelerator present" call that keeps the
+    semantics: after `import torch_xla` a PJRT device is always selected (TPU, NEURON, else CPU;
+    measured with `PJRT_DEVICE` unset: `xr.device_type()` is `'CPU'`), so the XLA device always
+    exists. `torch_xla.device_count()` answers at least 1 and initializes the runtime (measured),
+    which breaks a later `torch_xla.launch`. If the program must know whether a real
+    accelerator is there, `xr.device_type() != 'CPU'` tells (it reads the selected PJRT device
+    without initializing the runtime).
 
     ## Fix safety
-    Unsafe: dropping the test makes the program use the XLA device wherever the user did not
-    opt out, also on a host without TPU (where it is XLA on the CPU, not eager CPU), and drops
-    the CPU branch of an availability test: in an `if not available: ... elif C: ...` chain the
-    CPU branch goes and the chain's first `elif` becomes the `if`. That is the port's intent
-    (left in place, the CPU branch runs on a TPU host, where `is_available()` is False, and puts
-    the model on the CPU while the data is on the XLA device: "Expected XLA tensor"), but it
-    changes what a host without an accelerator runs, and anything the CPU branch did besides
-    choosing the device (a message, a setting) is gone.
+    Safe: this is device placement, like TX101's `'cuda' if torch.cuda.is_available() else 'cpu'`
+    -> `torch_xla.device()`. The port takes the accelerator path, on the XLA device, wherever the
+    user did not opt out; the user's flags (`--no-cuda`, `--cpu`, `args.cuda`) are kept, so with
+    the flag set the port runs on the CPU as the original did. What goes is what only a host
+    without CUDA ran: the CPU/MPS branches of availability tests, with anything they did
+    besides choosing the device (a message, a setting), and exits for a missing GPU. On a host
+    without TPU the port runs on XLA:CPU, not eager CPU.
     """
 
     code = "TX107"
     local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "cuda-is-available"
     target = "torch-xla"
-    summary = "torch.cuda.is_available() is False on TPU: unsafe fixes keep the CUDA branch / the user's flag, else report"
+    summary = "availability tests (cuda/mps/device_count) folded: the accelerator path is the XLA device, the user's flags kept"
     severity = Severity.ERROR
-    needs_text = ("is_available",)
+    needs_text = ("is_available", "is_built", "device_count")
     examples = [
         Example(
             """
+            import sys
             import torch
 
-            use_cuda = not args.no_cuda and torch.cuda.is_available()
-            device = torch.device("cuda" if use_cuda else "cpu")
+            def main(args):
+                use_cuda = not args.no_cuda and torch.cuda.is_available()
+                use_mps = not args.no_mps and torch.backends.mps.is_available()
+                args.cuda = not args.no_cuda and torch.cuda.is_available()
+                if args.cuda and not torch.cuda.is_available():
+                    sys.exit("--cuda given, but there is no GPU")
+                if use_cuda:
+                    device = torch.device("cuda")
+                elif use_mps:
+                    device = torch.device("mps")
+                else:
+                    device = torch.device("cpu")
+                return device
             """,
             """
+            import sys
             import torch
 
-            use_cuda = not args.no_cuda
-            device = torch.device("cuda" if use_cuda else "cpu")
+            def main(args):
+                use_cuda = not args.no_cuda
+                use_mps = False
+                args.cuda = not args.no_cuda
+                if use_cuda:
+                    device = torch.device("cuda")
+                else:
+                    device = torch.device("cpu")
+                return device
             """,
-            unsafe=True,
+            title="the user's flags are kept, MPS and the missing-GPU exit go",
         ),
         Example(
             """
@@ -101,8 +131,7 @@ class CudaIsAvailable(Rule):
                 gpu = gpu
                 return target
             """,
-            unsafe=True,
-            title="the unsafe fix keeps the CUDA branch of a test on availability alone",
+            title="a test on availability alone keeps the accelerator branch",
         ),
         Example(
             """
@@ -110,16 +139,23 @@ class CudaIsAvailable(Rule):
 
             def place(model, args):
                 # pick where the model runs
-                if not torch.cuda.is_available():
+                if not torch.cuda.is_available() and not torch.backends.mps.is_available():
                     print("using CPU, this will be slow")
                     device = torch.device("cpu")
                 # one process per GPU
                 elif args.distributed:  # DDP
                     model.cuda()
                     device = torch.device("cuda")
+                elif torch.backends.mps.is_available():
+                    device = torch.device("mps")
                 else:
                     model = model.cuda(args.gpu)
                     device = torch.device("cuda:{}".format(args.gpu))
+                if args.gpu:
+                    if not torch.cuda.is_available():
+                        raise RuntimeError("no GPU")
+                if torch.cuda.device_count() > 1:
+                    model = torch.nn.DataParallel(model)
                 return model, device
             """,
             """
@@ -136,8 +172,7 @@ class CudaIsAvailable(Rule):
                     device = torch.device("cuda:{}".format(args.gpu))
                 return model, device
             """,
-            unsafe=True,
-            title="`if not available: ... elif B: ...` becomes the `elif` chain, `if B: ...`",
+            title="`if not cuda and not mps: ... elif B: ...` becomes the `elif` chain; an `if flag:` left empty goes",
         ),
         Example(
             """
@@ -180,90 +215,130 @@ class CudaIsAvailable(Rule):
             else:  # the GPU path
                 run_on_gpu()
             """,
-            unsafe=True,
             title="`if available:` keeps its first branch; an `elif available:` becomes the `else:`, an `elif not available:` goes",
         ),
         Example(
             """
             import torch
 
-            if not torch.cuda.is_available() or args.cpu:
-                device = torch.device("cpu")
-            elif args.distributed:
-                device = torch.device("cuda", args.local_rank)
+            def loaders(args, train_set):
+                kwargs = {"num_workers": 1, "pin_memory": True} if torch.cuda.is_available() else {}
+                loader = torch.utils.data.DataLoader(train_set, pin_memory=torch.cuda.is_available(), **kwargs)
+                if (torch.cuda.is_available() or torch.backends.mps.is_available()) and not args.cpu:
+                    loader = wrap(loader)
+                return loader
             """,
-            None,
-            title="a test that combines availability with something else is reported",
+            """
+            import torch
+
+            def loaders(args, train_set):
+                kwargs = {"num_workers": 1, "pin_memory": True}
+                loader = torch.utils.data.DataLoader(train_set, pin_memory=True, **kwargs)
+                if not args.cpu:
+                    loader = wrap(loader)
+                return loader
+            """,
+            title="tests inside expressions, a flag passed on",
         ),
         Example(
             """
             import torch
 
-            if torch.cuda.device_count() > 1 and torch.cuda.is_available() or force:
-                model = torch.nn.DataParallel(model)
+            print("CUDA:", torch.cuda.is_available())
+            if probe() and torch.backends.mps.is_available():
+                device = "mps"
             """,
             None,
+            title="a test used as a value, or beside a call that must still run, is reported",
         ),
     ]
     valid = [
         "import torch\ndevice = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n",
         "import torch\ndevice = 'cuda' if torch.cuda.is_available() and torch.cuda.device_count() > 0 else 'cpu'\n",
         "import torch_xla.runtime as xr\nreal = xr.device_type() != 'CPU'\n",
-        "import torch\nif not torch.backends.mps.is_available():\n    a()\nelif b:\n    c()\n",
-        "from torch.backends.mps import is_available\nif not is_available():\n    a()\nelif b:\n    c()\n",
+        "import torch\nn = torch.cuda.device_count()\n",
+        "import torch\nuse_mps = False\nif use_mps:\n    a()\n",
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.ctx.qualname(node.func) != "torch.cuda.is_available" or node.args:
+        if answer(node, self.ctx) is None and not is_count(node, self.ctx):
             return
+        self._check(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        parent = self.ctx.parent
+        if not isinstance(parent, (cst.If, cst.IfExp, cst.While, cst.BooleanOperation, cst.UnaryOperation)):
+            return  # a flag read in a condition, not stored or called
+        if flag_answer(node, self.ctx) is not None:
+            self._check(node)
+
+    def _check(self, node: cst.CSTNode) -> None:
         if in_availability_choice(self.ctx):
             return  # TX101 replaces the whole `'cuda' if ... else 'cpu'`
-        parent = self.ctx.parent
-        if isinstance(parent, cst.BooleanOperation) and isinstance(parent.operator, cst.And):
-            other = parent.left if parent.right is node else parent.right
-            kept = other
-            if parent.lpar and not other.lpar:
-                kept = other.with_changes(lpar=parent.lpar, rpar=parent.rpar)
-            self.report(
-                node,
-                "torch.cuda.is_available() is False on a TPU host: keep only the user's choice "
-                "(torch_xla always has a device; xr.device_type() != 'CPU' tells whether it is an accelerator)",
-                Fix((self.replace(parent, kept),), Safety.UNSAFE),
-            )
-            return
-        negated = isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not)
-        test = parent if negated else node
-        index = -3 if negated else -2
-        holder = self.ctx.ancestors[index] if len(self.ctx.ancestors) >= -index else None
+        anc = self.ctx.ancestors
+        at = condition_top(self.ctx)
+        top = anc[at]
+        key: cst.CSTNode = node
+        if isinstance(node, cst.Call) and answer(node, self.ctx) is None:
+            parent = self.ctx.parent
+            key = anc[-3] if isinstance(parent, cst.ComparisonTarget) and len(anc) >= 3 else parent
+            if key is None or not foldable(key, self.ctx):
+                return  # a count used as a number: TX104
+        first = next((n for n in walk(top, into_functions=True) if self._key(n)), None)
+        if first is not None and first is not key:
+            return  # one finding per condition
+        folded = fold(top, self.ctx)
+        holder = anc[at - 1] if at >= 1 else None
         fix = None
-        if isinstance(holder, cst.IfExp) and holder.test is test:
-            branch = holder.orelse if negated else holder.body
-            fix = Fix((self.replace(holder, _keep_parens(holder, branch)),), Safety.UNSAFE)
-        elif isinstance(holder, cst.If) and holder.test is test:
-            fix = self._take_branch(holder, negated, index)
-        message = ("torch.cuda.is_available() is False on a TPU host, so this CUDA branch never runs on XLA: decide what "
-                   "the XLA port needs (torch_xla always has a device; xr.device_type() != 'CPU' tells whether it is an "
-                   "accelerator)")
-        if fix is not None:
-            message += "; the unsafe fix keeps the CUDA branch"
+        if isinstance(folded, bool):
+            if isinstance(holder, cst.IfExp) and holder.test is top:
+                branch = holder.body if folded else holder.orelse
+                fix = Fix((self.replace(holder, _keep_parens(holder, branch)),))
+            elif isinstance(holder, cst.If) and holder.test is top:
+                fix = self._take_branch(holder, folded, at - 1)
+            elif _value_position(holder, top):
+                fix = Fix((self.replace(top, cst.Name("True" if folded else "False")),))
+        elif folded is not None:
+            if isinstance(holder, (cst.If, cst.IfExp, cst.While)) and holder.test is top or _value_position(holder, top):
+                fix = Fix((self.replace(top, folded),))
+        message = ("CUDA/MPS availability test: on XLA the accelerator is the XLA device, always there "
+                   "(torch_xla always has a device; xr.device_type() != 'CPU' tells whether it is a real accelerator)")
+        if fix is None:
+            message += "; decide what the XLA port needs here"
+        else:
+            message += "; the fix keeps the accelerator path and the user's own flags"
         self.report(node, message, fix)
 
-    def _take_branch(self, stmt: cst.If, negated: bool, index: int):
-        """Keep the CUDA branch of an `if` that tests availability alone (`negated`: `if not ...`).
+    def _key(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.Call) and answer(node, self.ctx) is not None:
+            return True
+        if isinstance(node, cst.Name) and flag_answer(node, self.ctx) is not None:
+            return True
+        return isinstance(node, cst.Comparison) and foldable(node, self.ctx)
 
-        A statement `if available: A ... ` -> A; `if not available: A` -> nothing;
-        `if not available: A else: B` -> B; `if not available: A elif C: ...` -> `if C: ...`.
-        An `elif available: A ...` -> `else: A`; `elif not available: A [rest]` -> [rest].
+    def _take_branch(self, stmt: cst.If, value: bool, index: int):
+        """Keep the branch an `if` whose test folds to ``value`` takes.
+
+        A statement `if True: A ... ` -> A; `if False: A` -> nothing (and an enclosing `if flag:`
+        left empty goes too); `if False: A else: B` -> B; `if False: A elif C: ...` -> `if C: ...`.
+        An `elif True: A ...` -> `else: A`; `elif False: A [rest]` -> [rest].
         """
+        negated = not value
         anc = self.ctx.ancestors
-        owner = anc[index - 1] if len(anc) >= 1 - index else None
+        owner = anc[index - 1] if index >= 1 else None
         if isinstance(owner, cst.If) and owner.orelse is stmt:
-            return Fix((self.replace(stmt, _elif_branch(negated)),), Safety.UNSAFE)
+            return Fix((self.replace(stmt, _elif_branch(negated)),))
         if not isinstance(owner, (cst.IndentedBlock, cst.Module)):
             return None
         siblings = list(owner.body)
         at = next(i for i, s in enumerate(siblings) if s is stmt)
         alone = len(siblings) == 1
+        if negated and stmt.orelse is None and alone and isinstance(owner, cst.IndentedBlock):
+            outer = emptied_if(anc, index - 1, self.ctx)
+            if outer is not None:
+                gone, last = outer
+                return Fix((self.replace(gone, cst.SimpleStatementLine([cst.Pass()], leading_lines=gone.leading_lines)
+                                         if last else cst.RemoveFromParent()),))
         carried: list[cst.EmptyLine] = []  # comment lines that lose their place, filled by `apply`
 
         def apply(updated: cst.CSTNode):
@@ -287,17 +362,49 @@ class CudaIsAvailable(Rule):
             carried.extend(foot)
             return cst.FlattenSentinel(chosen)
 
+        edits = []
+        chosen_suite = stmt.body if not negated else stmt.orelse.body if isinstance(stmt.orelse, cst.Else) else None
+        if not (negated and isinstance(stmt.orelse, cst.If)) and _ends_flow(chosen_suite):
+            # the kept branch returns (raises, ...): what followed the `if` in its block never runs
+            edits = [self.replace(later, cst.RemoveFromParent()) for later in siblings[at + 1:]]
+
         # comments that ended the kept block (or stood above a removed statement) go before the next
         # statement, or to the end of the enclosing block
         kept = stmt.body if not negated else stmt.orelse.body if isinstance(stmt.orelse, cst.Else) else None
         removed = negated and stmt.orelse is None and not (alone and isinstance(owner, cst.IndentedBlock))
-        if not (isinstance(kept, cst.IndentedBlock) and kept.footer) and not (removed and stmt.leading_lines):
-            return Fix((self.replace(stmt, apply),), Safety.UNSAFE)
+        if edits or not (isinstance(kept, cst.IndentedBlock) and kept.footer) and not (removed and stmt.leading_lines):
+            return Fix((self.replace(stmt, apply), *edits))
         if at + 1 < len(siblings):
-            carry = self.replace(siblings[at + 1], lambda n: n.with_changes(leading_lines=[*carried, *n.leading_lines]))
+            carry = self.replace(siblings[at + 1], lambda n: n.with_changes(leading_lines=_merge_lines(carried, n.leading_lines)))
         else:
             carry = self.replace(owner, lambda n: n.with_changes(footer=[*carried, *n.footer]))
-        return Fix((self.replace(stmt, apply), carry), Safety.UNSAFE)
+        return Fix((self.replace(stmt, apply), carry))
+
+
+def _merge_lines(carried: list, own: Sequence[cst.EmptyLine]) -> list:
+    """The comment lines of a removed statement before the next one's own lines; its blank
+    lines only where the next statement has none (the layout keeps one gap, not two)."""
+    if own and own[0].comment is None:
+        carried = [line for line in carried if line.comment is not None]
+    return [*carried, *own]
+
+
+def _ends_flow(suite: Optional[cst.BaseSuite]) -> bool:
+    """The block's last statement is a `return`, `raise`, `continue` or `break`."""
+    if suite is None:
+        return False
+    last = suite.body[-1] if isinstance(suite, cst.SimpleStatementSuite) else None
+    if isinstance(suite, cst.IndentedBlock) and isinstance(suite.body[-1], cst.SimpleStatementLine):
+        last = suite.body[-1].body[-1]
+    return isinstance(last, (cst.Return, cst.Raise, cst.Continue, cst.Break))
+
+
+def _value_position(holder: Optional[cst.CSTNode], top: cst.CSTNode) -> bool:
+    """``top`` is a value stored or passed on (`flag = ...`, `f(pin_memory=...)`, `return ...`),
+    where a folded flag may stand."""
+    if isinstance(holder, (cst.Assign, cst.AnnAssign, cst.Return)):
+        return holder.value is top
+    return isinstance(holder, cst.Arg) and holder.keyword is not None and holder.value is top
 
 
 def _elif_branch(negated: bool):

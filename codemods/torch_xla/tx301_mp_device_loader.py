@@ -1,9 +1,13 @@
+from typing import Optional
+
 import libcst as cst
 
 from porter import astutil
 from porter.rules import Edit, Example, Fix, Rule, Severity
 
 from . import _training as tr
+from ._availability import answer
+from ._devices import device_variable, xla_device_value
 
 
 class MpDeviceLoader(Rule):
@@ -30,7 +34,10 @@ class MpDeviceLoader(Rule):
     move (say the `lengths` that `pack_padded_sequence` wants on the CPU), since the device
     loader moves every tensor of the batch; and `zip(loader_a, loader_b)` (TX202 adds a
     sync there instead). Loops that already call `torch_xla.sync()`/`xm.mark_step()` are
-    left as they are.
+    left as they are, and a loop that still tests CUDA availability waits for TX107 (the next
+    fix pass wraps it). The device of `.cuda()` moves is the script's device variable where
+    the loop can read one (a parameter `device`, or a `device = ...` before it), else
+    `torch_xla.device()`.
 
     ## Why
     `MpDeviceLoader` uploads the next batches to the device in background threads while
@@ -39,8 +46,18 @@ class MpDeviceLoader(Rule):
     uploads synchronously and leaves the loop without a step marker.
 
     ## Fix safety
-    Safe: the loop sees the same batches in the same order, already on the XLA device;
-    only the batch values that the loop moved anyway change place.
+    Safe: the loop sees the same batches in the same order, already on the device; only the
+    batch values that the loop moved anyway change place. `MpDeviceLoader` needs an XLA
+    device ("Check failed: device.type() == at::kXLA (cpu vs. xla)" with a CPU one), and a
+    script's device variable may hold the CPU (the port keeps the user's `--no-cuda`), so the
+    wrapper is unconditional only where the device is provably XLA: `torch_xla.device()` (the
+    loop moved its batch with `.cuda()`/`'cuda'`, or not at all) or a name every binding of which
+    in the file is the XLA device (`device = torch_xla.device()`, `torch.device('cuda')`, a
+    `'cuda' if torch.cuda.is_available() else 'cpu'` choice) and that is no parameter of an
+    enclosing function. Otherwise the loop iterates
+    `pl.MpDeviceLoader(loader, device) if torch.device(device).type == "xla" else loader`: on the
+    XLA device the device loader, on the CPU the plain loader, whose batches are already where
+    the dropped moves put them (`torch.device(...)` also reads a device string).
     """
 
     code = "TX301"
@@ -73,14 +90,41 @@ class MpDeviceLoader(Rule):
 
             def train(args, model, device, train_loader, optimizer, epoch):
                 model.train()
-                for batch_idx, (data, target) in enumerate(pl.MpDeviceLoader(train_loader, device)):
+                for batch_idx, (data, target) in enumerate(pl.MpDeviceLoader(train_loader, device) if torch.device(device).type == "xla" else train_loader):
                     optimizer.zero_grad()
                     output = model(data)
                     loss = F.nll_loss(output, target)
                     loss.backward()
                     optimizer.step()
             """,
-            title="the mnist training loop",
+            title="the mnist training loop: `device` is a parameter, it may be the CPU (a user's --no-cuda)",
+        ),
+        Example(
+            """
+            import torch
+            import torch_xla
+
+            device = torch_xla.device()
+
+            def train(model, train_loader, opt):
+                for x, y in train_loader:
+                    x, y = x.to(device), y.to(device)
+                    model(x, y).backward()
+                    opt.step()
+            """,
+            """
+            import torch
+            import torch_xla
+            import torch_xla.distributed.parallel_loader as pl
+
+            device = torch_xla.device()
+
+            def train(model, train_loader, opt):
+                for x, y in pl.MpDeviceLoader(train_loader, device):
+                    model(x, y).backward()
+                    opt.step()
+            """,
+            title="a device variable that is always the XLA device",
         ),
         Example(
             """
@@ -134,7 +178,7 @@ class MpDeviceLoader(Rule):
             import torch_xla.distributed.parallel_loader as pl
 
             def fit(model, dataloader, opt, device):
-                for step, batch in enumerate(pl.MpDeviceLoader(dataloader, device), 1):
+                for step, batch in enumerate(pl.MpDeviceLoader(dataloader, device) if torch.device(device).type == "xla" else dataloader, 1):
                     x = batch["x"].to(dtype=torch.float32)
                     y = batch["y"]
                     loss = model(x, y)
@@ -152,7 +196,7 @@ class MpDeviceLoader(Rule):
                     for i, (images, target) in enumerate(val_loader):
                         if args.gpu is not None:
                             images = images.cuda(args.gpu, non_blocking=True)
-                        if torch.cuda.is_available():
+                        if args.cuda:
                             target = target.cuda(args.gpu, non_blocking=True)
                         output = model(images)
             """,
@@ -183,7 +227,7 @@ class MpDeviceLoader(Rule):
             import torch_xla.distributed.parallel_loader as pl
 
             def train(model, train_loader, opt, device):
-                for batch in pl.MpDeviceLoader(train_loader, device):
+                for batch in (pl.MpDeviceLoader(train_loader, device) if torch.device(device).type == "xla" else train_loader):
                     model(**batch).loss.backward()
                     opt.step()
             """,
@@ -254,6 +298,8 @@ class MpDeviceLoader(Rule):
         kind = tr.loop_kind(node, self.ctx)
         if kind not in ("train", "eval"):
             return
+        if any(answer(n, self.ctx) is not None for n in astutil.walk(node.body)):
+            return  # TX107 folds the availability tests in the body first; the next pass wraps
         plan = tr.plan_loader_wrap(node, self.ctx)
         if plan is None:
             return
@@ -262,12 +308,18 @@ class MpDeviceLoader(Rule):
             return
         pl = self.ctx.module_alias("torch_xla.distributed.parallel_loader")
         imports = ["torch_xla.distributed.parallel_loader"]
-        if plan.device is None:
+        variable = device_variable(self.ctx) if plan.device is None else None
+        if plan.device is None and variable is None:
             device_code = f"{self.ctx.module_alias('torch_xla')}.device()"
             imports.append("torch_xla")
+            test = None
         else:
-            device_code = plan.device
-        edits = [Edit(plan.loader, _wrap(pl, device_code))]
+            device_code = plan.device or variable
+            xla = xla_device_value(cst.parse_expression(device_code), self.ctx, node)
+            test = None if xla else f"{self.ctx.module_alias('torch')}.device({device_code}).type == \"xla\""
+            if test is not None:
+                imports.append("torch")
+        edits = [Edit(plan.loader, _wrap(pl, device_code, test, parens=plan.loader is node.iter))]
         for call in plan.drop_calls:
             edits.append(Edit(call, tr.strip_move))
         for stmt in plan.drop_statements:
@@ -284,10 +336,17 @@ class MpDeviceLoader(Rule):
         )
 
 
-def _wrap(pl: str, device_code: str):
+def _wrap(pl: str, device_code: str, test: Optional[str], parens: bool = False):
+    """`pl.MpDeviceLoader(loader, device)`; with a ``test``, only when it holds:
+    `pl.MpDeviceLoader(loader, device) if test else loader`."""
     def apply(updated: cst.CSTNode) -> cst.CSTNode:
         call = cst.parse_expression(f"{pl}.MpDeviceLoader(_, {device_code})")
         assert isinstance(call, cst.Call)
-        return call.with_changes(args=[call.args[0].with_changes(value=updated), call.args[1]])
+        call = call.with_changes(args=[call.args[0].with_changes(value=updated), call.args[1]])
+        if test is None:
+            return call
+        assert isinstance(updated, cst.BaseExpression)
+        choice = cst.IfExp(test=cst.parse_expression(test), body=call, orelse=updated)
+        return choice.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]) if parens else choice
 
     return apply

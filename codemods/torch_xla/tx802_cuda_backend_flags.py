@@ -19,7 +19,8 @@ class CudaBackendFlags(Rule):
     precision knob is `torch_xla.backends.set_mat_mul_precision(...)`.
 
     ## Fix safety
-    Safe: the statements have no effect on XLA. A block left empty gets `pass`; an assignment
+    Safe: the statements have no effect on XLA. An `if flag:` left empty goes (its test has no side
+    effects), another block left empty gets `pass`; an assignment
     whose value calls a function is reported instead (the call may matter). An import the
     removed lines used (`import torch.backends.cudnn as cudnn`) goes when nothing else in the
     file uses it.
@@ -46,9 +47,6 @@ class CudaBackendFlags(Rule):
             """,
             """
             import torch
-
-            if args.tf32:
-                pass
             model = torch.nn.Linear(4, 2)
             """,
             title="the cudnn import goes with its last use; torch is still used",

@@ -17,7 +17,8 @@ class CudaCacheCalls(Rule):
     by the PJRT runtime. Called without CUDA they fail or do nothing.
 
     ## Fix safety
-    Safe: nothing on XLA depends on them. A block left empty gets `pass`. A call used as a
+    Safe: nothing on XLA depends on them. An `if flag:` left empty goes (its test has no side
+    effects), another block left empty gets `pass`. A call used as a
     value, or with an argument that calls a function, is reported instead.
     """
 
@@ -47,7 +48,6 @@ class CudaCacheCalls(Rule):
                 train(epoch)
             with torch.no_grad():
                 pass
-            if big: pass
             """,
         ),
         Example(

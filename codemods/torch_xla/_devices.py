@@ -1,0 +1,292 @@
+"""What the file binds its names to, and which expressions are the XLA device (shared by the
+device-placement and loader rules).
+
+The binding index is a module fact: every name (``device``, ``args.device``) with the values
+assigned to it anywhere in the file, and None for a binding porter cannot read (a parameter,
+a loop or ``with`` target, an augmented or tuple assignment, an import). It is read by name,
+not by scope: a value is trusted only when every binding of that spelling in the file agrees.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import libcst as cst
+
+from porter.astutil import arg, children, target_names, walk
+from porter.context import FileContext, dotted_name
+from porter.rules import module_fact
+
+from ._tables import XLA_DEVICE, device_choice, is_cuda_string, only_availability
+
+XLA_DEVICE_CALLS = ("torch_xla.device", XLA_DEVICE)
+
+
+Binding = tuple[Optional[cst.FunctionDef], Optional[cst.BaseExpression], bool]  # scope, value, a parameter
+
+
+def _bindings(ctx: FileContext) -> dict[str, tuple[Binding, ...]]:
+    found: dict[str, list[Binding]] = {}
+
+    def visit(node: cst.CSTNode, scope: Optional[cst.FunctionDef]) -> None:
+        def add(name: Optional[str], value: Optional[cst.BaseExpression]) -> None:
+            if name is not None:
+                found.setdefault(name, []).append((scope, value, False))
+
+        def unknown(target: cst.CSTNode) -> None:
+            for name in target_names(target):
+                add(name, None)
+
+        n = node
+        if isinstance(n, cst.Assign):
+            for t in n.targets:
+                if isinstance(t.target, (cst.Name, cst.Attribute)):
+                    add(dotted_name(t.target), n.value)
+                else:
+                    unknown(t.target)
+        elif isinstance(n, cst.AnnAssign):
+            add(dotted_name(n.target), n.value)
+        elif isinstance(n, cst.AugAssign):
+            add(dotted_name(n.target), None)
+        elif isinstance(n, (cst.For, cst.CompFor)):
+            unknown(n.target)
+        elif isinstance(n, cst.WithItem) and n.asname is not None:
+            unknown(n.asname.name)
+        elif isinstance(n, cst.NamedExpr):
+            unknown(n.target)
+        elif isinstance(n, (cst.Global, cst.Nonlocal)):
+            for item in n.names:
+                add(item.name.value, None)
+        elif isinstance(n, (cst.FunctionDef, cst.ClassDef)):
+            add(n.name.value, None)
+        inner = scope
+        if isinstance(n, cst.FunctionDef):
+            inner = n
+            for p in walk(n.params, into_functions=False):
+                if isinstance(p, cst.Param):
+                    found.setdefault(p.name.value, []).append((n, None, True))
+        for child in children(n):
+            if isinstance(n, cst.FunctionDef) and child is n.params:
+                continue
+            visit(child, inner)
+
+    visit(ctx.module, None)
+    return {k: tuple(v) for k, v in found.items()}
+
+
+def _scoped(ctx: FileContext, name: str, functions: Sequence[cst.FunctionDef]) -> tuple[Optional[cst.FunctionDef], list[Binding]]:
+    """The bindings of a plain name read inside ``functions`` (outermost first): those of the
+    innermost one that binds it, else the module's; with that function (None: the module)."""
+    every = module_fact(ctx, _bindings).get(name, ())
+    for fn in reversed(functions):
+        local = [b for b in every if b[0] is fn]
+        if local:
+            return fn, local
+    return None, [b for b in every if b[0] is None]
+
+
+def bindings(ctx: FileContext, name: str, scoped: bool = False) -> tuple[Optional[cst.BaseExpression], ...]:
+    """The values bound to ``name`` in the file (None: a binding that is not a plain value).
+    ``scoped``: only those of the innermost enclosing function that binds it (else the
+    module's), for a plain name read at the current node."""
+    if scoped:
+        functions = [a for a in ctx.ancestors if isinstance(a, cst.FunctionDef)]
+        return tuple(b[1] for b in _scoped(ctx, name, functions)[1])
+    return tuple(b[1] for b in module_fact(ctx, _bindings).get(name, ()))
+
+
+def _calls(ctx: FileContext) -> dict[str, tuple[tuple[tuple[cst.FunctionDef, ...], cst.Call], ...]]:
+    """Calls of plain names (``train(...)``), with the functions they sit in (outermost first)."""
+    found: dict[str, list] = {}
+
+    def visit(node: cst.CSTNode, chain: tuple) -> None:
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
+            found.setdefault(node.func.value, []).append((chain, node))
+        inner = (*chain, node) if isinstance(node, cst.FunctionDef) else chain
+        for child in children(node):
+            visit(child, inner)
+
+    visit(ctx.module, ())
+    return {k: tuple(v) for k, v in found.items()}
+
+
+def is_xla_device_expr(expr: cst.CSTNode, ctx: FileContext) -> bool:
+    """``torch_xla.device()``, ``xm.xla_device()``, or what the TX1 rules make the XLA device:
+    ``torch.device('cuda')``, ``'cuda:0'``, ``'cuda' if torch.cuda.is_available() else 'cpu'``."""
+    if isinstance(expr, cst.Call):
+        name = ctx.qualname(expr.func)
+        if name in XLA_DEVICE_CALLS:
+            return True
+        if name == "torch.device":
+            first = arg(expr, "type", 0)
+            return first is not None and is_xla_device_expr(first.value, ctx)
+        return False
+    if is_cuda_string(expr):
+        return True
+    choice = device_choice(expr, ctx)
+    return choice is not None and only_availability(choice.node.test, ctx)
+
+
+def xla_device_value(expr: cst.BaseExpression, ctx: FileContext, at: Optional[cst.CSTNode] = None) -> bool:
+    """``expr`` provably holds the XLA device in the port: an XLA device expression, or a name
+    every binding of which in its scope is one; for a parameter of the enclosing function, every
+    call of that function in the file passes one (two calls deep at most)."""
+    if is_xla_device_expr(expr, ctx):
+        return True
+    name = dotted_name(expr)
+    if name is None:
+        return False
+    root = name.split(".")[0]
+    if any(isinstance(s, cst.Lambda) for s in ctx.ancestors):
+        return False
+    functions = [a for a in ctx.ancestors if isinstance(a, cst.FunctionDef)]
+    if root != name:
+        if any(b[1] is None for b in _scoped(ctx, root, functions)[1]):
+            return False  # `args.device` with `args` a parameter or a loop target
+        values = bindings(ctx, name)
+        return bool(values) and all(v is not None and is_xla_device_expr(v, ctx) for v in values)
+    return _name_is_xla(ctx, name, functions, 0)
+
+
+def _name_is_xla(ctx: FileContext, name: str, functions: Sequence[cst.FunctionDef], depth: int) -> bool:
+    fn, found = _scoped(ctx, name, functions)
+    if not found:
+        return False
+    for _, value, param in found:
+        if param:
+            if fn is None or depth >= 2 or not _callers_pass_xla(ctx, fn, name, depth + 1):
+                return False
+        elif value is None or not is_xla_device_expr(value, ctx):
+            return False
+    return True
+
+
+def _callers_pass_xla(ctx: FileContext, fn: cst.FunctionDef, name: str, depth: int) -> bool:
+    """Every call of the module-level or nested function ``fn`` in the file passes the XLA
+    device as its parameter ``name`` (and there is at least one call)."""
+    positional = [*fn.params.posonly_params, *fn.params.params]
+    index = next((i for i, p in enumerate(positional) if p.name.value == name), None)
+    calls = module_fact(ctx, _calls).get(fn.name.value, ())
+    if not calls:
+        return False
+    for chain, call in calls:
+        given = None
+        for i, a in enumerate(call.args):
+            if a.star:
+                return False
+            if a.keyword is not None and a.keyword.value == name or a.keyword is None and i == index:
+                given = a.value
+        if given is None:
+            return False
+        if is_xla_device_expr(given, ctx):
+            continue
+        if not (isinstance(given, cst.Name) and _name_is_xla(ctx, given.value, chain, depth)):
+            return False
+    return True
+
+
+DEVICE_VARIABLE = "device"
+
+
+def device_variable(ctx: FileContext) -> Optional[str]:
+    """The script's device variable where the current node can read it, else None: a
+    parameter ``device`` of an enclosing function, a ``device = ...`` in a statement of the
+    enclosing function before the current one, or (for code in a function, or module-level code
+    after it) a module-level ``device = ...``. Heuristic by spelling: only the name ``device``."""
+    anc = ctx.ancestors
+    functions = [i for i, a in enumerate(anc) if isinstance(a, cst.FunctionDef)]
+    every = module_fact(ctx, _bindings).get(DEVICE_VARIABLE, ())
+    for i in reversed(functions):
+        fn = anc[i]
+        assert isinstance(fn, cst.FunctionDef)
+        if any(isinstance(p, cst.Param) and p.name.value == DEVICE_VARIABLE for p in walk(fn.params)):
+            return DEVICE_VARIABLE
+        if _assigned_before(anc[i + 1:]):
+            return DEVICE_VARIABLE
+        if any(b[0] is fn for b in every):
+            return None  # assigned in this function, but not before the current statement
+    module_level = [b[1] for b in every if b[0] is None]
+    if not module_level or None in module_level:
+        return None
+    if functions:
+        return DEVICE_VARIABLE
+    if len(anc) > 1 and _assigned_before(anc[1:]):
+        return DEVICE_VARIABLE  # earlier in the same top-level statement
+    if len(anc) > 1:
+        earlier = module_fact(ctx, _device_statements).get(anc[1])
+        return DEVICE_VARIABLE if earlier else None
+    return None
+
+
+def _device_statements(ctx: FileContext) -> dict[cst.CSTNode, bool]:
+    """Each top-level statement -> whether an earlier one assigns the device variable."""
+    out: dict[cst.CSTNode, bool] = {}
+    seen = False
+    for stmt in ctx.module.body:
+        out[stmt] = seen
+        seen = seen or _assigned_before([cst.Module([stmt]), None])
+    return out
+
+
+def _assigned_before(path: list) -> bool:
+    """On the ancestor ``path`` (from a function or the module down to the current node), a
+    statement before the one the path goes through assigns the device variable (also inside
+    its `if`/`with`/`try` blocks), in any block along the way."""
+    for i, node in enumerate(path[:-1]):
+        if not isinstance(node, (cst.Module, cst.IndentedBlock)):
+            continue
+        for stmt in node.body:
+            if stmt is path[i + 1]:
+                break
+            for n in walk(stmt):
+                if isinstance(n, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == DEVICE_VARIABLE
+                                                     for t in n.targets):
+                    return True
+    return False
+
+
+def placement_expr(ctx: FileContext) -> cst.BaseExpression:
+    """Where inserted or rewritten code places tensors: the script's device variable when it
+    has one here (so one device decides, also when a user's flag keeps it on the CPU), else
+    ``torch_xla.device()``."""
+    name = device_variable(ctx)
+    if name is not None:
+        return cst.Name(name)
+    return cst.parse_expression(f"{ctx.module_alias('torch_xla')}.device()")
+
+
+# --------------------------------------------------------------------------------------
+# Integer device ordinals (`.to(local_rank)`: CUDA device number local_rank)
+# --------------------------------------------------------------------------------------
+RANK_CALLS = ("builtins.int", "torch.distributed.get_rank", "torch.distributed.get_node_local_rank",
+              "torch_xla.runtime.global_ordinal", "torch_xla.runtime.local_ordinal")
+# Names that hold a GPU number by the usual spelling (a parameter, or an attribute of the
+# parsed arguments): a heuristic, so what uses them gets an unsafe fix.
+RANK_NAMES = ("rank", "local_rank", "gpu", "gpu_id", "device_id", "local_gpu", "gpu_index")
+PROVABLE, SPELLING = "provable", "spelling"
+
+
+def int_ordinal(expr: cst.CSTNode, ctx: FileContext) -> Optional[str]:
+    """Whether ``expr`` is a CUDA device number: PROVABLE (an integer literal, or a plain name
+    every binding of which in its scope is one, or a call of int(), dist.get_rank() and the
+    like), SPELLING (a parameter or an attribute named rank/local_rank/gpu/...), else None."""
+    if isinstance(expr, cst.Integer):
+        return PROVABLE
+    if isinstance(expr, cst.Call) and ctx.qualname(expr.func) in RANK_CALLS:
+        return PROVABLE
+    if isinstance(expr, cst.Name):
+        functions = [a for a in ctx.ancestors if isinstance(a, cst.FunctionDef)]
+        _, found = _scoped(ctx, expr.value, functions)
+        if found and all(not param and value is not None and _int_value(value, ctx) for _, value, param in found):
+            return PROVABLE
+        if found and all(param or value is not None and _int_value(value, ctx) for _, value, param in found):
+            return SPELLING if expr.value in RANK_NAMES else None
+        return None
+    if isinstance(expr, cst.Attribute) and expr.attr.value in RANK_NAMES and isinstance(expr.value, cst.Name):
+        return SPELLING if expr.value.value in ("args", "opt", "opts", "cfg", "config", "flags", "FLAGS", "self") else None
+    return None
+
+
+def _int_value(value: cst.CSTNode, ctx: FileContext) -> bool:
+    if isinstance(value, cst.Integer):
+        return True
+    return isinstance(value, cst.Call) and ctx.qualname(value.func) in RANK_CALLS
