@@ -30,6 +30,7 @@ GPU_FIXTURES = {
     "vae": "test loss",
     "transformer_classifier": "valid accuracy",
     "recommender_sparse": "HR@10",
+    "ddp_trainer": "eval accuracy",
 }
 ALL_FIXTURES = [*GPU_FIXTURES, "xla_deprecated"]
 COMMON_FLAGS = {"--epochs", "--batch-size", "--lr", "--seed", "--log-interval", "--dropout",
