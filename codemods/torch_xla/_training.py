@@ -1271,11 +1271,21 @@ def append_kwarg(name: str, value_code: str) -> Callable[[cst.CSTNode], cst.CSTN
         if isinstance(last.comma, cst.Comma) and len(args) < 2:
             ws = updated.whitespace_before_args
             between = cst.Comma(whitespace_after=ws) if isinstance(ws, cst.ParenthesizedWhitespace) else last.comma
+        if isinstance(between, cst.Comma):
+            between = between.with_changes(whitespace_after=_bare_line_break(between.whitespace_after))
         args[-1] = last.with_changes(comma=between)
         args.append(new)
         return updated.with_changes(args=args)
 
     return apply
+
+
+def _bare_line_break(ws: cst.BaseParenthesizableWhitespace) -> cst.BaseParenthesizableWhitespace:
+    """The whitespace between two arguments, copied for a new argument: the same line break
+    and indentation, without the blank lines and the comment that the copied place had."""
+    if not isinstance(ws, cst.ParenthesizedWhitespace):
+        return ws
+    return ws.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=())
 
 
 def remove_kwarg(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
