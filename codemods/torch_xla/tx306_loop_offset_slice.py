@@ -289,7 +289,8 @@ class LoopOffsetSlice(Rule):
         torch = self.ctx.module_alias("torch")
 
         def apply(updated: cst.CSTNode) -> cst.CSTNode:
-            assert isinstance(updated, cst.Subscript)
+            if not isinstance(updated, cst.Subscript):
+                return updated  # gathered already (the helper serves several loops)
             src = self.ctx.module.code_for_node(updated.value)
             index = cst.parse_expression(f"{torch}.arange({src}.size(0))[_]")
             assert isinstance(index, cst.Subscript)
