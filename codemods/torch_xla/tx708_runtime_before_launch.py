@@ -6,6 +6,7 @@ import libcst as cst
 
 from porter import astutil
 from porter.astutil import children as _children
+from porter.context import dotted_name
 from porter.rules import Edit, Example, Fix, Rule, Severity
 
 from ._amp_dist import RUNTIME_STARTING, has_star, source_of
@@ -29,7 +30,8 @@ class RuntimeBeforeLaunch(Rule):
     launch's `args=(...)`: `torch_xla.manual_seed(args.seed)` before
     `torch_xla.launch(worker, args=(cfg_a, args))` becomes `torch_xla.manual_seed(args.seed)`
     at the top of `def worker(index, cfg_a, args)` (the names renamed to the function's
-    parameters). An enclosing `if args.seed is not None:` moves with it. The other calls are
+    parameters). An enclosing `if args.seed is not None:` is copied with it (and goes from
+    the parent when the seed was all it held). The other calls are
     reported: they need a value from the runtime, which only the launched processes may ask
     for (`xr.world_size()`, `torch_xla.device()` inside `fn`).
 
@@ -95,6 +97,7 @@ class RuntimeBeforeLaunch(Rule):
             if __name__ == "__main__":
                 flags = parse()
                 if flags.seed is not None:
+                    torch.manual_seed(flags.seed)
                     torch_xla.manual_seed(flags.seed)
                 xmp.spawn(_mp_fn, args=(flags,))
             ''',
@@ -110,6 +113,8 @@ class RuntimeBeforeLaunch(Rule):
 
             if __name__ == "__main__":
                 flags = parse()
+                if flags.seed is not None:
+                    torch.manual_seed(flags.seed)
                 xmp.spawn(_mp_fn, args=(flags,))
             ''',
             title="xmp.spawn, a guarded seed, another parameter name",
@@ -212,7 +217,7 @@ class RuntimeBeforeLaunch(Rule):
         guards = path[len(common):-1]
         if not all(isinstance(g, cst.If) for g in common):
             return None
-        if not all(isinstance(g, cst.If) and g.orelse is None and len(g.body.body) == 1 for g in guards):
+        if not all(isinstance(g, cst.If) and g.orelse is None and isinstance(g.body, cst.IndentedBlock) for g in guards):
             return None
         if has_star(launch) or not launch.args or launch.args[0].keyword is not None:
             return None
@@ -231,17 +236,42 @@ class RuntimeBeforeLaunch(Rule):
                 rename.setdefault(el.value.value, params[i + 1])
         reads = [n for r in [call, *(g.test for g in guards)] for n in _read_names(r)]
         names = {n.value for n in reads}
-        if not names <= set(rename) or _rebound_after(scope if scope is not None else self.ctx.module, line, launch, names):
+        paths = {p for r in [call, *(g.test for g in guards)] for p in _read_paths(r)}
+        if not names <= set(rename) or _rebound_after(scope if scope is not None else self.ctx.module, line, launch, paths):
             return None
-        top = guards[0] if guards else line
+        # what goes: the seed, and each guard around it that holds nothing else
+        top = line
+        for g in reversed(guards):
+            if len(g.body.body) != 1:
+                break
+            top = g
         block = _block_holding(common[-1].body if common else (scope if scope is not None else self.ctx.module), top)
         if block is None or len(block) == 1:
             return None  # the block would be left empty
         renamer = _Rename({id(n) for n in reads}, rename)
-        moved = top.visit(renamer).with_changes(leading_lines=())
-        first = worker.body.body[0]
-        insert = Edit(first, astutil.insert_after([moved]) if _is_docstring(first) else astutil.insert_before([moved]))
+        moved = line.visit(renamer).with_changes(leading_lines=())
+        for g in reversed(guards):  # the guards move with it, holding only the seed
+            moved = g.with_changes(test=g.test.visit(renamer), body=g.body.with_changes(body=[moved]), leading_lines=())
+        # after the docstring and the global/nonlocal declarations
+        head = [st for st in _leading(worker.body.body)]
+        if head:
+            insert = Edit(head[-1], astutil.insert_after([moved]))
+        else:
+            insert = Edit(worker.body.body[0], astutil.insert_before([moved]))
         return Fix((insert, Edit(top, cst.RemoveFromParent())))
+
+
+def _leading(body) -> list:
+    """The docstring and global/nonlocal statements that open a function body."""
+    out = []
+    for i, st in enumerate(body):
+        if i == 0 and _is_docstring(st):
+            out.append(st)
+        elif isinstance(st, cst.SimpleStatementLine) and all(isinstance(b, (cst.Global, cst.Nonlocal)) for b in st.body):
+            out.append(st)
+        else:
+            break
+    return out
 
 
 def _is_docstring(stmt: cst.CSTNode) -> bool:
@@ -281,8 +311,30 @@ def _read_names(expr: cst.CSTNode) -> Iterator[cst.Name]:
         yield from _read_names(child)
 
 
-def _rebound_after(scope: cst.CSTNode, line: cst.CSTNode, launch: cst.Call, names: set[str]) -> bool:
-    """A name the seed reads is assigned (or one of its attributes) between the seed and the launch."""
+def _read_paths(expr: cst.CSTNode) -> Iterator[str]:
+    """The dotted paths an expression reads (``args.seed``, ``seed``), as _read_names finds
+    their roots."""
+    if isinstance(expr, cst.Call):
+        for a in expr.args:
+            yield from _read_paths(a.value)
+        return
+    if isinstance(expr, (cst.Attribute, cst.Name)):
+        path = dotted_name(expr)
+        if path is not None:
+            if path not in ("None", "True", "False"):
+                yield path
+            return
+        if isinstance(expr, cst.Attribute):
+            yield from _read_paths(expr.value)
+            return
+    for child in _children(expr):
+        yield from _read_paths(child)
+
+
+def _rebound_after(scope: cst.CSTNode, line: cst.CSTNode, launch: cst.Call, paths: set[str]) -> bool:
+    """Something the seed reads is assigned between the seed and the launch: the path itself,
+    an attribute of it or what holds it (``args = ...`` or ``args.seed = ...`` for
+    ``args.seed``; ``args.world_size = ...`` is not)."""
     started = False
     for n in _scope_nodes(scope):
         if n is line:
@@ -291,10 +343,12 @@ def _rebound_after(scope: cst.CSTNode, line: cst.CSTNode, launch: cst.Call, name
             return False
         if started and isinstance(n, (cst.AssignTarget, cst.AugAssign, cst.AnnAssign)):
             target = n.target
-            root = target
-            while isinstance(root, (cst.Attribute, cst.Subscript)):
-                root = root.value
-            if isinstance(root, cst.Name) and root.value in names:
+            while isinstance(target, cst.Subscript):
+                target = target.value
+            written = dotted_name(target)
+            if written is None:
+                return True
+            if any(written == p or p.startswith(written + ".") or written.startswith(p + ".") for p in paths):
                 return True
     return False
 
