@@ -320,7 +320,6 @@ class LoopOffsetSlice(Rule):
         and function parameters) from calls of one module function whose single ``return``
         is a device move (``return data.to(device)``). Returns (fix, that function's name,
         whether the helper's windows are ragged) or None."""
-        params = _params(helper)
         offset_params = {p for p, v in _bound(helper, call).items() if isinstance(v, cst.Name) and v.value == var}
         sliced = {sub.value.value for sub in _offset_slices(helper, offset_params)}  # type: ignore[union-attr]
         if len(sliced) != 1:
