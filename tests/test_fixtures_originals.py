@@ -32,6 +32,7 @@ GPU_FIXTURES = {
     "recommender_sparse": "HR@10",
     "device_chain": "test accuracy",
     "cpu_flag_script": "eval mse",
+    "ddp_trainer": "eval accuracy",
 }
 ALL_FIXTURES = [*GPU_FIXTURES, "xla_deprecated"]
 COMMON_FLAGS = {"--epochs", "--batch-size", "--lr", "--seed", "--log-interval", "--dropout",

@@ -278,6 +278,25 @@ def expression_statement(parents: Parents, call: cst.Call) -> Optional[cst.Expr]
 
 
 # --------------------------------------------------------------------------------------
+# Calls that start the XLA runtime (TX708): made in a parent process before
+# torch_xla.launch, they make the launch fail ("Runtime is already initialized")
+# --------------------------------------------------------------------------------------
+RUNTIME_STARTING = tuple(
+    f"{mod}.{name}"
+    for mod, names in (
+        ("torch_xla", ("manual_seed", "device", "devices", "device_count")),
+        ("torch_xla.torch_xla", ("manual_seed", "device", "devices", "device_count")),
+        ("torch_xla.core.xla_model", ("xla_device", "set_rng_state", "get_rng_state", "xla_device_hw",
+                                      "get_xla_supported_devices", "xrt_world_size", "get_ordinal")),
+        ("torch_xla.runtime", ("world_size", "global_ordinal", "local_ordinal", "process_index",
+                               "global_runtime_device_count", "addressable_device_count",
+                               "local_device_count", "global_device_count")),
+    )
+    for name in names
+)
+
+
+# --------------------------------------------------------------------------------------
 # GradScaler tracking
 # --------------------------------------------------------------------------------------
 GRAD_SCALERS = (

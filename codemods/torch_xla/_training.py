@@ -471,9 +471,13 @@ def loop_kind(loop: cst.CSTNode, ctx: FileContext) -> Optional[str]:
     astutil's walk reaches into nested loops, so an epoch loop around a batch loop counts as
     a training (or, with a validation loop under ``no_grad`` inside, evaluation) loop. Here
     a loop holding a nested training/evaluation loop is neither, and a training loop must
-    call ``.backward()`` outside nested loops.
+    call ``.backward()`` outside nested loops, or call (outside nested loops) a function or
+    method of this file that does (:func:`calls_step`): a trainer's
+    ``for batch in self.train_loader: self._run_batch(batch)``.
     """
     kind = astutil.loop_kind(loop, ctx)
+    if kind != "eval" and any(isinstance(n, cst.Call) and calls_step(n, ctx) for n in _own_nodes(loop)):
+        return "train"  # the step is in a function or method the loop calls
     if kind is None:
         return None
     if kind == "train":
@@ -1270,11 +1274,21 @@ def append_kwarg(name: str, value_code: str) -> Callable[[cst.CSTNode], cst.CSTN
         if isinstance(last.comma, cst.Comma) and len(args) < 2:
             ws = updated.whitespace_before_args
             between = cst.Comma(whitespace_after=ws) if isinstance(ws, cst.ParenthesizedWhitespace) else last.comma
+        if isinstance(between, cst.Comma):
+            between = between.with_changes(whitespace_after=_bare_line_break(between.whitespace_after))
         args[-1] = last.with_changes(comma=between)
         args.append(new)
         return updated.with_changes(args=args)
 
     return apply
+
+
+def _bare_line_break(ws: cst.BaseParenthesizableWhitespace) -> cst.BaseParenthesizableWhitespace:
+    """The whitespace between two arguments, copied for a new argument: the same line break
+    and indentation, without the blank lines and the comment that the copied place had."""
+    if not isinstance(ws, cst.ParenthesizedWhitespace):
+        return ws
+    return ws.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=())
 
 
 def remove_kwarg(name: str) -> Callable[[cst.CSTNode], cst.CSTNode]:
@@ -1330,3 +1344,134 @@ def wraps_in_ddp(ctx: FileContext) -> bool:
 def _calls_ddp(ctx: FileContext) -> bool:
     return any(isinstance(node, cst.Call) and ctx.qualname(node.func) in DDP_NAMES
                for node in astutil.walk(ctx.module, into_functions=True))
+
+
+# Functions and methods that run a training step -----------------------------------------
+@dataclass(frozen=True)
+class StepFunctions:
+    """The functions and methods of the file that run a backward pass outside their own loops,
+    directly or through calls of other such functions and methods (a trainer's
+    ``_run_batch``, a ``train_step(model, batch)`` helper), keyed ("", name) for functions
+    and (class, name) for methods."""
+
+    stepping: frozenset
+    # class -> the classes of the file whose methods ``self.m()`` in it may run: itself, its
+    # bases and its subclasses defined in the file (a base class's loop calling a method a
+    # subclass defines)
+    related: dict
+    # dotted name ("trainer", "self.engine") -> classes of the file it is built from
+    instances: dict
+
+
+def step_functions(ctx: FileContext) -> StepFunctions:
+    return module_fact(ctx, _step_functions)
+
+
+def _function_own_nodes(fn: cst.FunctionDef) -> Iterator[cst.CSTNode]:
+    """Nodes of a function's body outside its loops and nested functions/classes."""
+    stack = list(reversed(_children(fn.body)))
+    while stack:
+        n = stack.pop()
+        yield n
+        if isinstance(n, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            continue
+        stack.extend(reversed(_children(n)))
+
+
+def _step_functions(ctx: FileContext) -> StepFunctions:
+    functions: list[tuple[tuple[str, str], cst.FunctionDef]] = []
+    bases: dict[str, set[str]] = {}
+    built: dict[str, set[str]] = {}
+    assigns: list[tuple[str, str]] = []
+
+    def visit(node: cst.CSTNode, cls: str) -> None:
+        if isinstance(node, cst.ClassDef):
+            bases.setdefault(node.name.value, set()).update(
+                d for d in (dotted_name(b.value) for b in node.bases) if d)
+            for child in _children(node.body):
+                if isinstance(child, cst.FunctionDef):
+                    functions.append(((node.name.value, child.name.value), child))
+                    for grand in _children(child):
+                        visit(grand, node.name.value)
+                else:
+                    visit(child, node.name.value)
+            return
+        if isinstance(node, cst.FunctionDef):
+            functions.append((("", node.name.value), node))
+        elif isinstance(node, cst.Assign) and isinstance(node.value, cst.Call) and isinstance(node.value.func, cst.Name):
+            for t in node.targets:
+                key = dotted_name(t.target)
+                if key is not None:
+                    assigns.append((key, node.value.func.value))
+        for child in _children(node):
+            visit(child, cls)
+
+    visit(ctx.module, "")
+    related: dict[str, frozenset[str]] = {}
+    for name in bases:
+        group = {name}
+        changed = True
+        while changed:  # bases and subclasses, transitively
+            changed = False
+            for other, its_bases in bases.items():
+                if other not in group and (its_bases & group or any(o in bases.get(other, ()) for o in group)):
+                    group.add(other)
+                    changed = True
+                for b in list(its_bases):
+                    if other in group and b in bases and b not in group:
+                        group.add(b)
+                        changed = True
+        related[name] = frozenset(group)
+    for key, cls in assigns:
+        if cls in bases:
+            built.setdefault(key, set()).add(cls)
+    instances = {k: frozenset(v) for k, v in built.items()}
+    facts = StepFunctions(frozenset(), related, instances)
+    direct: dict[tuple[str, str], bool] = {}
+    callees: dict[tuple[str, str], set] = {}
+    for key, fn in functions:
+        for n in _function_own_nodes(fn):
+            if astutil.method_name(n) == "backward":
+                direct[key] = True
+            elif isinstance(n, cst.Call):
+                callees.setdefault(key, set()).update(_call_targets(n, key[0], facts, ctx))
+    stepping = {k for k, v in direct.items() if v}
+    changed = True
+    while changed:
+        changed = False
+        for key, targets in callees.items():
+            if key not in stepping and targets & stepping:
+                stepping.add(key)
+                changed = True
+    return StepFunctions(frozenset(stepping), related, instances)
+
+
+def _call_targets(call: cst.Call, cls: str, facts: StepFunctions, ctx: FileContext) -> set:
+    """The keys of the file's functions/methods ``call`` may run: ``f(...)`` (not imported),
+    ``self.m(...)`` in class ``cls`` (or a related class), ``obj.m(...)`` for an ``obj``
+    built from a class of the file."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        return set() if ctx.qualname(func) is not None else {("", func.value)}
+    if not isinstance(func, cst.Attribute):
+        return set()
+    owner = func.value
+    classes: frozenset = frozenset()
+    if isinstance(owner, cst.Name) and owner.value in ("self", "cls") and cls:
+        classes = facts.related.get(cls, frozenset({cls}))
+    else:
+        key = dotted_name(owner)
+        if key is not None:
+            for built_from in facts.instances.get(key, ()):
+                classes = classes | facts.related.get(built_from, frozenset({built_from}))
+    return {(c, func.attr.value) for c in classes}
+
+
+def calls_step(call: cst.Call, ctx: FileContext) -> bool:
+    """The call runs a function or method of this file that runs a backward pass (see
+    StepFunctions); ``self.m()`` is resolved in the class around the call (ctx.ancestors)."""
+    facts = step_functions(ctx)
+    if not facts.stepping:
+        return False
+    cls = next((a.name.value for a in reversed(ctx.ancestors) if isinstance(a, cst.ClassDef)), "")
+    return any(t in facts.stepping for t in _call_targets(call, cls, facts, ctx))

@@ -26,7 +26,9 @@ class OptimizerStep(Rule):
     In a file that wraps its model in `torch.nn.parallel.DistributedDataParallel`, the
     `optimizer.step()` is kept and reported (information): DDP's backward pass already
     all-reduces the gradients, and torch_xla's DDP guide steps with a plain
-    `optimizer.step()` followed by `torch_xla.sync()` (or a `pl.MpDeviceLoader`).
+    `optimizer.step()` followed by `torch_xla.sync()` (or a `pl.MpDeviceLoader`). A `.step()`
+    porter cannot resolve is then not reported at all (never advised to become
+    `xm.optimizer_step`).
 
     ## Why
     On XLA the optimizer step must be part of the traced step graph and, when several
@@ -172,6 +174,11 @@ class OptimizerStep(Rule):
         "from torch.optim import lr_scheduler\nopt_sched = lr_scheduler.StepLR(o, 1)\nopt_sched.step()\n",
         # an optimizer-looking parameter that the function rebinds to a scheduler
         "import torch\ndef f(optimizer):\n    optimizer = torch.optim.lr_scheduler.OneCycleLR(optimizer, 1.0)\n    optimizer.step()\n",
+        # a DDP file: an optimizer porter cannot resolve is not advised to become xm.optimizer_step
+        "import torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "class Trainer:\n    def __init__(self, model, optimizer):\n        self.model = DDP(model)\n"
+        "        self.optimizer = optimizer\n    def _run_batch(self, x):\n"
+        "        self.model(x).sum().backward()\n        self.optimizer.step()\n",
         # environments and other objects with a step()
         "import torch\ndef rollout(env, model):\n    env.step(model(obs))\n",
     ]
@@ -193,6 +200,8 @@ class OptimizerStep(Rule):
         if how is None:
             return
         if how == "name":
+            if tr.wraps_in_ddp(self.ctx):
+                return  # DDP reduces the gradients: a plain step is right whatever the object is
             if self._in_training_code():
                 self.report(
                     node,

@@ -10,7 +10,9 @@ class LoopStepMarker(Rule):
     """
     ## What it does
     Appends `torch_xla.sync()` to the body of a training loop (one that runs a backward pass
-    or an optimizer step itself) or an evaluation loop (a loop under `torch.no_grad()` that
+    itself, or calls a function or method of the file that does: a trainer's
+    `for batch in self.train_data: self._run_batch(batch)`, a `train_step(model, batch, opt)`
+    helper, a base class's loop calling a method that a subclass defines) or an evaluation loop (a loop under `torch.no_grad()` that
     calls a model) that does not iterate a device loader: a language model's
     `for i in range(0, data.size(0) - 1, bptt)`, a `while step < max_steps` loop, a loop
     over pre-built tensors or over `zip(...)` of loaders.
@@ -147,8 +149,176 @@ class LoopStepMarker(Rule):
             """,
             title="a while loop",
         ),
+        Example(
+            """
+            import torch
+            import torch.nn.functional as F
+
+            class Trainer:
+                def __init__(self, model, train_data, optimizer):
+                    self.model = model
+                    self.train_data = train_data
+                    self.optimizer = optimizer
+
+                def _run_batch(self, source, targets):
+                    self.optimizer.zero_grad()
+                    loss = F.cross_entropy(self.model(source), targets)
+                    loss.backward()
+                    self.optimizer.step()
+
+                def _run_epoch(self, epoch):
+                    for source, targets in self.train_data:
+                        self._run_batch(source, targets)
+
+                def train(self, max_epochs):
+                    for epoch in range(max_epochs):
+                        self._run_epoch(epoch)
+            """,
+            """
+            import torch
+            import torch.nn.functional as F
+            import torch_xla
+
+            class Trainer:
+                def __init__(self, model, train_data, optimizer):
+                    self.model = model
+                    self.train_data = train_data
+                    self.optimizer = optimizer
+
+                def _run_batch(self, source, targets):
+                    self.optimizer.zero_grad()
+                    loss = F.cross_entropy(self.model(source), targets)
+                    loss.backward()
+                    self.optimizer.step()
+
+                def _run_epoch(self, epoch):
+                    for source, targets in self.train_data:
+                        self._run_batch(source, targets)
+                        torch_xla.sync()
+
+                def train(self, max_epochs):
+                    for epoch in range(max_epochs):
+                        self._run_epoch(epoch)
+            """,
+            title="a trainer class: the batch loop calls the method that steps (the epoch loop gets nothing)",
+        ),
+        Example(
+            """
+            import torch
+
+            def compute_loss(model, batch):
+                return model(batch).mean()
+
+            def train_step(model, batch, opt):
+                loss = compute_loss(model, batch)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                return loss
+
+            def update(model, batch, opt):
+                return train_step(model, batch, opt)
+
+            def fit(model, batches, opt):
+                it = 0
+                while it < len(batches):
+                    update(model, batches[it], opt)
+                    it += 1
+            """,
+            """
+            import torch
+            import torch_xla
+
+            def compute_loss(model, batch):
+                return model(batch).mean()
+
+            def train_step(model, batch, opt):
+                loss = compute_loss(model, batch)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                return loss
+
+            def update(model, batch, opt):
+                return train_step(model, batch, opt)
+
+            def fit(model, batches, opt):
+                it = 0
+                while it < len(batches):
+                    update(model, batches[it], opt)
+                    it += 1
+                    torch_xla.sync()
+            """,
+            title="the step two function calls away",
+        ),
+        Example(
+            """
+            import torch
+
+            class BaseTrainer:
+                def run(self):
+                    for batch in self.batches:
+                        self.training_step(batch)
+
+            class LMTrainer(BaseTrainer):
+                def training_step(self, batch):
+                    self.model(batch).backward()
+                    self.opt.step()
+
+            trainer = LMTrainer()
+            for chunk in chunks:
+                trainer.training_step(chunk)
+            """,
+            """
+            import torch
+            import torch_xla
+
+            class BaseTrainer:
+                def run(self):
+                    for batch in self.batches:
+                        self.training_step(batch)
+                        torch_xla.sync()
+
+            class LMTrainer(BaseTrainer):
+                def training_step(self, batch):
+                    self.model(batch).backward()
+                    self.opt.step()
+
+            trainer = LMTrainer()
+            for chunk in chunks:
+                trainer.training_step(chunk)
+                torch_xla.sync()
+            """,
+            title="a base class's loop calling the subclass's step, and a loop over an instance's method",
+        ),
     ]
     valid = [
+        # the step method holds the loop itself: the callers' loops are epoch loops
+        """
+        import torch
+        import torch_xla
+        class Trainer:
+            def run_epoch(self):
+                for x in self.loader:
+                    self.model(x).sum().backward()
+                    torch_xla.sync()
+            def fit(self, epochs):
+                for epoch in range(epochs):
+                    self.run_epoch()
+        """,
+        # a method of another class of the same name that does no backward pass
+        """
+        import torch
+        class Env:
+            def step(self, a):
+                return a
+        class Agent:
+            def step(self, x):
+                self.net(x).sum().backward()
+        env = Env()
+        for t in range(10):
+            env.step(t)
+        """,
         # MpDeviceLoader syncs at each iteration
         """
         import torch

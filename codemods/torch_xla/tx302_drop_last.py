@@ -53,6 +53,36 @@ class DropLastTrainBatch(tr.LoaderUsage, Rule):
         Example(
             """
             import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(
+                train_set,
+                batch_size=32,
+
+                shuffle=True)
+            other = DataLoader(train_set, batch_size=32,  # per device
+                               shuffle=True)
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(
+                train_set,
+                batch_size=32,
+
+                shuffle=True,
+                drop_last=True)
+            other = DataLoader(train_set, batch_size=32,  # per device
+                               shuffle=True,
+                               drop_last=True)
+            """,
+            unsafe=True,
+            title="the new argument takes its neighbours' line break and indentation, not their blank line or comment",
+        ),
+        Example(
+            """
+            import torch
 
             def train(model, device, train_loader, optimizer):
                 for data, target in train_loader:

@@ -44,8 +44,16 @@ class LoopOffsetSlice(Rule):
     the message says so; that last window still compiles one more graph (and one more for
     its backward pass), once.
 
+    Where the slices are one-dimensional (`source[i:i + n]`) and nothing in the helper or
+    the loop writes into a tensor in place, the fix is instead to gather:
+    `source.index_select(0, torch.arange(source.size(0))[i:i + n].to(source.device))`: the
+    same rows (the index is cut from an arange of the same length with the same slice, so
+    Python's bounds and clamping apply), taken by a data index, so one graph serves every
+    offset; the tensor stays on its device and every other user of it is unaffected.
+
     ## Fix safety
-    Unsafe: the slices go to `torch_xla.device()`, while the data used to go to the device
+    The gather is safe: the same values, a copy instead of a view, which only matters to code
+    that writes into one of them (then no gather is offered). The host fix is unsafe: the slices go to `torch_xla.device()`, while the data used to go to the device
     `batchify` was given (the same in a port that runs on XLA, not when the program chose
     the CPU, e.g. `--no-cuda`). Every other user of `batchify`'s result now gets a CPU
     tensor: its shape reads are unchanged, but code that computes with it on the device
@@ -86,17 +94,16 @@ class LoopOffsetSlice(Rule):
             """,
             """
             import torch
-            import torch_xla
 
             def batchify(data, bsz):
                 nbatch = data.size(0) // bsz
                 data = data[:nbatch * bsz]
-                return data.view(bsz, -1).t().contiguous()
+                return data.view(bsz, -1).t().contiguous().to(device)
 
             def get_batch(source, i):
                 seq_len = min(bptt, len(source) - 1 - i)
-                data = source[i:i + seq_len].to(torch_xla.device())
-                target = source[i + 1:i + 1 + seq_len].to(torch_xla.device()).view(-1)
+                data = source.index_select(0, torch.arange(source.size(0))[i:i + seq_len].to(source.device))
+                target = source.index_select(0, torch.arange(source.size(0))[i + 1:i + 1 + seq_len].to(source.device)).view(-1)
                 return data, target
 
             train_data = batchify(corpus.train, 20)
@@ -108,8 +115,69 @@ class LoopOffsetSlice(Rule):
                     loss.backward()
                     optimizer.step()
             """,
+            title="a language model's bptt loop: get_batch gathers its windows with a CPU-built index",
+        ),
+        Example(
+            """
+            import torch
+
+            X = torch.randn(96, 20, device=device)
+
+            def fit(model):
+                for i in range(0, 96, 8):
+                    model(X[i:i + 8]).sum().backward()
+            """,
+            """
+            import torch
+
+            X = torch.randn(96, 20, device=device)
+
+            def fit(model):
+                for i in range(0, 96, 8):
+                    model(X.index_select(0, torch.arange(X.size(0))[i:i + 8].to(X.device))).sum().backward()
+            """,
+            title="inline slicing of a device tensor",
+        ),
+        Example(
+            """
+            import torch
+
+            def batchify(data, bsz):
+                nbatch = data.size(0) // bsz
+                return data[:nbatch * bsz].view(bsz, -1).t().contiguous().to(device)
+
+            def get_step(source, i):
+                return source[i], source[i + 1]
+
+            train_data = batchify(corpus.train, 20)
+
+            def train(model, optimizer):
+                for i in range(0, train_data.size(0) - 1):
+                    token, target = get_step(train_data, i)
+                    model(token, target).backward()
+                    optimizer.step()
+            """,
+            """
+            import torch
+            import torch_xla
+
+            def batchify(data, bsz):
+                nbatch = data.size(0) // bsz
+                return data[:nbatch * bsz].view(bsz, -1).t().contiguous()
+
+            def get_step(source, i):
+                return source[i].to(torch_xla.device()), source[i + 1].to(torch_xla.device())
+
+            train_data = batchify(corpus.train, 20)
+
+            def train(model, optimizer):
+                for i in range(0, train_data.size(0) - 1):
+                    token, target = get_step(train_data, i)
+                    model(token, target).backward()
+                    optimizer.step()
+            """,
             unsafe=True,
-            title="a language model's bptt loop: batchify keeps the data on the host, get_batch moves the slices",
+            title="indexed, not sliced: batchify keeps the data on the host, the helper moves each row",
         ),
         Example(
             """
@@ -123,24 +191,12 @@ class LoopOffsetSlice(Rule):
             def train(model, optimizer):
                 for i in range(0, train_data.size(0) - 1, 8):
                     data, targets = get_batch(train_data, i)
+                    data.clamp_(0, 100)
                     model(data, targets).backward()
                     optimizer.step()
             """,
             None,
-            title="moved where it is bound, not by a helper's return: reported",
-        ),
-        Example(
-            """
-            import torch
-
-            X = torch.randn(96, 20, device=device)
-
-            def fit(model):
-                for i in range(0, 96, 8):
-                    model(X[i:i + 8]).sum().backward()
-            """,
-            None,
-            title="inline slicing of a device tensor",
+            title="the loop writes into a batch (a view of the data), and no helper moves the data: reported",
         ),
     ]
     valid = [
@@ -180,10 +236,15 @@ class LoopOffsetSlice(Rule):
             if isinstance(n, cst.Subscript) and _offset_index(n, var) and not self._moved(n, node):
                 name = dotted_name(n.value)
                 if name and self._on_device(n.value, functions):
+                    message = f"`{name}` lives on the device and is indexed at the loop offset `{var}`: XLA compiles one graph per offset; "
+                    if _gatherable(n) and not _mutated_in(node, self.ctx):
+                        self.report(n, message + "gathered with index_select and an index built on the CPU "
+                                    "(one graph for every window of the same length)",
+                                    Fix((Edit(n, self._gather(n)),), imports=("torch",)))
+                        continue
                     self.report(
                         n,
-                        f"`{name}` lives on the device and is indexed at the loop offset `{var}`: "
-                        "XLA compiles one graph per offset; keep it on the CPU and move each slice "
+                        message + "keep it on the CPU and move each slice "
                         f"(`{name}[...].to(device)`), or gather with index_select and an index built "
                         "on the CPU",
                     )
@@ -196,6 +257,12 @@ class LoopOffsetSlice(Rule):
                             f"`{n.func.value}(...)` slices `{name}`, which lives on the "
                             f"device, at the loop offset `{var}`: XLA compiles one graph per offset; "
                         )
+                        gather = self._gather_fix(fn, n, var, node)
+                        if gather is not None:
+                            self.report(n, message + f"`{n.func.value}` gathers its windows with index_select "
+                                        "and an index built on the CPU (one graph for every window of the same "
+                                        "length; the tensor stays where it is)", gather)
+                            continue
                         fix = self._host_fix(fn, n, var, functions)
                         if fix is None:
                             self.report(
@@ -214,13 +281,45 @@ class LoopOffsetSlice(Rule):
                             fix,
                         )
 
+    def _gather(self, sub: cst.Subscript):
+        """``x[a:b]`` -> ``x.index_select(0, torch.arange(x.size(0))[a:b].to(x.device))``: the
+        same rows (the index is cut from an arange of the same length with the same slice, so
+        bounds, clamping and steps are Python's), gathered by a data index instead of constant
+        offsets."""
+        torch = self.ctx.module_alias("torch")
+
+        def apply(updated: cst.CSTNode) -> cst.CSTNode:
+            if not isinstance(updated, cst.Subscript):
+                return updated  # gathered already (the helper serves several loops)
+            src = self.ctx.module.code_for_node(updated.value)
+            index = cst.parse_expression(f"{torch}.arange({src}.size(0))[_]")
+            assert isinstance(index, cst.Subscript)
+            index = index.with_changes(slice=updated.slice)
+            call = cst.parse_expression(f"{src}.index_select(0, _.to({src}.device))")
+            moved = call.args[1].value  # type: ignore[attr-defined]
+            moved = moved.with_changes(func=moved.func.with_changes(value=index))
+            return call.with_changes(args=[call.args[0], call.args[1].with_changes(value=moved)])  # type: ignore[attr-defined]
+
+        return apply
+
+    def _gather_fix(self, helper: cst.FunctionDef, call: cst.Call, var: str, loop: cst.For) -> Optional[Fix]:
+        """Every offset slice of the helper's tensor parameters gathered (see _gather): when
+        each is a one-dimensional slice (``source[i:i + n]``) that the helper never writes
+        into, and the loop writes into nothing the helper returns."""
+        offset_params = {p for p, v in _bound(helper, call).items() if isinstance(v, cst.Name) and v.value == var}
+        slices = _offset_slices(helper, offset_params)
+        if not slices or not all(_gatherable(sub) for sub in slices):
+            return None
+        if _writes(helper.body, self.ctx) or _mutated_in(loop, self.ctx):
+            return None
+        return Fix(tuple(Edit(sub, self._gather(sub)) for sub in slices), imports=("torch",))
+
     def _host_fix(self, helper: cst.FunctionDef, call: cst.Call, var: str, functions: dict):
         """Keep the batched data on the host and move the slices: possible when every tensor
         that any call of ``helper`` passes for the sliced parameter comes (through plain names
         and function parameters) from calls of one module function whose single ``return``
         is a device move (``return data.to(device)``). Returns (fix, that function's name,
         whether the helper's windows are ragged) or None."""
-        params = _params(helper)
         offset_params = {p for p, v in _bound(helper, call).items() if isinstance(v, cst.Name) and v.value == var}
         sliced = {sub.value.value for sub in _offset_slices(helper, offset_params)}  # type: ignore[union-attr]
         if len(sliced) != 1:
@@ -434,3 +533,32 @@ def _from_placer(name: cst.Name, call: cst.Call, idx, functions: dict, placers: 
             return False
         placers.add(v.func.value)
     return True
+
+
+def _gatherable(sub: cst.Subscript) -> bool:
+    """``x[a:b]`` / ``x[a:b:c]``: one slice of the first dimension, of a plain name."""
+    return (isinstance(sub.value, (cst.Name, cst.Attribute)) and len(sub.slice) == 1
+            and isinstance(sub.slice[0].slice, cst.Slice))
+
+
+def _writes(body: cst.CSTNode, ctx) -> bool:
+    """The code writes into a tensor in place: an in-place method (``x.add_(...)``, ``x.copy_``,
+    not a library function such as ``torch.nn.utils.clip_grad_norm_``), an item assignment
+    (``x[...] = ...``) or an augmented assignment of an item."""
+    for n in astutil.walk(body):
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute):
+            m = n.func.attr.value
+            if m.endswith("_") and not m.startswith("_") and ctx.qualname(n.func) is None:
+                return True
+        if isinstance(n, cst.AssignTarget) and isinstance(n.target, (cst.Subscript, cst.Attribute)):
+            if isinstance(n.target, cst.Subscript):
+                return True
+        if isinstance(n, cst.AugAssign) and isinstance(n.target, cst.Subscript):
+            return True
+    return False
+
+
+def _mutated_in(loop: cst.CSTNode, ctx) -> bool:
+    """The loop writes into a tensor in place (see _writes), and so might write into a batch
+    it took: the view a slice gives and the copy a gather gives would differ."""
+    return _writes(loop.body, ctx)  # type: ignore[attr-defined]

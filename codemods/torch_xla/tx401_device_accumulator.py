@@ -17,13 +17,16 @@ class DeviceAccumulator(Rule):
     (`total_loss += loss.item()`, `correct += pred.eq(target).sum().item()`) and keeps the sum
     on the device instead (`total_loss += loss.detach()`, `correct += pred.eq(target).sum()`).
     When the accumulator is read after the loop, one statement after the loop turns it back
-    into a Python number:
+    into a Python number: `total_loss = float(total_loss)` for a float sum started at a float
+    literal (`total_loss = 0.0`), `correct = int(correct)` for a count started at an int
+    literal (`correct = 0`): the same value and type as `.item()` gave, and the initial value
+    unchanged when the loop ran zero times. Otherwise (`total = 0` summing floats, whose type
+    after zero iterations is `int`):
 
         if isinstance(total_loss, torch.Tensor):
             total_loss = total_loss.item()
 
-    so the code after the loop sees the same Python type as before, also when the loop ran
-    zero times and the accumulator is still its initial `0`.
+    so the code after the loop sees the same Python type as before in every case.
 
     Reads of the accumulator inside the loop (the language-model pattern
     `cur_loss = total_loss / log_interval; print('{:5.2f}'.format(cur_loss, math.exp(cur_loss)))`)
@@ -76,8 +79,7 @@ class DeviceAccumulator(Rule):
                         output = model(data)
                         pred = output.argmax(dim=1, keepdim=True)
                         correct += pred.eq(target.view_as(pred)).sum()
-                    if isinstance(correct, torch.Tensor):
-                        correct = correct.item()
+                    correct = int(correct)
                 print(correct / len(loader.dataset))
             """,
             title="a count: exact, safe",
@@ -107,8 +109,7 @@ class DeviceAccumulator(Rule):
                     loss.backward()
                     optimizer.step()
                     running_loss += loss.detach() * inputs.size(0)
-                if isinstance(running_loss, torch.Tensor):
-                    running_loss = running_loss.item()
+                running_loss = float(running_loss)
                 return running_loss / len(loader.dataset)
             """,
             unsafe=True,
@@ -166,6 +167,36 @@ class DeviceAccumulator(Rule):
             None,
             title="printed with print(total): a tensor would print as tensor(...), so reported only",
         ),
+        Example(
+            """
+            import torch
+
+            def train(model, loader, optimizer):
+                total = 0
+                for x, y in loader:
+                    loss = model(x, y)
+                    loss.backward()
+                    optimizer.step()
+                    total += loss.item()
+                return total
+            """,
+            """
+            import torch
+
+            def train(model, loader, optimizer):
+                total = 0
+                for x, y in loader:
+                    loss = model(x, y)
+                    loss.backward()
+                    optimizer.step()
+                    total += loss.detach()
+                if isinstance(total, torch.Tensor):
+                    total = total.item()
+                return total
+            """,
+            unsafe=True,
+            title="a float sum started at the int 0: after zero iterations it is still an int, so the type is tested",
+        ),
     ]
     valid = [
         # outside a training loop
@@ -197,7 +228,8 @@ class DeviceAccumulator(Rule):
         imports: tuple[str, ...] = ()
         if read_outside(scope, loop, name):
             edits.append(self.replace(loop, self._convert_after(loop, scope)))
-            imports = ("torch",)
+            if not _number_kind(scope, loop, name):
+                imports = ("torch",)  # the isinstance test names torch.Tensor
         exact = all(_is_count(c) for c in items) and not _loads_in(loop, name)
         if not exact:
             msg += " (unsafe fix: a float sum runs in float32 on the device)"
@@ -222,16 +254,43 @@ class DeviceAccumulator(Rule):
             self.ctx.cache[key] = names
         torch = self.ctx.module_alias("torch")
 
+        kinds = {n: _number_kind(scope, loop, n) for n in names}
+
         def apply(updated: cst.CSTNode):
             on_device = [n for n in names if _sums_on_device(updated, n)]
             if not on_device:
                 return updated
-            return cst.FlattenSentinel([updated, *(
-                cst.parse_statement(f"if isinstance({n}, {torch}.Tensor):\n    {n} = {n}.item()\n")
-                for n in on_device
-            )])
+            return cst.FlattenSentinel([updated, *(_back_to_number(n, kinds[n], torch) for n in on_device)])
 
         return apply
+
+
+def _back_to_number(name: str, kind: str, torch: str) -> cst.BaseStatement:
+    """``total = float(total)`` where that gives what ``.item()`` gave and the loop's initial
+    value when it ran zero times (a float sum started at a float literal, a count started at
+    an int literal); the isinstance test otherwise."""
+    if kind in ("int", "float"):
+        return cst.parse_statement(f"{name} = {kind}({name})\n")
+    return cst.parse_statement(f"if isinstance({name}, {torch}.Tensor):\n    {name} = {name}.item()\n")
+
+
+def _number_kind(scope: cst.CSTNode, loop: cst.CSTNode, name: str) -> str:
+    """"int" when every sum of ``name`` in the loop is a count and every plain assignment of
+    it in the scope an int literal, "float" when no sum is a count and every assignment a
+    float literal, "" otherwise."""
+    sums = [n for n in walk(loop) if isinstance(n, cst.AugAssign) and isinstance(n.target, cst.Name)
+            and n.target.value == name]
+    counts = [all(_is_count(c) for c in calls_to(n.value, ("item",)) if not c.args) and
+              bool([c for c in calls_to(n.value, ("item",)) if not c.args]) for n in sums]
+    inits = [n.value for n in walk(scope) if isinstance(n, cst.Assign) and len(n.targets) == 1
+             and isinstance(n.targets[0].target, cst.Name) and n.targets[0].target.value == name]
+    if not sums or not inits:
+        return ""
+    if all(counts) and all(isinstance(v, cst.Integer) for v in inits):
+        return "int"
+    if not any(counts) and all(isinstance(v, cst.Float) for v in inits):
+        return "float"
+    return ""
 
 
 def _sums_on_device(loop: cst.CSTNode, name: str) -> bool:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from porter.astutil import walk
 from porter.rules import Example, Fix, Rule, Severity
 
 from ._meters import instance_class, method, prints
@@ -19,12 +20,17 @@ class LogInStepClosure(Rule):
     `writer.add_scalar(...)`) in `xm.add_step_closure`, so that it runs after the step's graph
     has executed:
 
-        xm.add_step_closure(lambda epoch, batch_idx, loss: print(...), args=(epoch, batch_idx, loss))
+        xm.add_step_closure(lambda step, loss: print(step, loss.item()), args=(step, loss))
+
+    (a lambda for a short line with at most two values of the iteration; otherwise a named
+    local function, `def log_step(epoch, batch_idx, loss): print(...)`, registered with
+    `xm.add_step_closure(log_step, args=(epoch, batch_idx, loss))`).
 
     The message text is unchanged. Names the loop rebinds (the loop variables, the loss, the
     batch, counters) are passed as `args`, so the closure sees this step's values even though
     it runs later; names the loop does not rebind are read from the enclosing scope. The
-    wrapped call sits inside a lambda, outside the step, so porter does not wrap it again.
+    wrapped call sits inside a lambda (or the local function), outside the step, so porter does
+    not wrap it again.
 
     A call of a method that prints, on an object of a class defined in the file
     (pytorch/examples' `progress.display(i + 1)`, whose `ProgressMeter.display` body calls
@@ -94,7 +100,9 @@ class LogInStepClosure(Rule):
                     loss.backward()
                     optimizer.step()
                     if batch_idx % log_interval == 0:
-                        xm.add_step_closure(lambda batch_idx, data, loss: print(f'Train Epoch: {epoch} [{batch_idx * len(data)}/{len(loader.dataset)}]\\tLoss: {loss.item():.6f}'), args=(batch_idx, data, loss))
+                        def log_step(batch_idx, data, loss):
+                            print(f'Train Epoch: {epoch} [{batch_idx * len(data)}/{len(loader.dataset)}]\\tLoss: {loss.item():.6f}')
+                        xm.add_step_closure(log_step, args=(batch_idx, data, loss))
                     torch_xla.sync()
             """,
         ),
@@ -236,6 +244,17 @@ class LogInStepClosure(Rule):
         varying = bound_names(outer)
         names = [n for n in free_reads(node) if n in varying]
         xm = self.ctx.module_alias("torch_xla.core.xla_model")
+        line = self.ctx.ancestors[-3] if len(self.ctx.ancestors) >= 3 else None
+        if (isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1
+                and _needs_named_function(self.ctx.module, node, names)):
+            fn_name = self._closure_name()
+
+            def named(updated: cst.CSTNode) -> cst.CSTNode:
+                call = updated.body[0].value  # type: ignore[attr-defined]
+                return cst.FlattenSentinel(_named_closure(xm, fn_name, names, call, updated))
+
+            self.report(node, message, Fix((self.replace(line, named),), imports=("torch_xla.core.xla_model",)))
+            return
 
         def wrap(updated: cst.CSTNode) -> cst.CSTNode:
             return _closure(xm, names, updated)
@@ -245,6 +264,19 @@ class LogInStepClosure(Rule):
             message,
             Fix((self.replace(node, wrap),), imports=("torch_xla.core.xla_model",)),
         )
+
+    def _closure_name(self) -> str:
+        """``log_step``, or ``log_step_2``... : a name the file does not use yet."""
+        taken = self.__dict__.get("_taken")
+        if taken is None:
+            taken = {n.value for n in walk(self.ctx.module, into_functions=True) if isinstance(n, cst.Name)}
+            self.__dict__["_taken"] = taken
+        name, i = "log_step", 1
+        while name in taken:
+            i += 1
+            name = f"log_step_{i}"
+        taken.add(name)
+        return name
 
     def _printing_method(self, node: cst.Call) -> None:
         """``progress.display(i + 1)``: a method of a class of the file whose body prints."""
@@ -295,6 +327,36 @@ def _method_closure(xm: str, call: cst.Call) -> cst.Call:
     template = cst.parse_expression(f"{xm}.add_step_closure()")
     assert isinstance(template, cst.Call)
     return template.with_changes(args=args)
+
+
+# a lambda stays readable up to this many parameters, on one line of this length
+_LAMBDA_PARAMS = 2
+_LAMBDA_WIDTH = 60
+
+
+def _needs_named_function(module: cst.Module, call: cst.CSTNode, names: list[str]) -> bool:
+    code = module.code_for_node(call)
+    return len(names) > _LAMBDA_PARAMS or "\n" in code or len(code) > _LAMBDA_WIDTH
+
+
+def _named_closure(xm: str, fn_name: str, names: list[str], call: cst.BaseExpression,
+                   line: cst.SimpleStatementLine) -> list[cst.BaseStatement]:
+    """``print(...)`` -> ``def log_step(a, b):\n    print(...)`` and
+    ``xm.add_step_closure(log_step, args=(a, b))``: the log line runs after the step with
+    the values of this iteration."""
+    params = cst.Parameters(params=[cst.Param(cst.Name(n)) for n in names])
+    body = cst.IndentedBlock([cst.SimpleStatementLine([cst.Expr(call)])])
+    fn = cst.FunctionDef(cst.Name(fn_name), params, body, leading_lines=line.leading_lines)
+    args: list[cst.Arg] = [cst.Arg(cst.Name(fn_name))]
+    if names:
+        elements = [cst.Element(cst.Name(n)) for n in names]
+        tup = cst.Tuple(elements if len(elements) > 1 else [cst.Element(elements[0].value, comma=cst.Comma())])
+        args.append(cst.Arg(tup, keyword=cst.Name("args"), equal=cst.AssignEqual(
+            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))))
+    template = cst.parse_expression(f"{xm}.add_step_closure()")
+    assert isinstance(template, cst.Call)
+    register = line.with_changes(body=[cst.Expr(template.with_changes(args=args))], leading_lines=())
+    return [fn, register]
 
 
 def _closure(xm: str, names: list[str], call: cst.CSTNode) -> cst.Call:
