@@ -84,6 +84,8 @@ SETTINGS = {
                                 "--max_iters=20", "--dropout=0.0", "--always_save_checkpoint=False",
                                 "--wandb_log=False", "--gradient_accumulation_steps=1", "--dtype=float32"],
                                "nanogpt"),
+    "torch/nanoGPT/bench.py": (["--batch_size=2", "--block_size=32", "--compile=False", "--dtype=float32",
+                                "--profile=False"], "nanogpt"),
     "torch/pytorch-tutorial/02-intermediate/language_model/main.py": ([], "text"),
     "torch/pytorch-tutorial/03-advanced/neural_style_transfer/main.py": (
         ["--max_size", "64", "--total_step", "20", "--log_step", "1000", "--sample_step", "1000"], "style"),
@@ -128,7 +130,12 @@ def build_data(kind: str, folder: Path) -> str:
         with open(d / "meta.pkl", "wb") as f:
             pickle.dump({"vocab_size": vocab, "itos": {i: chr(32 + i) for i in range(vocab)},
                          "stoi": {chr(32 + i): i for i in range(vocab)}}, f)
-        return "data/shakespeare_char/{train,val}.bin: uint16 token memmaps (20,000 / 4,000 tokens, vocab 65), meta.pkl"
+        d = folder / "data" / "openwebtext"
+        d.mkdir(parents=True, exist_ok=True)
+        for name, n in (("train.bin", 20000), ("val.bin", 4000)):
+            rng.integers(0, 50257, n).astype(np.uint16).tofile(d / name)
+        return ("data/shakespeare_char/{train,val}.bin: uint16 token memmaps (20,000 / 4,000 tokens, vocab 65), "
+                "meta.pkl; data/openwebtext/{train,val}.bin: the same with GPT-2's vocabulary (50,257)")
     if kind == "text":
         d = folder / "data"
         d.mkdir(parents=True, exist_ok=True)

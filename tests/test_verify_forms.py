@@ -105,7 +105,7 @@ def test_failure_after_the_compared_steps_is_a_note(end, error):
     assert report.passed, report.summary
     notes = [n for n in report.notes if n.startswith("the original failed after its 4 optimizer steps")]
     assert notes and error in notes[0], report.notes
-    assert any(n.startswith("the port failed after its 4 optimizer steps") for n in report.notes), report.notes
+    # (the port stops at the sync that closes its 4th step, before the end of the script)
     assert report.original.ok and report.port.ok
 
 
