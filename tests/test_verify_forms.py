@@ -152,3 +152,17 @@ def test_jax_port_host_callback_is_over_budget():
     report = verify("mlp", 4, "--debug-print", port="mlp_jax.py")
     assert report.status == "over-budget", report.summary
     assert "train_step calls back to the host (jax.debug.print x1)" in report.summary
+
+
+def test_sides_have_a_terminal_size_and_no_input(tmp_path):
+    """Progress bars ask the terminal for its size (`stty size`); reading input gets EOF."""
+    import os
+    import sys
+
+    from porter.verify.process import run_side
+
+    script = tmp_path / "tty.py"
+    script.write_text("import os\nprint(os.popen('stty size').read().split())\n"
+                      "try:\n    input()\nexcept EOFError:\n    print('eof')\n", encoding="utf-8")
+    run = run_side([sys.executable, str(script)], dict(os.environ), tmp_path / "log", 60, 1000)
+    assert run.ok and run.log.split() == ["['24',", "'80']", "eof"], run.log
