@@ -15,6 +15,16 @@ script's folder first on ``sys.path``; the working directory unchanged). The har
   ``torch.optim.optimizer.register_optimizer_step_post_hook`` (``xm.optimizer_step`` calls
   ``optimizer.step()`` too). Each step gets the losses of the backward calls since the
   previous step and the index (creation order) of the optimizer that stepped.
+* counts a manual optimizer step (``UpdateWatch``, a TorchFunctionMode) at the first in-place
+  change, after a backward pass, of a parameter no torch.optim optimizer owns (``p.data.add_``,
+  ``p -= lr * p.grad``, ``p.copy_``; the parameters are the leaves of the first backward passes'
+  graphs, ``p.data`` stands for ``p``); its optimizer index is -1. Gradient accumulation and an
+  optimizer's own parameters changed outside its step (a weight clamp) are no steps.
+* with ``--jax`` (a JAX port), counts the calls of the jitted functions that update parameters
+  and measures JAX's compilations, host transfers, jit caches and host callbacks
+  (``porter.verify.trace_jax``); ``--jax-weights DIR`` loads the original's initial weights,
+  which ``--export-weights DIR`` writes on the original's side (``porter.verify.weights``);
+  ``--reseed-at-optimizer`` seeds torch/random/numpy again as each optimizer is created.
 * when the script imports torch_xla, takes host-side snapshots of the cumulative
   torch_xla metrics: compilations (``CompileTime`` count), device-to-host transfers
   (``TransferFromDeviceTime`` count), graph executions launched (counters
