@@ -311,8 +311,8 @@ def verify(
     optimizer: str = typer.Option("sgd", "--optimizer", help="Model level: sgd (momentum 0.9) or adam."),
     lr: float = typer.Option(0.01, "--lr", help="Model level: learning rate of the comparison steps."),
     seed: int = typer.Option(0, "--seed", help="Seed for weights, inputs and data order."),
-    dtype: str = typer.Option("float64", "--dtype", help="Script level: torch's default float dtype in both runs. float64 (default) compares without float32 rounding noise, which adaptive optimizers amplify; float32 is the run as written."),
-    rtol: Optional[float] = typer.Option(None, "--rtol", help="Relative tolerance (default by dtype; float32: 1e-4 model level, 1e-5 script level)."),
+    dtype: str = typer.Option("auto", "--dtype", help="Script level: torch's default float dtype in both runs. auto (default): float64 when both sides run in it (no float32 rounding noise, which adaptive optimizers amplify), else float32 with tolerances that grow with the step; float32 is the run as written."),
+    rtol: Optional[float] = typer.Option(None, "--rtol", help="Relative tolerance (default by dtype; float32: 1e-4 model level; script level 1e-5 in float64, 5e-4 x the step index in float32)."),
     atol: Optional[float] = typer.Option(None, "--atol", help="Absolute tolerance (default by dtype; float32: 1e-5)."),
     max_compiles: int = typer.Option(0, "--max-compiles", min=0, help="Compilations allowed after the warm-up steps."),
     max_transfers: int = typer.Option(0, "--max-transfers-per-step", min=0, help="Device-to-host transfers allowed in a step (script level: in a step that logs nothing)."),
@@ -345,11 +345,10 @@ def verify(
         raise UsageError(f"unknown optimizer {optimizer!r} (sgd, adam)")
     budgets = Budgets(max_compiles, max_transfers, warmup)
     if script:
-        if dtype not in ("float32", "float64"):
-            raise UsageError(f"unknown dtype {dtype!r} (float32, float64)")
+        if dtype not in ("auto", "float32", "float64"):
+            raise UsageError(f"unknown dtype {dtype!r} (auto, float32, float64)")
         report = verify_script(ScriptRequest(original, ported, steps or 12, tuple(ctx.args), seed, dtype,
-                                             rtol if rtol is not None else 1e-5, atol if atol is not None else 1e-5,
-                                             budgets, timeout, memory_mb, synthetic_size=synthetic_size))
+                                             rtol, atol, budgets, timeout, memory_mb, synthetic_size=synthetic_size))
     else:
         if ctx.args:
             raise UsageError(f"unexpected arguments {' '.join(ctx.args)} (script arguments go with --script)")

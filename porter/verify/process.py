@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import psutil
 
@@ -51,6 +52,32 @@ def _tree_rss(proc: psutil.Process) -> int:
     return total
 
 
+def _terminal() -> "tuple[Optional[int], Any]":
+    """(master fd, stdin for the side): a pseudo-terminal of 24 x 80 whose first read is an
+    end of file, so that a script that asks its terminal for its size (``stty size``, as
+    progress bars do) gets one, and one that reads its input gets EOF as from /dev/null.
+    Where no pseudo-terminal can be opened: /dev/null."""
+    try:
+        import fcntl
+        import pty
+        import termios
+
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+        os.write(master, b"\x04")  # end of file for the first read, in canonical mode
+        return master, slave
+    except (ImportError, OSError):
+        return None, subprocess.DEVNULL
+
+
+def _close(fd: Any) -> None:
+    if isinstance(fd, int) and fd >= 0:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 def _kill_tree(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -77,12 +104,16 @@ class Side:
         self.done = False
         self.end = self.start
         self._log = open(self.log_path, "wb")
+        self._terminal, stdin = _terminal()
         try:
             self.proc = subprocess.Popen(list(cmd), stdout=self._log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=env, cwd=cwd, start_new_session=True)
+                                         stdin=stdin, env=env, cwd=cwd, start_new_session=True)
         except BaseException:
             self._log.close()
+            _close(self._terminal)
             raise
+        finally:
+            _close(stdin)
         self._watcher = psutil.Process(self.proc.pid)
 
     def restart_clock(self) -> None:
@@ -116,6 +147,8 @@ class Side:
         self.end = time.monotonic()
         _kill_tree(self.proc.pid)  # leftovers of a side that exited (daemons, workers)
         self._log.close()
+        _close(self._terminal)
+        self._terminal = None
         self.done = True
 
     def wait(self) -> "SideRun":

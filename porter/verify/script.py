@@ -5,14 +5,25 @@ the port's XLA health measured per step."""
 from __future__ import annotations
 
 import math
+import re
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from porter.verify.backends import imported_modules
+from porter.verify.backends import imported_modules, port_backend
 from porter.verify.model import Budgets, Report, SideReport
 from porter.verify.trace import trace_script
+
+
+# float32 comparisons: eager CPU and XLA kernels round differently, and optimizers (adaptive
+# ones most) amplify the difference step after step: the tolerance grows with the step index
+F32_TOL_PER_STEP = 5e-4
+F64_TOL = 1e-5
+# a port that fails in float64 is run again in float32 (with its original) when its error is
+# about dtypes: the script builds float32 tensors of its own that meet float64 ones
+_DTYPE_ERROR = re.compile(r"Double|Float|Half|float64|float32|dtype|scalar type", re.I)
 
 
 @dataclass(frozen=True)
@@ -22,15 +33,18 @@ class ScriptRequest:
     steps: int = 12
     args: tuple[str, ...] = ()
     seed: Optional[int] = 0
-    # float64 by default: float32 rounding differences between eager CPU and XLA kernels are
-    # amplified by adaptive optimizers within a few steps and would hide or fake a divergence
-    dtype: Optional[str] = "float64"
-    rtol: float = 1e-5
-    atol: float = 1e-5
+    # "auto": float64 when both sides run in it (float32 rounding differences between eager
+    # CPU and XLA kernels are amplified by adaptive optimizers within a few steps and would
+    # hide or fake a divergence), else float32 with tolerances that grow with the step; a JAX
+    # port runs in float32 (jax_enable_x64 off)
+    dtype: Optional[str] = "auto"
+    rtol: Optional[float] = None  # None: by dtype (float64: 1e-5; float32: 5e-4 x the step index)
+    atol: Optional[float] = None
     budgets: Budgets = Budgets()
     timeout: float = 900.0
     memory_mb: float = 16384.0
     synthetic_size: Optional[int] = None  # samples in each synthetic stand-in for a torchvision dataset
+    files: Optional[Path] = None  # a folder copied into both sides' working directories (data the scripts read)
 
 
 def _side(role: str, path: Path, backend: str, record: dict) -> SideReport:
@@ -57,18 +71,23 @@ def _side(role: str, path: Path, backend: str, record: dict) -> SideReport:
 def script_health(record: dict, budgets: Budgets) -> dict:
     """Compilations after warm-up and transfers in steps that wrote no output."""
     steps = []
+    seen: dict = {}  # optimizer -> its steps so far: each optimizer has its own warm-up steps
     for s in record.get("steps", []):
         d = s.get("xla_delta") or {}
+        which = str(s.get("optimizer"))
+        seen[which] = seen.get(which, 0) + 1
         steps.append({"compiles": d.get("compiles", 0), "transfers": d.get("transfers", 0),
-                      "executions": d.get("executions", 0), "logged": bool(s.get("printed"))})
+                      "executions": d.get("executions", 0), "logged": bool(s.get("printed")),
+                      "warmup": seen[which] <= budgets.warmup_steps})
     # the last step's record also holds whatever ran after it (evaluation, the script's end)
     judged = steps[:-1] if len(steps) > 1 else steps
-    compiles_after = sum(s["compiles"] for s in judged[budgets.warmup_steps:])
-    late = [i + 1 for i, s in enumerate(judged) if i >= budgets.warmup_steps and s["compiles"]]
+    compiles_after = sum(s["compiles"] for s in judged if not s["warmup"])
+    late = [i + 1 for i, s in enumerate(judged) if not s["warmup"] and s["compiles"]]
     quiet = [i + 1 for i, s in enumerate(judged) if not s["logged"] and s["transfers"] > budgets.max_transfers_per_step]
     problems = []
     if compiles_after > budgets.max_compiles:
-        problems.append(f"{compiles_after} compilation(s) after the {budgets.warmup_steps} warm-up steps "
+        per = " of each optimizer" if len(seen) > 1 else ""
+        problems.append(f"{compiles_after} compilation(s) after the {budgets.warmup_steps} warm-up steps{per} "
                         f"(at step {', '.join(map(str, late))}; budget {budgets.max_compiles})")
     if quiet:
         problems.append(f"device-to-host transfers in step(s) {', '.join(map(str, quiet))} that log nothing "
@@ -93,13 +112,29 @@ def original_is_xla(path: Path) -> bool:
     return "torch_xla" in imported_modules(path.read_text(encoding="utf-8", errors="replace"))
 
 
-def compare_steps(original: list, port: list, rtol: float, atol: float) -> tuple[list[dict], Optional[dict]]:
+def tolerance(dtype: str, rtol: Optional[float], atol: Optional[float]) -> tuple[float, float, bool]:
+    """(rtol, atol, scaled): given tolerances stay as they are; by default float64 compares at
+    1e-5 and float32 at 5e-4 times the step index (scaled)."""
+    if rtol is not None or atol is not None:
+        return (rtol if rtol is not None else F64_TOL), (atol if atol is not None else F64_TOL), False
+    if dtype == "float64":
+        return F64_TOL, F64_TOL, False
+    return F32_TOL_PER_STEP, F32_TOL_PER_STEP, True
+
+
+def compare_steps(original: list, port: list, rtol: float, atol: float, scaled: bool = False,
+                  summed: bool = False) -> tuple[list[dict], Optional[dict]]:
     """Per-step losses of the steps both sides ran, and the first step whose losses differ
-    (|original - port| > atol + rtol * |original|, a different number of backward calls in the
-    step, or NaN on one side only)."""
+    (|original - port| > atol + rtol * |original|, both times the step index when ``scaled``;
+    a different number of backward calls in the step, or NaN on one side only). ``summed``: a
+    step of the original with several backward calls is compared by their sum with a port's
+    step that has one loss (a JAX port's step function returns the total)."""
     steps = []
     first = None
     for i, (a, b) in enumerate(zip(original, port), 1):
+        if summed and len(a) > 1 and len(b) == 1 and all(x is not None for x in a):
+            a = [sum(a)]
+        k = i if scaled else 1
         worst = 0.0
         ok = len(a) == len(b)
         for x, y in zip(a, b):
@@ -108,7 +143,7 @@ def compare_steps(original: list, port: list, rtol: float, atol: float) -> tuple
                 continue
             if not math.isnan(x):
                 worst = max(worst, abs(x - y))
-                ok = ok and abs(x - y) <= atol + rtol * abs(x)
+                ok = ok and abs(x - y) <= k * (atol + rtol * abs(x))
         steps.append({"step": i, "original": a, "port": b, "diff": worst, "ok": ok})
         if not ok and first is None:
             first = {"key": f"step{i}/loss", "phase": "loss", "name": "loss", "step": i, "max_abs": worst,
@@ -127,11 +162,53 @@ def _where_it_stopped(record: dict) -> str:
     return f"in step {done + 1}, after {done} optimizer step{'s' if done > 1 else ''}"
 
 
+def _failed_after(record: dict, steps: int) -> bool:
+    """The script raised (or exited with an error) after at least STEPS optimizer steps: what
+    failed came after the steps compared (a reload, an evaluation, a save), not in them."""
+    return record.get("status") in ("error", "exit") and steps >= 1 and record.get("num_steps", 0) >= steps
+
+
+def _error_line(record: dict) -> str:
+    exc = record.get("exception") or {}
+    message = re.sub(r"\x1b\[[0-9;]*m", "", exc.get("message") or "").strip().splitlines()
+    return f"{exc.get('type')}: {message[0] if message else ''}".rstrip(": ")
+
+
+def jax_health(record: dict, health: dict, budgets: Budgets) -> dict:
+    """A JAX port's health: script_health's per-step numbers, and each step function's jit
+    cache size and the host callbacks traced into it."""
+    jx = record.get("jax") or {}
+    sizes = jx.get("jit_cache_sizes") or {}
+    callbacks = jx.get("host_callbacks") or {}
+    problems = list(health["problems"])
+    for name, size in sizes.items():
+        if size is not None and size > 1 + budgets.max_compiles:
+            problems.append(f"{name} was compiled {size} times (its jit cache holds {size} programs; budget "
+                            f"{1 + budgets.max_compiles})")
+    for name, found in callbacks.items():
+        if found:
+            what = ", ".join(f"{cb} x{n}" for cb, n in found.items())
+            problems.append(f"{name} calls back to the host ({what}): a device-to-host transfer in every step")
+    return {**health, "jit_cache_sizes": sizes, "host_callbacks": callbacks,
+            "host_callbacks_total": sum(sum(v.values()) for v in callbacks.values()),
+            "problems": problems, "within_budget": not problems}
+
+
+def _copy_files(folder: Optional[Path], target: Path) -> None:
+    if folder is not None:
+        shutil.copytree(folder, target, dirs_exist_ok=True, symlinks=True)
+
+
 def verify_script(req: ScriptRequest) -> Report:
-    settings = {"steps": req.steps, "args": list(req.args), "seed": req.seed, "dtype": req.dtype or "float32",
-                "rtol": req.rtol, "atol": req.atol}
-    notes = ["random numbers drawn on the host in the same order on both sides (--host-random)",
-             f"both sides run with torch's default dtype {req.dtype or 'float32'}"]
+    jax_port = port_backend(req.port).name == "jax"
+    auto = req.dtype in (None, "auto")
+    if jax_port:
+        candidates = ["float32"]
+    elif auto:
+        candidates = ["float64", "float32"]
+    else:
+        candidates = [req.dtype]
+    notes = ["random numbers drawn on the host in the same order on both sides (--host-random)"]
     legacy = original_is_xla(req.original)
     if legacy:
         reference = dict(legacy_xla=True, env={"PJRT_DEVICE": "CPU"})
@@ -141,26 +218,83 @@ def verify_script(req: ScriptRequest) -> Report:
     else:
         reference = dict(cuda_shim=True, env={"CUDA_VISIBLE_DEVICES": ""})
         backend = "torch (CPU, CUDA calls served by the CPU)"
+    if jax_port:
+        port_label = "jax (JAX on the CPU; steps: the jitted functions that update parameters)"
+        notes.append("a JAX port: the original's initial weights go into each nnx.Optimizer's model through the "
+                     "port's load_torch_state_dict, and torch/random/numpy are seeded again as each optimizer is "
+                     "created on both sides (the port builds its model from nnx.Rngs, the original draws from "
+                     "torch's generator); a step of the original with several backward calls is compared by "
+                     "the sum of its losses")
+    else:
+        port_label = "torch-xla"
     with tempfile.TemporaryDirectory(prefix="porter-verify-") as tmp:
         work = Path(tmp)
-        (work / "original").mkdir()
-        (work / "port").mkdir()
-        common = dict(host_random=True, seed=req.seed, dtype=req.dtype, max_steps=req.steps, timeout=req.timeout,
-                      memory_mb=req.memory_mb, synthetic_size=req.synthetic_size)
-        orig = trace_script(req.original, req.args, cwd=work / "original", **reference, **common)
-        side_o = _side("original", req.original, backend, orig)
-        notes += [n for n in orig.get("synthetic_datasets", []) if n not in notes]
-        if not side_o.ok:
-            return Report("script", False, "side-failed",
-                          f"the original could not run: {side_o.error}" + (f" ({_where_it_stopped(orig)})" if _where_it_stopped(orig) else ""), side_o, None,
-                          notes=notes, settings=settings)
-        port = trace_script(req.port, req.args, cwd=work / "port", env={"PJRT_DEVICE": "CPU"}, **common)
-        side_p = _side("port", req.port, "torch-xla", port)
-        notes += [n for n in port.get("synthetic_datasets", []) if n not in notes]
-    if not side_p.ok:
+        tried: list[str] = []
+        for attempt, dtype in enumerate(candidates):
+            last = attempt == len(candidates) - 1
+            for side in ("original", "port"):
+                folder = work / f"{side}-{dtype}"
+                folder.mkdir()
+                _copy_files(req.files, folder)
+            common = dict(host_random=True, seed=req.seed, dtype=None if jax_port else dtype, max_steps=req.steps,
+                          timeout=req.timeout, memory_mb=req.memory_mb, synthetic_size=req.synthetic_size)
+            extra_o: dict = {}
+            extra_p: dict = {}
+            if jax_port:
+                extra_o = dict(export_weights=work / "weights", reseed_at_optimizer=True)
+                extra_p = dict(jax=True, jax_weights=work / "weights", reseed_at_optimizer=True)
+            orig = trace_script(req.original, req.args, cwd=work / f"original-{dtype}", **reference, **common,
+                                **extra_o)
+            orig_ran = orig.get("status") == "ok" or _failed_after(orig, 1)
+            if not orig_ran and not last:
+                tried.append(f"in {dtype} the original could not run ({_error_line(orig) or orig.get('status')}"
+                             f"{', ' + _where_it_stopped(orig) if _where_it_stopped(orig) else ''})")
+                continue
+            if not orig_ran:
+                break
+            env = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""} if jax_port else {"PJRT_DEVICE": "CPU"}
+            port = trace_script(req.port, req.args, cwd=work / f"port-{dtype}", env=env, **common, **extra_p)
+            port_ran = port.get("status") == "ok" or _failed_after(port, orig.get("num_steps", 0))
+            if not port_ran and not last and _DTYPE_ERROR.search(_error_line(port)):
+                tried.append(f"in {dtype} the port could not run ({_error_line(port)})")
+                continue
+            break
+    dtype_note = f"both sides ran with torch's default dtype {dtype}"
+    if jax_port:
+        dtype_note = "both sides ran in float32 (a JAX port runs with jax_enable_x64 off)"
+    elif tried:
+        dtype_note += " (" + "; ".join(tried) + ")"
+    elif auto and dtype == "float64":
+        dtype_note += " (chosen: both sides run in it)"
+    rtol, atol, scaled = tolerance(dtype, req.rtol, req.atol)
+    if scaled:
+        dtype_note += (f"; float32 tolerances grow with the step: step k allows |original - port| <= "
+                       f"k x ({atol:g} + {rtol:g} x |original|)")
+    notes.append(dtype_note)
+    settings = {"steps": req.steps, "args": list(req.args), "seed": req.seed, "dtype": dtype,
+                "dtype_requested": req.dtype or "auto", "rtol": rtol, "atol": atol, "tolerance_scaled": scaled,
+                "port_backend": "jax" if jax_port else "torch-xla"}
+    side_o = _side("original", req.original, backend, orig)
+    notes += [n for n in orig.get("synthetic_datasets", []) if n not in notes]
+    notes += [f"original: {n}" for n in orig.get("exported_weights", [])]
+    if not orig_ran:
+        where = _where_it_stopped(orig)
+        return Report("script", False, "side-failed",
+                      f"the original could not run: {side_o.error}" + (f" ({where})" if where else ""), side_o, None,
+                      notes=notes, settings=settings)
+    if orig.get("status") != "ok":
+        done = orig.get("num_steps", 0)
+        of = "" if done >= req.steps else f" (of the {req.steps} asked for; those are compared)"
+        notes.append(f"the original failed after its {done} optimizer step{'s' if done != 1 else ''}{of}: "
+                     f"{_error_line(orig)}; a failure after the compared steps is not part of the verification")
+        side_o.ok, side_o.error = True, ""
+    side_p = _side("port", req.port, port_label, port)
+    notes += [n for n in port.get("synthetic_datasets", []) if n not in notes]
+    notes += [f"port: {n}" for n in (port.get("jax") or {}).get("weights_loaded", [])]
+    if not port_ran:
         # the steps the port completed before it failed are still compared: the report says
         # in which step it stopped and whether the steps before it matched
-        steps, first = compare_steps(orig.get("losses", []), port.get("losses", []), req.rtol, req.atol)
+        steps, first = compare_steps(orig.get("losses", []), port.get("losses", []), rtol, atol, scaled, jax_port)
         where = _where_it_stopped(port)
         if where and first is not None:
             where += f"; diverged before that, first at {first['where']}"
@@ -169,8 +303,14 @@ def verify_script(req: ScriptRequest) -> Report:
         where = f" ({where})" if where else ""
         return Report("script", False, "side-failed", f"the port could not run: {side_p.error}{where}", side_o, side_p,
                       first_divergence=first, notes=notes, settings=settings, steps=steps)
-    steps, first = compare_steps(orig["losses"], port["losses"], req.rtol, req.atol)
+    if port.get("status") != "ok":
+        notes.append(f"the port failed after its {port.get('num_steps', 0)} optimizer steps, after the compared "
+                     f"steps: {_error_line(port)}")
+        side_p.ok, side_p.error = True, ""
+    steps, first = compare_steps(orig["losses"], port["losses"], rtol, atol, scaled, jax_port)
     health = script_health(port, req.budgets) if port.get("xla") else None
+    if health is not None and jax_port:
+        health = jax_health(port, health, req.budgets)
     count_note = None
     if orig["num_steps"] != port["num_steps"]:
         count_note = f"the original ran {orig['num_steps']} optimizer steps, the port {port['num_steps']}"

@@ -15,6 +15,16 @@ script's folder first on ``sys.path``; the working directory unchanged). The har
   ``torch.optim.optimizer.register_optimizer_step_post_hook`` (``xm.optimizer_step`` calls
   ``optimizer.step()`` too). Each step gets the losses of the backward calls since the
   previous step and the index (creation order) of the optimizer that stepped.
+* counts a manual optimizer step (``UpdateWatch``, a TorchFunctionMode) at the first in-place
+  change, after a backward pass, of a parameter no torch.optim optimizer owns (``p.data.add_``,
+  ``p -= lr * p.grad``, ``p.copy_``; the parameters are the leaves of the first backward passes'
+  graphs, ``p.data`` stands for ``p``); its optimizer index is -1. Gradient accumulation and an
+  optimizer's own parameters changed outside its step (a weight clamp) are no steps.
+* with ``--jax`` (a JAX port), counts the calls of the jitted functions that update parameters
+  and measures JAX's compilations, host transfers, jit caches and host callbacks
+  (``porter.verify.trace_jax``); ``--jax-weights DIR`` loads the original's initial weights,
+  which ``--export-weights DIR`` writes on the original's side (``porter.verify.weights``);
+  ``--reseed-at-optimizer`` seeds torch/random/numpy again as each optimizer is created.
 * when the script imports torch_xla, takes host-side snapshots of the cumulative
   torch_xla metrics: compilations (``CompileTime`` count), device-to-host transfers
   (``TransferFromDeviceTime`` count), graph executions launched (counters
@@ -244,6 +254,14 @@ class _Recorder:
         self.xla_seen = False
         self.max_steps: int | None = None
         self.printed: set[int] = set()  # steps during which the script wrote output (logging steps)
+        # manual optimizer steps: in-place updates of parameters no torch.optim optimizer owns
+        self.params: dict[int, weakref.ref] = {}  # id -> parameter (leaves of the backward graphs)
+        self.aliases: "weakref.WeakValueDictionary[int, torch.Tensor]" = weakref.WeakValueDictionary()
+        self.owned: set[int] = set()  # ids of the parameters of the script's torch.optim optimizers
+        self.in_step = 0  # > 0 while a torch.optim optimizer's step() runs
+        self.backwards = 0
+        self.jax: Any = None  # porter.verify.trace_jax.JaxHooks when the port runs on JAX
+        self.on_optimizer_hooks: list = []  # callables(optimizer) run when an optimizer is created
 
     # -- torch_xla metrics (host-side counters only) --
     def xla(self) -> Any:
@@ -264,6 +282,8 @@ class _Recorder:
         return self.met
 
     def snapshot(self) -> dict[str, int] | None:
+        if self.jax is not None:
+            return self.jax.snapshot()
         met = self.xla()
         if met is None:
             return None
@@ -299,26 +319,82 @@ class _Recorder:
         self.xla()
         if isinstance(tensors, torch.Tensor):
             tensors = (tensors,)
+        self.backwards += 1
         for tensor in tensors:
             if isinstance(tensor, torch.Tensor):
                 self.pending.append(tensor.detach())
+                if self.backwards <= 3:  # the parameters a manual update may change
+                    self._track_leaves(tensor)
+
+    def _track_leaves(self, tensor: torch.Tensor) -> None:
+        seen: dict[int, Any] = {}  # the nodes kept alive: a freed wrapper's id is reused
+        todo = [tensor.grad_fn] if tensor.grad_fn is not None else []
+        while todo:
+            node = todo.pop()
+            if node is None or id(node) in seen:
+                continue
+            seen[id(node)] = node
+            leaf = getattr(node, "variable", None)
+            if isinstance(leaf, torch.Tensor):
+                self.params.setdefault(id(leaf), weakref.ref(leaf))
+            todo.extend(n for n, _ in node.next_functions)
+
+    def tracked(self, tensor: Any) -> bool:
+        """Whether TENSOR is a parameter (or its ``.data``) that no torch.optim optimizer owns."""
+        key = id(tensor)
+        if key in self.aliases and self.aliases[key] is tensor:
+            return True
+        ref = self.params.get(key)
+        return ref is not None and ref() is tensor and key not in self.owned
+
+    def on_data(self, param: Any, alias: Any) -> None:
+        if isinstance(alias, torch.Tensor) and self.tracked(param):
+            self.aliases[id(alias)] = alias
+
+    def on_parameter_update(self) -> None:
+        """An in-place change of a parameter outside any optimizer's step(): the first one after
+        a backward pass is a manual optimizer step (``p.data.add_(p.grad, alpha=-lr)``,
+        ``p -= lr * p.grad`` under no_grad); gradient accumulation (several backward passes, no
+        update) is not."""
+        if self.in_step or not self.pending:
+            return
+        self.on_step(None, (), {})
 
     def on_optimizer_created(self, optimizer: Any) -> None:
         self.optimizers.append(weakref.ref(optimizer))
+        self._own(optimizer)
+        for hook in self.on_optimizer_hooks:
+            hook(optimizer)
+
+    def _own(self, optimizer: Any) -> None:
+        for group in getattr(optimizer, "param_groups", ()):
+            self.owned.update(id(p) for p in group.get("params", ()))
+
+    def on_step_start(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.in_step += 1
+
+    def on_step_end(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.in_step = max(0, self.in_step - 1)
+        self._own(optimizer)
+        self.on_step(optimizer, args, kwargs)
 
     def optimizer_index(self, optimizer: Any) -> int:
+        if optimizer is None:
+            return -1  # a manual update
+        if isinstance(optimizer, str):
+            return optimizer  # a JAX port's step function, by name
         for index, ref in enumerate(self.optimizers):
             if ref() is optimizer:
                 return index
         self.optimizers.append(weakref.ref(optimizer))
         return len(self.optimizers) - 1
 
-    def on_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+    def on_step(self, optimizer: Any, args: Any, kwargs: Any, losses: list | None = None) -> None:
         self.close_open_step()  # no sync since the previous step: it ends here
         self.steps.append(
             {
                 "optimizer": self.optimizer_index(optimizer),
-                "losses": self.pending,
+                "losses": self.pending + list(losses or []),
                 "time_s": time.perf_counter() - self.t0,
                 "xla": None,
             }
@@ -364,7 +440,13 @@ class _Recorder:
             "unstepped_losses": values[position:],
             "notes": notes,
         }
-        if final is not None:
+        if final is not None and self.jax is not None:
+            result["xla"] = {"final": final, "execute_time_count": final["executions"], "fallback_ops": []}
+            result["jax"] = self.jax.summary()
+            with_xla = [s for s in steps if "xla_delta" in s]
+            for key in _METRIC_KEYS:
+                result[f"{key}_per_step"] = [s["xla_delta"][key] for s in with_xla]
+        elif final is not None:
             with_xla = [s for s in steps if "xla_delta" in s]
             execute_time = self.met.metric_data("ExecuteTime")
             result["xla"] = {
@@ -376,6 +458,32 @@ class _Recorder:
                 result[f"{key}_per_step"] = [s["xla_delta"][key] for s in with_xla]
         else:
             result["xla"] = None
+        return result
+
+
+_DATA_DESCRIPTOR = torch._C.TensorBase.__dict__["data"]
+
+
+class UpdateWatch(TorchFunctionMode):
+    """Sees in-place changes of parameters outside an optimizer's ``step()`` (a manual update:
+    ``p.data.add_(p.grad, alpha=-lr)``, ``p -= lr * p.grad``, ``p.copy_(...)``) and tells the
+    recorder. ``p.data`` is followed: the tensor it returns stands for ``p``."""
+
+    def __init__(self, recorder: "_Recorder") -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        recorder = self.recorder
+        if not args or not recorder.params:
+            return result
+        if getattr(func, "__self__", None) is _DATA_DESCRIPTOR:
+            recorder.on_data(args[0], result)
+            return result
+        name = getattr(func, "__name__", "")
+        if name.endswith("_") and not name.startswith("_") and recorder.tracked(args[0]):
+            recorder.on_parameter_update()
         return result
 
 
@@ -398,8 +506,12 @@ class _CountingStream:
         return getattr(self._stream, name)
 
 
-def _to_floats(tensors: list[torch.Tensor]) -> list[float]:
-    off_host = [t for t in tensors if t.device.type != "cpu"]
+def _to_floats(tensors: list[Any]) -> list[float]:
+    import numpy
+
+    arrays = {id(t): numpy.asarray(t, dtype=numpy.float64) for t in tensors if not isinstance(t, torch.Tensor)}
+    tensors_only = [t for t in tensors if isinstance(t, torch.Tensor)]
+    off_host = [t for t in tensors_only if t.device.type != "cpu"]
     on_host: dict[int, torch.Tensor] = {}
     if off_host:
         try:
@@ -411,6 +523,10 @@ def _to_floats(tensors: list[torch.Tensor]) -> list[float]:
         on_host = {id(t): c for t, c in zip(off_host, converted)}
     values = []
     for tensor in tensors:
+        if id(tensor) in arrays:  # a JAX port's loss
+            a = arrays[id(tensor)]
+            values.append(float(a.sum()) if a.size != 1 else float(a.reshape(())))
+            continue
         host = on_host.get(id(tensor), tensor)
         values.append(float(host.double().sum()) if host.numel() != 1 else float(host.reshape(())))
     return values
@@ -440,6 +556,10 @@ def run(
     synthetic_data: bool = True,
     synthetic_size: int | None = None,
     synthetic_image_size: tuple[int, int] | None = None,
+    export_weights: str | None = None,
+    jax_weights: str | None = None,
+    jax: bool = False,
+    reseed_at_optimizer: bool = False,
 ) -> tuple[dict[str, Any], int]:
     """Run SCRIPT in this process and return (record, exit code).
 
@@ -468,7 +588,22 @@ def run(
 
     torch.autograd.backward = backward
     optim_mod.Optimizer.__init__ = optimizer_init
-    optim_mod.register_optimizer_step_post_hook(recorder.on_step)
+    optim_mod.register_optimizer_step_pre_hook(recorder.on_step_start)
+    optim_mod.register_optimizer_step_post_hook(recorder.on_step_end)
+    exported: list[str] = []
+    if export_weights is not None:
+        from porter.verify import weights as weights_mod
+
+        recorder.on_optimizer_hooks.append(
+            lambda optimizer: exported.append(weights_mod.export(optimizer, export_weights, len(exported))))
+    if reseed_at_optimizer and seed is not None:
+        recorder.on_optimizer_hooks.append(lambda optimizer: _reseed(seed))
+    if jax:
+        from porter.verify import trace_jax
+
+        recorder.jax = trace_jax.JaxHooks(recorder, jax_weights, seed if reseed_at_optimizer else None, _reseed)
+        recorder.jax.install()
+    UpdateWatch(recorder).__enter__()
 
     host_mode = None
     if host_random:
@@ -491,16 +626,7 @@ def run(
             synthetic_size = max_steps * synthetic.DEFAULT_PER_STEP if max_steps else synthetic.DEFAULT_SIZE
         synthetic.install(synthetic_size, seed if seed is not None else 0, synthetic_image_size)
     if seed is not None:
-        import random
-
-        torch.manual_seed(seed)
-        random.seed(seed)
-        try:
-            import numpy
-
-            numpy.random.seed(seed)
-        except ImportError:
-            pass
+        _reseed(seed)
 
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(script))
@@ -543,12 +669,29 @@ def run(
             "torch_xla_imported": sys.modules.get("torch_xla") is not None,
         }
     )
+    if export_weights is not None:
+        record["exported_weights"] = exported
     if synthetic is not None:
         record["synthetic_datasets"] = synthetic.notes()
         record["notes"] = synthetic.notes() + record["notes"]
     if shim is not None:
         record["notes"] = shim.notes() + record["notes"]
     return record, exit_code
+
+
+def _reseed(seed: int) -> None:
+    """Seed torch, random and numpy (before the script, and where both sides of a comparison
+    of frameworks that build their models differently must continue from the same state)."""
+    import random
+
+    torch.manual_seed(seed)
+    random.seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed)
+    except ImportError:
+        pass
 
 
 def _split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -590,6 +733,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="size of the synthetic ImageFolder/ImageNet images (default 224x224)")
     parser.add_argument("--real-datasets", action="store_true",
                         help="keep torchvision's datasets as they are (they read local files or download)")
+    parser.add_argument("--export-weights", default=None, metavar="DIR",
+                        help="write the initial weights of each optimizer's model to DIR (weights_<i>.npz)")
+    parser.add_argument("--jax", action="store_true", help="the script is a JAX port: count its jitted steps")
+    parser.add_argument("--jax-weights", default=None, metavar="DIR",
+                        help="load DIR/weights_<i>.npz into the model of the i-th nnx.Optimizer (the port's "
+                             "load_torch_state_dict)")
+    parser.add_argument("--reseed-at-optimizer", action="store_true",
+                        help="seed torch/random/numpy again as each optimizer is created")
     parser.add_argument("script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for SCRIPT (or after --)")
     options = parser.parse_args(own)
@@ -598,7 +749,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         options.script, script_args, cuda_shim=options.cuda_shim, host_random=options.host_random, seed=options.seed,
         dtype=options.dtype, max_steps=options.max_steps, legacy_xla=options.legacy_xla,
         synthetic_data=not options.real_datasets, synthetic_size=options.synthetic_size,
-        synthetic_image_size=options.synthetic_image_size,
+        synthetic_image_size=options.synthetic_image_size, export_weights=options.export_weights,
+        jax=options.jax, jax_weights=options.jax_weights, reseed_at_optimizer=options.reseed_at_optimizer,
     )
     out = Path(options.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -623,6 +775,10 @@ def trace_script(
     synthetic_data: bool = True,
     synthetic_size: int | None = None,
     synthetic_image_size: tuple[int, int] | None = None,
+    export_weights: str | os.PathLike | None = None,
+    jax: bool = False,
+    jax_weights: str | os.PathLike | None = None,
+    reseed_at_optimizer: bool = False,
     timeout: float = 600.0,
     memory_mb: float = 16384.0,
     env: dict[str, str] | None = None,
@@ -655,6 +811,9 @@ def trace_script(
         command += ["--legacy-xla"] * legacy_xla
         command += ["--real-datasets"] * (not synthetic_data)
         command += ["--synthetic-size", str(synthetic_size)] if synthetic_size is not None else []
+        command += ["--export-weights", str(export_weights)] if export_weights is not None else []
+        command += ["--jax"] * jax + ["--reseed-at-optimizer"] * reseed_at_optimizer
+        command += ["--jax-weights", str(jax_weights)] if jax_weights is not None else []
         if synthetic_image_size is not None:
             command += ["--synthetic-image-size", f"{synthetic_image_size[0]}x{synthetic_image_size[1]}"]
         command += [str(Path(script).resolve()), "--", *map(str, args)]

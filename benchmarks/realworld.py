@@ -1,0 +1,382 @@
+"""How far does porter get on training code it was not written for?
+
+Every training script in ../shared/corpus/torch and ../shared/corpus/gluon (a .py file that
+runs a training step: ``.backward(`` or a Gluon ``trainer.step(``; model files and helpers are
+ported with their folder but not run) is ported to both targets (torch-xla, jax) in both modes
+(default: safe fixes only; ``--unsafe-fixes``), and then:
+
+1. migrate: ``porter migrate FOLDER --to T --out PORTED [--unsafe-fixes]`` (the script's whole
+   folder, so that its helper modules are ported with it); the result: ok / failed (exit code
+   and the first error line);
+2. findings left: ``porter check PORT --target T --format json`` on the ported script, by rule code;
+3. verify: ``porter verify --script`` (``porter.verify.script.verify_script``) for ``--steps``
+   optimizer steps, on synthetic data of the script's own shapes: torchvision datasets are
+   substituted by the verifier (porter/verify/datasets.py); where a script reads a file
+   layout, a small synthetic one is written into a temporary folder that both sides get as
+   their working directory's contents (nanoGPT's train.bin/val.bin memmaps and meta.pkl, a
+   text corpus for a language model, the two images of a style transfer, an ImageFolder tree);
+   the status, the summary (the first error line or divergence), the XLA health:
+   compilations after warm-up, the most host transfers in a step that logs nothing,
+   and for JAX the jit cache sizes of the step functions and their host callbacks.
+
+Gluon scripts' originals would run in the MXNet venv (porter/verify/mxnet_env.py); script-level
+verification of an MXNet original is not implemented in ``verify --script`` yet, so their rows
+say so (migrate and findings are measured).
+
+The results go to benchmarks/results/realworld.json (rewritten after every row, so an
+interrupted run keeps what it measured) and the table to docs/realworld.md:
+
+    PJRT_DEVICE=CPU .venv/bin/python benchmarks/realworld.py --jobs 2              # everything
+    PJRT_DEVICE=CPU .venv/bin/python benchmarks/realworld.py --only nanoGPT --targets jax --modes safe
+    .venv/bin/python benchmarks/realworld.py --render                              # the table again from the JSON
+
+``--only`` takes substrings of the script's corpus path (repeatable); a run with ``--only``,
+``--targets`` or ``--modes`` replaces its own rows in the JSON and keeps the others. ``--timeout`` is
+each side's limit in seconds. Without the corpus the run says so and exits 0.
+This is a measurement, not a test: it asserts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import datetime
+import json
+import os
+import pickle
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = Path(os.environ.get("PORTER_CORPUS", REPO.parent / "shared" / "corpus"))
+RESULTS = REPO / "benchmarks" / "results" / "realworld.json"
+DOC = REPO / "docs" / "realworld.md"
+TARGETS = ("torch-xla", "jax")
+MODES = ("safe", "unsafe")
+_TRAINS = re.compile(r"\.backward\(|\btrainer\.step\(")
+
+
+@dataclass
+class Script:
+    rel: str  # path under the corpus
+    framework: str  # torch / gluon
+    args: list = field(default_factory=list)
+    data: str = ""  # the synthetic file layout it reads (a builder below), "" for none
+
+    @property
+    def path(self) -> Path:
+        return CORPUS / self.rel
+
+
+# Arguments that keep a run small (a few batches of small inputs) and the file layouts the
+# scripts read; everything else runs with the script's defaults.
+SETTINGS = {
+    "torch/nanoGPT/train.py": (["{corpus}/torch/nanoGPT/config/train_shakespeare_char.py", "--device=cuda",
+                                "--compile=False", "--eval_interval=1000", "--eval_iters=2", "--log_interval=1",
+                                "--batch_size=4", "--block_size=32", "--n_layer=2", "--n_head=2", "--n_embd=32",
+                                "--max_iters=20", "--dropout=0.0", "--always_save_checkpoint=False",
+                                "--wandb_log=False", "--gradient_accumulation_steps=1", "--dtype=float32"],
+                               "nanogpt"),
+    "torch/nanoGPT/bench.py": (["--batch_size=2", "--block_size=32", "--compile=False", "--dtype=float32",
+                                "--profile=False"], "nanogpt"),
+    "torch/pytorch-tutorial/02-intermediate/language_model/main.py": ([], "text"),
+    "torch/pytorch-tutorial/03-advanced/neural_style_transfer/main.py": (
+        ["--max_size", "64", "--total_step", "20", "--log_step", "1000", "--sample_step", "1000"], "style"),
+    "torch/pytorch-cifar/main.py": ([], ""),
+    "torch/timm-scripts/train.py": (["imagefolder", "--model", "resnet18", "--img-size", "64", "-b", "4",
+                                     "--epochs", "1", "--workers", "0", "--num-classes", "2",
+                                     "--no-prefetcher"], "imagefolder"),
+    "torch/pytorch-tutorial/03-advanced/image_captioning/train.py": ([], "captioning"),
+}
+
+
+def discover() -> list[Script]:
+    found = []
+    for framework in ("torch", "gluon"):
+        root = CORPUS / framework
+        if not root.is_dir():
+            continue
+        for path in sorted(root.rglob("*.py")):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            if not _TRAINS.search(text) or "model_zoo" in path.parts:
+                continue
+            rel = path.relative_to(CORPUS).as_posix()
+            args, data = SETTINGS.get(rel, ([], ""))
+            found.append(Script(rel, framework, [a.format(corpus=CORPUS) for a in args], data))
+    return found
+
+
+# --- synthetic file layouts -------------------------------------------------------------
+
+
+def build_data(kind: str, folder: Path) -> str:
+    """Write the layout KIND into FOLDER; a line for the report ('' when there is none)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    if kind == "nanogpt":
+        d = folder / "data" / "shakespeare_char"
+        d.mkdir(parents=True, exist_ok=True)
+        vocab = 65
+        for name, n in (("train.bin", 20000), ("val.bin", 4000)):
+            rng.integers(0, vocab, n).astype(np.uint16).tofile(d / name)
+        with open(d / "meta.pkl", "wb") as f:
+            pickle.dump({"vocab_size": vocab, "itos": {i: chr(32 + i) for i in range(vocab)},
+                         "stoi": {chr(32 + i): i for i in range(vocab)}}, f)
+        d = folder / "data" / "openwebtext"
+        d.mkdir(parents=True, exist_ok=True)
+        for name, n in (("train.bin", 20000), ("val.bin", 4000)):
+            rng.integers(0, 50257, n).astype(np.uint16).tofile(d / name)
+        return ("data/shakespeare_char/{train,val}.bin: uint16 token memmaps (20,000 / 4,000 tokens, vocab 65), "
+                "meta.pkl; data/openwebtext/{train,val}.bin: the same with GPT-2's vocabulary (50,257)")
+    if kind == "text":
+        d = folder / "data"
+        d.mkdir(parents=True, exist_ok=True)
+        words = [f"w{i}" for i in range(200)]
+        lines = [" ".join(words[j] for j in rng.integers(0, 200, 12)) for _ in range(400)]
+        (d / "train.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return "data/train.txt: 400 lines of 12 words from a vocabulary of 200"
+    if kind == "style":
+        from PIL import Image
+
+        d = folder / "png"
+        d.mkdir(parents=True, exist_ok=True)
+        for name in ("content.png", "style.png"):
+            Image.fromarray(rng.integers(0, 255, (64, 64, 3)).astype(np.uint8)).save(d / name)
+        return "png/content.png, png/style.png: 64x64 random images"
+    if kind == "imagefolder":
+        from PIL import Image
+
+        for split in ("train", "validation"):
+            for cls in ("a", "b"):
+                d = folder / "imagefolder" / split / cls
+                d.mkdir(parents=True, exist_ok=True)
+                for i in range(8):
+                    Image.fromarray(rng.integers(0, 255, (72, 72, 3)).astype(np.uint8)).save(d / f"{i}.jpg")
+        return "imagefolder/{train,validation}/{a,b}/*.jpg: 8 random 72x72 images per class"
+    return ""
+
+
+# --- one row ---------------------------------------------------------------------------
+
+
+def _porter(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}
+    return subprocess.run([sys.executable, "-m", "porter", *args], capture_output=True, text=True, timeout=timeout,
+                          env=env, cwd=REPO)
+
+
+def _first_error(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if re.search(r"error|Error|failed", line)]
+    return (errors or lines or [""])[-1][:300]
+
+
+def run_row(script: Script, target: str, mode: str, steps: int, timeout: float, work: Path) -> dict:
+    row: dict = {"script": script.rel, "framework": script.framework, "target": target, "mode": mode,
+                 "args": script.args}
+    out = work / f"{target}-{mode}"
+    source_dir = script.path.parent
+    t0 = time.perf_counter()
+    cmd = ["migrate", str(source_dir), "--to", target, "--out", str(out)] + (["--unsafe-fixes"] if mode == "unsafe" else [])
+    try:
+        proc = _porter(*cmd)
+        ok = proc.returncode == 0
+        row["migrate"] = {"ok": ok, "exit": proc.returncode, "seconds": round(time.perf_counter() - t0, 1),
+                          "error": "" if ok else _first_error(proc.stderr + proc.stdout)}
+    except subprocess.TimeoutExpired:
+        row["migrate"] = {"ok": False, "exit": None, "seconds": round(time.perf_counter() - t0, 1),
+                          "error": "porter migrate timed out"}
+    port = out / script.path.name
+    if not port.exists():
+        row["findings"] = {}
+        row["verify"] = {"status": "not-run", "summary": "no ported script was written"}
+        return row
+    check = _porter("check", str(port), "--target", target, "--format", "json")
+    try:
+        findings = json.loads(check.stdout).get("findings", [])
+        row["findings"] = dict(sorted(Counter(f["code"] for f in findings).items()))
+    except (json.JSONDecodeError, AttributeError):
+        row["findings"] = {"?": 1}
+        row["check_error"] = _first_error(check.stderr + check.stdout)
+    if script.framework == "gluon":
+        row["verify"] = {"status": "not-run", "summary": "script-level verification of an MXNet original is not "
+                                                          "implemented in verify --script yet"}
+        return row
+    # the script's folder is its working directory in the real world (nanoGPT opens
+    # configurator.py and its config files by relative path): both sides get its files
+    files = work / "files"
+    shutil.copytree(source_dir, files, ignore=shutil.ignore_patterns("__pycache__", ".git"))
+    if script.data:
+        row["data"] = build_data(script.data, files)
+    from porter.verify.script import ScriptRequest, verify_script
+
+    t0 = time.perf_counter()
+    try:
+        report = verify_script(ScriptRequest(script.path, port, steps, tuple(script.args), timeout=timeout,
+                                             memory_mb=8192, files=files))
+    except Exception as exc:  # noqa: BLE001 - porter's own failure: the row says so
+        row["verify"] = {"status": "porter-error", "summary": f"{type(exc).__name__}: {exc}"[:300]}
+        return row
+    v: dict = {"status": report.status, "summary": report.summary.splitlines()[0][:300] if report.summary else "",
+               "seconds": round(time.perf_counter() - t0, 1), "steps_compared": len(report.steps or []),
+               "dtype": report.settings.get("dtype"),
+               "notes": [n for n in report.notes if n.startswith(("the original failed", "the port failed", "both sides"))]}
+    if report.health:
+        h = report.health
+        v["health"] = {"compiles_after_warmup": h.get("compiles_after_warmup"),
+                       "max_transfers_per_step": h.get("max_transfers_per_step"),
+                       "fallback_ops": h.get("fallback_ops", []), "problems": h.get("problems", [])}
+        if "jit_cache_sizes" in h:
+            v["health"]["jit_cache_sizes"] = h["jit_cache_sizes"]
+            v["health"]["host_callbacks"] = h.get("host_callbacks_total", 0)
+    row["verify"] = v
+    return row
+
+
+# --- the table ---------------------------------------------------------------------------
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render(result: dict) -> str:
+    rows = result["rows"]
+    status = Counter(r["verify"]["status"] for r in rows)
+    lines = [
+        "# Real-world benchmark: the corpus, ported and verified",
+        "",
+        "Generated by `benchmarks/realworld.py` (do not edit by hand; run it again to refresh). "
+        f"Run of {result.get('date', '?')}"
+        + (f" (rows re-run since: {', '.join(result['runs'][1:])})" if len(result.get("runs", [])) > 1 else "")
+        + f", {result.get('steps')} optimizer steps per verification, "
+        f"per-side timeout {result.get('timeout')} s, on {result.get('machine', '?')}. "
+        "Every training script of `../shared/corpus` (torch, gluon) ported to each target in each mode "
+        "(`safe`: default, safe fixes only; `unsafe`: `--unsafe-fixes`), then `porter verify --script` on "
+        "synthetic data (see the benchmark's docstring). JSON: `benchmarks/results/realworld.json`.",
+        "",
+        "Verify status over all rows: " + ", ".join(f"{k} {v}" for k, v in sorted(status.items())) + f" (of {len(rows)}).",
+        "",
+        "Columns: migrate (ok, or the first error line), findings left in the ported script by rule code, "
+        "verify status and its summary (the first error line or divergence), and the port's health: "
+        "`c` compilations after the warm-up steps, `t` the most device-to-host transfers in a step that logs "
+        "nothing; for JAX `jit` the jit cache size of each step function and `cb` the host callbacks traced "
+        "into them.",
+        "",
+        "| script | target | mode | migrate | findings left | verify | summary | health |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        m = r["migrate"]
+        mig = "ok" if m["ok"] else f"failed: {m.get('error', '')}"
+        findings = ", ".join(f"{k} {v}" for k, v in r.get("findings", {}).items()) or "none"
+        v = r["verify"]
+        h = v.get("health") or {}
+        health = ""
+        if h:
+            health = f"c {h.get('compiles_after_warmup')}, t {h.get('max_transfers_per_step')}"
+            if "jit_cache_sizes" in h:
+                sizes = ", ".join(f"{k} {n}" for k, n in h["jit_cache_sizes"].items()) or "no step function"
+                health += f"; jit {sizes}; cb {h.get('host_callbacks', 0)}"
+        script = r["script"].split("/", 1)[1]
+        lines.append(f"| {_cell(script)} | {r['target']} | {r['mode']} | {_cell(mig[:120])} | {_cell(findings)} | "
+                     f"{v['status']} | {_cell(v.get('summary', '')[:200])} | {_cell(health)} |")
+    notes = [(r["script"], r["target"], r["mode"], n) for r in rows for n in r["verify"].get("notes", [])
+             if not n.startswith("both sides")]
+    if notes:
+        lines += ["", "## Notes of the verifications", ""]
+        lines += [f"- {s} ({t}, {m}): {_cell(n[:300])}" for s, t, m, n in notes]
+    data = sorted({(r["script"], r["data"]) for r in rows if r.get("data")})
+    if data:
+        lines += ["", "## Synthetic files written for the scripts", ""]
+        lines += [f"- {s}: {d}" for s, d in data]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", action="append", default=[], help="substring of the script's corpus path (repeat)")
+    parser.add_argument("--targets", default=",".join(TARGETS), help="comma-separated: torch-xla,jax")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated: safe,unsafe")
+    parser.add_argument("--steps", type=int, default=3, help="optimizer steps each verification compares")
+    parser.add_argument("--jobs", type=int, default=1, help="rows run at once")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds each side of a verification may run")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="the JSON results")
+    parser.add_argument("--doc", type=Path, default=DOC, help="the Markdown table")
+    parser.add_argument("--render", action="store_true", help="only write the table again from --out")
+    opts = parser.parse_args(argv)
+    if opts.render:
+        opts.doc.write_text(render(json.loads(opts.out.read_text(encoding="utf-8"))), encoding="utf-8")
+        return 0
+    if not CORPUS.is_dir():
+        print(f"no corpus at {CORPUS}: nothing to measure")
+        return 0
+    targets = [t for t in opts.targets.split(",") if t]
+    modes = [m for m in opts.modes.split(",") if m]
+    scripts = [s for s in discover() if not opts.only or any(o in s.rel for o in opts.only)]
+    jobs = [(s, t, m) for s in scripts for t in targets for m in modes]
+    result = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+              "steps": opts.steps, "timeout": opts.timeout,
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+              "corpus": str(CORPUS), "rows": []}
+    partial = bool(opts.only) or set(targets) != set(TARGETS) or set(modes) != set(MODES)
+    if partial and opts.out.exists():
+        # a partial run replaces its own rows and keeps the others (their date stays in "runs")
+        previous = json.loads(opts.out.read_text(encoding="utf-8"))
+        mine = {(s.rel, t, m) for s, t, m in jobs}
+        result["rows"] = [r for r in previous.get("rows", []) if (r["script"], r["target"], r["mode"]) not in mine]
+        result["runs"] = previous.get("runs", [previous.get("date")]) + [result["date"]]
+        result["date"] = previous.get("date", result["date"])
+    lock = threading.Lock()
+    everything = [(s.rel, t, m) for s in discover() for t in TARGETS for m in MODES]
+    order = {job: i for i, job in enumerate(everything)}
+
+    def save() -> None:
+        result["rows"].sort(key=lambda r: order.get((r["script"], r["target"], r["mode"]), 0))
+        opts.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = opts.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        tmp.replace(opts.out)
+        opts.doc.write_text(render(result), encoding="utf-8")
+
+    root = Path(tempfile.mkdtemp(prefix="porter-realworld-"))
+
+    def one(job) -> None:
+        script, target, mode = job
+        work = root / re.sub(r"\W+", "_", script.rel) / f"{target}-{mode}"
+        work.mkdir(parents=True)
+        t0 = time.perf_counter()
+        try:
+            row = run_row(script, target, mode, opts.steps, opts.timeout, work)
+        except Exception as exc:  # noqa: BLE001 - the benchmark goes on
+            row = {"script": script.rel, "framework": script.framework, "target": target, "mode": mode,
+                   "migrate": {"ok": False, "error": f"benchmark error: {type(exc).__name__}: {exc}"},
+                   "findings": {}, "verify": {"status": "not-run", "summary": "benchmark error"}}
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        with lock:
+            result["rows"].append(row)
+            save()
+            print(f"[{len(result['rows'])}/{len(jobs)}] {script.rel} {target} {mode}: {row['verify']['status']} "
+                  f"({time.perf_counter() - t0:.0f} s) {row['verify'].get('summary', '')[:120]}", flush=True)
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
+            list(pool.map(one, jobs))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    save()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

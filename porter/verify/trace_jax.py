@@ -1,0 +1,261 @@
+"""The JAX side of a script-level verification: hooks ``porter.verify.trace`` installs in a
+JAX port's process (``--jax``) before the script runs.
+
+* **Steps.** Every function the script jits (``nnx.jit``, ``jax.jit``; decorator or call) is
+  wrapped. A jitted function is a *step function* when tracing it updated parameters
+  (``nnx.Optimizer.update`` or ``optax.apply_updates`` ran inside it); each call of a step
+  function is one optimizer step, and so is an ``nnx.Optimizer.update`` / ``optax.apply_updates``
+  called eagerly. The step's loss is the first floating-point scalar among the function's
+  outputs (``loss``, ``(loss, logits)``, ``(params, opt_state, loss)``), kept on the device and
+  read when the script ends.
+* **Initial weights.** The i-th ``nnx.Optimizer(model, ...)`` the script builds gets, just
+  before its constructor runs, the state dict of the original's i-th torch.optim optimizer's
+  model (``porter.verify.weights``), through the port's own ``load_torch_state_dict``.
+* **Health.** Compilations (every backend compilation ``jax.monitoring`` reports),
+  device-to-host transfers (a ``jax.Array`` whose value is fetched to the host for the first
+  time: ``float()``, ``.item()``, ``np.asarray``, printing), calls of the step functions; at the
+  end, each step function's jit cache size (one entry per compilation) and the host callbacks
+  traced into it (``jax.debug.print``, ``jax.debug.callback``, ``jax.pure_callback``,
+  ``io_callback``: each is a transfer to the host in every execution).
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable, Optional
+
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+_CALLBACKS = (("jax.debug", "print"), ("jax.debug", "callback"), ("jax", "pure_callback"),
+              ("jax.experimental", "io_callback"))
+
+
+class JaxHooks:
+    def __init__(self, recorder: Any, weights: Optional[str], reseed: Optional[int], reseed_fn: Callable) -> None:
+        self.recorder = recorder
+        self.weights = weights
+        self.reseed = reseed
+        self.reseed_fn = reseed_fn
+        self.compiles = 0
+        self.transfers = 0
+        self.calls = 0
+        self.depth = 0  # > 0 inside a call of a jitted function
+        self.updates = 0  # parameter updates seen (traced or eager)
+        self.updating = 0  # > 0 inside an update (optax.apply_updates inside nnx.Optimizer.update)
+        self.step_functions: dict[str, Any] = {}  # name -> the jitted object
+        self.callbacks: dict[str, dict[str, int]] = {}  # step function -> {callback: count}
+        self.tracing: list[str] = []  # names of the jitted functions being called, innermost last
+        self.optimizers = 0
+        self.loaded: list[str] = []
+
+    # -- metrics --
+    def snapshot(self) -> dict[str, int]:
+        return {"compiles": self.compiles, "transfers": self.transfers, "executions": self.calls, "fallback_ops": 0}
+
+    def summary(self) -> dict[str, Any]:
+        sizes = {}
+        for name, fn in self.step_functions.items():
+            try:
+                sizes[name] = int(_cache_size(fn))
+            except Exception:  # noqa: BLE001 - an object without a jit cache to ask
+                sizes[name] = None
+        return {"jit_cache_sizes": sizes, "host_callbacks": self.callbacks, "weights_loaded": self.loaded}
+
+    # -- installing --
+    def install(self) -> None:
+        import importlib
+
+        import jax
+        import optax
+        from flax import nnx
+        from jax._src import array as jarray
+
+        jax.monitoring.register_event_duration_secs_listener(self._on_duration)
+        hooks = self
+
+        fetch = jarray.ArrayImpl._value
+
+        def _value(array):
+            if getattr(array, "_npy_value", None) is None and hooks.depth == 0:
+                hooks.transfers += 1
+            return fetch.fget(array)
+
+        jarray.ArrayImpl._value = property(_value)
+
+        init = nnx.Optimizer.__init__
+
+        def optimizer_init(self, model, *args, **kwargs):
+            hooks.on_optimizer(model)
+            init(self, model, *args, **kwargs)
+
+        nnx.Optimizer.__init__ = optimizer_init
+
+        update = nnx.Optimizer.update
+
+        def optimizer_update(self, *args, **kwargs):
+            return hooks.on_update(lambda: update(self, *args, **kwargs))
+
+        nnx.Optimizer.update = optimizer_update
+        apply = optax.apply_updates
+
+        def apply_updates(*args, **kwargs):
+            return hooks.on_update(lambda: apply(*args, **kwargs))
+
+        optax.apply_updates = apply_updates
+
+        nnx.jit = self._jit_wrapper(nnx.jit)
+        jax.jit = self._jit_wrapper(jax.jit)
+        for module_name, attr in _CALLBACKS:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                continue
+            if callable(getattr(module, attr, None)):
+                setattr(module, attr, self._callback_wrapper(f"{module_name}.{attr}", getattr(module, attr)))
+
+    def _on_duration(self, event: str, duration: float, **_kw: Any) -> None:
+        if event == COMPILE_EVENT:
+            self.compiles += 1
+
+    # -- the script's model meets its optimizer --
+    def on_optimizer(self, model: Any) -> None:
+        index = self.optimizers
+        self.optimizers += 1
+        if self.weights is not None:
+            from porter.verify import weights
+
+            found = weights.load(self.weights, index)
+            if found is None:
+                self.loaded.append(f"optimizer {index}: the original has no weights for it")
+            else:
+                state, cls = found
+                loader = _loader(model)
+                if loader is None:
+                    self.loaded.append(f"optimizer {index}: the port defines no load_torch_state_dict(model, "
+                                       "state_dict): its own initial weights stay")
+                else:
+                    try:
+                        loader(model, state)
+                        self.loaded.append(f"optimizer {index}: the original's {cls} weights loaded into the "
+                                           f"port's {type(model).__name__}")
+                    except Exception as exc:  # noqa: BLE001 - said in the report; the run goes on
+                        self.loaded.append(f"optimizer {index}: the original's {cls} weights could not be loaded "
+                                           f"into {type(model).__name__}: {type(exc).__name__}: {exc}")
+        if self.reseed is not None:
+            self.reseed_fn(self.reseed)
+
+    # -- updates and steps --
+    def on_update(self, run: Callable) -> Any:
+        top = self.updating == 0
+        self.updating += 1
+        try:
+            result = run()
+        finally:
+            self.updating -= 1
+        if top:
+            self.updates += 1
+            if self.depth == 0:  # an eager update: a step by itself
+                self.recorder.on_step("eager update", (), {})
+        return result
+
+    def _jit_wrapper(self, real: Callable) -> Callable:
+        hooks = self
+
+        def wrap(*args: Any, **kwargs: Any) -> Any:
+            if not args:  # @nnx.jit(static_argnames=...)
+                return lambda fn: wrap(fn, **kwargs)
+            return _Jitted(hooks, real(*args, **kwargs), getattr(args[0], "__name__", "jitted"))
+
+        def jit(*args: Any, **kwargs: Any) -> Any:
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            if caller.split(".")[0] in ("jax", "flax", "optax", "jaxlib"):
+                return real(*args, **kwargs)  # the frameworks' own use of jit
+            return wrap(*args, **kwargs)
+
+        return jit
+
+    def _callback_wrapper(self, name: str, real: Callable) -> Callable:
+        hooks = self
+
+        def callback(*args: Any, **kwargs: Any) -> Any:
+            if hooks.tracing:
+                counts = hooks.callbacks.setdefault(hooks.tracing[0], {})
+                counts[name] = counts.get(name, 0) + 1
+            return real(*args, **kwargs)
+
+        return callback
+
+    def on_call(self, fn: "_Jitted", args: tuple, kwargs: dict) -> Any:
+        before = self.updates
+        self.depth += 1
+        self.tracing.append(fn.name)
+        try:
+            result = fn.compiled(*args, **kwargs)
+        finally:
+            self.depth -= 1
+            self.tracing.pop()
+        if self.updates > before:  # its trace updated parameters: a step function
+            fn.is_step = True
+            self.step_functions.setdefault(fn.name, fn.compiled)
+            if fn.name not in self.callbacks:
+                self.callbacks[fn.name] = {}
+        if fn.is_step and self.depth == 0:
+            self.calls += 1
+            loss = _loss_of(result)
+            self.recorder.on_step(fn.name, (), {}, [loss] if loss is not None else [])
+        return result
+
+
+class _Jitted:
+    """A jitted function of the script, as the script sees it (attributes are the jitted object's)."""
+
+    def __init__(self, hooks: JaxHooks, compiled: Any, name: str) -> None:
+        self.hooks = hooks
+        self.compiled = compiled
+        self.name = name
+        self.is_step = False
+        self.__name__ = name
+        self.__wrapped__ = compiled
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.hooks.on_call(self, args, kwargs)
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:  # a jitted method
+        if obj is None:
+            return self
+        import functools
+
+        return functools.partial(self.__call__, obj)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.compiled, name)
+
+
+def _cache_size(fn: Any) -> int:
+    inner = getattr(fn, "jitted_fn", fn)  # nnx.jit keeps the jax.jit function here
+    return inner._cache_size()
+
+
+def _loss_of(result: Any) -> Any:
+    """The first floating-point scalar among a step function's outputs."""
+    import jax
+    import jax.numpy as jnp
+
+    leaves = jax.tree_util.tree_leaves(result)
+    for size in (0, 1):
+        for leaf in leaves:
+            shape = getattr(leaf, "shape", None)
+            if shape is None or not hasattr(leaf, "dtype") or not jnp.issubdtype(leaf.dtype, jnp.floating):
+                continue
+            if (size == 0 and shape == ()) or (size == 1 and int(getattr(leaf, "size", 0)) == 1):
+                return leaf
+    return None
+
+
+def _loader(model: Any) -> Optional[Callable]:
+    """The port's load_torch_state_dict: in the module that defines the model's class, else in
+    the script."""
+    for name in (type(model).__module__, "__main__"):
+        fn = getattr(sys.modules.get(name), "load_torch_state_dict", None)
+        if callable(fn):
+            return fn
+    return None

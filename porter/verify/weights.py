@@ -1,0 +1,76 @@
+"""The initial weights of a training script's models, as its optimizers see them.
+
+At script level a JAX port builds its model from ``nnx.Rngs`` and cannot draw torch's initial
+weights; the original's side therefore writes, as each torch.optim optimizer is created, the
+state dict of the model that optimizer trains (``weights_<i>.npz``, i in creation order), and
+the port's side loads it into the model of its i-th ``nnx.Optimizer`` through the port's own
+``load_torch_state_dict`` (``porter.verify.trace_jax``).
+
+The model of an optimizer is the live ``nn.Module`` whose parameters are the most of the
+optimizer's parameters, all of them the optimizer's; of several such modules with the same
+parameters (a ``DataParallel`` wrapper and its module) the innermost.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def model_of(optimizer: Any) -> Any:
+    """The module OPTIMIZER trains (None when no live module's parameters are all its)."""
+    import torch.nn as nn
+
+    owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    with warnings.catch_warnings():  # isinstance on every live object touches deprecated modules
+        warnings.simplefilter("ignore")
+        modules = []
+        for obj in gc.get_objects():
+            try:
+                if isinstance(obj, nn.Module):
+                    modules.append(obj)
+            except Exception:  # noqa: BLE001 - objects whose __class__ misbehaves
+                continue
+    best: dict[frozenset, list] = {}
+    for m in modules:
+        ids = frozenset(id(p) for p in m.parameters())
+        if ids and ids <= owned:
+            best.setdefault(ids, []).append(m)
+    if not best:
+        return None
+    group = best[max(best, key=len)]
+    inner = [m for m in group if not any(s is not m and s in group for s in m.modules())]
+    return (inner or group)[0]
+
+
+def export(optimizer: Any, folder: str, index: int) -> str:
+    """Write the state dict of OPTIMIZER's model to FOLDER/weights_<index>.npz; a line for the
+    record (which model, or why none)."""
+    model = model_of(optimizer)
+    if model is None:
+        return f"optimizer {index}: no model of its own (its parameters are not one module's)"
+    state = {}
+    for key, value in model.state_dict().items():
+        t = value.detach()
+        if t.is_floating_point():
+            t = t.float()  # the JAX side runs in float32
+        state[key] = t.cpu().numpy().copy()
+    target = Path(folder)
+    target.mkdir(parents=True, exist_ok=True)
+    np.savez(target / f"weights_{index}.npz", **state)
+    (target / f"weights_{index}.json").write_text(json.dumps({"class": type(model).__name__, "keys": len(state)}),
+                                                  encoding="utf-8")
+    return f"optimizer {index}: the initial weights of its {type(model).__name__} ({len(state)} tensors)"
+
+
+def load(folder: str, index: int) -> "tuple[dict[str, np.ndarray], str] | None":
+    path = Path(folder) / f"weights_{index}.npz"
+    if not path.exists():
+        return None
+    meta = json.loads((Path(folder) / f"weights_{index}.json").read_text(encoding="utf-8"))
+    with np.load(path) as data:
+        return {k: data[k] for k in data.files}, meta["class"]

@@ -1,0 +1,168 @@
+"""`porter verify --script` on the forms a training step takes and on scripts that end badly
+(tests/data/verify/forms/, each original with a hand-written port), run for real: the
+original on the CPU, the port on torch_xla (PJRT_DEVICE=CPU) or JAX.
+
+- the run stops after K optimizer steps whatever form the step takes: torch.optim, manual
+  parameter updates (three spellings), a closure (LBFGS), two optimizers (a GAN); gradient
+  accumulation and a clamp of the weights after a step are not steps;
+- a failure after the compared steps (a reload refused by torch.load's weights_only default, an
+  exit with an error) is a note, not a failed verification;
+- originals that build float32 inputs explicitly run in float32 (three spellings), said in
+  the notes, with tolerances that grow with the step;
+- a JAX port at script level runs on the JAX side: weights from the original, its jitted step
+  counted, its jit cache and host callbacks measured, labelled jax.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from porter.verify.script import ScriptRequest, compare_steps, tolerance, verify_script
+from porter.verify.trace import trace_script
+
+FORMS = Path(__file__).parent / "data" / "verify" / "forms"
+
+
+def verify(name: str, steps: int, *args: str, port: str | None = None):
+    return verify_script(ScriptRequest(FORMS / f"{name}.py", FORMS / (port or f"{name}_xla.py"), steps, args,
+                                       timeout=300))
+
+
+# --- no subprocess -------------------------------------------------------------------------
+
+
+def test_float32_tolerance_grows_with_the_step_and_explicit_tolerances_stay():
+    assert tolerance("float64", None, None) == (1e-5, 1e-5, False)
+    rtol, atol, scaled = tolerance("float32", None, None)
+    assert scaled and rtol == atol == 5e-4
+    assert tolerance("float32", 1e-9, None) == (1e-9, 1e-5, False)
+    # 3e-3 is within step 6's tolerance (6 x (5e-4 + 5e-4 x 1)) but not step 1's
+    steps, first = compare_steps([[1.0]] * 6, [[1.003]] * 6, rtol, atol, scaled=True)
+    assert first is not None and first["step"] == 1
+    steps, first = compare_steps([[1.0]], [[1.0]], rtol, atol, scaled=True)
+    assert first is None
+    ok = compare_steps([[1.0]] * 6, [[1.0]] * 5 + [[1.005]], rtol, atol, scaled=True)
+    assert ok[1] is None
+
+
+def test_jax_step_compared_by_the_sum_of_the_originals_losses():
+    steps, first = compare_steps([[0.5, 0.25]], [[0.75]], 1e-5, 1e-5, summed=True)
+    assert first is None and steps[0]["original"] == [0.75]
+    _, first = compare_steps([[0.5, 0.25]], [[0.75]], 1e-5, 1e-5)
+    assert first is not None  # torch against torch: the number of backward calls must agree
+
+
+# --- traced alone (CPU, no XLA) -------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_accumulation_and_clamping_are_not_manual_steps():
+    record = trace_script(FORMS / "accumulate.py", max_steps=3, seed=0, timeout=120)
+    assert record["status"] == "ok", record.get("output")
+    assert record["num_steps"] == 3
+    assert [len(s) for s in record["losses"]] == [2, 2, 2]
+    assert {s["optimizer"] for s in record["steps"]} == {0}
+
+
+# --- both sides, for real --------------------------------------------------------------------
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+@pytest.mark.parametrize("update", ["data_add", "isub", "copy"])
+def test_manual_updates_are_optimizer_steps(update):
+    report = verify("manual", 4, "--update", update)
+    assert report.passed, report.summary
+    assert len(report.steps) == 4 and all(len(s["original"]) == 1 for s in report.steps)
+    assert report.health["compiles_after_warmup"] == 0
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_closure_optimizer_steps_once_per_step_call():
+    report = verify("lbfgs", 3)
+    # LBFGS reads its convergence tests on the host: the health may be over budget, the losses match
+    assert report.status in ("passed", "over-budget"), report.summary
+    assert all(s["ok"] for s in report.steps) and len(report.steps) == 3
+    assert all(len(s["original"]) == len(s["port"]) >= 2 for s in report.steps)  # every closure's backward
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_two_optimizers_each_have_their_warm_up():
+    report = verify("gan", 6)
+    assert report.passed, report.summary
+    assert [len(s["original"]) for s in report.steps] == [2, 1, 2, 1, 2, 1]
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+@pytest.mark.parametrize("end, error", [("reload", "UnpicklingError"), ("exit", "SystemExit: no validation data")])
+def test_failure_after_the_compared_steps_is_a_note(end, error):
+    report = verify("after", 4, "--batches", "4", "--end", end)
+    assert report.passed, report.summary
+    notes = [n for n in report.notes if n.startswith("the original failed after its 4 optimizer steps")]
+    assert notes and error in notes[0], report.notes
+    # (the port stops at the sync that closes its 4th step, before the end of the script)
+    assert report.original.ok and report.port.ok
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_failure_before_the_steps_still_fails():
+    report = verify("after", 4, "--batches", "0", "--end", "exit")
+    assert report.status == "side-failed" and "before its first optimizer step" in report.summary, report.summary
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+@pytest.mark.parametrize("inputs", ["numpy", "dtype", "float"])
+def test_float32_inputs_run_in_float32(inputs):
+    report = verify("f32", 6, "--inputs", inputs)
+    assert report.passed, report.summary
+    assert report.settings["dtype"] == "float32" and report.settings["tolerance_scaled"]
+    note = [n for n in report.notes if n.startswith("both sides ran with torch's default dtype float32")]
+    assert note and "in float64 the original could not run" in note[0], report.notes
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_float64_when_both_sides_run_in_it():
+    report = verify("manual", 2)
+    assert report.passed and report.settings["dtype"] == "float64"
+    assert max(s["diff"] for s in report.steps) < 1e-12
+
+
+@pytest.mark.slow
+def test_jax_port_at_script_level():
+    report = verify("mlp", 8, port="mlp_jax.py")
+    assert report.passed, report.summary
+    assert report.port.backend.startswith("jax") and report.settings["port_backend"] == "jax"
+    assert len(report.steps) == 8
+    assert report.health["jit_cache_sizes"] == {"train_step": 1}
+    assert report.health["host_callbacks_total"] == 0 and report.health["max_transfers_per_step"] == 0
+    assert any("weights loaded into the port's MLP" in n for n in report.notes), report.notes
+    assert all(math.isfinite(s["port"][0]) for s in report.steps)
+
+
+@pytest.mark.slow
+def test_jax_port_host_callback_is_over_budget():
+    report = verify("mlp", 4, "--debug-print", port="mlp_jax.py")
+    assert report.status == "over-budget", report.summary
+    assert "train_step calls back to the host (jax.debug.print x1)" in report.summary
+
+
+def test_sides_have_a_terminal_size_and_no_input(tmp_path):
+    """Progress bars ask the terminal for its size (`stty size`); reading input gets EOF."""
+    import os
+    import sys
+
+    from porter.verify.process import run_side
+
+    script = tmp_path / "tty.py"
+    script.write_text("import os\nprint(os.popen('stty size').read().split())\n"
+                      "try:\n    input()\nexcept EOFError:\n    print('eof')\n", encoding="utf-8")
+    run = run_side([sys.executable, str(script)], dict(os.environ), tmp_path / "log", 60, 1000)
+    assert run.ok and run.log.split() == ["['24',", "'80']", "eof"], run.log
