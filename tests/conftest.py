@@ -37,6 +37,8 @@ FRAMEWORK_TESTS: dict[str, tuple[str, ...]] = {
     "test_jax_modules.py": ("jax",),
     "test_jax_modules_run.py": ("jax",),
     "test_jax_ops_run.py": ("jax",),
+    "test_jax_optim.py": ("jax",),
+    "test_jax_apply_init.py": ("jax",),
     "test_gluon_jax_models.py": ("jax",),
     "test_host_sync_run.py": ("xla",),
     "test_loop_rules_run.py": ("xla",),

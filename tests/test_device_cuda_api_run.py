@@ -99,7 +99,7 @@ def b(flag):
     with torch.no_grad():
         pass
     for i in range(3):
-        if i: pass
+        pass
     while False:
         pass
 

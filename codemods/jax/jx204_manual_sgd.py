@@ -7,7 +7,6 @@ import libcst as cst
 from porter import astutil
 from porter.rules import Edit, Example, Fix, Rule, Safety, Severity
 
-from . import _loop as lp
 from . import _ops_table as ops
 
 _NO_GRAD = ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad")
@@ -145,7 +144,6 @@ class ManualSGD(Rule):
         model, param, lr, zeroes = got
         ctx = self.ctx
         stmt = node
-        parent = ctx.parent
         # `with torch.no_grad():` holding only this loop goes with it
         with_stmt = ctx.enclosing(cst.With)
         if with_stmt is not None and isinstance(with_stmt.body, cst.IndentedBlock) and len(with_stmt.body.body) == 1 \

@@ -14,7 +14,7 @@ import libcst as cst
 
 from porter.astutil import arg, children, target_names, walk
 from porter.context import FileContext, dotted_name
-from porter.rules import module_fact
+from porter.rules import computed_module_fact, module_fact
 
 from ._tables import XLA_DEVICE, device_choice, is_cuda_string, only_availability
 
@@ -24,7 +24,7 @@ XLA_DEVICE_CALLS = ("torch_xla.device", XLA_DEVICE)
 Binding = tuple[Optional[cst.FunctionDef], Optional[cst.BaseExpression], bool]  # scope, value, a parameter
 
 
-def _bindings(ctx: FileContext) -> dict[str, tuple[Binding, ...]]:
+def _binding_walk(ctx: FileContext) -> dict[str, tuple[Binding, ...]]:
     found: dict[str, list[Binding]] = {}
 
     def visit(node: cst.CSTNode, scope: Optional[cst.FunctionDef]) -> None:
@@ -73,15 +73,37 @@ def _bindings(ctx: FileContext) -> dict[str, tuple[Binding, ...]]:
     return {k: tuple(v) for k, v in found.items()}
 
 
+def _bindings(ctx: FileContext) -> dict[str, tuple[Binding, ...]]:
+    """Every binding of each name in the file, in any scope."""
+    return computed_module_fact(ctx, _binding_walk)
+
+
+def _module_bindings(ctx: FileContext) -> dict[str, tuple[Binding, ...]]:
+    """The module-level bindings of each name. Kept apart from the functions' bindings so that a
+    lookup from one statement does not answer with nodes of another statement's function
+    (porter lsp reuses a statement's findings while its lookups answer the same)."""
+    out = {name: tuple(b for b in every if b[0] is None) for name, every in computed_module_fact(ctx, _binding_walk).items()}
+    return {name: found for name, found in out.items() if found}
+
+
+def _function_bindings(ctx: FileContext) -> dict[tuple[cst.FunctionDef, str], tuple[Binding, ...]]:
+    """(function, name) -> the bindings of name in that function's own scope."""
+    out: dict[tuple[cst.FunctionDef, str], list[Binding]] = {}
+    for name, every in computed_module_fact(ctx, _binding_walk).items():
+        for b in every:
+            if b[0] is not None:
+                out.setdefault((b[0], name), []).append(b)
+    return {k: tuple(v) for k, v in out.items()}
+
+
 def _scoped(ctx: FileContext, name: str, functions: Sequence[cst.FunctionDef]) -> tuple[Optional[cst.FunctionDef], list[Binding]]:
     """The bindings of a plain name read inside ``functions`` (outermost first): those of the
     innermost one that binds it, else the module's; with that function (None: the module)."""
-    every = module_fact(ctx, _bindings).get(name, ())
+    local = module_fact(ctx, _function_bindings)
     for fn in reversed(functions):
-        local = [b for b in every if b[0] is fn]
-        if local:
-            return fn, local
-    return None, [b for b in every if b[0] is None]
+        if (fn, name) in local:
+            return fn, list(local[(fn, name)])
+    return None, list(module_fact(ctx, _module_bindings).get(name, ()))
 
 
 def bindings(ctx: FileContext, name: str, scoped: bool = False) -> tuple[Optional[cst.BaseExpression], ...]:
@@ -194,7 +216,7 @@ def device_variable(ctx: FileContext) -> Optional[str]:
     after it) a module-level ``device = ...``. Heuristic by spelling: only the name ``device``."""
     anc = ctx.ancestors
     functions = [i for i, a in enumerate(anc) if isinstance(a, cst.FunctionDef)]
-    every = module_fact(ctx, _bindings).get(DEVICE_VARIABLE, ())
+    local = module_fact(ctx, _function_bindings)
     for i in reversed(functions):
         fn = anc[i]
         assert isinstance(fn, cst.FunctionDef)
@@ -202,9 +224,9 @@ def device_variable(ctx: FileContext) -> Optional[str]:
             return DEVICE_VARIABLE
         if _assigned_before(anc[i + 1:]):
             return DEVICE_VARIABLE
-        if any(b[0] is fn for b in every):
+        if (fn, DEVICE_VARIABLE) in local:
             return None  # assigned in this function, but not before the current statement
-    module_level = [b[1] for b in every if b[0] is None]
+    module_level = [b[1] for b in module_fact(ctx, _module_bindings).get(DEVICE_VARIABLE, ())]
     if not module_level or None in module_level:
         return None
     if functions:
