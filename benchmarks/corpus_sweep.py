@@ -211,10 +211,6 @@ def _compiles(path: Path) -> bool:
         return True  # CPython's own limit, not a porter output problem
 
 
-def _source_compiles(path: Path) -> bool:
-    return _compiles(path)
-
-
 def sweep_one(files: list[Path], target: str, mode: str, jobs: int = 1,
               on_file=None) -> dict:
     """Migrate ``files`` with ``target``/``mode`` into a temporary --out tree, migrate the
@@ -241,12 +237,13 @@ def sweep_one(files: list[Path], target: str, mode: str, jobs: int = 1,
                 problems["changed_untouched"].append(f"{o.path}: changed with no fix applied")
             if o.status == "changed":
                 written.append(outp)
-                if not _compiles(outp) and _source_compiles(Path(o.path)):
+                if not _compiles(outp) and _compiles(Path(o.path)):
                     problems["unparsable"].append(f"{o.path}: the written output does not compile")
         again = run("migrate", written, settings, mode="diff", jobs=jobs) if written else []
         for o in again:
             if o.status == "changed":
-                problems["nonidempotent"].append(f"{o.path}: a second run changes it (rules {_rules_of(o.diff, o)})")
+                rules = ", ".join(code for code, _ in o.fixed) or "?"
+                problems["nonidempotent"].append(f"{o.path}: a second run changes it (rules {rules})")
             elif o.status == "failed":
                 problems["nonidempotent"].append(f"{o.path}: a second run fails: {o.error}")
     status = Counter(o.status for o in py)
@@ -262,10 +259,6 @@ def sweep_one(files: list[Path], target: str, mode: str, jobs: int = 1,
         **{k: len(v) for k, v in problems.items()},
         "problems": {k: v for k, v in problems.items() if v},
     }
-
-
-def _rules_of(diff: str, o: FileOutcome) -> str:
-    return ", ".join(code for code, _ in o.fixed) or "?"
 
 
 COUNTS = ("internal", "unparsable", "nonconvergent", "nonidempotent", "changed_untouched", "refusal")
