@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
 import corpus_sweep  # noqa: E402
 
-SAMPLE = 4  # files per corpus, spread evenly over its sorted files
+SAMPLE = 3  # files per corpus, spread evenly over its sorted files
 CORPORA = {c.name: c for c in corpus_sweep.corpora()}
 
 
