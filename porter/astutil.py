@@ -184,6 +184,24 @@ def statement(code: str) -> cst.BaseStatement:
     return cst.parse_statement(code)
 
 
+def parse_expression(text: str) -> cst.BaseExpression:
+    """``text`` (an expression written from the code of existing nodes) as a node that is valid
+    wherever an expression can stand.
+
+    The code of a node that sat inside brackets may span lines (``(x\n  .view(-1))``'s
+    ``x\n  .view(-1)``), or end in a comment; alone it does not parse. Such text is parsed, and
+    kept, in parentheses of its own (the closing one on a line of its own after a comment);
+    text that parses alone comes back as ``cst.parse_expression`` gives it.
+    """
+    try:
+        return cst.parse_expression(text)
+    except cst.ParserSyntaxError:
+        if "\n" not in text and "\r" not in text:
+            raise
+    closing = "\n)" if "#" in text else ")"
+    return cst.parse_expression(f"({text}{closing}")
+
+
 def append_to_body(node: cst.CSTNode, statements: Sequence[cst.BaseStatement]):
     """An Edit replacement callable that appends ``statements`` to a compound's indented body."""
 

@@ -651,9 +651,68 @@ def remove_imports(module: cst.Module, removals: Sequence[tuple[str, Optional[st
             for alias in node.names:
                 if (mod, alias.evaluated_name) in wanted_names:
                     items.append((mod, alias.evaluated_name, alias.evaluated_alias))
+    items = [item for item in items if not _surely_read(module, _bound_name(item))]
     if not items:
         return module
     return RemoveImportsVisitor(CodemodContext(), items).transform_module(module)
+
+
+def _bound_name(item: tuple[str, Optional[str], Optional[str]]) -> Optional[str]:
+    """The one plain name an import binds (``import a.b`` binds a dotted name: None)."""
+    mod, name, alias = item
+    bound = alias or name or mod
+    return bound if "." not in bound else None
+
+
+_SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+
+
+def _surely_read(module: cst.Module, name: Optional[str]) -> bool:
+    """True when the module-level import of ``name`` is certainly in use, so that
+    RemoveImportsVisitor's scope analysis (the cost of several parses on a large file) would keep
+    it: ``name.attr`` is read inside a function, and neither that function nor any enclosing
+    function, lambda or class mentions ``name`` any other way (a parameter, an assignment, a
+    local import...), the module does not mention it outside its module-level imports (no
+    rebinding, no ``global``), and no function or class imports it. Anything less certain goes
+    to the scope analysis."""
+    if name is None:
+        return False
+    reads: list[tuple[int, ...]] = []  # the enclosing scopes of each name.attr read in a function
+    mentioned: set[int] = set()  # scopes that mention the name other than as name.attr
+    stack: list[tuple[cst.CSTNode, tuple[int, ...], bool, bool]] = [(module, (), False, False)]
+    while stack:
+        node, scopes, in_function, in_import = stack.pop()
+        kind = type(node)
+        if kind is cst.Attribute and not in_import and type(node.value) is cst.Name and node.value.value == name:  # type: ignore[attr-defined]
+            if in_function:
+                reads.append(scopes)
+            continue
+        outer = scopes
+        if kind is cst.FunctionDef or kind is cst.Lambda or kind is cst.ClassDef:
+            scopes = (*scopes, id(node))
+            in_function = in_function or kind is not cst.ClassDef
+        elif kind is cst.Import or kind is cst.ImportFrom:
+            in_import = True
+        for fname in _child_fields(kind):
+            if fname == "attr" and kind is cst.Attribute or fname == "keyword" and kind is cst.Arg:
+                continue  # an attribute's or a keyword argument's name is no variable
+            value = getattr(node, fname)
+            vkind = type(value)
+            for item in (value if vkind is tuple or vkind is list else (value,)):
+                if type(item) is cst.Name:
+                    if item.value != name:
+                        continue
+                    where = outer if fname == "name" and kind in (cst.FunctionDef, cst.ClassDef) else scopes
+                    if in_import:
+                        if where:
+                            return False  # imported again in a function or class
+                        continue  # a module-level import binding it
+                    if not where or kind is cst.NameItem:
+                        return False  # rebound at module level, or declared global/nonlocal
+                    mentioned.update(where)
+                elif is_node_type(type(item)):
+                    stack.append((item, scopes, in_function, in_import))
+    return any(not mentioned.intersection(scopes) for scopes in reads)
 
 
 def _dotted(node: cst.CSTNode) -> str:
@@ -819,11 +878,13 @@ def _fix(source: str, options: Options, path: str) -> FixResult:
     settled: Optional[list[Finding]] = None  # findings of a pass that changed nothing
     problems: list[Finding] = []  # fixes left out (NeedsHuman, a rule's bug), with positions then
     rules = list(options.rules)
+    suppressions = False  # whether the text has `# porter: ignore` comments (positions needed)
     for _ in range(MAX_PASSES):
         # the text pre-filter reads this pass's text: a rule may act on another rule's output;
         # the document gate (Rule.needs_document) reads the text the migrate began with
         findings = run_rules(module, applicable_rules(rules, current, source), path)
-        if "porter:" in current:
+        suppressions = _SUPPRESS.search(current) is not None  # (not "porter: manual" marks)
+        if suppressions:
             attach_positions(module, findings)
             findings = drop_suppressed(current, findings)
         chosen = _first_stage([f for f in findings if f.fix is not None and (options.unsafe_fixes or f.fix.safety is Safety.SAFE)], options)
@@ -854,7 +915,7 @@ def _fix(source: str, options: Options, path: str) -> FixResult:
     # The last pass ran every rule on the final tree and changed nothing: its findings are the
     # ones left (no second run of the rules).
     remaining = settled
-    if "porter:" not in current:
+    if not suppressions:
         attach_positions(module, remaining)
     seen = {id(f) for f in remaining}
     return FixResult(current, current != source, counts, remaining + [f for f in problems if id(f) not in seen])

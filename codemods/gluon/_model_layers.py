@@ -32,6 +32,7 @@ class Plan:
     note: str = ""
     in_arg: Optional[str] = None  # the Gluon argument naming the input size
     accepts: tuple = ()  # the kinds of input (_model.Size.kind) whose features are this layer's input size
+    rank: Optional[int] = None  # BatchNorm: the 1/2/3 of torch's BatchNormNd, as decided where the layer is
 
 
 def _lit(b: Bound, name: str, default):
@@ -75,7 +76,15 @@ _ACTIVATIONS = {"relu": "ReLU()", "sigmoid": "Sigmoid()", "tanh": "Tanh()", "sof
                 "softsign": "Softsign()"}
 
 
-def plan(kind: str, b: Bound, size: Size, nn: str, ctx: FileContext, call: cst.Call) -> Plan:
+def plan(kind: str, b: Bound, size: Size, nn: str, ctx: FileContext, call: cst.Call,
+         rank: Optional[int] = None) -> Plan:
+    """The torch layer for one Gluon layer call; ``Manual`` when there is none.
+
+    ``rank``: BatchNorm's input rank as a first plan decided it. That decision reads the
+    enclosing class or function (``ctx.ancestors``), which only the rule's visit sees: a plan
+    made again when the fix is applied (the call's arguments may have been rewritten) passes
+    the first plan's ``rank`` instead of deciding again.
+    """
     _common(b, kind)
     dims = _model._conv_dims(kind)
     if kind == "Dense":
@@ -135,11 +144,11 @@ def plan(kind: str, b: Bound, size: Size, nn: str, ctx: FileContext, call: cst.C
         e = b.get("epsilon")
         if e is not None and _model.literal(e) != 1e-5:
             extra.append(f"eps={code(e)}")
-        n = _bn_dims(size, ctx, call)
+        n = rank if rank is not None else _bn_dims(size, ctx, call)
         tail = "".join(", " + x for x in extra)
         lazy_tail = ", ".join(extra)
         return Plan(f"{nn}.BatchNorm{n}d({{in}}{tail})", f"{nn}.LazyBatchNorm{n}d({lazy_tail})", in_arg="in_channels",
-                    accepts=("dense", "conv1d", "conv2d", "conv3d"))
+                    accepts=("dense", "conv1d", "conv2d", "conv3d"), rank=n)
     if kind == "Dropout":
         if _lit(b, "axes", ()) not in ((), None):
             raise Manual("Dropout(axes=...) drops whole axes (torch's Dropout1d/2d/3d drop channels only)")

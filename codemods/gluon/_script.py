@@ -45,7 +45,7 @@ def code(node: cst.CSTNode) -> str:
 
 
 def expr(text: str) -> cst.BaseExpression:
-    return cst.parse_expression(text)
+    return astutil.parse_expression(text)
 
 
 def kwarg(name: str, value: cst.BaseExpression) -> cst.Arg:

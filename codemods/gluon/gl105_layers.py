@@ -2,6 +2,7 @@ from typing import Optional
 
 import libcst as cst
 
+from porter import astutil
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _model, _model_layers
@@ -207,7 +208,10 @@ class GluonLayers(Rule):
         parent = self.ctx.parent
 
         def rewrite(updated: cst.Call):
-            p = _model_layers.plan(kind, _model.bind(updated, sig), size, nn, self.ctx, updated)
+            try:
+                p = _model_layers.plan(kind, _model.bind(updated, sig), size, nn, self.ctx, updated, rank=plan.rank)
+            except Manual:  # an edit inside changed an argument: the next pass decides again
+                return updated
             if mode == "known":
                 text = p.known.replace("{in}", text_in)
             elif mode == "lazy":
@@ -217,7 +221,7 @@ class GluonLayers(Rule):
             else:
                 text = p.known
             text = self._with_init(text, _model.bind(updated, sig))
-            new = cst.parse_expression(text)
+            new = astutil.parse_expression(text)
             if mode == "either" and not isinstance(parent, (cst.Arg, cst.Assign, cst.Return)):
                 new = new.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
             return new

@@ -1,5 +1,6 @@
 import libcst as cst
 
+from porter import astutil
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _model, _ops_table
@@ -141,7 +142,7 @@ class GluonOps(Rule):
         parent = self.ctx.parent
 
         def rewrite(updated: cst.Call):
-            new = cst.parse_expression(_ops_table.build(op, updated, torch))
+            new = astutil.parse_expression(_ops_table.build(op, updated, torch))
             if isinstance(new, _OPERATORS) and not isinstance(parent, (cst.Arg, cst.Assign, cst.Return, cst.Expr,
                                                                         cst.Element, cst.AnnAssign)):
                 new = new.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
@@ -172,7 +173,7 @@ class GluonOps(Rule):
             return
         edit, imports = _model.helpers_edit(self.ctx, ["gluon_reshape"])
         self.report(node, "reshape with MXNet's special codes: gluon_reshape", Fix((
-            self.replace(node, lambda n: cst.parse_expression(
+            self.replace(node, lambda n: astutil.parse_expression(
                 f"gluon_reshape({_model.code(n.func.value)}, {shape_code})")), edit), imports=imports))
 
 

@@ -20,6 +20,7 @@ from typing import Callable, Optional, Union
 
 import libcst as cst
 
+from porter import astutil
 from porter.context import FileContext
 
 from ._nnx import NOT_LITERAL, code, kwarg, literal, with_rngs
@@ -110,7 +111,7 @@ def plan(call: cst.Call, qual: str, ctx: FileContext) -> Optional[Union[Plan, Ma
             return _helper_plan(call, layer, bound)
         assert layer.build is not None
         text, imports = layer.build(bound, ctx)
-        return Plan(cst.parse_expression(text), imports, rngs=layer.rngs)
+        return Plan(astutil.parse_expression(text), imports, rngs=layer.rngs)
     except Manual as exc:
         return exc
 

@@ -23,6 +23,7 @@ from typing import Callable, Optional, Sequence, Union
 
 import libcst as cst
 
+from porter import astutil
 from porter.context import FileContext
 from porter.rules import module_fact
 
@@ -1492,7 +1493,7 @@ def _reduce_loss(b: Bound, per: str, r: str) -> str:
 
 
 def _atom_text(text: str) -> str:
-    return atom(cst.parse_expression(text))
+    return atom(astutil.parse_expression(text))
 
 
 def _opt(b: Bound, name: str) -> Optional[str]:
@@ -1891,7 +1892,6 @@ def _data_facts(ctx: FileContext) -> tuple[frozenset, frozenset]:
 
 
 def _data_facts_of(ctx: FileContext) -> tuple[frozenset, frozenset]:
-    from porter import astutil
 
     functions = {n.name.value for n in astutil.walk(ctx.module, into_functions=True) if isinstance(n, cst.FunctionDef)}
     data_functions: set[str] = set()
@@ -2261,7 +2261,7 @@ _SAFE_PARENTS = (cst.Arg, cst.Assign, cst.AnnAssign, cst.AugAssign, cst.Return, 
 
 def as_expression(text: str, parent: Optional[cst.CSTNode], original: cst.CSTNode) -> cst.BaseExpression:
     """Parse ``text``; parenthesize it unless it is an atom or sits where any expression can."""
-    new = cst.parse_expression(text)
+    new = astutil.parse_expression(text)
     lpar = getattr(original, "lpar", ())
     if lpar:
         return new.with_changes(lpar=original.lpar, rpar=original.rpar)

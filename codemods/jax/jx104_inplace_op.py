@@ -1,5 +1,6 @@
 import libcst as cst
 
+from porter import astutil
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _ops_table as ops
@@ -116,6 +117,6 @@ class InplaceOp(Rule):
             ops.report_manual(self, node, f"{what} returns values and indices")
             return
         if func.attr.value in ops.INPLACE_CAST:  # torch stores the result in x's own dtype
-            text = f"{ops.atom(cst.parse_expression(text))}.astype({recv.value}.dtype)"
-        new = cst.Assign([cst.AssignTarget(cst.Name(recv.value))], cst.parse_expression(text))
+            text = f"{ops.atom(astutil.parse_expression(text))}.astype({recv.value}.dtype)"
+        new = cst.Assign([cst.AssignTarget(cst.Name(recv.value))], astutil.parse_expression(text))
         self.report(node, f"{what}: JAX arrays are immutable: {recv.value} = {text}", Fix((self.replace(parent, new),), imports=tuple(sorted(used))))

@@ -110,31 +110,33 @@ class DeviceParameter(Rule):
                     Fix(tuple(edits), safety))
 
 
-def _references(module: cst.Module, name: str) -> int:
-    """How many times ``name`` is referred to as a variable (the def itself included), not
-    counting attribute names, keyword names and functions that bind ``name`` locally."""
-    count = 0
-    stack: list[cst.CSTNode] = [module]
+def _references(root: cst.CSTNode, names: frozenset) -> dict:
+    """For each of ``names``, how many times it is referred to as a variable under ``root``
+    (a def of that name included), not counting attribute names, keyword names and functions
+    that bind the name locally (their bodies are not read for it). One walk for all names:
+    each function's locals are computed once."""
+    counts = dict.fromkeys(names, 0)
+    stack: list[tuple[cst.CSTNode, frozenset]] = [(root, names)]
     while stack:
-        n = stack.pop()
+        n, active = stack.pop()
+        if not active:
+            continue
         if isinstance(n, cst.FunctionDef):
-            if n.name.value == name:
-                count += 1
-            if name in lp.function_locals(n):
-                continue
-            stack.append(n.body)
+            if n.name.value in active:
+                counts[n.name.value] += 1
+            inner = active - lp.function_locals(n)
+            if inner:
+                stack.append((n.body, inner))
             continue
         if isinstance(n, cst.Name):
-            count += n.value == name
+            if n.value in active:
+                counts[n.value] += 1
             continue
-        if isinstance(n, cst.Attribute):
-            stack.append(n.value)
+        if isinstance(n, (cst.Attribute, cst.Arg)):
+            stack.append((n.value, active))
             continue
-        if isinstance(n, cst.Arg):
-            stack.append(n.value)
-            continue
-        stack.extend(astutil.children(n))
-    return count
+        stack.extend((c, active) for c in astutil.children(n))
+    return counts
 
 
 def _argument_for(call: cst.Call, position: int, name: str):
@@ -173,7 +175,7 @@ def _uses_part(ctx, stmt: cst.BaseStatement, names: frozenset):
     for n in astutil.walk(stmt, into_functions=True):
         if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in names:
             calls.setdefault(n.func.value, []).append(n)
-    refs = {name: _references(stmt, name) for name in names}
+    refs = _references(stmt, names)
     return (stmt if isinstance(stmt, cst.FunctionDef) else None), calls, refs
 
 
