@@ -1,6 +1,7 @@
 from typing import Iterator, Optional
 
 import libcst as cst
+from libcst.helpers import parse_template_expression
 
 from porter import astutil
 from porter.context import dotted_name
@@ -291,11 +292,11 @@ class LoopOffsetSlice(Rule):
         def apply(updated: cst.CSTNode) -> cst.CSTNode:
             if not isinstance(updated, cst.Subscript):
                 return updated  # gathered already (the helper serves several loops)
-            src = self.ctx.module.code_for_node(updated.value)
-            index = cst.parse_expression(f"{torch}.arange({src}.size(0))[_]")
+            src = updated.value  # the sliced tensor, as nodes (written three times)
+            index = parse_template_expression(f"{torch}.arange({{x}}.size(0))[_]", x=src.deep_clone())
             assert isinstance(index, cst.Subscript)
             index = index.with_changes(slice=updated.slice)
-            call = cst.parse_expression(f"{src}.index_select(0, _.to({src}.device))")
+            call = parse_template_expression("{x}.index_select(0, _.to({y}.device))", x=src, y=src.deep_clone())
             moved = call.args[1].value  # type: ignore[attr-defined]
             moved = moved.with_changes(func=moved.func.with_changes(value=index))
             return call.with_changes(args=[call.args[0], call.args[1].with_changes(value=moved)])  # type: ignore[attr-defined]
