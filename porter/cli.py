@@ -385,6 +385,53 @@ def lsp(
     serve(debounce_ms / 1000)
 
 
+kit_app = typer.Typer(no_args_is_help=True, help="Write a run kit for a port: a Colab notebook or Cloud TPU VM scripts (docs/tpu.md).")
+app.add_typer(kit_app, name="kit")
+_EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+@kit_app.command("colab", context_settings=_EXTRA)
+@guarded
+def kit_colab(
+    ctx: typer.Context,
+    port: Path = typer.Argument(..., help="The ported script (.py) or notebook (.ipynb)."),
+    out: Path = typer.Option(..., "--out", help="Folder to write the notebook into."),
+    target: Optional[str] = typer.Option(None, "--target", help="torch-xla or jax; default: from the port's imports."),
+    data: Optional[str] = typer.Option(None, "--data", help="gs://bucket/prefix (gcsfs, Colab auth) or drive:PATH (Drive mount)."),
+) -> None:
+    """A Colab notebook: install the pins, check the TPU, reach the data, run the port (arguments after --)."""
+    from porter.kits import KitError, colab
+
+    try:
+        path = colab.write_kit(port, out, target, data, tuple(ctx.args))
+    except KitError as exc:
+        raise UsageError(str(exc)) from None
+    say(f"porter kit colab: wrote {path} (File > Upload notebook in Colab, runtime type TPU)")
+
+
+@kit_app.command("tpu-vm", context_settings=_EXTRA)
+@guarded
+def kit_tpu_vm(
+    ctx: typer.Context,
+    port: Path = typer.Argument(..., help="The ported script (.py)."),
+    out: Path = typer.Option(..., "--out", help="Folder to write the scripts into."),
+    accelerator: str = typer.Option("v5litepod-8", "--accelerator", help="Accelerator type (docs/tpu.md lists them)."),
+    zone: Optional[str] = typer.Option(None, "--zone", help="Zone; default: the first documented zone of the accelerator."),
+    project: Optional[str] = typer.Option(None, "--project", help="Google Cloud project; default: gcloud's configured one."),
+    name: Optional[str] = typer.Option(None, "--name", help="TPU VM name; default: porter-<port name>."),
+    data: Optional[str] = typer.Option(None, "--data", help="gs://bucket/prefix to stage onto every worker's disk."),
+    target: Optional[str] = typer.Option(None, "--target", help="torch-xla or jax; default: from the port's imports."),
+) -> None:
+    """Scripts that create a TPU VM, install, stage data, copy, run (arguments after --), fetch and delete."""
+    from porter.kits import KitError, tpu_vm
+
+    try:
+        files = tpu_vm.write_kit(port, out, accelerator, zone, project, name, data, target, tuple(ctx.args))
+    except KitError as exc:
+        raise UsageError(str(exc)) from None
+    say(f"porter kit tpu-vm: wrote {len(files)} files to {out}; start with {out / 'all.sh'} --dry-run")
+
+
 def render_rule_doc(rule) -> str:
     from porter.docs import rule_markdown
 

@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
+import libcst as cst
+
+from porter.rules import Edit, Fix, Rule, Safety, Severity
 from porter.sources import SKIP_DIRS
 
 # --------------------------------------------------------------------------------------
@@ -400,3 +403,71 @@ def check_pin_file(path: Path, target: str) -> PinFileResult:
     except UnicodeDecodeError:
         return PinFileResult(path, error="not UTF-8 text; a requirements file must be")
     return PinFileResult(path, tuple(check_pins(text, target, "requirements")))
+
+
+# --------------------------------------------------------------------------------------
+# The PV rules' visitor (one subclass per target under codemods/<target>/)
+# --------------------------------------------------------------------------------------
+class PinnedVersionsRule(Rule):
+    """Reports ``pip install NAME==VERSION`` in a Python file's strings (``os.system(...)``,
+    ``subprocess.run("...", shell=True)``, ``[sys.executable, "-m", "pip", "install", ...]``)
+    where the target's profile pins NAME to another version. Subclasses set the code, target
+    and documentation."""
+
+    needs_text = ("pip",)
+    severity = Severity.WARNING
+
+    def _finding(self, node: cst.SimpleString, found: PinFinding, package: str, old: str) -> None:
+        want = profile(self.target).pin(package)
+        fix = None
+        for spelling in {package, normalize(package), package.replace("-", "_")}:
+            if f"{spelling}=={old}" in node.value or f"{spelling}[" in node.value:
+                new = re.sub(rf"({re.escape(spelling)}(?:\[[^\]]*\])?)=={re.escape(old)}(?![\w.])", rf"\g<1>=={want}", node.value)
+                if new != node.value:
+                    fix = Fix((Edit(node, node.with_changes(value=new)),), Safety.UNSAFE,
+                              description=f"pin {package}=={want}")
+                    break
+        self.report(node, found.message, fix)
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        parent = self.ctx.parent
+        if isinstance(parent, cst.Element):
+            return  # an argument list: visit_List/visit_Tuple
+        try:
+            value = node.evaluated_value
+        except Exception:  # a bytes or invalid literal: nothing to read
+            return
+        if not isinstance(value, str) or "pip" not in value:
+            return
+        for line_no, line in enumerate(value.splitlines() or [value], 1):
+            for p in command_pins(line, line_no):
+                for f in compare([p], self.target):
+                    self._finding(node, f, p.package, p.version)
+
+    def _sequence(self, node) -> None:
+        words: list[Optional[cst.SimpleString]] = []
+        for el in node.elements:
+            v = el.value
+            words.append(v if isinstance(v, cst.SimpleString) else None)
+        texts = []
+        for w in words:
+            try:
+                texts.append(w.evaluated_value if w is not None else "python")
+            except Exception:
+                texts.append("")
+        joined = " ".join(t if isinstance(t, str) else "" for t in texts)
+        if not _PIP.search(joined):
+            return
+        for w, t in zip(words, texts):
+            if w is None or not isinstance(t, str):
+                continue
+            got = _requirement(t)
+            if got:
+                for f in compare([Pin(got[0], got[1], 1, 0, len(t))], self.target):
+                    self._finding(w, f, got[0], got[1])
+
+    def visit_List(self, node: cst.List) -> None:
+        self._sequence(node)
+
+    def visit_Tuple(self, node: cst.Tuple) -> None:
+        self._sequence(node)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from porter import engine, registry
+from porter.platforms import PinnedVersionsRule, check_pin_file, iter_pin_files
 from porter.rules import Finding
 from porter.sources import (
     TMP_SUFFIX, copy_atomic, iter_other_files, iter_python_files, read_source, write_atomic,
@@ -163,6 +164,26 @@ def check_file(path: Path, settings: Settings) -> FileOutcome:
     except Exception as exc:  # a bug in porter outside the rules: report it against this file, go on
         return FileOutcome(name, "failed", _internal(exc))
     return FileOutcome(name, "unchanged", findings=tuple(FindingRecord.of(name, f) for f in result.findings))
+
+
+def check_pin_files(paths: Sequence[Path], settings: Settings) -> list[FileOutcome]:
+    """The requirement and constraint files under ``paths`` checked against the target's
+    profile (porter.platforms), when the target's pinned-versions rule is enabled."""
+    rule = next((r for r in settings.options().rules if isinstance(r, type) and issubclass(r, PinnedVersionsRule)
+                 and r.target == settings.target), None)
+    if rule is None:
+        return []
+    out = []
+    for path in iter_pin_files(paths):
+        name = display(path)
+        result = check_pin_file(path, settings.target)
+        if result.error:
+            out.append(FileOutcome(name, "failed", result.error))
+            continue
+        out.append(FileOutcome(name, "unchanged", findings=tuple(
+            FindingRecord(name, rule.code, f.message, rule.severity.value, f.line, f.column, f.line, f.end_column, False, None)
+            for f in result.findings)))
+    return out
 
 
 def verify_output(before: str, after: str) -> None:
@@ -379,6 +400,8 @@ def run(
             done(i, _task(t))
     outcomes = [r for r in results if r is not None]
     outcomes += [FileOutcome(display(p), "failed", msg) for p, msg in walk_errors]
+    if kind == "check":
+        outcomes += check_pin_files(paths, settings)
     if target is not None:
         py = {os.path.abspath(f) for f in files}
         for root in paths:
