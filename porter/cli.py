@@ -112,6 +112,21 @@ def _settings(paths: List[Path], target: Optional[str], select: List[str], ignor
     return settings
 
 
+def _with_data(settings: Settings, data: str) -> Settings:
+    """Settings with the --data bucket path (gs://bucket/prefix) for the data rules."""
+    import dataclasses
+
+    from porter.kits import KitError, check_data
+
+    try:
+        url = check_data(data, ("gs",))
+    except KitError as exc:
+        raise UsageError(str(exc)) from None
+    if not settings.unsafe_fixes:
+        say("porter: --data rewrites are unsafe fixes: add --unsafe-fixes to apply them (reported only now)")
+    return dataclasses.replace(settings, data=url or "")
+
+
 def _split(values: List[str]) -> List[str]:
     return [v.strip() for value in values for v in value.split(",") if v.strip()]
 
@@ -210,6 +225,7 @@ def migrate(
     verify_port: bool = typer.Option(False, "--verify", help="Then run the original script and its port side by side (`porter verify --script`). One file, with --out."),
     verify_steps: int = typer.Option(12, "--verify-steps", min=1, help="Optimizer steps that --verify compares."),
     verify_args: str = typer.Option("", "--verify-args", help="Arguments for both scripts in --verify, as one string (e.g. \"--epochs 1 --dropout 0\")."),
+    data: Optional[str] = typer.Option(None, "--data", help="gs://bucket/prefix: read the script's dataset root from Cloud Storage through fsspec/gcsfs (rules DT001/DT002; unsafe fixes, with --unsafe-fixes)."),
 ) -> None:
     """Rewrite code for the target. Without --write or --out: print a unified diff, write nothing.
 
@@ -222,6 +238,8 @@ def migrate(
         raise UsageError("--verify needs one script and --out DIR (the original must stay as it is to compare with)")
     _check_paths(paths)
     settings = _settings(paths, to, select, ignore, unsafe_fixes, time_limit, memory_limit)
+    if data is not None:
+        settings = _with_data(settings, data)
     mode = "write" if write else ("out" if out is not None else "diff")
     outcomes = _run("migrate", paths, settings, mode=mode, out_dir=out, jobs=jobs)
     if mode == "diff":

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from porter import engine, registry
+from porter.gcsdata import GcsDataRule
 from porter.platforms import PinnedVersionsRule, check_pin_file, iter_pin_files
 from porter.rules import Finding
 from porter.sources import (
@@ -53,13 +54,20 @@ class Settings:
     # space is capped at ``memory_mb`` MB above what it starts with.
     time_limit: float = DEFAULT_TIME_LIMIT
     memory_mb: int = DEFAULT_MEMORY_MB
+    # --data gs://bucket/prefix: the target's data rule (porter.gcsdata) runs, configured with it
+    data: str = ""
 
     @property
     def limited(self) -> bool:
         return self.time_limit > 0 or self.memory_mb > 0
 
     def options(self) -> engine.Options:
-        return engine.Options(registry.select(self.target, self.select, self.ignore), self.unsafe_fixes)
+        rules = registry.select(self.target, self.select, self.ignore)
+        if self.data:
+            rules = tuple(r for r in rules if not issubclass(r, GcsDataRule)) + tuple(
+                r.configured(self.data) for r in registry.rules_for(self.target)
+                if issubclass(r, GcsDataRule) and r.target == self.target)
+        return engine.Options(rules, self.unsafe_fixes)
 
     def validate(self, origin: str = "") -> None:
         """Raise UsageError for a select/ignore entry that names no rule of the target."""
