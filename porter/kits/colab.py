@@ -101,6 +101,8 @@ def build(port: Port, data: Optional[str], args: Sequence[str]) -> nbformat.Note
         ))
         env_prefix = "PJRT_DEVICE=TPU " if port.target == "torch-xla" else ""
         cells.append(v4.new_code_cell(f"!{env_prefix}python {shlex.join([name, *args])}\n"))
+    for i, c in enumerate(cells):  # stable ids: the same port gives the same notebook
+        c["id"] = f"porter-{i}"
     nb.cells = cells
     nbformat.validate(nb)
     return nb

@@ -19,10 +19,10 @@ _NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def _check_command(target: str) -> str:
-    prof = platforms.profile(target)
-    mod = prof.import_check
-    want = prof.pin(mod)
-    code = f'import {mod}, sys; sys.exit({mod}.__version__ != "{want}")'
+    """A shell command that succeeds when every pin of the target's profile is installed
+    (a missing package raises, which fails it too)."""
+    pins = dict(platforms.profile(target).pins)
+    code = f"import importlib.metadata as m, sys; sys.exit(any(m.version(n) != v for n, v in {pins!r}.items()))"
     return f"python3 -c {shlex.quote(code)} 2>/dev/null"
 
 
