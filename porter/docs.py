@@ -20,6 +20,13 @@ def catalogue_markdown(rules) -> str:
     return _TEMPLATE.get_template("rules_index.md.j2").render(rules=[RuleInfo.of(r) for r in rules])
 
 
+def tpu_markdown() -> str:
+    """docs/tpu.md: kits and the platform table, from porter.platforms (never typed by hand)."""
+    from porter import platforms
+
+    return _TEMPLATE.get_template("tpu.md.j2").render(table=platforms.version_table_markdown(), colab=platforms.COLAB)
+
+
 def render_all() -> dict[str, str]:
     """Relative path under docs/rules -> text, for every rule and the index."""
     from porter import registry
@@ -44,7 +51,8 @@ def main() -> None:
             old.unlink()
     for name, text in pages.items():
         (out / name).write_text(text, encoding="utf-8")
-    print(f"wrote {len(pages)} pages to {out}", file=sys.stderr)
+    (REPO / "docs" / "tpu.md").write_text(tpu_markdown(), encoding="utf-8")
+    print(f"wrote {len(pages)} pages to {out} and docs/tpu.md", file=sys.stderr)
 
 
 if __name__ == "__main__":

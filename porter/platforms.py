@@ -297,7 +297,7 @@ def requirement_pins(text: str) -> list[Pin]:
     return pins
 
 
-_PIP = re.compile(r"(?:^|[\s;&|(!`'\"])(?:(?:python[\d.]*|\S*/python[\d.]*|sys\.executable)\s+-m\s+)?(?:uv\s+)?pip[\d.]*\s+install\b")
+_PIP = re.compile(r"(?:^|[\s;&|(!%`'\"])(?:(?:python[\d.]*|\S*/python[\d.]*|sys\.executable)\s+-m\s+)?(?:uv\s+)?pip[\d.]*\s+install\b")
 
 
 def command_pins(line: str, lineno: int = 1) -> list[Pin]:
@@ -356,6 +356,17 @@ def check_shell_lines(lines: Iterable[tuple[int, str]], target: str) -> list[Pin
     """Findings for ``(line number, shell line)`` pairs: the hook for notebooks, whose
     ``!pip install`` / ``%pip install`` lines porter.notebook gives with their cell lines."""
     return compare([p for n, line in lines for p in command_pins(line, n)], target)
+
+
+def notebook_pin_findings(shell_lines: Iterable, target: str) -> list[tuple[int, PinFinding]]:
+    """``(cell number, finding)`` for a notebook's shell escapes: each item has ``cell``,
+    ``line`` (in the cell) and ``text``, as ``porter.notebook.shell_lines(nb)`` gives them.
+    The notebook check adds these to the notebook's findings (code: the target's PV rule)."""
+    out = []
+    for item in shell_lines:
+        for f in compare(command_pins(item.text, item.line), target):
+            out.append((item.cell, f))
+    return out
 
 
 def is_pin_file(path: Path) -> bool:

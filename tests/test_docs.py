@@ -11,6 +11,10 @@ def test_rule_docs_are_current():
     assert not stale and not extra, f"run `python -m porter.docs` (stale: {stale}, extra: {extra})"
 
 
+def test_tpu_doc_is_current():
+    assert (REPO / "docs" / "tpu.md").read_text(encoding="utf-8") == docs.tpu_markdown(), "run `python -m porter.docs`"
+
+
 def test_explain_prints_examples():
     from porter import registry
 
