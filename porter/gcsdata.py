@@ -54,14 +54,15 @@ NEEDS_LOCAL = {
 
 
 def _option_dest(call: cst.Call) -> Optional[str]:
+    """argparse's dest of an ``add_argument`` call: ``dest=`` or the first long option."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "dest":
+            return string_value(arg.value)
     for arg in call.args:
         if arg.keyword is None:
             s = string_value(arg.value)
             if s and s.startswith("--"):
                 return s[2:].replace("-", "_")
-    for arg in call.args:
-        if arg.keyword is not None and arg.keyword.value == "dest":
-            return string_value(arg.value)
     return None
 
 

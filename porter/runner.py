@@ -63,10 +63,11 @@ class Settings:
 
     def options(self) -> engine.Options:
         rules = registry.select(self.target, self.select, self.ignore)
-        if self.data:
+        if self.data:  # the target's data rule, configured with the bucket path (unless ignored)
             rules = tuple(r for r in rules if not issubclass(r, GcsDataRule)) + tuple(
                 r.configured(self.data) for r in registry.rules_for(self.target)
-                if issubclass(r, GcsDataRule) and r.target == self.target)
+                if issubclass(r, GcsDataRule) and r.target == self.target
+                and not any(r.code.startswith(i.upper()) or r.name == i for i in self.ignore))
         return engine.Options(rules, self.unsafe_fixes)
 
     def validate(self, origin: str = "") -> None:

@@ -169,3 +169,109 @@ def test_uses_that_need_local_files_are_reported_and_the_root_stays(tmp_path, bu
     assert f":{lines + 1}:" in run.stderr and "np.memmap maps a local file" in run.stderr
     assert f":{lines + 3}:" in run.stderr and "MNIST(download=True) downloads into a local folder" in run.stderr
     assert "dataset root left local" in run.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# The rewrite over several spellings of a dataset root and its loaders (no server needed)
+# ---------------------------------------------------------------------------------------
+URL = "gs://my-bucket/ds"
+
+
+def _fix(source: str, target: str = "torch-xla"):
+    from porter import engine, registry
+    from porter.gcsdata import GcsDataRule
+
+    rule = next(r for r in registry.rules_for(target) if issubclass(r, GcsDataRule) and r.target == target)
+    options = engine.Options((rule.configured(URL),), unsafe_fixes=True)
+    result = engine.fix(textwrap.dedent(source), options)
+    again = engine.fix(result.source if result.changed else textwrap.dedent(source), options)
+    assert not again.changed, "a second run changed the port"
+    return (result.source if result.changed else textwrap.dedent(source)), result.remaining
+
+
+@pytest.mark.parametrize("target", ["torch-xla", "jax"])
+@pytest.mark.parametrize("root_src,ref", [
+    ('parser.add_argument("--data_dir", type=str, default="data/")', "args.data_dir"),
+    ('parser.add_argument("-r", "--root", default="~/datasets")', "args.root"),
+    ('parser.add_argument("--data-path", default="./d", help="where")', "args.data_path"),
+    ('parser.add_argument("--in", dest="dataset_dir", default="./d")', "args.dataset_dir"),
+    ('DATA_ROOT = "/mnt/data"', "DATA_ROOT"),
+    ("data_dir = 'data'", "data_dir"),
+])
+def test_roots_and_loaders_in_several_spellings(root_src, ref, target):
+    src = f'''
+        import argparse, os
+        import numpy as np
+        import pandas as pd
+        from PIL import Image
+        import torch
+
+        parser = argparse.ArgumentParser()
+        {root_src}
+        args = parser.parse_args()
+        base = os.path.join({ref}, "train")
+        table = pd.read_csv(base + "/labels.csv")
+        image = Image.open(os.path.join(base, "0.png"))
+        weights = torch.load(os.path.join({ref}, "init.pt"), map_location="cpu")
+        raw = open(os.path.join({ref}, "raw.bin"), "rb").read()
+        other = np.load("unrelated.npy")
+    '''
+    out, remaining = _fix(src, target)
+    quote = '"' if 'default="' in root_src or '= "' in root_src else "'"
+    assert f"{quote}{URL}{quote}" in out
+    assert 'pd.read_csv(fsspec.open(base + "/labels.csv", "rb").open())' in out
+    assert 'Image.open(fsspec.open(os.path.join(base, "0.png"), "rb").open())' in out
+    assert f'torch.load(fsspec.open(os.path.join({ref}, "init.pt"), "rb").open(), map_location="cpu")' in out
+    assert f'fsspec.open(os.path.join({ref}, "raw.bin"), "rb").open().read()' in out
+    assert 'np.load("unrelated.npy")' in out  # not built from the root
+    assert "import fsspec" in out
+    assert not remaining
+
+
+@pytest.mark.parametrize("use,why", [
+    ('np.memmap(os.path.join(args.data, "x.bin"), dtype="float32", mode="r")', "np.memmap maps a local file"),
+    ("os.listdir(args.data)", "os.listdir lists a local folder"),
+    ('glob.glob(args.data + "/*.png")', "glob.glob lists local files"),
+    ('pathlib.Path(args.data) / "x"', "pathlib.Path collapses gs:// into gs:/"),
+    ("torchvision.datasets.ImageFolder(args.data)", "ImageFolder lists a local folder"),
+    ("torchvision.datasets.CIFAR10(root=args.data, train=True, download=True)", "CIFAR10(download=True) downloads"),
+])
+def test_local_only_uses_are_reported_and_the_root_left(use, why):
+    src = f'''
+        import argparse, glob, os, pathlib
+        import numpy as np
+        import torchvision
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--data", default="./data")
+        args = parser.parse_args()
+        x = np.load(os.path.join(args.data, "x.npy"))
+        y = {use}
+    '''
+    out, remaining = _fix(src)
+    assert out == textwrap.dedent(src)  # nothing rewritten: the script still needs local files
+    messages = [(f.position.line, f.message) for f in remaining]
+    assert any(line == 10 and why in m for line, m in messages), messages
+    assert any(line == 7 and "dataset root left local" in m for line, m in messages), messages
+
+
+def test_a_bucket_root_and_files_without_a_root_are_left_alone():
+    for src in ('import argparse\np = argparse.ArgumentParser()\np.add_argument("--data", default="gs://b-1/x")\n',
+                'import numpy as np\nx = np.load("data/x.npy")\n',
+                'import argparse\np = argparse.ArgumentParser()\np.add_argument("--lr", default="0.1")\n'):
+        out, remaining = _fix(src)
+        assert out == src and not remaining
+
+
+def test_migrate_data_needs_unsafe_fixes_and_a_bucket(tmp_path):
+    src = tmp_path / "t.py"
+    src.write_text('import argparse\nimport numpy as np\np = argparse.ArgumentParser()\np.add_argument("--data", default="d")\n'
+                   'a = p.parse_args()\nx = np.load(a.data + "/x.npy")\n')
+    run = subprocess.run([*PORTER, "migrate", str(src), "--select", "DT", "--data", URL], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout == "" and "add --unsafe-fixes" in run.stderr
+    bad = subprocess.run([*PORTER, "migrate", str(src), "--data", "/local/path"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "gs://BUCKET/PREFIX" in bad.stderr
+    off = subprocess.run([*PORTER, "migrate", str(src), "--select", "TX1", "--ignore", "DT", "--unsafe-fixes", "--data", URL],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert off.returncode == 0 and "fsspec" not in off.stdout
