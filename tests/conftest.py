@@ -47,6 +47,8 @@ FRAMEWORK_TESTS: dict[str, tuple[str, ...]] = {
     "test_verify_mxnet.py": ("mxnet", "xla"),
     # a port reading its data from a local Cloud Storage emulator trains under torch_xla
     "test_gcs_data.py::test_port_trains_*": ("xla",),
+    # the Colab kit's TPU check run with the real frameworks on the CPU
+    "test_kits.py::test_device_check_runs_and_refuses_a_cpu*": ("xla", "jax"),
     # JAX ports run (jitted steps, optax), and the MXNet originals they are compared with
     "test_gluon_jax_scripts.py::test_gluon_adam_optax_*": ("jax",),
     "test_gluon_jax_scripts.py::test_metrics_update_on_jax_arrays_*": ("jax",),

@@ -266,16 +266,18 @@ def test_notebook_validates(notebooks, key):
 
 def test_cells_follow_the_target(notebooks):
     xla = [c.source for c in notebooks["xla"].cells]
-    assert any("xr.global_runtime_device_count()" in s for s in xla)
+    assert any("xr.global_runtime_device_count()" in s and "subprocess.run" in s for s in xla)
     assert any("google.colab.auth" in s or "from google.colab import auth" in s for s in xla)
     assert any("gcsfs.GCSFileSystem()" in s for s in xla)
     assert xla[-1].strip() == "!PJRT_DEVICE=TPU python train_xla.py --epochs 1"
     assert any("write_text(" in s and "train_xla.py" in s for s in xla) and not any("%%writefile" in s for s in xla)
     jax_cells = [c.source for c in notebooks["jax"].cells]
-    assert any("jax.devices()" in s for s in jax_cells)
+    assert any("jax.devices()" in s and "subprocess.run([sys.executable, '-c', CHECK]" in s for s in jax_cells)
     assert any("drive.mount('/content/drive')" in s and "/content/drive/MyDrive/datasets/mnist" in s for s in jax_cells)
     assert jax_cells[-1].strip() == "!python train_jax.py"
     nb_cells = [c.source for c in notebooks["nb"].cells]
+    # a notebook port runs in the kernel, so the check does too (no child process)
+    assert any("xr.global_runtime_device_count()" in s and "subprocess" not in s for s in nb_cells)
     assert nb_cells[-2:] == ["!pip install -q torch_xla==2.9.0\nimport torch_xla\nimport torch",
                              "print(torch.ones(2, device=torch_xla.device()))"]
 
@@ -313,3 +315,16 @@ def test_notebook_json_is_stable(ports, tmp_path):
     porter("kit", "colab", ports / "train_xla.py", "--out", tmp_path)
     assert (tmp_path / "train_xla_colab.ipynb").read_bytes() == first
     json.loads(first)
+
+
+@pytest.mark.parametrize("key,printed", [("xla", "TPU device(s), device type CPU"), ("jax", "1 device(s): [CpuDevice(id=0)]")])
+def test_device_check_runs_and_refuses_a_cpu(notebooks, key, printed):
+    """The check cell's child-process code, run here on the CPU backend: it counts the devices
+    with the real framework and stops with its message, since there is no TPU."""
+    cell = next(c.source for c in notebooks[key].cells if "CHECK = " in c.source)
+    namespace: dict = {}
+    exec(cell.split("subprocess.run(")[0].split("import os, subprocess, sys\n")[1], namespace)
+    run = subprocess.run([sys.executable, "-c", namespace["CHECK"]], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PJRT_DEVICE": "CPU", "JAX_PLATFORMS": "cpu"})
+    assert run.returncode != 0 and printed in run.stdout, (run.stdout, run.stderr[-2000:])
+    assert "no TPU: choose a TPU runtime" in run.stderr

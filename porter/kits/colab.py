@@ -24,24 +24,35 @@ def install_requirements(target: str) -> list[str]:
     return words[2:]
 
 
-def _device_cell(target: str) -> str:
-    if target == "torch-xla":
-        return (
-            "# Is there a TPU, and how many chips? (Runtime > Change runtime type > TPU)\n"
-            "import os\n"
-            "os.environ.setdefault('PJRT_DEVICE', 'TPU')\n"
-            "import torch_xla\n"
-            "import torch_xla.runtime as xr\n"
-            "n = xr.global_runtime_device_count()\n"
-            "print(f'torch_xla {torch_xla.__version__}: {n} TPU device(s), device type {xr.device_type()}')\n"
-            "assert xr.device_type() == 'TPU', 'no TPU: choose a TPU runtime'\n"
-        )
+_TORCH_XLA_CHECK = (
+    "import torch_xla\n"
+    "import torch_xla.runtime as xr\n"
+    "n = xr.global_runtime_device_count()\n"
+    "print(f'torch_xla {torch_xla.__version__}: {n} TPU device(s), device type {xr.device_type()}')\n"
+    "assert xr.device_type() == 'TPU', 'no TPU: choose a TPU runtime'\n"
+)
+_JAX_CHECK = (
+    "import jax\n"
+    "devices = jax.devices()\n"
+    "print(f'jax {jax.__version__}: {len(devices)} device(s): {devices}')\n"
+    "assert devices[0].platform == 'tpu', 'no TPU: choose a TPU runtime'\n"
+)
+
+
+def _device_cell(target: str, in_kernel: bool) -> str:
+    """The TPU check. A script port runs in its own process, and a TPU is held by the one
+    process that opened it: then the check runs in a child process too, so the notebook's
+    kernel never holds the TPU. A notebook port runs in the kernel: the check does as well."""
+    code = _TORCH_XLA_CHECK if target == "torch-xla" else _JAX_CHECK
+    head = "# Is there a TPU, and how many chips? (Runtime > Change runtime type > TPU)\n"
+    if in_kernel:
+        env = "import os\nos.environ.setdefault('PJRT_DEVICE', 'TPU')\n" if target == "torch-xla" else ""
+        return head + env + code
     return (
-        "# Is there a TPU, and how many chips? (Runtime > Change runtime type > TPU)\n"
-        "import jax\n"
-        "devices = jax.devices()\n"
-        "print(f'jax {jax.__version__}: {len(devices)} device(s): {devices}')\n"
-        "assert devices[0].platform == 'tpu', 'no TPU: choose a TPU runtime'\n"
+        head + "# (in a child process: the kernel must not hold the TPU the port's process opens)\n"
+        "import os, subprocess, sys\n"
+        f"CHECK = {code!r}\n"
+        "subprocess.run([sys.executable, '-c', CHECK], check=True, env={**os.environ, 'PJRT_DEVICE': 'TPU'})\n"
     )
 
 
@@ -86,7 +97,7 @@ def build(port: Port, data: Optional[str], args: Sequence[str]) -> nbformat.Note
     cell = v4.new_code_cell(setup)
     cell.metadata["tags"] = [SETUP_TAG]
     cells.append(cell)
-    cells.append(v4.new_code_cell(_device_cell(port.target)))
+    cells.append(v4.new_code_cell(_device_cell(port.target, in_kernel=port.kind == "notebook")))
     if data:
         cells.append(v4.new_code_cell(_data_cell(data)))
     if port.kind == "notebook":
