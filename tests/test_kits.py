@@ -157,6 +157,7 @@ def test_dry_run_transcript_command_by_command(kits, key):
         if step_of(c) in ("install", "stage", "run", "scp"):
             assert "--worker=all" in c
     remote_run = _value(next(c for c in cmds if step_of(c) == "run"), "--command")
+    assert remote_run.startswith("set -o pipefail; ") and remote_run.endswith("2>&1 | tee out/run.log")
     tail = shlex.join(args) if args else ""
     if prof.target == "torch-xla":
         assert f"PJRT_DEVICE=TPU python3 {port}" in remote_run
@@ -237,7 +238,9 @@ def test_kit_errors_are_usage_errors(ports, tmp_path):
     assert plain.returncode == 2 and "imports neither torch_xla nor jax" in plain.stderr
     data = porter("kit", "colab", ports / "train_xla.py", "--out", tmp_path / "d", "--data", "s3://x", check=False)
     assert data.returncode == 2 and "gs://BUCKET/PREFIX or drive:PATH" in data.stderr
-    assert not (tmp_path / "a").exists() and not (tmp_path / "d").exists()
+    nb = porter("kit", "tpu-vm", ports / "nb_port.ipynb", "--out", tmp_path / "e", check=False)
+    assert nb.returncode == 2 and "a TPU VM runs scripts" in nb.stderr
+    assert not (tmp_path / "a").exists() and not (tmp_path / "d").exists() and not (tmp_path / "e").exists()
 
 
 # ---------------------------------------------------------------------------------------
