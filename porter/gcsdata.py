@@ -10,7 +10,8 @@ object (:data:`FILE_READERS`: ``open``, ``np.load``, ``torch.load``, ``PIL.Image
 ``pandas.read_csv``...) are given ``fsspec.open(path, "rb").open()`` (``open`` becomes
 ``fsspec.open``), which reads ``gs://`` through gcsfs and local paths as before; the root then
 becomes the bucket path. What needs a local folder (``np.memmap``, a torchvision dataset
-with ``download=True``, ``ImageFolder``, ``os.listdir``, ``glob``, ``pathlib.Path``) is
+with ``download=True``, ``ImageFolder``, ``os.listdir``, ``glob``, ``pathlib.Path``; and
+writers given a data path: ``torch.save``, ``np.save``, ``open`` in a write mode) is
 reported at its line, and the root is then left as it is: stage the data to local disk
 (``gcloud storage cp -r`` / ``rsync``, as the TPU VM kit's stage.sh does).
 """
@@ -50,7 +51,23 @@ NEEDS_LOCAL = {
     "pathlib.Path": "pathlib.Path collapses gs:// into gs:/",
     "torchvision.datasets.ImageFolder": "ImageFolder lists a local folder",
     "torchvision.datasets.DatasetFolder": "DatasetFolder lists a local folder",
+    # writers given a path open it with the builtin open(): a gs:// path fails there
+    "torch.save": "torch.save writes a local file",
+    "numpy.save": "np.save writes a local file",
+    "numpy.savez": "np.savez writes a local file",
+    "numpy.savez_compressed": "np.savez_compressed writes a local file",
+    "numpy.savetxt": "np.savetxt writes a local file",
+    "shutil.copy": "shutil.copy copies local files",
+    "shutil.copytree": "shutil.copytree copies local folders",
 }
+
+
+def _open_mode(call: cst.Call) -> str:
+    for i, arg in enumerate(call.args):
+        if (arg.keyword is None and i == 1) or (arg.keyword is not None and arg.keyword.value == "mode"):
+            return string_value(arg.value) or "?"
+    return "r"
+
 
 
 def _option_dest(call: cst.Call) -> Optional[str]:
@@ -177,6 +194,8 @@ class GcsDataRule(Rule):
                         why = f"{name.rsplit('.', 1)[-1]}(download=True) downloads into a local folder"
                     if why is None and name and name.startswith("torchvision.datasets."):
                         why = f"{name.rsplit('.', 1)[-1]} reads a local folder"
+                    if why is None and name == "builtins.open" and not set(_open_mode(node)) <= set("rbt"):
+                        why = f"open(..., {_open_mode(node)!r}) writes a file that must be closed to reach the bucket"
                     if why and any(mentions(facts, a.value) for a in node.args):
                         cached.append((node, why))
 
@@ -207,11 +226,12 @@ class GcsDataRule(Rule):
         if not facts.roots:
             return
         name = self.ctx.qualname(node.func)
-        if name in NEEDS_LOCAL or (name and name.startswith("torchvision.datasets.")):
-            for use, why in self._local_uses():
+        local = self._local_uses()
+        if any(use is node for use, _ in local):
+            for use, why in local:
                 if use is node:
-                    self.report(node, f"{why}: it cannot read gs:// paths; stage the data to local disk "
-                                      "(gcloud storage cp -r / rsync; the TPU VM kit's stage.sh) and read it there")
+                    self.report(node, f"{why}, not through fsspec: a gs:// path fails there; keep the data on local "
+                                      "disk (stage it: gcloud storage cp -r / rsync, the TPU VM kit's stage.sh)")
             return
         if name not in FILE_READERS or self.data_url is None:
             return

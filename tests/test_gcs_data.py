@@ -235,11 +235,15 @@ def test_roots_and_loaders_in_several_spellings(root_src, ref, target):
     ('pathlib.Path(args.data) / "x"', "pathlib.Path collapses gs:// into gs:/"),
     ("torchvision.datasets.ImageFolder(args.data)", "ImageFolder lists a local folder"),
     ("torchvision.datasets.CIFAR10(root=args.data, train=True, download=True)", "CIFAR10(download=True) downloads"),
+    ('torch.save(x, os.path.join(args.data, "x.pt"))', "torch.save writes a local file"),
+    ('np.save(args.data + "/y.npy", x)', "np.save writes a local file"),
+    ('open(os.path.join(args.data, "log.txt"), "a")', "open(..., 'a') writes a file"),
 ])
 def test_local_only_uses_are_reported_and_the_root_left(use, why):
     src = f'''
         import argparse, glob, os, pathlib
         import numpy as np
+        import torch
         import torchvision
 
         parser = argparse.ArgumentParser()
@@ -251,8 +255,8 @@ def test_local_only_uses_are_reported_and_the_root_left(use, why):
     out, remaining = _fix(src)
     assert out == textwrap.dedent(src)  # nothing rewritten: the script still needs local files
     messages = [(f.position.line, f.message) for f in remaining]
-    assert any(line == 10 and why in m for line, m in messages), messages
-    assert any(line == 7 and "dataset root left local" in m for line, m in messages), messages
+    assert any(line == 11 and why in m for line, m in messages), messages
+    assert any(line == 8 and "dataset root left local" in m for line, m in messages), messages
 
 
 def test_a_bucket_root_and_files_without_a_root_are_left_alone():

@@ -12,7 +12,8 @@ class GcsDataRoot(GcsDataRule):
     `fsspec.open()`): `np.load`, `torch.load`, `PIL.Image.open`, `pandas.read_csv`...; and
     sets the root to the bucket path. Reports, at their line, the uses that need a local
     folder (`np.memmap`, torchvision datasets with `download=True`, `ImageFolder`,
-    `os.listdir`, `glob`, `pathlib.Path`); the root is then left local (stage the data).
+    `os.listdir`, `glob`, `pathlib.Path`) and the writers given a data path (`torch.save`,
+    `np.save`, `open()` in a write mode); the root is then left local (stage the data).
 
     ## Why
     On a TPU VM or in Colab the data lives in Cloud Storage. fsspec with gcsfs reads `gs://`
