@@ -7,8 +7,8 @@ a fact the sources do not give is ``None`` here and "unknown" in docs/tpu.md (wh
 documented install command of the target instead of a guessed version.
 
 The pin check (:func:`check_pins`) reads requirement files (``requirements*.txt``,
-``constraints*.txt``) and ``pip install`` command lines (a script's shell strings, a
-notebook's ``!pip install`` lines) and reports each pinned version of a package that the
+``constraints*.txt``) and ``pip install`` command lines (shell scripts and Dockerfiles, a
+Python file's command strings, a notebook's ``!pip install`` lines) and reports each pinned version of a package that the
 target's profile pins differently. The PV rules (``codemods/*/pv00*_pinned_versions.py``)
 report it inside Python files; ``porter check`` calls :func:`check_pin_file` for the
 requirement files among the paths it checks.
@@ -16,6 +16,7 @@ requirement files among the paths it checks.
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -247,6 +248,7 @@ def version_table_markdown() -> str:
 # Pin check
 # --------------------------------------------------------------------------------------
 PIN_FILE_PATTERNS = ("requirements*.txt", "constraints*.txt")
+SHELL_FILE_PATTERNS = ("*.sh", "Dockerfile", "Dockerfile.*", "*.dockerfile")
 
 
 def normalize(name: str) -> str:
@@ -369,29 +371,32 @@ def notebook_pin_findings(shell_lines: Iterable, target: str) -> list[tuple[int,
     return out
 
 
-def is_pin_file(path: Path) -> bool:
-    return any(fnmatch.fnmatch(path.name, pat) for pat in PIN_FILE_PATTERNS)
+def pin_file_kind(path: Path) -> Optional[str]:
+    """"requirements" for a requirements/constraints file, "shell" for a shell script or a
+    Dockerfile (its ``pip install`` lines), None for any other file."""
+    if any(fnmatch.fnmatch(path.name, pat) for pat in PIN_FILE_PATTERNS):
+        return "requirements"
+    if any(fnmatch.fnmatch(path.name, pat) for pat in SHELL_FILE_PATTERNS):
+        return "shell"
+    return None
 
 
 def iter_pin_files(paths: Iterable[Path]) -> Iterator[Path]:
-    """The requirement and constraint files among ``paths`` (folders walked, hidden and
+    """The requirement, constraint and shell files among ``paths`` (folders walked, hidden and
     virtual-env folders skipped), each once, in a stable order."""
     seen: set[str] = set()
     for root in paths:
         root = Path(root)
         found: list[Path] = []
         if root.is_file():
-            if is_pin_file(root):
+            if pin_file_kind(root):
                 found.append(root)
         elif root.is_dir():
-            for f in sorted(root.rglob("*.txt")):
-                rel = f.relative_to(root).parts[:-1]
-                if any(part.startswith(".") or part in SKIP_DIRS for part in rel):
-                    continue
-                if is_pin_file(f):
-                    found.append(f)
+            for folder, dirnames, filenames in os.walk(root):
+                dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS)
+                found += [Path(folder) / f for f in sorted(filenames) if pin_file_kind(Path(f))]
         for f in found:
-            key = str(f.resolve())
+            key = os.path.realpath(f)
             if key not in seen:
                 seen.add(key)
                 yield f
@@ -412,8 +417,8 @@ def check_pin_file(path: Path, target: str) -> PinFileResult:
     except OSError as exc:
         return PinFileResult(path, error=f"cannot read: {exc.strerror or exc}")
     except UnicodeDecodeError:
-        return PinFileResult(path, error="not UTF-8 text; a requirements file must be")
-    return PinFileResult(path, tuple(check_pins(text, target, "requirements")))
+        return PinFileResult(path, error="not UTF-8 text; porter reads requirement and shell files as UTF-8")
+    return PinFileResult(path, tuple(check_pins(text, target, pin_file_kind(path) or "requirements")))
 
 
 # --------------------------------------------------------------------------------------

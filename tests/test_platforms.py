@@ -100,6 +100,18 @@ def test_requirement_pins_positions():
     assert [(p.package, p.line, p.column) for p in pins] == [("torch", 2, 2), ("torch_xla", 3, 1)]
 
 
+def _records(data):
+    """Every finding record in porter check's JSON, whatever its nesting."""
+    if isinstance(data, dict):
+        if "code" in data and "message" in data and "line" in data:
+            yield data
+        for v in data.values():
+            yield from _records(v)
+    elif isinstance(data, list):
+        for v in data:
+            yield from _records(v)
+
+
 def test_porter_check_reads_requirement_files(tmp_path):
     (tmp_path / "requirements.txt").write_text("torch==2.1.0\ntorch_xla==2.9.0\n")
     (tmp_path / "sub").mkdir()
@@ -110,6 +122,8 @@ def test_porter_check_reads_requirement_files(tmp_path):
     (tmp_path / "run.py").write_text("import subprocess\nsubprocess.run('pip install torch_xla==2.0', shell=True)\n")
     (tmp_path / "bad-requirements.txt").write_bytes(b"\xff\xfe\x00")
     (tmp_path / "requirements-bad.txt").write_bytes(b"torch==\xff\n")
+    (tmp_path / "setup_tpu.sh").write_text("#!/bin/sh\nset -e\npython3 -m pip install -q torch==2.9.0 'torch_xla[tpu]==2.4.0'\n")
+    (tmp_path / "Dockerfile").write_text("FROM python:3.11\nRUN pip install --no-cache-dir torch==2.3.1\n")
 
     def check(*extra):
         run = subprocess.run([sys.executable, "-m", "porter", "check", str(tmp_path), "--format", "json", *extra],
@@ -122,6 +136,8 @@ def test_porter_check_reads_requirement_files(tmp_path):
     assert "requirements.txt" in text and "torch==2.1.0" in text and "run.py" in text and "torch_xla==2.0" in text
     assert "notes.txt" not in text and ".venv" not in text and "jax==0.4.1" not in text
     assert "requirements-bad.txt" in text and "not UTF-8" in text
+    records = {(r["path"].rsplit("/", 1)[-1], r["line"], r["message"].split(" does")[0]) for r in _records(data)}
+    assert ("setup_tpu.sh", 3, "torch_xla==2.4.0") in records and ("Dockerfile", 2, "torch==2.3.1") in records
     rc, data = check("--target", "jax")
     assert "jax==0.4.1" in json.dumps(data) and "torch==2.1.0" not in json.dumps(data)
     rc, data = check("--ignore", "PV")

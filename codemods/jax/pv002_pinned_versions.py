@@ -9,7 +9,8 @@ class PinnedVersions(PinnedVersionsRule):
     or `subprocess`, or an argument list `[sys.executable, "-m", "pip", "install", ...]`)
     that pins `jax`, `jaxlib`, `flax` or `optax` to another version than porter's JAX
     profile (jax 0.10.2, flax 0.12.8, optax 0.2.8; docs/tpu.md). `porter check --target jax`
-    reports the same in `requirements*.txt` and `constraints*.txt` files.
+    reports the same in `requirements*.txt` and `constraints*.txt` files, shell scripts
+    and Dockerfiles.
 
     ## Why
     The port is written for these versions' APIs: `nnx.Optimizer(model, tx, wrt=nnx.Param)`

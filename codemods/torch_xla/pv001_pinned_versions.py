@@ -9,7 +9,8 @@ class PinnedVersions(PinnedVersionsRule):
     or `subprocess`, or an argument list `[sys.executable, "-m", "pip", "install", ...]`)
     that pins `torch` or `torch_xla` to another version than porter's torch-xla profile
     (torch 2.9.0, torch_xla 2.9.0; docs/tpu.md). `porter check` reports the same in
-    `requirements*.txt` and `constraints*.txt` files among the paths it checks.
+    `requirements*.txt` and `constraints*.txt` files, shell scripts and Dockerfiles among the
+    paths it checks.
 
     ## Why
     The port is written for the torch_xla 2.9 API and tested with torch 2.9.0: torch_xla
