@@ -447,6 +447,9 @@ def kit_tpu_vm(
         files = tpu_vm.write_kit(port, out, accelerator, zone, project, name, data, target, tuple(ctx.args))
     except KitError as exc:
         raise UsageError(str(exc)) from None
+    note = tpu_vm.zone_note(accelerator, zone)
+    if note:
+        say(f"porter: warning: {note}")
     say(f"porter kit tpu-vm: wrote {len(files)} files to {out}; start with {out / 'all.sh'} --dry-run")
 
 
