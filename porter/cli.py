@@ -418,6 +418,10 @@ def kit_colab(
     data: Optional[str] = typer.Option(None, "--data", help="gs://bucket/prefix (gcsfs, Colab auth) or drive:PATH (Drive mount)."),
 ) -> None:
     """A Colab notebook: install the pins, check the TPU, reach the data, run the port (arguments after --)."""
+    try:
+        import nbformat  # noqa: F401
+    except ModuleNotFoundError:
+        raise UsageError("porter kit colab needs nbformat: pip install 'porter[notebooks]'") from None
     from porter.kits import KitError, colab
 
     try:
