@@ -332,3 +332,36 @@ def test_device_check_runs_and_refuses_a_cpu(notebooks, key, printed):
                          env={**os.environ, "PJRT_DEVICE": "CPU", "JAX_PLATFORMS": "cpu"})
     assert run.returncode != 0 and printed in run.stdout, (run.stdout, run.stderr[-2000:])
     assert "no TPU: choose a TPU runtime" in run.stderr
+
+
+@pytest.mark.parametrize("code,target", [
+    ("import torch_xla.core.xla_model as xm\n", "torch-xla"),
+    ("from torch_xla import runtime as xr\n", "torch-xla"),
+    ("import torch\nimport torch_xla\n", "torch-xla"),
+    ("from flax import nnx\n", "jax"),
+    ("import jax.numpy as jnp\n", "jax"),
+    ("import optax\n", "jax"),
+    ("def f():\n    import jax\n", "jax"),
+    ("import torch\n", None),
+    ("from . import jax\n", None),
+])
+def test_target_detection(code, target):
+    from porter.kits import detect_target
+
+    assert detect_target(code) == target
+
+
+@pytest.mark.parametrize("fixture,target", [("fixtures/torch_xla/mnist_cnn/expected.py", "torch-xla"),
+                                            ("fixtures/jax/mlp/expected.py", "jax")])
+def test_kits_for_porters_own_ports(fixture, target, tmp_path):
+    """The expected ports of porter's fixtures: the target is detected, both kits are written."""
+    port = ROOT / fixture
+    porter("kit", "tpu-vm", port, "--out", tmp_path / "vm", "--", "--epochs", "1")
+    env = (tmp_path / "vm" / "env.sh").read_text()
+    assert f"TARGET={target}" in env and (tmp_path / "vm" / "code" / "expected.py").read_bytes() == port.read_bytes()
+    cmds = transcript(tmp_path / "vm")
+    assert [step_of(c) for c in cmds].count("run") == 1
+    porter("kit", "colab", port, "--out", tmp_path / "colab")
+    nb = nbformat.read(tmp_path / "colab" / "expected_colab.ipynb", 4)
+    nbformat.validate(nb)
+    assert target in _setup(nb)
