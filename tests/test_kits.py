@@ -151,7 +151,7 @@ def test_dry_run_transcript_command_by_command(kits, key):
     assert step_of(cmds[0]) == "describe"
     install = _value(next(c for c in cmds if step_of(c) == "install"), "--command")
     for name, version in prof.pins:
-        assert repr(name) in install and repr(version) in install
+        assert f"\"{name}\": \"{version}\"" in install
     assert shlex.split(prof.tpu_install[0])[2] in install
     for c in cmds:
         if step_of(c) in ("install", "stage", "run", "scp"):
@@ -166,11 +166,24 @@ def test_dry_run_transcript_command_by_command(kits, key):
     assert shlex.split(remote_run.split(port, 1)[1].split(" 2>&1")[0]) == args, tail
     if data:
         stage = _value(next(c for c in cmds if step_of(c) == "stage"), "--command")
-        assert "gs://" in stage and "gcsfs" in install
+        assert "gs://" in stage and "gcsfs" in install.split("||")[1] and '["gcsfs"]' in install.split("||")[0]
     fetch_workers = [_value(c, "--worker") for c in cmds if step_of(c) == "fetch"]
     assert fetch_workers == [str(w) for w in range(hosts)]
     delete = next(c for c in cmds if step_of(c) == "delete")
     assert ("queued-resources" in delete) == bool(acc.queued)
+
+
+@pytest.mark.parametrize("key", ["v5e-8-xla", "v4-8-jax"])
+def test_install_check_runs_here(kits, key):
+    """The install step's check, run in this venv (which holds porter's pins and gcsfs): it
+    passes; with a pin it cannot meet it fails, so the install runs."""
+    check = subprocess.run(["bash", "-c", "source env.sh; echo \"$CHECK\""], cwd=kits[key], capture_output=True, text=True)
+    command = check.stdout.strip().replace("python3 ", shlex.quote(sys.executable) + " ", 1)
+    assert subprocess.run(["bash", "-c", command], capture_output=True).returncode == 0, command
+    wrong = command.replace("2.9.0", "0.0.1").replace("0.10.2", "0.0.1")
+    assert subprocess.run(["bash", "-c", wrong], capture_output=True).returncode != 0
+    missing = command.replace('"gcsfs"', '"no-such-package-porter"')
+    assert subprocess.run(["bash", "-c", missing], capture_output=True).returncode != 0
 
 
 def test_jax_kit_ships_the_launcher_that_initializes_multi_host(kits):

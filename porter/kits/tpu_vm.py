@@ -3,6 +3,7 @@ every worker, stage the data from Cloud Storage, copy and run the port, fetch th
 delete the VM. Every script shares ``env.sh``, has ``set -euo pipefail`` and ``--dry-run``."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -18,11 +19,12 @@ STEPS = ("create", "install", "stage", "copy", "run", "fetch", "delete")
 _NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
-def _check_command(target: str) -> str:
-    """A shell command that succeeds when every pin of the target's profile is installed
-    (a missing package raises, which fails it too)."""
+def _check_command(target: str, extra: Sequence[str] = ()) -> str:
+    """A shell command that succeeds when every pin of the target's profile is installed and
+    each of ``extra`` is (any version); a missing package raises, which fails it too."""
     pins = dict(platforms.profile(target).pins)
-    code = f"import importlib.metadata as m, sys; sys.exit(any(m.version(n) != v for n, v in {pins!r}.items()))"
+    code = (f"import importlib.metadata as m, sys; [m.version(n) for n in {json.dumps(list(extra))}]; "
+            f"sys.exit(any(m.version(n) != v for n, v in {json.dumps(pins)}.items()))")
     return f"python3 -c {shlex.quote(code)} 2>/dev/null"
 
 
@@ -58,13 +60,14 @@ def write_kit(port_path: Path, out: Path, accelerator: str = "v5litepod-8", zone
     if out.exists() and not out.is_dir():
         raise KitError(f"--out {out} exists and is not a folder")
     prof = platforms.profile(port.target)
-    install_words = shlex.split(prof.tpu_install[0])[2:] + (["gcsfs"] if data else [])
+    extra = ["gcsfs"] if data else []
+    install_words = shlex.split(prof.tpu_install[0])[2:] + extra
     q = shlex.quote
     values = dict(
         project=q(project or ""), zone=q(zone), name=q(name), accelerator=q(acc.name), runtime=q(acc.runtime),
         queued="1" if acc.queued else "0", hosts="" if acc.hosts is None else str(acc.hosts),
         target=port.target, install=q(" ".join(q(w) for w in install_words)),
-        check=q(_check_command(port.target)), data=q(data or ""), port=q(port.path.name),
+        check=q(_check_command(port.target, extra)), data=q(data or ""), port=q(port.path.name),
         args=" ".join(q(a) for a in args),
     )
     env = environment()
