@@ -25,6 +25,7 @@ from typing import Iterable, Iterator, Optional
 
 import libcst as cst
 
+from porter.astutil import string_value
 from porter.rules import Edit, Fix, Rule, Safety, Severity
 from porter.sources import SKIP_DIRS
 
@@ -65,10 +66,6 @@ class Profile:
         key = normalize(package)
         return next((v for n, v in self.pins if normalize(n) == key), None)
 
-    @property
-    def import_check(self) -> str:
-        return {"torch-xla": "torch_xla", "jax": "jax"}[self.target]
-
 
 PROFILES: dict[str, Profile] = {
     "torch-xla": Profile(
@@ -84,9 +81,6 @@ PROFILES: dict[str, Profile] = {
         sources=("jax", "facts"),
     ),
 }
-# Packages a target's port must not be pinned to another version of, and the packages of
-# the other target (a torch_xla port pinning jax is none of this check's business).
-DATA_PACKAGES = ("gcsfs", "fsspec")
 
 
 def profile(target: str) -> Profile:
@@ -446,38 +440,25 @@ class PinnedVersionsRule(Rule):
         self.report(node, found.message, fix)
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        parent = self.ctx.parent
-        if isinstance(parent, cst.Element):
-            return  # an argument list: visit_List/visit_Tuple
-        try:
-            value = node.evaluated_value
-        except Exception:  # a bytes or invalid literal: nothing to read
-            return
-        if not isinstance(value, str) or "pip" not in value:
+        # a whole command in one string (also as a list element: ["pip install torch==2.1"]);
+        # a bare requirement element of an argument list is _sequence's
+        value = string_value(node)
+        if value is None or "pip" not in value:
             return
         for line_no, line in enumerate(value.splitlines() or [value], 1):
             for p in command_pins(line, line_no):
                 for f in compare([p], self.target):
                     self._finding(node, f, p.package, p.version)
 
-    def _sequence(self, node) -> None:
-        words: list[Optional[cst.SimpleString]] = []
-        for el in node.elements:
-            v = el.value
-            words.append(v if isinstance(v, cst.SimpleString) else None)
-        texts = []
-        for w in words:
-            try:
-                texts.append(w.evaluated_value if w is not None else "python")
-            except Exception:
-                texts.append("")
-        joined = " ".join(t if isinstance(t, str) else "" for t in texts)
-        if not _PIP.search(joined):
+    def _sequence(self, node: cst.List | cst.Tuple) -> None:
+        """``[sys.executable, "-m", "pip", "install", "torch==2.1"]``: the words joined (a
+        non-string word stands for the interpreter), each requirement word checked."""
+        words = [el.value if isinstance(el.value, cst.SimpleString) else None for el in node.elements]
+        texts = [string_value(w) if w is not None else "python" for w in words]
+        if not _PIP.search(" ".join(t or "" for t in texts)):
             return
         for w, t in zip(words, texts):
-            if w is None or not isinstance(t, str):
-                continue
-            got = _requirement(t)
+            got = _requirement(t) if w is not None and t else None
             if got:
                 for f in compare([Pin(got[0], got[1], 1, 0, len(t))], self.target):
                     self._finding(w, f, got[0], got[1])

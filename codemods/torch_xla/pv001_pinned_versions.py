@@ -56,8 +56,19 @@ class PinnedVersions(PinnedVersionsRule):
             unsafe=True,
             title="an argument list",
         ),
+        Example(
+            """
+            STEPS = ["apt-get update", "pip install torch_xla==2.8.0"]
+            """,
+            """
+            STEPS = ["apt-get update", "pip install torch_xla==2.9.0"]
+            """,
+            unsafe=True,
+            title="a list of commands",
+        ),
     ]
     valid = [
+        "cmds = ['pip install torch==2.9.0', 'echo torch==2.1.0']\n",
         "import os\nos.system('pip install torch==2.9.0 torch_xla==2.9.0')\n",
         "import os\nos.system('pip install numpy==1.26.4 torch~=2.1')\n",
         "x = ['torch==2.1.0']\n",
