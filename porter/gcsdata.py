@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import ClassVar, Optional
 
 import libcst as cst
+from libcst.helpers import parse_template_expression
 
 from porter.astutil import string_value
 from porter.context import dotted_name
@@ -254,10 +255,7 @@ class GcsDataRule(Rule):
             return
         if _already_wrapped(arg.value):
             return
-        wrapped = cst.parse_expression(f'{fsspec}.open(x, "rb").open()')
-        inner = wrapped.func.value  # fsspec.open(x, "rb")
-        wrapped = wrapped.with_changes(func=wrapped.func.with_changes(value=inner.with_changes(
-            args=(inner.args[0].with_changes(value=arg.value), *inner.args[1:]))))
+        wrapped = parse_template_expression(f'{fsspec}.open({{path}}, "rb").open()', path=arg.value)
         short = (dotted_name(node.func) or name)
         self.report(node, f"{short}() of a data path reads it through fsspec.open(..., 'rb') (gs:// through gcsfs)",
                     Fix((Edit(arg, arg.with_changes(value=wrapped)),), Safety.UNSAFE, imports=("fsspec",)))
