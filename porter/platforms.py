@@ -37,6 +37,9 @@ SOURCES: dict[str, tuple[str, str]] = {
     "zones": ("TPU regions and zones (Cloud TPU docs)", "https://cloud.google.com/tpu/docs/regions-zones"),
     "v5e": ("TPU v5e: system architecture and configurations (Cloud TPU docs)", "https://cloud.google.com/tpu/docs/v5e"),
     "v6e": ("Trillium (v6e) introduction (Cloud TPU docs)", "https://cloud.google.com/tpu/docs/v6e-intro"),
+    "v4": ("TPU v4: system architecture (Cloud TPU docs: two TensorCores per chip)", "https://cloud.google.com/tpu/docs/v4"),
+    "v5p": ("TPU v5p: configurations (Cloud TPU docs: cores, chips and hosts per topology)",
+            "https://cloud.google.com/tpu/docs/v5p-training"),
     "queued": ("gcloud compute tpus queued-resources create (Cloud SDK reference)",
                "https://cloud.google.com/sdk/gcloud/reference/compute/tpus/queued-resources/create"),
     "torch_xla": ("PyTorch/XLA README, installation on a TPU VM (torch_xla 2.9.0 on PyPI)", "https://pypi.org/project/torch-xla"),
@@ -101,9 +104,10 @@ class Family:
     prefix: str  # accelerator-type prefix: "v5litepod" for v5e
     runtime: str  # TPU VM software version for PyTorch and JAX
     zones: tuple[str, ...]  # documented zones ("" entries never)
-    # the number in the accelerator type counts chips (v5e, v6e) or TensorCores (2 per chip: v2-v5p)
+    # the number in the accelerator type counts chips (v5e, v6e) or TensorCores (v2-v5p)
     counts: str
-    chips_per_host: Optional[int]
+    cores_per_chip: Optional[int]  # for a family that counts cores; None: not documented in the sources
+    chips_per_host: Optional[int]  # None: not documented in the sources
     queued: Optional[bool]  # True: documented as provisioned through queued resources (or GKE)
     sizes: tuple[int, ...]  # accelerator types listed in the table (others are accepted too)
     sources: tuple[str, ...]
@@ -111,18 +115,18 @@ class Family:
 
 
 FAMILIES: tuple[Family, ...] = (
-    Family("v2", "v2", "tpu-ubuntu2204-base", ("us-central1-b", "us-central1-c"), "cores", 4, False, (8,),
+    Family("v2", "v2", "tpu-ubuntu2204-base", ("us-central1-b", "us-central1-c"), "cores", None, None, False, (8,),
            ("runtimes", "zones"), "v2-8 zones; larger v2 slices: us-central1-a"),
-    Family("v3", "v3", "tpu-ubuntu2204-base", ("us-central1-a", "us-central1-b"), "cores", 4, False, (8,),
+    Family("v3", "v3", "tpu-ubuntu2204-base", ("us-central1-a", "us-central1-b"), "cores", None, None, False, (8,),
            ("runtimes", "zones")),
-    Family("v4", "v4", "tpu-ubuntu2204-base", ("us-central2-b",), "cores", 4, False, (8, 16, 32),
-           ("runtimes", "zones")),
+    Family("v4", "v4", "tpu-ubuntu2204-base", ("us-central2-b",), "cores", 2, None, False, (8, 16, 32),
+           ("runtimes", "zones", "v4")),
     Family("v5e", "v5litepod", "v2-alpha-tpuv5-lite", ("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a"),
-           "chips", 8, False, (1, 4, 8, 16, 32), ("runtimes", "zones", "v5e")),
-    Family("v5p", "v5p", "v2-alpha-tpuv5", ("us-central1-a", "us-east5-a"), "cores", 4, False, (8, 16, 32),
-           ("runtimes", "zones")),
+           "chips", None, 8, False, (1, 4, 8, 16, 32), ("runtimes", "zones", "v5e")),
+    Family("v5p", "v5p", "v2-alpha-tpuv5", ("us-central1-a", "us-east5-a"), "cores", 2, 4, False, (8, 16, 32),
+           ("runtimes", "zones", "v5p")),
     Family("v6e", "v6e", "v2-alpha-tpuv6e", ("us-central1-b", "us-east1-d", "us-east5-a", "us-east5-b", "europe-west4-a"),
-           "chips", None, True, (1, 4, 8, 16, 32), ("runtimes", "zones", "v6e"),
+           "chips", None, None, True, (1, 4, 8, 16, 32), ("runtimes", "zones", "v6e"),
            "provisioned as queued resources or through GKE"),
 )
 
@@ -138,8 +142,12 @@ class Accelerator:
         return self.family.runtime
 
     @property
-    def chips(self) -> int:
-        return self.size if self.family.counts == "chips" else max(1, self.size // 2)
+    def chips(self) -> Optional[int]:
+        """Chips of the slice; None where the sources give no cores per chip."""
+        if self.family.counts == "chips":
+            return self.size
+        per = self.family.cores_per_chip
+        return None if per is None else max(1, self.size // per)
 
     @property
     def chips_per_host(self) -> Optional[int]:
@@ -149,10 +157,12 @@ class Accelerator:
     def hosts(self) -> Optional[int]:
         """Hosts (TPU VM workers) of the slice; None where the chips per host are not documented
         and the slice is larger than one documented single-host shape."""
-        per = self.family.chips_per_host
+        per, chips = self.family.chips_per_host, self.chips
+        if chips is None:
+            return None
         if per is None:
-            return 1 if self.chips == 1 else None
-        return max(1, -(-self.chips // per))
+            return 1 if chips == 1 else None
+        return max(1, -(-chips // per))
 
     @property
     def multi_host(self) -> Optional[bool]:
@@ -211,14 +221,14 @@ def version_table_markdown() -> str:
 
     tx, jx = PROFILES["torch-xla"], PROFILES["jax"]
     lines = [
-        "| accelerator | TPU VM software version | chips | chips/host | hosts | queued resources | zones (documented) | sources |",
+        "| accelerator | TPU VM software version | chips | chips/host | hosts | created through queued resources | zones (documented) | sources |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for a in table():
         def show(v):
             return "unknown" if v is None else ("yes" if v is True else "no" if v is False else str(v))
         lines.append(
-            f"| {a.name} | `{a.runtime}` | {a.chips} | {show(a.chips_per_host)} | {show(a.hosts)} | "
+            f"| {a.name} | `{a.runtime}` | {show(a.chips)} | {show(a.chips_per_host)} | {show(a.hosts)} | "
             f"{show(a.queued)} | {', '.join(a.zones)} | {src(a.family.sources)} |"
         )
     lines += [

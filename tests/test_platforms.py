@@ -35,10 +35,13 @@ def test_every_row_names_sources_and_facts():
         assert a.family.sources and all(k in platforms.SOURCES for k in a.family.sources)
         assert a.runtime and a.zones
         assert a.hosts is None or a.hosts * (a.chips_per_host or a.chips) >= a.chips
+        assert a.hosts is None or a.chips is not None
     assert platforms.accelerator("v5litepod-8").runtime == "v2-alpha-tpuv5-lite"
     assert platforms.accelerator("v5litepod-16").hosts == 2
     assert platforms.accelerator("v6e-8").queued is True and platforms.accelerator("v6e-8").chips_per_host is None
-    assert platforms.accelerator("v4-8").chips == 4 and platforms.accelerator("v4-8").hosts == 1
+    assert platforms.accelerator("v4-8").chips == 4 and platforms.accelerator("v4-8").hosts is None  # not in the sources
+    assert platforms.accelerator("v5p-8").chips == 4 and platforms.accelerator("v5p-8").hosts == 1
+    assert platforms.accelerator("v2-8").chips is None and platforms.accelerator("v3-8").hosts is None
     assert platforms.accelerator("v5p-16").hosts == 2 and platforms.accelerator("v5p-16").runtime == "v2-alpha-tpuv5"
     assert platforms.accelerator("v5litepod-64").hosts == 8  # sizes outside the table are read the same way
     for bad in ("v7-8", "v5e-8", "v4-12", "tpu"):

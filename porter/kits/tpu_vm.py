@@ -74,7 +74,7 @@ def write_kit(port_path: Path, out: Path, accelerator: str = "v5litepod-8", zone
     files: dict[str, tuple[str, bool]] = {"env.sh": (env.get_template("kit_env.sh.j2").render(**values), False)}
     for step in (*STEPS, "all"):
         files[f"{step}.sh"] = (env.get_template(f"kit_{step}.sh.j2").render(**values, target_name=port.target), True)
-    hosts_text = ("hosts unknown (not documented): `fetch.sh` asks gcloud" if acc.hosts is None
+    hosts_text = ("hosts not in porter's sources: `fetch.sh` and `run.sh` ask gcloud for the workers" if acc.hosts is None
                   else f"{acc.hosts} host(s)" + (" (multi-host)" if acc.hosts > 1 else ""))
     run_text = ("PJRT_DEVICE=TPU python3 " if port.target == "torch-xla" else "python3 launch_jax.py ") + port.path.name + " on every worker"
     files["README.md"] = (env.get_template("kit_README.md.j2").render(
