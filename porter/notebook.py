@@ -60,6 +60,14 @@ def is_notebook(path) -> bool:
     return str(path).endswith(SUFFIX)
 
 
+def _nbformat():
+    try:
+        import nbformat
+    except ImportError:
+        raise PorterError("reading notebooks needs nbformat: pip install 'porter[notebooks]'") from None
+    return nbformat
+
+
 # --------------------------------------------------------------------------------------
 # The file's JSON text: where each cell's source is
 # --------------------------------------------------------------------------------------
@@ -359,7 +367,7 @@ def parse(text: str) -> Notebook:
     if version != 4:
         hint = " (convert it: jupyter nbconvert --to notebook --nbformat 4)" if isinstance(version, int) and version < 4 else ""
         raise PorterError(f"nbformat {version} notebook; porter reads nbformat 4{hint}")
-    import nbformat
+    nbformat = _nbformat()
 
     try:
         nb = nbformat.reads(text, as_version=nbformat.NO_CONVERT)
@@ -545,7 +553,7 @@ def rebuild(nb: Notebook, program: str) -> Rebuilt:
 
 def _validate(nb: Notebook, text: str, changed: dict[int, tuple[str, str]]) -> None:
     """The new text is a valid notebook equal to the old one but for the changed sources."""
-    import nbformat
+    nbformat = _nbformat()
 
     try:
         new = json.loads(text)
