@@ -421,32 +421,77 @@ def _has_import(text: str) -> bool:
     return any(isinstance(s, (ast.Import, ast.ImportFrom)) for s in tree.body)
 
 
-def _build_program(nb: Notebook) -> None:
+class CellSyntaxError(PorterError):
+    """A Python cell that does not parse (IPython lines masked): ``cell`` 1-based, ``line``
+    1-based in the cell, ``column`` 1-based (0: unknown)."""
+
+    def __init__(self, cell: int, line: int, column: int, msg: str) -> None:
+        where = f"line {line}" + (f", column {column}" if column else "")
+        super().__init__(f"cell {cell}: syntax error at {where}: {msg} (not Python?)")
+        self.cell, self.line, self.column = cell, line, column
+
+
+@dataclass
+class Program:
+    """Python cells as one program: ``text``, each cell's marker line (1-based), its masked
+    source, and the imports cell (where the imports a fix needs go)."""
+
+    text: str
+    marks: dict[int, int]
+    masked: dict[int, Masked]
+    imports_cell: Optional[int]
+
+    def locate(self, line: int) -> tuple[int, int]:
+        """Program line -> (cell number, line in the cell); the head (before the first cell)
+        is the imports cell's first line, a marker line its cell's first line."""
+        best = None
+        for number, at in self.marks.items():
+            if at <= line and (best is None or at > self.marks[best]):
+                best = number
+        if best is None:
+            return (self.imports_cell or 1, 1)
+        return best, max(1, line - self.marks[best])
+
+
+def build_program(cells: Sequence[tuple[int, str]]) -> Program:
+    """The program of ``cells`` ((number, source) of each Python cell, in order). Raises
+    :class:`CellSyntaxError` for a cell that is not Python."""
     parts = []
+    marks: dict[int, int] = {}
+    masked_cells: dict[int, Masked] = {}
+    imports_cell = None
     line = 1
     k = 0
-    for cell in nb.python_cells():
-        masked = mask(cell.source, k)
+    for number, source in cells:
+        masked = mask(source, k)
         k += len(masked.lines)
-        cell.masked = masked
+        masked_cells[number] = masked
         try:
-            compile(masked.text, f"<cell {cell.number}>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+            compile(masked.text, f"<cell {number}>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
         except SyntaxError as exc:
-            raise PorterError(
-                f"cell {cell.number}: syntax error at line {exc.lineno}"
-                + (f", column {exc.offset}" if exc.offset else "") + f": {exc.msg} (not Python?)"
-            ) from None
+            raise CellSyntaxError(number, exc.lineno or 1, exc.offset or 0, exc.msg) from None
         except (ValueError, RecursionError, MemoryError):
             pass  # the engine's own checks report it
         body = masked.text if masked.text.endswith("\n") or not masked.text else masked.text + "\n"
-        nb.marks[cell.number] = line
-        parts.append(f"{CELL_MARK}({cell.number})\n{body}")
+        marks[number] = line
+        parts.append(f"{CELL_MARK}({number})\n{body}")
         line += 1 + body.count("\n")
-        if nb.imports_cell is None and _has_import(masked.text):
-            nb.imports_cell = cell.number
-    if nb.imports_cell is None and nb.python_cells():
-        nb.imports_cell = nb.python_cells()[0].number
-    nb.program = "".join(parts)
+        if imports_cell is None and _has_import(masked.text):
+            imports_cell = number
+    if imports_cell is None and cells:
+        imports_cell = cells[0][0]
+    return Program("".join(parts), marks, masked_cells, imports_cell)
+
+
+def _build_program(nb: Notebook) -> None:
+    program = build_program([(c.number, c.source) for c in nb.python_cells()])
+    for cell in nb.python_cells():
+        cell.masked = program.masked[cell.number]
+    nb.program, nb.marks, nb.imports_cell = program.text, program.marks, program.imports_cell
+
+
+def insertion_line(masked_text: str) -> int:
+    return _insertion_line(masked_text)
 
 
 # --------------------------------------------------------------------------------------

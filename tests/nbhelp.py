@@ -1,7 +1,7 @@
 """Running notebooks in a real Jupyter kernel of this venv's python (nbclient + ipykernel).
 
-The kernel spec is written into a temporary JUPYTER_PATH-like folder and handed to nbclient's
-kernel manager through ``kernel_name``; the kernel's environment is this process's plus
+The kernel spec is written into a temporary folder, which nbclient's kernel manager reads
+through its kernel spec manager (``kernel_name`` names the spec); the kernel's environment is this process's plus
 ``env`` (e.g. PJRT_DEVICE=CPU), with this venv's bin first on PATH (so that ``!pip`` is the
 venv's pip).
 """
@@ -46,7 +46,6 @@ def execute(path: Path, env: dict[str, str], timeout: int = 300):
         kernel_env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + kernel_env.get("PATH", "")
         client = NotebookClient(
             nb, timeout=timeout, kernel_name=KERNEL_NAME, resources={"metadata": {"path": str(path.parent)}},
-            kernel_manager_kwargs={"kernel_spec_manager": ksm},
         )
         client.km = client.create_kernel_manager()
         client.km.kernel_spec_manager = ksm
