@@ -1134,8 +1134,8 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
             return []
         an = nan.analysis
         only = params.context.only
-        if only and not any(str(getattr(o, "value", o)) in ("quickfix", "") or "quickfix".startswith(str(getattr(o, "value", o))) for o in only):
-            return []
+        if only and not any(str(getattr(o, "value", o)) in ("", types.CodeActionKind.QuickFix.value) for o in only):
+            return []  # (only quick-fixes for notebook cells)
         chosen: list[int] = []
         for d in params.context.diagnostics:
             data = d.data if isinstance(d.data, dict) else {}

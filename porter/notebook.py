@@ -618,6 +618,8 @@ def cell_diff(changed: dict[int, tuple[str, str]], name: str) -> str:
     out = []
     for number in sorted(changed):
         before, after = changed[number]
+        if before and after and not before.endswith("\n") and not after.endswith("\n"):
+            before, after = before + "\n", after + "\n"  # (cells rarely end with a newline: no marker for that)
         label = f"{name} (cell {number})"
         for line in difflib.unified_diff(
             before.splitlines(keepends=True), after.splitlines(keepends=True), fromfile=label, tofile=label,

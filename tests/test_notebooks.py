@@ -26,7 +26,9 @@ PORTS = {
     ("train_classifier", "torch-xla"): "expected_torch_xla.ipynb",
     ("train_classifier", "jax"): "expected_jax.ipynb",
     ("multi_gpu", "torch-xla"): "expected_torch_xla.ipynb",
+    ("multi_gpu", "jax"): "expected_jax.ipynb",
     ("magics", "torch-xla"): "expected_torch_xla.ipynb",
+    ("magics", "jax"): "expected_jax.ipynb",
 }
 UNCHANGED = [("nothing_to_port", "torch-xla"), ("nothing_to_port", "jax")]
 
@@ -300,6 +302,7 @@ def test_migrate_diff_is_per_cell(cli_runs):
     assert runs["diff"].code == 0
     assert "--- train.ipynb (cell 3)\n+++ train.ipynb (cell 3)\n" in out
     assert "--- train.ipynb (cell 8)\n" in out and "(cell 1)" not in out and "(cell 2)" not in out
+    assert "\\ No newline" not in out
     assert "-device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n+device = torch_xla.device()\n" in out
     assert (work / "train.ipynb").read_bytes() == (FIXTURES / "train_classifier" / "notebook.ipynb").read_bytes()
 
