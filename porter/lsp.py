@@ -708,6 +708,7 @@ def analyze_notebook(cells: list, settings: Optional[Settings], path: str) -> No
     """Check the Python cells ``cells`` ((number, uri, text, version)) as one program."""
     from porter import notebook
 
+    cells = [c for c in cells if notebook.runs_python(c[2])]  # (%%bash cells and the like: left alone)
     try:
         program = notebook.build_program([(number, text) for number, _, text, _ in cells])
     except notebook.CellSyntaxError as exc:

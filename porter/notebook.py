@@ -223,6 +223,13 @@ def cell_magic(source: str) -> Optional[str]:
     return m.group(1) if m else None
 
 
+def runs_python(source: str) -> bool:
+    """Whether a code cell's source is Python to port: no cell magic, or one whose body is
+    Python (``%%time``...); a ``%%bash`` or ``%%writefile`` cell is left alone."""
+    name = cell_magic(source)
+    return name is None or name in PYTHON_CELL_MAGICS
+
+
 @dataclass
 class Masked:
     text: str  # the cell with its IPython lines as stand-ins
@@ -392,11 +399,10 @@ def parse(text: str) -> Notebook:
             lang = ((raw.get("metadata") or {}).get("vscode") or {}).get("languageId")
             if isinstance(lang, str) and lang.lower() not in ("python", "ipython"):
                 raise PorterError(f"cell {i} is a {lang} cell (metadata.vscode.languageId), not Python; porter reads Python cells only")
-            name = cell_magic(cell.source)
-            if name is not None and name not in PYTHON_CELL_MAGICS:
-                cell.why_left = f"%%{name} cell"
-            else:
+            if runs_python(cell.source):
                 cell.python = True
+            else:
+                cell.why_left = f"%%{cell_magic(cell.source)} cell"
         cells.append(cell)
     notebook = Notebook(text, data, cells, _ensure_ascii(text))
     if CELL_MARK in text or IPYTHON_MARK in text:

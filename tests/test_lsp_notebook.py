@@ -180,8 +180,13 @@ async def test_a_cell_that_is_not_python_gets_the_error(client: LanguageClient, 
     shutil.copy(TRAIN, path)
     ed = Editor(client, path)
     await ed.diagnostics(6)
+    ed.set_cell(2, "%%bash\nnvidia-smi -L\nls {a,b}")  # a bash cell: left alone, never an error
     ed.set_cell(6, "X = torch.randn(512, 20\n")
     diags = await ed.diagnostics(6)
     assert len(diags) == 1 and diags[0].severity == types.DiagnosticSeverity.Error
     assert "cell 6: syntax error" in diags[0].message
     assert await ed.diagnostics(4) == []  # the other cells: nothing (the program cannot be read)
+    ed.set_cell(6, "X = torch.randn(512, 20)\ny = (X[:, 0] > 0).long()")
+    got = await ed.all_diagnostics()
+    assert got and not [g for g in got if g[0] in (2, 6)]
+    assert {c for c, *_ in got} >= {4, 8}
