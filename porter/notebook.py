@@ -318,15 +318,8 @@ class Notebook:
         return self.cells[number - 1]
 
     def locate(self, line: int) -> tuple[int, int]:
-        """Program line -> (cell number, line in the cell); the head (before the first cell) is
-        the imports cell's first line."""
-        best = None
-        for number, at in self.marks.items():
-            if at <= line and (best is None or at > self.marks[best]):
-                best = number
-        if best is None:
-            return (self.imports_cell or 1, 1)
-        return best, max(1, line - self.marks[best])
+        """Program line -> (cell number, line in the cell): :meth:`Program.locate`."""
+        return Program(self.program, self.marks, {}, self.imports_cell).locate(line)
 
     def file_position(self, number: int, line: int, column: int) -> tuple[int, int]:
         """(line, column) in the .ipynb file's text, 1-based line and 0-based column, of a
