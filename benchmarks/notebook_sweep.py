@@ -118,6 +118,10 @@ def main() -> None:
                     added = {x for x in ported.splitlines() if x.startswith(("import ", "from ")) and x not in text.splitlines()}
                     row["same_but_import_placement"] = (
                         [x for x in joined.splitlines() if x not in added] == [x for x in ported.splitlines() if x not in added])
+                    # ... and for blank lines (a cell does not end in the blank lines a fix adds there)
+                    row["same_but_imports_and_blank_lines"] = (
+                        [x for x in joined.splitlines() if x not in added and x.strip()]
+                        == [x for x in ported.splitlines() if x not in added and x.strip()])
                     again = notebook.migrate_file(out_nb, settings, "diff")
                     row["idempotent"] = again.status == "unchanged"
                     row["findings_script"] = len(py.findings)
@@ -131,6 +135,7 @@ def main() -> None:
         "notebook_failed_only": sum(1 for r in rows if r["notebook_status"] == "failed" and r["script_status"] != "failed"),
         "same_as_script": sum(1 for r in done if r["same_as_script"]),
         "same_but_import_placement": sum(1 for r in done if r["same_but_import_placement"]),
+        "same_but_imports_and_blank_lines": sum(1 for r in done if r["same_but_imports_and_blank_lines"]),
         "idempotent": sum(1 for r in done if r["idempotent"]),
         "same_findings_count": sum(1 for r in done if r["findings_script"] == r["findings_notebook"]),
         "time_ratio_notebook_over_script": round(sum(r["notebook_s"] for r in done) / max(sum(r["script_s"] for r in done), 1e-9), 3),

@@ -521,6 +521,25 @@ def _insertion_line(masked_text: str) -> int:
     return at
 
 
+def _blank_tail(lines: list[str]) -> int:
+    n = 0
+    while n < len(lines) and not lines[len(lines) - 1 - n].strip():
+        n += 1
+    return n
+
+
+def _trim_blank_tail(old: str, new: str) -> str:
+    """``new`` without the blank lines a fix added at the end of its cell (code inserted
+    before the next cell's marker keeps the blank lines that ended the cell, then adds its
+    own): as many trailing blank lines as the cell had."""
+    lines = new.splitlines(keepends=True)
+    keep = _blank_tail(old.splitlines(keepends=True))
+    extra = _blank_tail(lines) - keep
+    if extra <= 0 or extra >= len(lines):
+        return new
+    return "".join(lines[:len(lines) - extra])
+
+
 def split_program(nb: Notebook, program: str) -> tuple[dict[int, str], list[tuple[int, int]]]:
     """The new masked text of each Python cell, and the program's line map."""
     marks = list(_MARK_LINE.finditer(program))
@@ -538,6 +557,8 @@ def split_program(nb: Notebook, program: str) -> tuple[dict[int, str], list[tupl
         number = numbers[i]
         body = program[m.end():end]
         cell = nb.cell(number)
+        assert cell.masked is not None
+        body = _trim_blank_tail(cell.masked.text, body)
         if cell.source and not cell.source.endswith("\n") and body.endswith("\n"):
             body = body[:-1]
         texts[number] = body

@@ -190,6 +190,21 @@ def test_imports_go_to_the_first_cell_with_module_level_imports(tmp_path):
     assert notebook.migrate_file(src, runner.Settings(time_limit=0, memory_mb=0), "diff").status == "unchanged"
 
 
+@pytest.mark.parametrize("gap", ["", "\n", "\n\n"], ids=["no-gap", "one-blank", "two-blanks"])
+def test_code_a_fix_adds_at_the_end_of_a_cell_adds_no_trailing_blank_lines(tmp_path, gap):
+    """--to jax adds the weight converter after the model classes, at the end of their cell:
+    the cell ends as it did (its own trailing blank lines, no more)."""
+    src = tmp_path / "nb.ipynb"
+    model = "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(4, 2)\n\n    def forward(self, x):\n        return self.fc(x)\n" + gap
+    src.write_text(_nb(["import torch\nimport torch.nn as nn", model, "net = Net()\nprint(net(torch.zeros(1, 4)).shape)"]))
+    outcome = notebook.migrate_file(src, runner.Settings(target="jax", time_limit=0, memory_mb=0), "write")
+    assert outcome.status == "changed", outcome.error
+    cell = nbformat.read(src, as_version=4).cells[1].source
+    assert "def load_torch_state_dict" in cell
+    assert cell.endswith("    }\n" + gap) and not cell.endswith("\n\n" + gap), repr(cell[-40:])
+    assert notebook.migrate_file(src, runner.Settings(target="jax", time_limit=0, memory_mb=0), "diff").status == "unchanged"
+
+
 # --------------------------------------------------------------------------------------
 # Bad notebooks
 # --------------------------------------------------------------------------------------
