@@ -190,6 +190,26 @@ def test_imports_go_to_the_first_cell_with_module_level_imports(tmp_path):
     assert notebook.migrate_file(src, runner.Settings(time_limit=0, memory_mb=0), "diff").status == "unchanged"
 
 
+def test_findings_after_migrate_point_into_the_converted_cells(tmp_path):
+    """A finding left in the imports cell, below the imports a fix added there: its line is
+    the line in the converted cell."""
+    src = tmp_path / "nb.ipynb"
+    src.write_text(_nb([
+        "import torch\nimport torch.nn as nn\nds = torch.utils.data.TensorDataset(torch.zeros(10, 2))\n"
+        "loader = torch.utils.data.DataLoader(ds, batch_size=4, shuffle=True)",
+        "model = nn.Linear(2, 2).cuda()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)",
+        "for (x,) in loader:\n    x = x.cuda()\n    opt.zero_grad()\n    model(x).sum().backward()\n    opt.step()",
+    ]))
+    outcome = notebook.migrate_file(src, runner.Settings(time_limit=0, memory_mb=0), "write")
+    assert outcome.status == "changed", outcome.error
+    cells = nbformat.read(src, as_version=4).cells
+    left = [f for f in outcome.findings if f.code == "TX302"]
+    assert left and left[0].cell == 1
+    line = cells[0].source.splitlines()[left[0].line - 1]
+    assert line[left[0].column:].startswith("torch.utils.data.DataLoader(")
+    assert cells[0].source.splitlines()[2].startswith("import torch_xla")  # the imports came first
+
+
 @pytest.mark.parametrize("gap", ["", "\n", "\n\n"], ids=["no-gap", "one-blank", "two-blanks"])
 def test_code_a_fix_adds_at_the_end_of_a_cell_adds_no_trailing_blank_lines(tmp_path, gap):
     """--to jax adds the weight converter after the model classes, at the end of their cell:
@@ -318,6 +338,9 @@ def test_migrate_diff_is_per_cell(cli_runs):
     assert "--- train.ipynb (cell 3)\n+++ train.ipynb (cell 3)\n" in out
     assert "--- train.ipynb (cell 8)\n" in out and "(cell 1)" not in out and "(cell 2)" not in out
     assert "\\ No newline" not in out
+    # the findings left for a human: lines and columns in the converted cells
+    assert "train.ipynb:cell 8:13:27: TX403 " in runs["diff"].err
+    assert "train.ipynb:cell 6:4:10: TX302 " in runs["diff"].err
     assert "-device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n+device = torch_xla.device()\n" in out
     assert (work / "train.ipynb").read_bytes() == (FIXTURES / "train_classifier" / "notebook.ipynb").read_bytes()
 
