@@ -718,6 +718,59 @@ def _records(nb: Notebook, name: str, findings: Sequence, locate):
     return tuple(out)
 
 
+_TIMED = re.compile(r"^([ \t]*%(?:time|timeit|prun)[ \t]+)(?!-)(\S.*)$")
+TIMED_NOTE = " (on a %time/%timeit/%prun line, which porter does not rewrite: port it by hand)"
+
+
+def _timed_code(line: str) -> Optional[tuple[int, str]]:
+    """(length of the ``%time `` prefix with its indentation, the statement) of a line magic
+    that runs one Python statement; None for other lines (and for magic options: -n 3)."""
+    m = _TIMED.match(line)
+    if not m or not _is_python(m.group(2)):
+        return None
+    return len(m.group(1)), m.group(2)
+
+
+def timed_findings(nb: Notebook, options, name: str) -> tuple:
+    """The findings on the statements of ``%time STATEMENT`` (``%timeit``, ``%prun``) lines.
+
+    Those lines are masked like every IPython line, so no fix touches them; the rules are run
+    once more on the program with their statements in place, and what they find on those
+    lines is reported (not fixable), at the line and column in the cell: the port says what
+    it left undone instead of leaving a ``.cuda()`` there silently."""
+    from porter.runner import FindingRecord
+
+    lines = nb.program.splitlines(keepends=True)
+    hits: dict[int, tuple[int, int, int]] = {}  # program line -> (cell, line in cell, column shift)
+    for cell in nb.python_cells():
+        assert cell.masked is not None
+        for k, text in cell.masked.lines.items():
+            got = None if text.startswith(CONTINUED) else _timed_code(text)
+            if got is None:
+                continue
+            at = nb.marks[cell.number] + cell.masked.where[k]
+            indent = text[:len(text) - len(text.lstrip(" \t"))]
+            lines[at - 1] = indent + got[1] + "\n"
+            hits[at] = (cell.number, cell.masked.where[k], got[0] - len(indent))
+    if not hits:
+        return ()
+    try:
+        result = engine.check("".join(lines), options, name)
+    except PorterError:
+        return ()
+    out = []
+    for f in result.findings:
+        p = f.position
+        if p is None or p.line not in hits or p.end_line != p.line or f.internal_error:
+            continue
+        cell_number, line, shift = hits[p.line]
+        column, end_column = p.column + shift, p.end_column + shift
+        start, end = nb.file_position(cell_number, line, column), nb.file_position(cell_number, line, end_column)
+        out.append(FindingRecord(name, f.code, f.message + TIMED_NOTE, f.severity.value, line, column, line, end_column,
+                                 False, None, cell=cell_number, file_region=(*start, *end)))
+    return tuple(out)
+
+
 def check_file(path: Path, settings):
     from porter import runner
 
@@ -727,13 +780,14 @@ def check_file(path: Path, settings):
         if not nb.python_cells():
             return runner.FileOutcome(name, "unchanged")
         result = engine.check(nb.program, settings.options(), name)
+        timed = timed_findings(nb, settings.options(), name)
     except PorterError as exc:
         return runner.FileOutcome(name, "failed", str(exc))
     except MemoryError:
         return runner.FileOutcome(name, "failed", runner._memory_message(settings))
     except Exception as exc:
         return runner.FileOutcome(name, "failed", runner._internal(exc))
-    return runner.FileOutcome(name, "unchanged", findings=_records(nb, name, result.findings, nb.locate))
+    return runner.FileOutcome(name, "unchanged", findings=_records(nb, name, result.findings, nb.locate) + timed)
 
 
 def migrate_file(path: Path, settings, mode: str, out: Optional[Path] = None):
@@ -760,9 +814,11 @@ def migrate_file(path: Path, settings, mode: str, out: Optional[Path] = None):
                         return line_map[line - 1]
                     return line_map[-1] if line_map else (nb.imports_cell or 1, 1)
                 findings = _records(new_nb, out_name if mode == "out" else name, result.remaining, locate)
+                findings += timed_findings(new_nb, settings.options(), out_name if mode == "out" else name)
                 fixed = tuple(sorted(result.fixed.items()))
             else:
                 findings = _records(nb, out_name if mode == "out" else name, result.remaining, nb.locate)
+                findings += timed_findings(nb, settings.options(), out_name if mode == "out" else name)
         changed = rebuilt is not None and bool(rebuilt.cells)
         data = src.encode(rebuilt.text) if changed else src.raw  # type: ignore[attr-defined,union-attr]
         if mode == "out":

@@ -190,6 +190,23 @@ def test_imports_go_to_the_first_cell_with_module_level_imports(tmp_path):
     assert notebook.migrate_file(src, runner.Settings(time_limit=0, memory_mb=0), "diff").status == "unchanged"
 
 
+@pytest.mark.parametrize("magic", ["%time", "%timeit", "%prun"])
+def test_code_on_a_timing_line_magic_is_reported_not_rewritten(tmp_path, magic):
+    src = tmp_path / "nb.ipynb"
+    timed = f"{magic} out = net(batch.cuda())"
+    src.write_text(_nb(["import torch\nnet = torch.nn.Linear(2, 2)\nbatch = torch.zeros(1, 2)",
+                        f"for i in range(2):\n    {timed}\n{magic} -n 1 net(batch.cuda())"]))
+    before = src.read_bytes()
+    check = notebook.check_file(src, runner.Settings(time_limit=0, memory_mb=0))
+    (left,) = [f for f in check.findings if f.cell == 2]
+    assert left.line == 2 and not left.fixable and notebook.TIMED_NOTE in left.message
+    line = nbformat.read(src, as_version=4).cells[1].source.splitlines()[1]
+    assert line[left.column:].startswith("batch.cuda()") or line[left.column:].startswith(".cuda()")
+    outcome = notebook.migrate_file(src, runner.Settings(time_limit=0, memory_mb=0), "write")
+    assert src.read_bytes() == before and outcome.status == "unchanged"
+    assert [(f.cell, f.line, f.code) for f in outcome.findings if f.cell == 2] == [(2, 2, left.code)]
+
+
 def test_findings_after_migrate_point_into_the_converted_cells(tmp_path):
     """A finding left in the imports cell, below the imports a fix added there: its line is
     the line in the converted cell."""
