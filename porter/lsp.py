@@ -623,6 +623,109 @@ def _path_of(uri: str) -> Optional[Path]:
     return Path(unquote(parsed.path))
 
 
+# --------------------------------------------------------------------------------------
+# Notebooks: the Python cells of one notebook checked as one program (porter/notebook.py)
+# --------------------------------------------------------------------------------------
+@dataclass
+class NotebookAnalysis:
+    """The check of a notebook's Python cells: an :class:`Analysis` of their program, and how
+    its lines map to the cells."""
+
+    cells: list  # (number, cell uri, text, version) of each Python cell, as checked
+    analysis: Analysis
+    program: Optional["object"] = None  # porter.notebook.Program
+    error: Optional[str] = None
+    error_cell: Optional[int] = None
+    error_at: tuple[int, int] = (0, 0)  # 0-based line and column in error_cell
+
+    def number_of(self, uri: str) -> Optional[int]:
+        for number, cell_uri, _, _ in self.cells:
+            if cell_uri == uri or unquote(cell_uri) == unquote(uri):
+                return number
+        return None
+
+    def uri_of(self, number: int) -> str:
+        return next(c[1] for c in self.cells if c[0] == number)
+
+    def version_of(self, number: Optional[int]) -> Optional[int]:
+        return next((c[3] for c in self.cells if c[0] == number), None)
+
+    def cell_lines(self, number: int) -> list[str]:
+        return split_lines(next((c[2] for c in self.cells if c[0] == number), ""))
+
+    def cell_range(self, f: Finding) -> Optional[tuple[int, int, int, int, int]]:
+        """(cell, line, column, end line, end column), 0-based lines, of a finding."""
+        if f.position is None or self.program is None:
+            return None
+        p = f.position
+        cell, line = self.program.locate(p.line)  # type: ignore[attr-defined]
+        end_cell, end_line = self.program.locate(p.end_line)  # type: ignore[attr-defined]
+        if end_cell != cell:
+            end_line, end_column = line, p.column + 1
+        else:
+            end_column = p.end_column
+        return cell, line - 1, p.column, end_line - 1, end_column
+
+    def cell_edits(self, changes: Sequence[TextChange]) -> Optional[list[tuple[int, TextChange]]]:
+        """The program's text changes as (cell, change in the cell), or None when one of them
+        would touch a marker or an IPython line, span cells, or cannot be placed."""
+        from porter import notebook
+
+        assert self.program is not None
+        program = self.program
+        out = []
+        plines = self.analysis.lines
+        for c in changes:
+            (l0, c0), (l1, c1) = c.start, c.end
+            first = min(program.marks.values()) - 1 if program.marks else 0  # 0-based line of the first marker
+            if l1 <= first and (l0, c0) == (l1, c1) and c0 == 0:  # an insertion in the head: imports
+                number = program.imports_cell
+                if number is None:
+                    return None
+                cell_text = next(x[2] for x in self.cells if x[0] == number)
+                at = notebook.insertion_line(program.masked[number].text)
+                text = c.text
+                lines = split_lines(cell_text)
+                if at >= len(lines) and lines and not lines[-1].endswith(("\n", "\r")):
+                    out.append((number, TextChange((len(lines) - 1, len(_body(lines[-1]))), (len(lines) - 1, len(_body(lines[-1]))), "\n" + text.rstrip("\n"))))
+                else:
+                    out.append((number, TextChange((at, 0), (at, 0), text)))
+                continue
+            cell, line = program.locate(l0 + 1)
+            end_cell, end_line = program.locate(l1 + 1 if c1 > 0 or l1 == l0 else l1)
+            if cell != end_cell or program.marks.get(cell) == l0 + 1:
+                return None
+            for k in range(l0, min(l1 + 1, len(plines))):
+                if notebook.IPYTHON_MARK in plines[k] or notebook.CELL_MARK in plines[k]:
+                    if not (k == l1 and c1 == 0 and k != l0):
+                        return None
+            shift = program.marks[cell]  # program line (1-based) of the marker = 0-based line before the cell
+            out.append((cell, TextChange((l0 - shift, c0), (l1 - shift, c1), c.text)))
+        return out
+
+
+def analyze_notebook(cells: list, settings: Optional[Settings], path: str) -> NotebookAnalysis:
+    """Check the Python cells ``cells`` ((number, uri, text, version)) as one program."""
+    from porter import notebook
+
+    cells = [c for c in cells if notebook.runs_python(c[2])]  # (%%bash cells and the like: left alone)
+    try:
+        program = notebook.build_program([(number, text) for number, _, text, _ in cells])
+    except notebook.CellSyntaxError as exc:
+        nan = NotebookAnalysis(cells, Analysis("", [], settings), error=str(exc), error_cell=exc.cell)
+        nan.error_at = (max(exc.line - 1, 0), max(exc.column - 1, 0))
+        return nan
+    except engine.PorterError as exc:
+        first = cells[0][0] if cells else None
+        return NotebookAnalysis(cells, Analysis("", [], settings), error=str(exc), error_cell=first)
+    an = analyze(program.text, settings, path)
+    nan = NotebookAnalysis(cells, an, program)
+    if an.error is not None:
+        cell, line = program.locate(an.error_at[0] + 1)
+        nan.error, nan.error_cell, nan.error_at = an.error, cell, (line - 1, an.error_at[1])
+    return nan
+
+
 def build_server(debounce: float = DEFAULT_DEBOUNCE):
     """The pygls server (imported here: pygls is the optional ``lsp`` dependency)."""
     from lsprotocol import types
@@ -666,7 +769,13 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
 
     class PorterServer(LanguageServer):
         def __init__(self) -> None:
-            super().__init__("porter", __version__, protocol_cls=PorterProtocol)
+            super().__init__("porter", __version__, protocol_cls=PorterProtocol, notebook_document_sync=types.NotebookDocumentSyncOptions(
+                notebook_selector=[types.NotebookDocumentFilterWithCells(
+                    cells=[types.NotebookCellLanguage(language="python")], notebook="jupyter-notebook")],
+                save=True,
+            ))
+            # open notebooks: notebook uri -> (version, NotebookAnalysis)
+            self.notebooks: dict[str, tuple[Optional[int], NotebookAnalysis]] = {}
             self.debounce = debounce
             self.analyses: dict[str, tuple[Optional[int], Analysis]] = {}
             self.pending: dict[str, asyncio.Task] = {}
@@ -900,6 +1009,180 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
         ls.documents.pop(uri, None)
         ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
+    # -- notebooks (LSP 3.17 notebook document sync): the Python cells as one program -------
+    def notebook_cells(ls: PorterServer, uri: str) -> list[tuple[int, str, str, int]]:
+        """(cell number, cell document uri, its text, its version) of each Python code cell."""
+        nb = ls.workspace.get_notebook_document(notebook_uri=uri)
+        if nb is None:
+            return []
+        out = []
+        for number, cell in enumerate(nb.cells, 1):
+            if cell.kind != types.NotebookCellKind.Code:
+                continue
+            doc = ls.workspace.text_documents.get(unquote(cell.document)) or ls.workspace.text_documents.get(cell.document)
+            if doc is None or (doc.language_id or "python").lower() not in ("python", "ipython"):
+                continue
+            out.append((number, cell.document, doc.source, doc.version))
+        return out
+
+    async def check_notebook(ls: PorterServer, uri: str) -> Optional[NotebookAnalysis]:
+        nb = ls.workspace.get_notebook_document(notebook_uri=uri)
+        if nb is None:
+            return None
+        version = nb.version
+        cells = notebook_cells(ls, uri)
+        cached = ls.notebooks.get(uri)
+        if cached is not None and cached[0] == version and cached[1].cells == cells:
+            return cached[1]
+        try:
+            settings: Optional[Settings] = ls.settings(uri)
+        except UsageError:
+            settings = None
+        path = str(_path_of(uri) or uri)
+        nan = await asyncio.get_running_loop().run_in_executor(ls.worker, analyze_notebook, cells, settings, path)
+        now = ls.workspace.get_notebook_document(notebook_uri=uri)
+        if now is None or now.version != version:
+            return nan
+        old = ls.notebooks.get(uri)
+        ls.notebooks[uri] = (version, nan)
+        published = {c[1] for c in cells}
+        for number, cell_uri, text, cell_version in cells:
+            ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
+                uri=cell_uri, version=cell_version, diagnostics=notebook_diagnostics(ls, nan, number)))
+        if old is not None:  # cells no longer in the notebook (or no longer Python): cleared
+            for _, cell_uri, _, _ in old[1].cells:
+                if cell_uri not in published:
+                    ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell_uri, diagnostics=[]))
+        return nan
+
+    def notebook_diagnostics(ls: PorterServer, nan: NotebookAnalysis, number: int) -> list:
+        if nan.error is not None:
+            if nan.error_cell != number:
+                return []
+            line, col = nan.error_at
+            lines = nan.cell_lines(number)
+            start = ls.to_lsp(lines, line, col)
+            end = ls.to_lsp(lines, line, max(len(_body(lines[line])) if line < len(lines) else 0, col))
+            return [types.Diagnostic(range=types.Range(start=start, end=end), message=nan.error,
+                                     severity=types.DiagnosticSeverity.Error, source=SOURCE)]
+        an = nan.analysis
+        out = []
+        for i, f in enumerate(an.findings):
+            where = nan.cell_range(f)
+            if where is None or where[0] != number:
+                continue
+            out.append(types.Diagnostic(
+                range=cell_lsp_range(ls, nan, where), message=f.message + _mark(f), severity=severity[f.severity],
+                code=f.code, source=SOURCE,
+                code_description=types.CodeDescription(href=href) if (href := rule_doc_uri(f.code)) else None,
+                data={"version": nan.version_of(number), "index": i},
+            ))
+        return out
+
+    def cell_lsp_range(ls: PorterServer, nan: NotebookAnalysis, where):
+        number, line, col, end_line, end_col = where
+        lines = nan.cell_lines(number)
+        return types.Range(start=ls.to_lsp(lines, line, col), end=ls.to_lsp(lines, end_line, end_col))
+
+    def schedule_notebook(ls: PorterServer, uri: str, delay: float) -> None:
+        key = "notebook:" + uri
+        old = ls.pending.pop(key, None)
+        if old is not None:
+            old.cancel()
+
+        async def later() -> None:
+            if delay > 0:
+                await asyncio.sleep(delay)
+            try:
+                await check_notebook(ls, uri)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.error("porter lsp: check of %s failed\n%s", uri, traceback.format_exc())
+
+        ls.pending[key] = asyncio.get_running_loop().create_task(later())
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
+    def notebook_did_open(ls: PorterServer, params: types.DidOpenNotebookDocumentParams) -> None:
+        schedule_notebook(ls, params.notebook_document.uri, 0)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+    def notebook_did_change(ls: PorterServer, params: types.DidChangeNotebookDocumentParams) -> None:
+        schedule_notebook(ls, params.notebook_document.uri, ls.debounce)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
+    def notebook_did_save(ls: PorterServer, params: types.DidSaveNotebookDocumentParams) -> None:
+        schedule_notebook(ls, params.notebook_document.uri, 0)
+
+    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+    def notebook_did_close(ls: PorterServer, params: types.DidCloseNotebookDocumentParams) -> None:
+        uri = params.notebook_document.uri
+        task = ls.pending.pop("notebook:" + uri, None)
+        if task is not None:
+            task.cancel()
+        old = ls.notebooks.pop(uri, None)
+        for cell in params.cell_text_documents:
+            ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell.uri, diagnostics=[]))
+        del old
+
+    async def notebook_code_actions(ls: PorterServer, notebook_uri: str, params: types.CodeActionParams) -> list:
+        nan = await check_notebook(ls, notebook_uri)
+        if nan is None or nan.error is not None or nan.analysis.module is None:
+            return []
+        cell_uri = params.text_document.uri
+        number = nan.number_of(cell_uri)
+        if number is None:
+            return []
+        an = nan.analysis
+        only = params.context.only
+        if only and not any(str(getattr(o, "value", o)) in ("", types.CodeActionKind.QuickFix.value) for o in only):
+            return []  # (only quick-fixes for notebook cells)
+        chosen: list[int] = []
+        for d in params.context.diagnostics:
+            data = d.data if isinstance(d.data, dict) else {}
+            i = data.get("index")
+            if d.source == SOURCE and isinstance(i, int) and 0 <= i < len(an.findings) and an.findings[i].code == d.code:
+                chosen.append(i)
+        if not params.context.diagnostics:
+            lines = nan.cell_lines(number)
+            start, end = ls.from_lsp(lines, params.range.start), ls.from_lsp(lines, params.range.end)
+            for j, f in enumerate(an.findings):
+                where = nan.cell_range(f)
+                if where is not None and where[0] == number and (where[1], where[2]) <= end and (where[3], where[4]) >= start:
+                    chosen.append(j)
+        actions = []
+        for i in dict.fromkeys(chosen):
+            f = an.findings[i]
+            if f.fix is None or (f.fix.remove_imports and id(f) not in an._fixes):
+                continue  # (fixes that remove imports: `porter migrate` on the notebook)
+            edits = nan.cell_edits(fix_changes(an, f))
+            if edits is None:
+                continue  # the fix would touch an IPython line or lies across cells
+            unsafe = f.fix.safety is not Safety.SAFE
+            what = f.fix.description or registry.find(f.code).summary
+            where = nan.cell_range(f)
+            diag = [types.Diagnostic(range=cell_lsp_range(ls, nan, where), message=f.message + _mark(f),
+                                     severity=severity[f.severity], code=f.code, source=SOURCE,
+                                     data={"version": nan.version_of(number), "index": i})] if where else []
+            by_cell: dict[str, list] = {}
+            for cell_number, change in edits:
+                lines = nan.cell_lines(cell_number)
+                by_cell.setdefault(nan.uri_of(cell_number), []).append(types.TextEdit(
+                    range=types.Range(start=ls.to_lsp(lines, *change.start), end=ls.to_lsp(lines, *change.end)), new_text=change.text))
+            caps = ls.client_capabilities
+            versioned = bool(caps.workspace and caps.workspace.workspace_edit and caps.workspace.workspace_edit.document_changes)
+            if versioned:
+                edit = types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
+                    text_document=types.OptionalVersionedTextDocumentIdentifier(uri=u, version=nan.version_of(nan.number_of(u))), edits=e)
+                    for u, e in by_cell.items()])
+            else:
+                edit = types.WorkspaceEdit(changes=by_cell)
+            actions.append(types.CodeAction(
+                title=f"Fix {f.code}: {what}" + (" (unsafe)" if unsafe else ""), kind=types.CodeActionKind.QuickFix,
+                diagnostics=diag, is_preferred=not unsafe, edit=edit,
+            ))
+        return actions
+
     @server.feature(
         types.TEXT_DOCUMENT_CODE_ACTION,
         types.CodeActionOptions(
@@ -909,6 +1192,9 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
     )
     async def code_action(ls: PorterServer, params: types.CodeActionParams):
         uri = params.text_document.uri
+        notebook_doc = ls.workspace.get_notebook_document(cell_uri=uri)
+        if notebook_doc is not None:
+            return await notebook_code_actions(ls, notebook_doc.uri, params)
         doc = ls.workspace.text_documents.get(uri)
         if doc is None:
             return []

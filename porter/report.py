@@ -40,11 +40,37 @@ def _mark(f: FindingRecord) -> str:
     return " [*]" if f.safety == "safe" else " [unsafe fix]"
 
 
+def _where(f: FindingRecord) -> str:
+    """``path:line:col``, or ``nb.ipynb:cell 7:line:col`` for a notebook's finding."""
+    cell = f"cell {f.cell}:" if f.cell is not None else ""
+    return f"{f.path}:{cell}{f.line}:{f.column + 1}"
+
+
 def text(outcomes: Sequence[FileOutcome]) -> str:
-    """``path:line:col: CODE message [*]``, one finding a line."""
-    return "\n".join(
-        f"{f.path}:{f.line}:{f.column + 1}: {f.code} {f.message}{_mark(f)}" for f in findings_of(outcomes)
-    )
+    """``path:line:col: CODE message [*]`` (``path:cell N:line:col`` in a notebook), one
+    finding a line."""
+    return "\n".join(f"{_where(f)}: {f.code} {f.message}{_mark(f)}" for f in findings_of(outcomes))
+
+
+def _json_finding(f: FindingRecord, names: dict[str, str]) -> dict:
+    doc = {
+        "path": f.path,
+        "code": f.code,
+        "rule": names.get(f.code, ""),
+        "message": f.message,
+        "severity": f.severity,
+    }
+    if f.cell is not None:
+        doc["cell"] = f.cell
+    doc.update({
+        "line": f.line,
+        "column": f.column + 1,
+        "end_line": f.end_line,
+        "end_column": f.end_column + 1,
+        "fixable": f.fixable,
+        "fix_safety": f.safety,
+    })
+    return doc
 
 
 def errors(outcomes: Sequence[FileOutcome]) -> str:
@@ -72,22 +98,7 @@ def as_json(outcomes: Sequence[FileOutcome], target: Optional[str] = None) -> st
         "porter": {"version": __version__, "format": JSON_FORMAT},
         "target": target,
         "files": len(python_files(outcomes)),
-        "findings": [
-            {
-                "path": f.path,
-                "code": f.code,
-                "rule": names.get(f.code, ""),
-                "message": f.message,
-                "severity": f.severity,
-                "line": f.line,
-                "column": f.column + 1,
-                "end_line": f.end_line,
-                "end_column": f.end_column + 1,
-                "fixable": f.fixable,
-                "fix_safety": f.safety,
-            }
-            for f in found
-        ],
+        "findings": [_json_finding(f, names) for f in found],
         "errors": [{"path": o.path, "message": _one_line(o.error)} for o in bad],
         "summary": {
             "findings": len(found),
@@ -129,6 +140,18 @@ def _artifact(path: str) -> dict:
     return {"uri": quote(os.fsencode(PurePosixPath(Path(path).as_posix()).as_posix())), "uriBaseId": "%SRCROOT%"}
 
 
+def _region(f: FindingRecord) -> dict:
+    if f.file_region is not None:
+        line, col, end_line, end_col = f.file_region
+        if (end_line, end_col) <= (line, col):
+            end_line, end_col = line, col + 1
+        return {"startLine": line, "startColumn": col + 1, "endLine": end_line, "endColumn": end_col + 1}
+    return {
+        "startLine": max(1, f.line), "startColumn": f.column + 1,
+        "endLine": max(1, f.end_line), "endColumn": f.end_column + 1,
+    }
+
+
 def sarif(outcomes: Sequence[FileOutcome]) -> str:
     """A SARIF 2.1.0 log with one run: the rules that fired, one result per finding, one
     tool-execution notification per file that could not be processed."""
@@ -151,21 +174,27 @@ def sarif(outcomes: Sequence[FileOutcome]) -> str:
         rules.append(rule)
     results = []
     for f in found:
+        properties: dict = {"fixable": f.fixable, "fixSafety": f.safety}
+        location: dict = {
+            "physicalLocation": {
+                "artifactLocation": _artifact(f.path),
+                "region": _region(f),
+            }
+        }
+        if f.cell is not None:
+            # a notebook: the region is in the .ipynb's JSON text (the string holding the
+            # line); the cell and the place in it go with the location
+            location["logicalLocations"] = [{"name": f"cell {f.cell}", "kind": "module"}]
+            location["properties"] = {"cell": f.cell, "cellLine": f.line, "cellColumn": f.column + 1,
+                                      "cellEndLine": f.end_line, "cellEndColumn": f.end_column + 1}
+            properties.update({"cell": f.cell})
         results.append({
             "ruleId": f.code,
             "ruleIndex": index[f.code],
             "level": _SARIF_LEVEL.get(f.severity, "warning"),
-            "message": {"text": f.message},
-            "locations": [{
-                "physicalLocation": {
-                    "artifactLocation": _artifact(f.path),
-                    "region": {
-                        "startLine": max(1, f.line), "startColumn": f.column + 1,
-                        "endLine": max(1, f.end_line), "endColumn": f.end_column + 1,
-                    },
-                }
-            }],
-            "properties": {"fixable": f.fixable, "fixSafety": f.safety},
+            "message": {"text": f"{f.message} (cell {f.cell}, line {f.line})" if f.cell is not None else f.message},
+            "locations": [location],
+            "properties": properties,
         })
     notifications = [
         {

@@ -98,6 +98,10 @@ class FindingRecord:
     end_column: int
     fixable: bool
     safety: Optional[str]
+    # notebooks (porter/notebook.py): the 1-based cell number, line/column then being within
+    # the cell; and (line, column, end_line, end_column) of the place in the .ipynb's text
+    cell: Optional[int] = None
+    file_region: Optional[tuple[int, int, int, int]] = None
 
     @classmethod
     def of(cls, path: str, f: Finding) -> "FindingRecord":
@@ -161,6 +165,10 @@ def _parse_error(exc: engine.PorterError, text: str) -> str:
 
 
 def check_file(path: Path, settings: Settings) -> FileOutcome:
+    if path.suffix == ".ipynb":
+        from porter import notebook
+
+        return notebook.check_file(path, settings)
     name = display(path)
     src = None
     try:
@@ -236,6 +244,10 @@ def unified_diff(before: str, after: str, name: str) -> str:
 
 def migrate_file(path: Path, settings: Settings, mode: str, out: Optional[Path] = None) -> FileOutcome:
     """``mode``: "diff" (write nothing), "write" (in place) or "out" (to ``out``)."""
+    if path.suffix == ".ipynb":
+        from porter import notebook
+
+        return notebook.migrate_file(path, settings, mode, out)
     name = display(path)
     out_name = display(out) if out is not None else ""
     src = None

@@ -251,8 +251,11 @@ def _walk(root: Path, errors: Optional[list[tuple[Path, str]]] = None):
         yield Path(dirpath), dirnames, sorted(filenames)
 
 
+SOURCE_SUFFIXES = (".py", ".ipynb")  # Python files and Jupyter notebooks (porter/notebook.py)
+
+
 def iter_python_files(paths: list[Path]) -> tuple[list[Path], list[tuple[Path, str]]]:
-    """Every .py file under ``paths``, in a stable order, each once; and the walk's errors.
+    """Every .py and .ipynb file under ``paths``, in a stable order, each once; and the walk's errors.
 
     Directories are walked (symlinked folders are not followed). A path given explicitly is
     always taken, even a bad one: reading it reports the error. A folder named like a Python
@@ -273,7 +276,7 @@ def iter_python_files(paths: list[Path]) -> tuple[list[Path], list[tuple[Path, s
             found = [
                 dirpath / name
                 for dirpath, dirnames, filenames in _walk(p, errors)
-                for name in (*dirnames, *filenames) if name.endswith(".py")
+                for name in (*dirnames, *filenames) if name.endswith(SOURCE_SUFFIXES)
             ]
             for f in sorted(found, key=lambda f: f.parts):
                 add(f)
@@ -283,10 +286,11 @@ def iter_python_files(paths: list[Path]) -> tuple[list[Path], list[tuple[Path, s
 
 
 def iter_other_files(root: Path) -> list[Path]:
-    """Every non-.py entry under ``root`` that is not a folder (for copying into an --out tree)."""
+    """Every entry under ``root`` that is neither a folder nor a source (.py, .ipynb) file (for
+    copying into an --out tree)."""
     found = []
     for dirpath, dirnames, filenames in _walk(root):
         for name in filenames:
-            if not name.endswith(".py"):
+            if not name.endswith(SOURCE_SUFFIXES):
                 found.append(dirpath / name)
     return found
