@@ -771,6 +771,25 @@ def timed_findings(nb: Notebook, options, name: str) -> tuple:
     return tuple(out)
 
 
+def pin_findings(nb: Notebook, name: str, settings) -> tuple:
+    """The ``!pip install NAME==VERSION`` lines of the notebook's cells whose pins differ from
+    the target's profile (porter.platforms), as the target's PV rule's findings at the cell."""
+    from porter import runner
+    from porter.platforms import notebook_pin_findings
+
+    rule = runner.pin_rule(settings)
+    if rule is None:
+        return ()
+    out = []
+    lines = [x for x in ipython_lines(nb) if x.kind == "shell" or x.text.lstrip().startswith(("%pip", "%conda"))]
+    for cell, f in notebook_pin_findings(lines, settings.target):
+        start = nb.file_position(cell, f.line, f.column)
+        end = nb.file_position(cell, f.line, f.end_column)
+        out.append(runner.FindingRecord(name, rule.code, f.message, rule.severity.value, f.line, f.column, f.line,
+                                        f.end_column, False, None, cell=cell, file_region=(*start, *end)))
+    return tuple(out)
+
+
 def check_file(path: Path, settings):
     from porter import runner
 
@@ -780,14 +799,15 @@ def check_file(path: Path, settings):
         if not nb.python_cells():
             return runner.FileOutcome(name, "unchanged")
         result = engine.check(nb.program, settings.options(), name)
-        timed = timed_findings(nb, settings.options(), name)
+        timed = timed_findings(nb, settings.options(), name) + pin_findings(nb, name, settings)
     except PorterError as exc:
         return runner.FileOutcome(name, "failed", str(exc))
     except MemoryError:
         return runner.FileOutcome(name, "failed", runner._memory_message(settings))
     except Exception as exc:
         return runner.FileOutcome(name, "failed", runner._internal(exc))
-    return runner.FileOutcome(name, "unchanged", findings=_records(nb, name, result.findings, nb.locate) + timed)
+    found = _records(nb, name, result.findings, nb.locate) + timed
+    return runner.FileOutcome(name, "unchanged", findings=tuple(sorted(found, key=lambda r: (r.cell or 0, r.line, r.column))))
 
 
 def migrate_file(path: Path, settings, mode: str, out: Optional[Path] = None):

@@ -183,11 +183,16 @@ def check_file(path: Path, settings: Settings) -> FileOutcome:
     return FileOutcome(name, "unchanged", findings=tuple(FindingRecord.of(name, f) for f in result.findings))
 
 
+def pin_rule(settings: Settings):
+    """The target's pinned-versions rule (PV) when it is enabled, else None."""
+    return next((r for r in settings.options().rules if isinstance(r, type) and issubclass(r, PinnedVersionsRule)
+                 and r.target == settings.target), None)
+
+
 def check_pin_files(paths: Sequence[Path], settings: Settings) -> list[FileOutcome]:
     """The requirement and constraint files under ``paths`` checked against the target's
     profile (porter.platforms), when the target's pinned-versions rule is enabled."""
-    rule = next((r for r in settings.options().rules if isinstance(r, type) and issubclass(r, PinnedVersionsRule)
-                 and r.target == settings.target), None)
+    rule = pin_rule(settings)
     if rule is None:
         return []
     out = []

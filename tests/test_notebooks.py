@@ -380,3 +380,23 @@ if __name__ == "__main__":
         _regenerate()
     else:
         raise SystemExit("usage: python tests/test_notebooks.py --regen")
+
+
+@pytest.mark.parametrize("target, line, code, pin", [
+    ("torch-xla", "!pip install -q torch_xla==2.5.0 numpy", "PV001", "torch_xla==2.9.0"),
+    ("torch-xla", "%pip install 'torch==2.4.1'", "PV001", "torch==2.9.0"),
+    ("jax", "!python -m pip install jax==0.4.30 && echo done", "PV002", "jax==0.10.2"),
+])
+def test_pinned_versions_in_a_notebooks_pip_lines_are_reported_at_the_cell(tmp_path, target, line, code, pin):
+    src = tmp_path / "nb.ipynb"
+    src.write_text(_nb(["import torch", f"# set-up\n{line}\nprint('ok')"]))
+    before = src.read_bytes()
+    outcome = notebook.check_file(src, runner.Settings(target=target, time_limit=0, memory_mb=0))
+    found = [f for f in outcome.findings if f.code == code]
+    assert len(found) == 1, outcome.findings
+    assert (found[0].cell, found[0].line) == (2, 2) and pin in found[0].message
+    assert src.read_bytes() == before
+    # the same pins in the profile's versions are not reported
+    src.write_text(_nb(["import torch", f"# set-up\n{line.replace('2.5.0', '2.9.0').replace('2.4.1', '2.9.0').replace('0.4.30', '0.10.2')}"]))
+    assert not [f for f in notebook.check_file(src, runner.Settings(target=target, time_limit=0, memory_mb=0)).findings
+                if f.code == code]
