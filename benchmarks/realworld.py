@@ -114,6 +114,11 @@ REASONS = {
         "porter finding predicts it (the port is not wrong; the per-side limit is too short for that compile)",
     "torch/pytorch-tutorial/02-intermediate/recurrent_neural_network/": "as the bidirectional one: one XLA:CPU "
         "compile of the unrolled nn.LSTM graph took 4 min 41 s (measured alone), over the per-side limit",
+    "torch/pytorch-tutorial/02-intermediate/deep_residual_network/": "the port timed out at the per-side limit; "
+        "not traced alone, so the cause (a slow XLA:CPU compile, as for the LSTMs, is likely) is not measured",
+    "torch/pytorch-tutorial/02-intermediate/language_model/": "the port timed out at the per-side limit; not traced "
+        "alone, so the cause (a slow XLA:CPU compile of the LSTM, as for the tutorials' other LSTMs, is likely) is "
+        "not measured",
     "torch/pytorch-cifar/": "the original, under the verifier's CUDA shim, fails in nn.DataParallel (\"module must "
                             "have its parameters and buffers on device cuda:0\"): a gap of the verifier's shim, "
                             "not of the port",
