@@ -33,6 +33,7 @@ GPU_FIXTURES = {
     "device_chain": "test accuracy",
     "cpu_flag_script": "eval mse",
     "ddp_trainer": "eval accuracy",
+    "device_type_autocast": "eval mse",
 }
 ALL_FIXTURES = [*GPU_FIXTURES, "xla_deprecated"]
 COMMON_FLAGS = {"--epochs", "--batch-size", "--lr", "--seed", "--log-interval", "--dropout",

@@ -55,3 +55,16 @@ def test_fixed_ports_pass(port):
     health = report["health"]
     assert health["within_budget"] and health["compiles_after_warmup"] == 0 and health["max_transfers_per_step"] == 0
     assert len(report["steps"]) == 8
+
+
+def test_a_port_that_stays_on_the_cpu_is_over_budget():
+    # the original as its own "port": it never imports torch_xla and trains on the CPU; its
+    # losses match, but no XLA computation ran
+    proc = subprocess.run([sys.executable, "-m", "porter", "verify", "--script", str(SCRIPTS / "train.py"),
+                           str(SCRIPTS / "train.py"), "--steps", "3", "--format", "json"],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PJRT_DEVICE": "CPU"})
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and report["status"] == "over-budget", report["summary"]
+    assert all(s["ok"] for s in report["steps"])
+    assert report["health"]["problems"] == ["no XLA computation ran in the optimizer steps: the port trained on the CPU"]
+    assert report["health"]["executions_total"] == 0

@@ -12,11 +12,11 @@ from typing import Optional, Sequence
 
 import libcst as cst
 
-from porter.astutil import arg, children, target_names, walk
+from porter.astutil import arg, children, string_value, target_names, walk
 from porter.context import FileContext, dotted_name
 from porter.rules import computed_module_fact, module_fact
 
-from ._tables import XLA_DEVICE, device_choice, is_cuda_string, only_availability
+from ._tables import XLA_DEVICE, device_choice, is_cuda_string, is_string, only_availability
 
 XLA_DEVICE_CALLS = ("torch_xla.device", XLA_DEVICE)
 
@@ -142,7 +142,7 @@ def is_xla_device_expr(expr: cst.CSTNode, ctx: FileContext) -> bool:
             first = arg(expr, "type", 0)
             return first is not None and is_xla_device_expr(first.value, ctx)
         return False
-    if is_cuda_string(expr):
+    if is_cuda_string(expr) or is_string(expr, "xla"):
         return True
     choice = device_choice(expr, ctx)
     return choice is not None and only_availability(choice.node.test, ctx)
@@ -312,3 +312,69 @@ def _int_value(value: cst.CSTNode, ctx: FileContext) -> bool:
     if isinstance(value, cst.Integer):
         return True
     return isinstance(value, cst.Call) and ctx.qualname(value.func) in RANK_CALLS
+
+
+# Calls whose first positional argument is a device *type* string ('cuda', 'cpu', 'xla').
+_DEVICE_TYPE_CALLS = ("torch.autocast", "torch.amp.autocast", "torch.amp.GradScaler", "torch.get_autocast_dtype",
+                      "torch.is_autocast_available", "torch.amp.custom_fwd", "torch.amp.custom_bwd")
+
+
+def _device_type_walk(ctx: FileContext) -> frozenset:
+    """Names (``device_type``, ``args.device_type``) the file uses as a device type string:
+    passed as ``device_type=``, as the first argument of ``torch.autocast``/``GradScaler``, or
+    compared with a string literal (``device_type == 'cpu'``, ``kind in ('cuda', 'mps')``)."""
+    found: set[str] = set()
+    for n in walk(ctx.module, into_functions=True):
+        if isinstance(n, cst.Call):
+            for a in n.args:
+                if a.keyword is not None and a.keyword.value == "device_type":
+                    name = dotted_name(a.value)
+                    if name is not None:
+                        found.add(name)
+            if n.args and n.args[0].keyword is None and ctx.qualname(n.func) in _DEVICE_TYPE_CALLS:
+                name = dotted_name(n.args[0].value)
+                if name is not None:
+                    found.add(name)
+        elif isinstance(n, cst.Comparison):
+            operands = [n.left, *(c.comparator for c in n.comparisons)]
+            ops = [c.operator for c in n.comparisons]
+            for i, op in enumerate(ops):
+                left, right = operands[i], operands[i + 1]
+                if isinstance(op, (cst.Equal, cst.NotEqual)):
+                    pairs = ((left, right), (right, left))
+                elif isinstance(op, (cst.In, cst.NotIn)) and isinstance(right, (cst.Tuple, cst.List, cst.Set)):
+                    pairs = ((left, right),)
+                else:
+                    continue
+                for named, other in pairs:
+                    strings = [e.value for e in other.elements] if isinstance(other, (cst.Tuple, cst.List, cst.Set)) else [other]
+                    name = dotted_name(named)
+                    if name is not None and strings and all(string_value(s) is not None for s in strings):
+                        found.add(name)
+    return frozenset(found)
+
+
+def used_as_device_type(ctx: FileContext, name: Optional[str]) -> bool:
+    """The file uses ``name`` as a device type string (see _device_type_walk): a CUDA choice
+    bound to it stays a string ('xla'), not a torch.device."""
+    return name is not None and name in module_fact(ctx, _device_type_walk)
+
+
+def _placement_walk(ctx: FileContext) -> bool:
+    """The file places something on a device: a `.to(...)`/`.cuda(...)` call, a `device=`
+    argument, a torch.device / torch_xla.device() value."""
+    for n in walk(ctx.module, into_functions=True):
+        if not isinstance(n, cst.Call):
+            continue
+        if isinstance(n.func, cst.Attribute) and n.func.attr.value in ("to", "cuda") and (n.args or n.func.attr.value == "cuda"):
+            return True
+        if any(a.keyword is not None and a.keyword.value == "device" for a in n.args):
+            return True
+        if ctx.qualname(n.func) in ("torch.device", *XLA_DEVICE_CALLS):
+            return True
+    return False
+
+
+def places_on_device(ctx: FileContext) -> bool:
+    """Whether the file moves anything to a device (a CPU-only script does not)."""
+    return bool(module_fact(ctx, _placement_walk))

@@ -261,13 +261,13 @@ def xla_device_expr(ctx: FileContext) -> cst.BaseExpression:
 
 
 def choice_replacement(choice: DeviceChoice, ctx: FileContext, cpu: cst.BaseExpression,
-                       folded: object = None) -> cst.BaseExpression:
-    """torch_xla.device() for an availability test; else keep the user's choice, with ``cpu``.
-    ``folded``: the test with the port's availability answers put in (True/False, the
-    remaining user's choice, or None when it holds no availability test)."""
+                       folded: object = None, xla: Optional[cst.BaseExpression] = None) -> cst.BaseExpression:
+    """torch_xla.device() (or ``xla``) for an availability test; else keep the user's choice,
+    with ``cpu``. ``folded``: the test with the port's availability answers put in
+    (True/False, the remaining user's choice, or None when it holds no availability test)."""
+    xla = xla if xla is not None else xla_device_expr(ctx)
     if choice.availability_only:
-        return xla_device_expr(ctx)
-    xla = xla_device_expr(ctx)
+        return xla
     if isinstance(folded, bool):
         return xla if folded is choice.cuda_first else cpu
     test = folded if isinstance(folded, cst.BaseExpression) else choice.node.test

@@ -1,11 +1,15 @@
+from typing import Optional
+
 import libcst as cst
 
 from porter.astutil import arg
+from porter.context import dotted_name
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
 from ._availability import fold
-from ._devices import PROVABLE, int_ordinal
-from ._tables import TORCH_XLA, choice_replacement, device_choice, is_cuda_string, side_effect_free, xla_device_expr
+from ._devices import PROVABLE, int_ordinal, used_as_device_type
+from ._tables import (TORCH_XLA, choice_replacement, device_choice, is_cuda_string, side_effect_free, string_node,
+                      xla_device_expr)
 
 
 class CudaDevice(Rule):
@@ -36,6 +40,13 @@ class CudaDevice(Rule):
     An `if`/`else` whose two arms are the same code once their CUDA devices are the XLA device
     (`if args.gpu is not None: torch.device(f'cuda:{args.gpu}') else: torch.device('cuda')`) keeps
     one arm (when its test has no side effects).
+
+    A choice bound to a name that the file uses as a device *type* string (passed as
+    `device_type=`, the first argument of `torch.autocast`/`torch.amp.GradScaler`, or compared
+    with a string: `device_type == 'cpu'`), or given as `device_type=` itself, keeps a string:
+    `device_type = 'cuda' if ... else 'cpu'` becomes `'xla' if ... else 'cpu'`
+    (`torch.autocast(device_type=torch_xla.device())` raises "Expected `device_type` of type
+    `str`"; `torch.device('xla')` and `.to('xla')` accept the string too).
 
     ## Fix safety
     Safe. Code that only chose between CUDA and CPU by availability now always takes the XLA
@@ -146,6 +157,35 @@ class CudaDevice(Rule):
             """,
             title="a choice between two strings",
         ),
+        Example(
+            """
+            import torch
+
+            device_type = "cuda" if "cuda" in args.device else "cpu"
+            ctx = torch.amp.autocast(device_type=device_type, dtype=torch.bfloat16)
+            kind = 'cuda' if torch.cuda.is_available() else 'cpu'
+            if kind == 'cpu':
+                print("slow")
+            cfg.amp_device = "cpu" if args.cpu else "cuda"
+            scaler = torch.amp.GradScaler(cfg.amp_device)
+            with torch.autocast(device_type="cuda" if torch.cuda.is_available() else "cpu"):
+                pass
+            """,
+            """
+            import torch
+
+            device_type = "xla" if "cuda" in args.device else "cpu"
+            ctx = torch.amp.autocast(device_type=device_type, dtype=torch.bfloat16)
+            kind = 'xla'
+            if kind == 'cpu':
+                print("slow")
+            cfg.amp_device = "cpu" if args.cpu else "xla"
+            scaler = torch.amp.GradScaler(cfg.amp_device)
+            with torch.autocast(device_type="xla"):
+                pass
+            """,
+            title="a name used as a device type (device_type=, compared with a string) stays a string: 'xla'",
+        ),
     ]
     valid = [
         "import torch\ndevice = torch.device('cpu')\n",
@@ -198,9 +238,20 @@ class CudaDevice(Rule):
         if not any(v == "torch" or v.startswith("torch.") for v in self.ctx.aliases.values()):
             return
         cpu = choice.node.orelse if choice.cuda_first else choice.node.body
-        new = choice_replacement(choice, self.ctx, cpu, fold(choice.node.test, self.ctx))
+        cuda = choice.node.body if choice.cuda_first else choice.node.orelse
+        # a name the file uses as a device type (`device_type=`, `== 'cpu'`) stays a string
+        kind = _bound_name(parent, node)
+        as_type = used_as_device_type(self.ctx, kind)
+        if isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "device_type":
+            kind, as_type = "device_type", True
+        xla = string_node("xla", cuda) if as_type else None
+        new = choice_replacement(choice, self.ctx, cpu, fold(choice.node.test, self.ctx), xla)
         if isinstance(new, cst.IfExp) and (node.lpar or isinstance(parent, (cst.IfExp, cst.BinaryOperation, cst.Comparison, cst.UnaryOperation, cst.BooleanOperation))):
             new = new.with_changes(lpar=node.lpar or [cst.LeftParen()], rpar=node.rpar or [cst.RightParen()])
+        if as_type:
+            self.report(node, f"CUDA-or-CPU device type: {kind} is used as a device type string (device_type=, "
+                        "compared with a string): on XLA it is 'xla'", Fix((self.replace(node, new),)))
+            return
         self.report(node, self._choice_message(choice), Fix((self.replace(node, new),), imports=(TORCH_XLA,)))
 
     def visit_If(self, node: cst.If) -> None:
@@ -230,3 +281,12 @@ class CudaDevice(Rule):
         if choice.availability_only:
             return "CUDA-or-CPU by availability: on XLA use torch_xla.device() (torch_xla always provides a device)"
         return "CUDA-or-CPU by a user's choice: the CUDA branch becomes torch_xla.device(), the choice is kept"
+
+
+def _bound_name(parent: object, node: cst.CSTNode) -> Optional[str]:
+    """The name (``device_type``, ``args.device_type``) that ``node`` is the whole value of."""
+    if isinstance(parent, cst.Assign) and parent.value is node and len(parent.targets) == 1:
+        return dotted_name(parent.targets[0].target)
+    if isinstance(parent, cst.AnnAssign) and parent.value is node:
+        return dotted_name(parent.target)
+    return None

@@ -7,7 +7,7 @@ from porter.rules import Edit, Example, Fix, Rule, Severity
 
 from . import _training as tr
 from ._availability import answer
-from ._devices import device_variable, xla_device_value
+from ._devices import device_variable, places_on_device, xla_device_value
 
 
 class MpDeviceLoader(Rule):
@@ -22,7 +22,10 @@ class MpDeviceLoader(Rule):
     `x.to(device, dtype=torch.float32)` keeps its conversion: `x.to(dtype=torch.float32)`.
 
     The device is the one of those moves (`.to(device)`, `.to(args.device)`); `.cuda()`,
-    `.to('cuda')` or no move at all give `torch_xla.device()`. Loops through `enumerate(...)`
+    `.to('cuda')` or no move at all give `torch_xla.device()`; but a file that places nothing on
+    a device (a CPU-only script: its model stays on the CPU) keeps its loops, reported: the
+    device loader would hand XLA tensors to a CPU model ("Expected XLA tensor. Got:
+    torch.FloatTensor"). Loops through `enumerate(...)`
     (with a start), `tqdm(...)` and both nestings are handled; the loop is wrapped, never the
     DataLoader's construction, so `len(loader)`, `loader.dataset` and
     `loader.sampler.set_epoch(epoch)` keep working, and each loop over the loader gets its
@@ -249,6 +252,23 @@ class MpDeviceLoader(Rule):
             None,
             title="a batch value kept on the CPU: reported",
         ),
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            model = torch.nn.Linear(784, 10)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            train_loader = DataLoader(train_set, batch_size=100, shuffle=True)
+            for epoch in range(2):
+                for i, (images, labels) in enumerate(train_loader):
+                    loss = torch.nn.functional.cross_entropy(model(images.reshape(-1, 784)), labels)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            """,
+            title="a CPU-only script (nothing is placed on a device): reported, the loop is kept",
+        ),
     ]
     valid = [
         # already a device loader
@@ -309,6 +329,13 @@ class MpDeviceLoader(Rule):
         pl = self.ctx.module_alias("torch_xla.distributed.parallel_loader")
         imports = ["torch_xla.distributed.parallel_loader"]
         variable = device_variable(self.ctx) if plan.device is None else None
+        if plan.device is None and variable is None and not plan.drop_calls and not plan.drop_statements \
+                and not places_on_device(self.ctx):
+            self.report(node.iter, "nothing in this file is placed on a device, so the port trains on the CPU: "
+                        "to train on XLA, move the model to torch_xla.device() before its optimizer is built and "
+                        "iterate pl.MpDeviceLoader(loader, torch_xla.device()) (with every tensor the step "
+                        "creates on that device)", severity=Severity.INFO)
+            return
         if plan.device is None and variable is None:
             device_code = f"{self.ctx.module_alias('torch_xla')}.device()"
             imports.append("torch_xla")

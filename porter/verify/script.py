@@ -92,9 +92,15 @@ def script_health(record: dict, budgets: Budgets) -> dict:
     if quiet:
         problems.append(f"device-to-host transfers in step(s) {', '.join(map(str, quiet))} that log nothing "
                         f"(budget {budgets.max_transfers_per_step} per step)")
+    # a port whose steps launch no XLA graph at all trained on the CPU (say a script that
+    # never moves its model): its losses can match and it is still not a port to XLA
+    executions = sum(s["executions"] for s in steps)
+    if steps and not executions and not record.get("jax"):
+        problems.append("no XLA computation ran in the optimizer steps: the port trained on the CPU")
     xla = record.get("xla") or {}
     return {
         "steps": steps,
+        "executions_total": executions,
         "compiles_total": sum(s["compiles"] for s in steps),
         "compiles_after_warmup": compiles_after,
         "max_transfers_per_step": max((s["transfers"] for s in judged if not s["logged"]), default=0),
@@ -308,7 +314,8 @@ def verify_script(req: ScriptRequest) -> Report:
                      f"steps: {_error_line(port)}")
         side_p.ok, side_p.error = True, ""
     steps, first = compare_steps(orig["losses"], port["losses"], rtol, atol, scaled, jax_port)
-    health = script_health(port, req.budgets) if port.get("xla") else None
+    # a torch-xla port that never imported torch_xla has no metrics: its health says it ran on the CPU
+    health = script_health(port, req.budgets) if port.get("xla") or not jax_port else None
     if health is not None and jax_port:
         health = jax_health(port, health, req.budgets)
     count_note = None
