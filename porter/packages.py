@@ -429,15 +429,15 @@ def _finding_of(record: dict) -> Finding:
                    Position(*pos) if pos else None, bool(record.get("internal_error")))
 
 
-def _load_manifest(out: Path, key: dict) -> dict:
+def _load_manifest(out: Path, key: dict) -> tuple[dict, dict]:
     try:
         data = json.loads((out / MANIFEST).read_text())
     except (OSError, ValueError):
-        return {}
+        return {}, {}
     if not isinstance(data, dict) or data.get("key") != key:
-        return {}
-    modules = data.get("modules")
-    return modules if isinstance(modules, dict) else {}
+        return {}, {}
+    modules, checked = data.get("modules"), data.get("checked")
+    return (modules if isinstance(modules, dict) else {}), (checked if isinstance(checked, dict) else {})
 
 
 def _file_sha(path: Path) -> Optional[str]:
@@ -495,20 +495,20 @@ def port_package(
     else:
         start = [sel_name]
     selection = set(start)
-    for name in list(start):
-        selection.update(p for p in _with_parents(name) if layouts[top].file(p) is not None)
     key = {"version": MANIFEST_VERSION, "target": target, "unsafe": unsafe, "porter": porter_fingerprint()}
-    previous = _load_manifest(out, key)
+    previous, checked_before = _load_manifest(out, key)
+    checked: dict[str, list] = {}  # other packages' modules: name -> [digest, model code]
 
     # The closure: module name -> (file, imports), by a walk over the imports
     found: dict[str, tuple[Path, str]] = {}  # name -> (file, the layout's top)
     imports: dict[str, list[str]] = {}
     unresolved: set[str] = set()
     external_tops: set[str] = set()
-    queue = sorted(selection)
+    queue = sorted(selection)  # (add() brings in their parent packages)
     for extra in include or ():
         queue.append(local_name(extra))
     model_code: dict[str, bool] = {}
+    rejected: dict[str, list[str]] = {}  # modules of other packages not ported (yet), by package
 
     def layout_for(name: str) -> Optional[_Layout]:
         first = name.split(".")[0]
@@ -536,14 +536,27 @@ def port_package(
         if file is None:
             return False
         if name not in model_code:
-            try:
-                model_code[name] = is_model_code(engine.parse(read_source(file).text))
-            except (engine.PorterError, RecursionError, MemoryError):
-                model_code[name] = False
+            digest = _file_sha(file) or ""
+            known = checked_before.get(name)
+            if isinstance(known, list) and len(known) == 2 and known[0] == digest:
+                model_code[name] = bool(known[1])
+            else:
+                try:
+                    text = read_source(file).text
+                    # pre-filter: a file that never names torch defines no torch module
+                    model_code[name] = "torch" in text and is_model_code(engine.parse(text))
+                except (engine.PorterError, RecursionError, MemoryError):
+                    model_code[name] = False
+            checked[name] = [digest, model_code[name]]
         if model_code[name]:
             layouts[first] = layout
             external_tops.add(first)
+            # out/<first>/ now shadows the installed package: what was imported from it before
+            # it was known to hold model code must be there too
+            for earlier in rejected.pop(first, []):
+                add(earlier)
             return True
+        rejected.setdefault(first, []).append(name)
         return False
 
     def add(name: str) -> bool:
@@ -558,8 +571,7 @@ def port_package(
             return False
         found[name] = (file, first)
         for parent in _with_parents(name)[:-1]:
-            if parent not in found and layout.file(parent) is not None:
-                queue.append(parent)
+            add(parent)  # importing it runs its parent packages' __init__ first
         queue.append(name)
         return True
 
@@ -578,7 +590,7 @@ def port_package(
             raw = record["raw_imports"]
         else:
             raw = _raw_imports(file, name, layouts[first], inside)
-        deps: list[str] = []
+        deps = [p for p in _with_parents(name)[:-1] if p in found]  # importing it runs its packages first
         for dep in raw:
             for candidate in _with_parents(local_name(dep)):
                 if add(candidate):
@@ -587,8 +599,6 @@ def port_package(
                 elif candidate.split(".")[0] == top:
                     unresolved.add(candidate)
         imports[name] = sorted(set(deps))
-        imports.setdefault(name, [])
-        found[name] = (file, first)
         previous.setdefault(name, {})["raw_imports_now"] = raw
     # names that resolve to modules only as `from X import n`: the others are attributes
     unresolved = {u for u in unresolved if u not in found and not _is_attribute_candidate(u, found)}
@@ -628,7 +638,7 @@ def port_package(
             imports=imports.get(name, []), selected=name in selection, reused=name in reused,
         )
     data_files = _copy_data(found, layouts, out)
-    _write_manifest(out, key, modules, previous, results)
+    _write_manifest(out, key, modules, previous, results, checked)
     followed = sorted(n for n, m in modules.items() if not m.selected)
     return PackagePort(top, out, target, modules, unsafe, sel_name, followed, sorted(external_tops), data_files,
                        sorted(unresolved))
@@ -698,8 +708,9 @@ def _copy_data(found: dict, layouts: dict, out: Path) -> list[Path]:
     return copied
 
 
-def _write_manifest(out: Path, key: dict, modules: dict[str, ModulePort], previous: dict, results: dict) -> None:
-    doc = {"key": key, "modules": {}}
+def _write_manifest(out: Path, key: dict, modules: dict[str, ModulePort], previous: dict, results: dict,
+                    checked: dict) -> None:
+    doc = {"key": key, "modules": {}, "checked": dict(sorted(checked.items()))}
     for name, m in modules.items():
         doc["modules"][name] = {
             "digest": m.digest, "status": m.status, "error": m.error, "written": results[name][4],
