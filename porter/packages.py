@@ -50,7 +50,7 @@ from libcst.metadata import MetadataWrapper, QualifiedNameProvider
 
 from porter import engine, registry
 from porter.rules import Finding, Position, Severity
-from porter.runner import UsageError, verify_output
+from porter.runner import Settings, UsageError, verify_output
 from porter.sources import SKIP_DIRS, copy_atomic, iter_python_files, read_source, write_atomic
 
 MANIFEST = ".porter-package.json"
@@ -344,6 +344,8 @@ class _Task:
     unsafe: bool
     absolute_outside: str = ""  # the original dotted package of a framework subpackage
     original_name: str = ""  # the module's name in the original package
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
 
 
 def _sha(data: bytes) -> str:
@@ -363,7 +365,7 @@ def _port_one(task: _Task) -> tuple[str, str, list, Optional[str], str]:
         if task.absolute_outside:
             package = task.original_name if task.source.name == "__init__.py" else task.original_name.rpartition(".")[0]
             text = engine.parse(text).visit(_AbsoluteOutside(package, task.absolute_outside)).code
-        options = engine.Options(registry.select(task.target, (), ()), task.unsafe)
+        options = engine.Options(registry.select(task.target, task.select, task.ignore), task.unsafe)
         result = engine.fix(text, options, str(task.source))
         new = result.source if result.changed else text
         if new != src.text:
@@ -458,17 +460,21 @@ def port_package(
     unsafe: bool = True,
     include: Optional[list[str]] = None,
     jobs: int = 1,
+    select: Sequence[str] = (),
+    ignore: Sequence[str] = (),
 ) -> PackagePort:
     """Port ``source`` (a folder, or an importable package or module name) and everything it
     needs from itself and from other packages' model code to ``target`` under ``out``.
 
     ``include``: more modules to port along (dotted names, of the package or of another
-    installed one), with their import closure. Raises :class:`UsageError` for a source that
+    installed one), with their import closure. ``select``/``ignore``: rule codes, prefixes or
+    names, as ``porter migrate --select/--ignore``. Raises :class:`UsageError` for a source that
     cannot be found, an unknown target, or an ``out`` that overlaps the sources.
     """
     if target not in registry.TARGETS:
         raise UsageError(f"unknown target {target!r}; known: {', '.join(registry.TARGETS)}")
-    registry.select(target, (), ())  # a broken rule module fails here, before any work
+    select, ignore = tuple(select), tuple(ignore)
+    Settings(target, select, ignore).validate()  # unknown codes; a broken rule module fails here
     path, selected, env = resolve_source(source)
     out = Path(os.path.abspath(out))
     top = selected.split(".")[0]
@@ -495,7 +501,8 @@ def port_package(
     else:
         start = [sel_name]
     selection = set(start)
-    key = {"version": MANIFEST_VERSION, "target": target, "unsafe": unsafe, "porter": porter_fingerprint()}
+    key = {"version": MANIFEST_VERSION, "target": target, "unsafe": unsafe, "select": list(select),
+           "ignore": list(ignore), "porter": porter_fingerprint()}
     previous, checked_before = _load_manifest(out, key)
     checked: dict[str, list] = {}  # other packages' modules: name -> [digest, model code]
 
@@ -618,7 +625,7 @@ def port_package(
                             record.get("error"), record["written"])
             continue
         original = (inside + name[len(top):]) if inside and first == top else name
-        tasks.append(_Task(name, file, output, target, unsafe, inside if first == top else "", original))
+        tasks.append(_Task(name, file, output, target, unsafe, inside if first == top else "", original, select, ignore))
     results: dict[str, tuple] = dict(reused)
     if jobs > 1 and len(tasks) > 1:
         ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")

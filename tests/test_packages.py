@@ -309,3 +309,30 @@ def test_jax_port_matches_the_original(jax_port, tmp_path):
         port.unlink()
     assert report.passed, (report.summary, report.port.error if report.port else None)
     assert report.port.backend == "jax"
+
+
+# ------------------------------------------------------------------------------------------
+# porter migrate --package
+# ------------------------------------------------------------------------------------------
+def test_migrate_package_command(tmp_path):
+    from clihelp import run_porter
+
+    src = _zoo_copy(tmp_path)
+    (src / "minizoo" / "broken.py").write_text("def f(:\n")
+    env = dict(os.environ, PYTHONPATH=str(src))
+    first = run_porter("migrate", "minizoo", "--package", "--to", "jax", "--out", str(tmp_path / "out"), cwd=tmp_path, env=env)
+    assert first.code == 1  # a module failed; the others were ported
+    assert len(first.error_lines) == 1, first.err
+    assert first.error_lines[0].startswith(f"{src / 'minizoo' / 'broken.py'}: error: syntax error"), first.err
+    assert "minizoo: 14 module(s), 6 ported, 7 unchanged, 1 failed; 3 followed from imports (packages ported along: zoodeps)" in first.err
+    assert (tmp_path / "out" / "minizoo" / "models" / "tiny.py").is_file()
+    (src / "minizoo" / "broken.py").unlink()
+    second = run_porter("migrate", str(src / "minizoo"), "--package", "--to", "jax", "--out", str(tmp_path / "out2"), cwd=tmp_path, env=env)
+    assert second.code == 0, second.err
+    again = run_porter("migrate", str(src / "minizoo"), "--package", "--to", "jax", "--out", str(tmp_path / "out2"), cwd=tmp_path, env=env)
+    assert again.code == 0 and "(13 unchanged since the last run, not rewritten)" in again.err, again.err
+    for args in (("--write",), ()):
+        bad = run_porter("migrate", "minizoo", "--package", *args, cwd=tmp_path, env=env)
+        assert bad.code == 2 and "--package needs one package" in bad.err
+    missing = run_porter("migrate", "no_such_zoo_xyz", "--package", "--out", str(tmp_path / "o"), cwd=tmp_path, env=env)
+    assert missing.code == 2 and "cannot find the package 'no_such_zoo_xyz'" in missing.err
