@@ -512,8 +512,6 @@ def port_package(
     unresolved: set[str] = set()
     external_tops: set[str] = set()
     queue = sorted(selection)  # (add() brings in their parent packages)
-    for extra in include or ():
-        queue.append(local_name(extra))
     model_code: dict[str, bool] = {}
     rejected: dict[str, list[str]] = {}  # modules of other packages not ported (yet), by package
 
@@ -586,6 +584,18 @@ def port_package(
     queue.clear()
     for name in pending:
         add(name)
+    for extra in include or ():  # asked for: ported along whether or not it is model code
+        extra = local_name(extra)
+        first = extra.split(".")[0]
+        layout = layouts.get(first) or layout_for(extra)
+        if layout is None or layout.file(extra) is None:
+            raise UsageError(f"--include {extra}: no such module (or a framework's or the standard library's)")
+        if first not in layouts:
+            layouts[first] = layout
+            external_tops.add(first)
+            for earlier in rejected.pop(first, []):
+                add(earlier)
+        add(extra)
     while queue:
         name = queue.pop()
         if name in imports:

@@ -336,3 +336,17 @@ def test_migrate_package_command(tmp_path):
         assert bad.code == 2 and "--package needs one package" in bad.err
     missing = run_porter("migrate", "no_such_zoo_xyz", "--package", "--out", str(tmp_path / "o"), cwd=tmp_path, env=env)
     assert missing.code == 2 and "cannot find the package 'no_such_zoo_xyz'" in missing.err
+
+
+def test_included_modules_and_several_jobs(xla_port, zoo_path, tmp_path):
+    src = tmp_path / "mymodels"
+    src.mkdir()
+    (src / "net.py").write_text("X = 1\n")
+    p = port_package(src, "torch-xla", tmp_path / "out", include=["zoodeps.util"])
+    # asked for, though not model code: its package's __init__ chain (and what that imports) comes too
+    assert set(p.modules) == {"mymodels.net"} | ZOODEPS and p.external == ["zoodeps"]
+    with pytest.raises(UsageError, match="no such module"):
+        port_package(src, "torch-xla", tmp_path / "out", include=["zoodeps.nothing_here"])
+    two = port_package(ZOO / "minizoo", "torch-xla", tmp_path / "two", jobs=2)
+    assert {n: (m.status, m.output.read_bytes(), [f.code for f in m.findings]) for n, m in two.modules.items()} == \
+           {n: (m.status, m.output.read_bytes(), [f.code for f in m.findings]) for n, m in xla_port.modules.items()}
