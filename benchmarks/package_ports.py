@@ -71,12 +71,14 @@ if result["imports"]:
     for expr in EXPRS:
         code = expr.replace("{rngs}", ", rngs=nnx.Rngs(0)" if TARGET == "jax" else "").replace(
             "{rngs_first}", "rngs=nnx.Rngs(0)" if TARGET == "jax" else "")
+        t1 = time.perf_counter()
         try:
             model = eval(code)
             result["builds"][code] = "ok"
         except BaseException as exc:
             result["builds"][code] = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()[-1][:300]
         model = None
+        print("BUILD" + json.dumps([code, result["builds"][code], round(time.perf_counter() - t1, 2)]), flush=True)
 print("RESULT" + json.dumps(result))
 '''
 
@@ -88,12 +90,19 @@ def check(out: Path, package: str, target: str, exprs: list[str], timeout: float
     try:
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
                               cwd=out.parent, env=env)
-    except subprocess.TimeoutExpired:
-        return {"imports": False, "import_error": f"timed out after {timeout:g} s"}
-    for line in proc.stdout.splitlines():
+        stdout, stderr = proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        stderr = f"timed out after {timeout:g} s"
+    builds, seconds = {}, {}
+    for line in stdout.splitlines():
         if line.startswith("RESULT"):
-            return json.loads(line[len("RESULT"):])
-    return {"imports": False, "import_error": (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+            return dict(json.loads(line[len("RESULT"):]), build_s=seconds)
+        if line.startswith("BUILD"):
+            expr, verdict, took = json.loads(line[len("BUILD"):])
+            builds[expr], seconds[expr] = verdict, took
+    return {"imports": bool(builds), "builds": builds, "build_s": seconds,
+            "import_error": (stderr.strip().splitlines() or ["no output"])[-1][:300]}
 
 
 ORIGINAL_BASELINE = {"gluon-model-zoo"}  # (its original runs in the MXNet venv: no baseline here)
@@ -113,8 +122,14 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--keep", type=Path, default=None, help="Write the ports under this folder (else a temporary one).")
+    ap.add_argument("--results", type=Path, default=RESULTS, help="Rows are merged into this JSON file.")
     args = ap.parse_args(argv)
-    rows = json.loads(RESULTS.read_text()) if RESULTS.is_file() else []
+
+    def save(row: dict) -> None:  # re-read first: another run may have added rows meanwhile
+        rows = json.loads(args.results.read_text()) if args.results.is_file() else []
+        rows = [r for r in rows if (r["source"], r["target"]) != (row["source"], row["target"])] + [row]
+        args.results.write_text(json.dumps(rows, indent=1) + "\n")
+
     with tempfile.TemporaryDirectory(prefix="porter-packages-") as tmp:
         base = args.keep or Path(tmp)
         for key in args.only:
@@ -128,8 +143,7 @@ def main(argv=None) -> int:
                 except Exception as exc:
                     row["error"] = f"{type(exc).__name__}: {exc}"
                     print(json.dumps(row), flush=True)
-                    rows = [r for r in rows if (r["source"], r["target"]) != (key, target)] + [row]
-                    RESULTS.write_text(json.dumps(rows, indent=1) + "\n")
+                    save(row)
                     continue
                 row["first_s"] = round(time.perf_counter() - t0, 2)
                 t1 = time.perf_counter()
@@ -155,8 +169,7 @@ def main(argv=None) -> int:
                 print(json.dumps({k: v for k, v in row.items() if k != "check"}), flush=True)
                 print("   import:", row["check"].get("imports"), row["check"].get("from_port"), row["check"].get("import_error", ""),
                       flush=True)
-                rows = [r for r in rows if (r["source"], r["target"]) != (key, target)] + [row]
-                RESULTS.write_text(json.dumps(rows, indent=1) + "\n")
+                save(row)
     return 0
 
 

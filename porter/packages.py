@@ -32,6 +32,7 @@ unchanged. Findings restored from that record carry their position, not a LibCST
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -51,6 +52,7 @@ from libcst.metadata import MetadataWrapper, QualifiedNameProvider
 from porter import engine, registry
 from porter.rules import Finding, Position, Severity
 from porter.runner import Settings, UsageError, verify_output
+from porter.verify.mxnet_env import MXNetEnvError, mxnet_python
 from porter.sources import SKIP_DIRS, copy_atomic, iter_python_files, read_source, write_atomic
 
 MANIFEST = ".porter-package.json"
@@ -154,12 +156,15 @@ def this_environment() -> Environment:
 
 def mxnet_environment() -> Optional[Environment]:
     """The MXNet venv's sys.path (asked of its python), or None when it is not built."""
-    from porter.verify.mxnet_env import MXNetEnvError, mxnet_python
-
     try:
         python = mxnet_python()
     except MXNetEnvError:
         return None
+    return _environment_of(python)
+
+
+@functools.lru_cache(maxsize=None)
+def _environment_of(python: str) -> Optional[Environment]:
     try:
         proc = subprocess.run([python, "-c", "import json, sys; print(json.dumps(sys.path))"],
                               capture_output=True, text=True, timeout=60, check=True)
@@ -227,13 +232,17 @@ def resolve_source(source: Union[str, Path], env: Optional[Environment] = None) 
     if not all(part.isidentifier() for part in name.split(".")):
         raise UsageError(f"{name!r} is neither a folder nor an importable module name")
     spec = env.find(name)
-    if spec is None and name.split(".")[0] == "mxnet":
+    if spec is None and env.python is None:
+        # MXNet/Gluon packages (mxnet, gluoncv...) live in the MXNet venv (numpy 1.23.5)
         mx = mxnet_environment()
-        if mx is None:
+        if mx is not None:
+            spec = mx.find(name)
+            if spec is not None:
+                env = mx
+        elif name.split(".")[0] in ("mxnet", "gluoncv"):
             raise UsageError(f"{name} is not importable here and the MXNet venv is not built (scripts/bootstrap-mxnet)")
-        env, spec = mx, mx.find(name)
     if spec is None:
-        raise UsageError(f"cannot find the package {name!r} (not importable in this environment)")
+        raise UsageError(f"cannot find the package {name!r} (not importable in this environment, nor in the MXNet venv)")
     found = _spec_folder(spec)
     if found is None:
         raise UsageError(f"{name} is not Python source (origin {spec.origin}); nothing to port")
