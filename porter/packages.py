@@ -664,6 +664,7 @@ def port_package(
             imports=imports.get(name, []), selected=name in selection, reused=name in reused,
         )
     data_files = _copy_data(found, layouts, out)
+    _remove_stale(out, previous, found)
     _write_manifest(out, key, modules, previous, results, checked)
     followed = sorted(n for n, m in modules.items() if not m.selected)
     return PackagePort(top, out, target, modules, unsafe, sel_name, followed, sorted(external_tops), data_files,
@@ -734,12 +735,28 @@ def _copy_data(found: dict, layouts: dict, out: Path) -> list[Path]:
     return copied
 
 
+def _remove_stale(out: Path, previous: dict, found: dict) -> None:
+    """A module of the previous call's port that is no longer in the closure (removed from the
+    package, no longer imported): its output goes, when it is still what porter wrote."""
+    for name, record in previous.items():
+        rel = record.get("output")
+        if name in found or not isinstance(rel, str) or not record.get("written"):
+            continue
+        path = out / rel
+        if os.path.realpath(path).startswith(os.path.realpath(out) + os.sep) and _file_sha(path) == record["written"]:
+            try:
+                path.unlink()
+            except OSError:
+                pass
+
+
 def _write_manifest(out: Path, key: dict, modules: dict[str, ModulePort], previous: dict, results: dict,
                     checked: dict) -> None:
     doc = {"key": key, "modules": {}, "checked": dict(sorted(checked.items()))}
     for name, m in modules.items():
         doc["modules"][name] = {
             "digest": m.digest, "status": m.status, "error": m.error, "written": results[name][4],
+            "output": str(m.output.relative_to(out)),
             "findings": [_finding_record(f) for f in m.findings],
             "raw_imports": previous.get(name, {}).get("raw_imports_now", []),
         }

@@ -176,6 +176,12 @@ def test_a_second_call_rewrites_nothing_and_a_change_is_ported_alone(tmp_path, m
     assert "hidden=24" in third.modules["minizoo.models.mlp"].output.read_text()
     assert third.digest("zoodeps.blocks") == before["zoodeps.blocks"]  # its closure did not change
     assert third.digest("minizoo.models.tiny") != before["minizoo.models.tiny"]  # minizoo/__init__ -> models -> mlp
+    # a module that leaves the package leaves the port
+    (src / "minizoo" / "extra.py").write_text("X = 1\n")
+    assert (port_package(src / "minizoo", "jax", out).modules["minizoo.extra"].output == out / "minizoo" / "extra.py")
+    (src / "minizoo" / "extra.py").unlink()
+    assert "minizoo.extra" not in port_package(src / "minizoo", "jax", out).modules
+    assert not (out / "minizoo" / "extra.py").exists()
     # another target or fix mode is another port: nothing reused
     fourth = port_package(src / "minizoo", "jax", out, unsafe=False)
     assert not any(m.reused for m in fourth.modules.values())
