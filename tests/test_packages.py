@@ -155,14 +155,16 @@ def _zoo_copy(tmp_path: Path) -> Path:
 
 def test_a_second_call_rewrites_nothing_and_a_change_is_ported_alone(tmp_path, monkeypatch):
     src = _zoo_copy(tmp_path)
+    (src / "minizoo" / "masks.py").write_text("import torch\n\n\ndef positive(x):\n    return x[x > 0]\n")
     monkeypatch.syspath_prepend(str(src))
     out = tmp_path / "out"
-    first = port_package(src / "minizoo", "jax", out)
+    first = port_package(src / "minizoo", "torch-xla", out)
     assert not any(m.reused for m in first.modules.values())
+    assert [(f.code, f.position.line) for f in first.modules["minizoo.masks"].findings] == [("TX501", 5)]
     stamps = {n: (m.output.stat().st_mtime_ns, m.output.read_bytes()) for n, m in first.modules.items()}
     before = {n: first.digest(n) for n in first.modules}
 
-    second = port_package(src / "minizoo", "jax", out)
+    second = port_package(src / "minizoo", "torch-xla", out)
     assert all(m.reused for m in second.modules.values())
     assert {n: (m.output.stat().st_mtime_ns, m.output.read_bytes()) for n, m in second.modules.items()} == stamps
     assert {n: second.digest(n) for n in second.modules} == before
@@ -171,19 +173,19 @@ def test_a_second_call_rewrites_nothing_and_a_change_is_ported_alone(tmp_path, m
 
     mlp = src / "minizoo" / "models" / "mlp.py"
     mlp.write_text(mlp.read_text().replace("hidden=32", "hidden=24"))
-    third = port_package(src / "minizoo", "jax", out)
+    third = port_package(src / "minizoo", "torch-xla", out)
     assert {n for n, m in third.modules.items() if not m.reused} == {"minizoo.models.mlp"}
-    assert "hidden=24" in third.modules["minizoo.models.mlp"].output.read_text()
+    assert third.modules["minizoo.models.mlp"].output.read_text() == mlp.read_text()
     assert third.digest("zoodeps.blocks") == before["zoodeps.blocks"]  # its closure did not change
     assert third.digest("minizoo.models.tiny") != before["minizoo.models.tiny"]  # minizoo/__init__ -> models -> mlp
     # a module that leaves the package leaves the port
     (src / "minizoo" / "extra.py").write_text("X = 1\n")
-    assert (port_package(src / "minizoo", "jax", out).modules["minizoo.extra"].output == out / "minizoo" / "extra.py")
+    assert (port_package(src / "minizoo", "torch-xla", out).modules["minizoo.extra"].output == out / "minizoo" / "extra.py")
     (src / "minizoo" / "extra.py").unlink()
-    assert "minizoo.extra" not in port_package(src / "minizoo", "jax", out).modules
+    assert "minizoo.extra" not in port_package(src / "minizoo", "torch-xla", out).modules
     assert not (out / "minizoo" / "extra.py").exists()
     # another target or fix mode is another port: nothing reused
-    fourth = port_package(src / "minizoo", "jax", out, unsafe=False)
+    fourth = port_package(src / "minizoo", "torch-xla", out, unsafe=False)
     assert not any(m.reused for m in fourth.modules.values())
     assert fourth.digest("zoodeps.blocks") != before["zoodeps.blocks"]
 
@@ -333,9 +335,9 @@ def test_migrate_package_command(tmp_path):
     assert "minizoo: 14 module(s), 6 ported, 7 unchanged, 1 failed; 3 followed from imports (packages ported along: zoodeps)" in first.err
     assert (tmp_path / "out" / "minizoo" / "models" / "tiny.py").is_file()
     (src / "minizoo" / "broken.py").unlink()
-    second = run_porter("migrate", str(src / "minizoo"), "--package", "--to", "jax", "--out", str(tmp_path / "out2"), cwd=tmp_path, env=env)
+    second = run_porter("migrate", str(src / "minizoo"), "--package", "--to", "torch-xla", "--out", str(tmp_path / "out2"), cwd=tmp_path, env=env)
     assert second.code == 0, second.err
-    again = run_porter("migrate", str(src / "minizoo"), "--package", "--to", "jax", "--out", str(tmp_path / "out2"), cwd=tmp_path, env=env)
+    again = run_porter("migrate", str(src / "minizoo"), "--package", "--to", "torch-xla", "--out", str(tmp_path / "out2"), cwd=tmp_path, env=env)
     assert again.code == 0 and "(13 unchanged since the last run, not rewritten)" in again.err, again.err
     for args in (("--write",), ()):
         bad = run_porter("migrate", "minizoo", "--package", *args, cwd=tmp_path, env=env)
