@@ -115,6 +115,23 @@ def _original_root(port) -> Path:
     return top.source.parents[depth if top.source.name == "__init__.py" else depth - 1]
 
 
+def table(rows: list[dict]) -> str:
+    """docs/zoo.md's table from the results."""
+    lines = []
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['source']} | {r['target']} | error: {r['error']} | | | | | |")
+            continue
+        c = r.get("check", {})
+        imports = "yes" if c.get("imports") and c.get("from_port") else f"no: `{c.get('import_error', '')}`"
+        base = f" ({r['original_built']})" if "original_built" in r else ""
+        ext = f", along: {', '.join(r['external'])}" if r.get("external") else ""
+        lines.append(f"| {r['source']} | {r['target']} | {r['modules']} ({r['selected']} + {r['followed']}{ext}) | "
+                     f"{r['ported']} / {r['unchanged']} / {r['failed']} | {r['first_s']:.0f} s | "
+                     f"{r['second_s']:.2f} s ({r['second_reused']} reused) | {imports} | {r['built']}{base} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", nargs="*", default=list(SOURCES))
@@ -123,7 +140,11 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--keep", type=Path, default=None, help="Write the ports under this folder (else a temporary one).")
     ap.add_argument("--results", type=Path, default=RESULTS, help="Rows are merged into this JSON file.")
+    ap.add_argument("--table", action="store_true", help="Print the table of the results file and stop.")
     args = ap.parse_args(argv)
+    if args.table:
+        print(table(json.loads(args.results.read_text())))
+        return 0
 
     def save(row: dict) -> None:  # re-read first: another run may have added rows meanwhile
         rows = json.loads(args.results.read_text()) if args.results.is_file() else []
