@@ -193,9 +193,6 @@ class _Layout:
         mod = base.with_suffix(".py")
         return mod if mod.is_file() else None
 
-    def is_package(self, name: str) -> bool:
-        return self.root.joinpath(*name.split(".")).is_dir()
-
 
 def _module_name(root: Path, file: Path) -> str:
     rel = file.relative_to(root).with_suffix("")
@@ -269,11 +266,8 @@ def imported_names(module: cst.Module, name: str, is_package: bool) -> tuple[set
                 modules.add(_dotted(alias.name))
 
         def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-            try:
-                base = get_absolute_module_from_package_for_import(package or None, node)
-            except Exception:
-                base = None
-            if not base:
+            base = get_absolute_module_from_package_for_import(package or None, node)
+            if not base:  # (a relative import beyond the top-level package)
                 return
             modules.add(base)
             if not isinstance(node.names, cst.ImportStar):
@@ -332,10 +326,7 @@ class _AbsoluteOutside(cst.CSTTransformer):
     def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> cst.ImportFrom:
         if not updated.relative:
             return updated
-        try:
-            base = get_absolute_module_from_package_for_import(self.package or None, original)
-        except Exception:
-            return updated
+        base = get_absolute_module_from_package_for_import(self.package or None, original)
         if not base or base == self.inside or base.startswith(self.inside + "."):
             return updated
         return updated.with_changes(relative=(), module=cst.parse_expression(base))
