@@ -23,7 +23,7 @@ class ManualModule(Rule):
 
     - torch.nn layers without a translation (`nn.Transformer`, `nn.TransformerDecoderLayer`, `nn.RNN`,
       `nn.Upsample`, `nn.EmbeddingBag`...) and arguments the translation does not cover
-      (`ceil_mode=True`, `return_indices=True`, a bidirectional LSTM, `nn.ConvTranspose2d(groups=2)`,
+      (`return_indices=True`, a bidirectional LSTM, `nn.ConvTranspose2d(groups=2)`,
       `nn.Softmax()` without `dim`, LayerNorm over several dimensions, `dtype=`...);
     - a layer with parameters built in `forward` or another method that is not `__init__`,
       or in a class body (it has no `rngs` to draw its parameters from; torch would create
@@ -57,7 +57,7 @@ class ManualModule(Rule):
             class Net(nn.Module):
                 def __init__(self):
                     super().__init__()
-                    self.pool = nn.MaxPool2d(2, ceil_mode=True)
+                    self.pool = nn.MaxPool2d(2, return_indices=True)
                     self.enc = nn.Transformer(64, 4)
             """,
             """
@@ -66,7 +66,7 @@ class ManualModule(Rule):
             class Net(nn.Module):
                 def __init__(self):
                     super().__init__()
-                    self.pool = nn.MaxPool2d(2, ceil_mode=True)  # porter: manual (JX090): nn.MaxPool2d(ceil_mode=True): ceil_mode output sizes are not translated
+                    self.pool = nn.MaxPool2d(2, return_indices=True)  # porter: manual (JX090): nn.MaxPool2d(return_indices=True): the indices output is not translated
                     self.enc = nn.Transformer(64, 4)  # porter: manual (JX090): nn.Transformer: not translated: build it from MultiheadAttention, Linear and LayerNorm
             """,
             title="a layer argument and a layer without translation",
