@@ -413,6 +413,17 @@ MANUAL_LAYERS = {
 }
 
 
+# emitted classes of layers without parameters that still accept `rngs=` (ignored), so that a
+# layer factory holding one (pool_layer=nn.MaxPool2d, JX017) is called like any other
+TAKES_RNGS = frozenset(f"Torch{kind}Pool{n}d" for kind in ("Max", "Avg", "AdaptiveAvg", "AdaptiveMax") for n in (1, 2, 3))
+# what the port names a torch layer class used as a value (JX017): emitted classes and factories
+VALUE_NAMES = frozenset({
+    *TAKES_RNGS, *(f"Torch{n}" for n in ("Linear", "LayerNorm", "Dropout", "ReLU", "ReLU6", "SiLU", "Hardswish", "Tanh",
+                                         "Sigmoid", "GELU", "LeakyReLU", "ELU", "Identity")),
+    *((layer.helper or f"Torch{layer.torch}") for layer in LAYERS.values() if layer.kind == "helper" and layer.rngs),
+})
+
+
 # what an annotation naming a torch layer class becomes in the port
 _NNX_CLASSES = {"Linear": "Linear", "LayerNorm": "LayerNorm", "Embedding": "Embed", "Dropout": "Dropout"}
 

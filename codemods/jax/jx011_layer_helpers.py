@@ -16,6 +16,10 @@ HELPERS = {
     **{f"Torch{kind}Pool{n}d": ("pool_nd", "_ntuple") for kind in ("Max", "Avg") for n in (1, 2, 3)},
     **{f"TorchAdaptive{kind}Pool{n}d": ("adaptive_pool_nd", "_ntuple") for kind in ("Max", "Avg") for n in (1, 2, 3)},
     "TorchEmbedding": (),
+    # torch layer classes used as values (JX017): factories with torch's arguments
+    "TorchLinear": (), "TorchLayerNorm": ("_ntuple",), "TorchDropout": (),
+    **{f"Torch{name}": () for name in ("ReLU", "ReLU6", "SiLU", "Hardswish", "Tanh", "Sigmoid", "GELU",
+                                        "LeakyReLU", "ELU", "Identity")},
     "TorchLSTM": (), "TorchGRU": (), "TorchMultiheadAttention": (),
     "TorchTransformerEncoderLayer": ("TorchMultiheadAttention",), "TorchTransformerEncoder": (),
     # torch's lazy layers (input size from the first input); `_TorchLazy` is their base
@@ -193,5 +197,6 @@ class TorchLayerHelpers(Rule):
             node,
             f"the port uses {', '.join(sorted(wanted))}: defined in the file (torch semantics on Flax NNX)",
             Fix((self.replace(node, _moved(redo, _nnx.insert_statements(statements, "before_defs"))),),
-                imports=("jax", "jax.numpy", "flax.nnx", *(("functools",) if "TorchTransformerEncoderLayer" in names else ()))),
+                imports=("jax", "jax.numpy", "flax.nnx",
+                         *(("functools",) if names & {"TorchTransformerEncoderLayer", "TorchGELU", "TorchLeakyReLU", "TorchELU"} else ()))),
         )
