@@ -449,8 +449,6 @@ def inside_manual_construct(ctx: FileContext) -> bool:
             qual = ctx.qualname(anc.func) or ""
             if not qual.startswith("torch.nn."):
                 continue
-            if qual == "torch.nn.Sequential" and has_ordered_dict(anc, ctx):
-                return True
             if isinstance(plan(anc, qual, ctx), Manual):
                 return True
     return False

@@ -19,6 +19,8 @@ from porter.rules import module_fact
 
 MANUAL = "porter: manual"
 TORCH_MODULE = ("torch.nn.Module", "torch.nn.modules.module.Module")
+# torch containers a module class may derive from -> the port's base (emitted by JX011)
+TORCH_CONTAINER_BASES = {"torch.nn.Sequential": "TorchSequential", "torch.nn.modules.container.Sequential": "TorchSequential"}
 NNX_MODULE = "flax.nnx.Module"
 _EMPTY = cst.Module([])
 
@@ -67,7 +69,7 @@ def _module_classes_of(ctx: FileContext) -> dict[str, cst.ClassDef]:
             for base in cls.bases:
                 q = ctx.qualname(base.value)
                 name = dotted_name(base.value)
-                if q in TORCH_MODULE or q == NNX_MODULE or (name in found):
+                if q in TORCH_MODULE or q in TORCH_CONTAINER_BASES or q == NNX_MODULE or (name in found):
                     found[cls.name.value] = cls
                     changed = True
                     break
@@ -79,7 +81,7 @@ def direct_base(cls: cst.ClassDef, ctx: FileContext) -> Optional[str]:
     "file" for another module class of the file, else None."""
     for base in cls.bases:
         q = ctx.qualname(base.value)
-        if q in TORCH_MODULE:
+        if q in TORCH_MODULE or q in TORCH_CONTAINER_BASES:
             return "torch"
         if q == NNX_MODULE:
             return "nnx"

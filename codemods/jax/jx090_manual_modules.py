@@ -28,12 +28,12 @@ class ManualModule(Rule):
     - a layer with parameters built in `forward` or another method that is not `__init__`,
       or in a class body (it has no `rngs` to draw its parameters from; torch would create
       new parameters on every call);
-    - `nn.Sequential(OrderedDict(...))` (named children), `register_buffer` with a computed
-      name or a `None` tensor, `add_module`, forward/backward hooks;
+    - `register_buffer` with a computed name or a `None` tensor, forward/backward hooks;
     - `self.named_parameters()`, `self.apply(fn)` and the other tree walks inside a module
       class (`for m in self.modules():` loops and `next(self.parameters())` are JX012's): NNX
       has `nnx.iter_modules` / `nnx.state`, but what the loop does needs a person;
-    - classes deriving from a torch.nn layer other than `nn.Module` (`class MyConv(nn.Conv2d)`).
+    - classes deriving from a torch.nn layer other than `nn.Module` and `nn.Sequential`
+      (`class MyConv(nn.Conv2d)`).
 
     ## Why
     A port that runs but computes something else is worse than no port: these need a person.
@@ -112,9 +112,6 @@ class ManualModule(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         qual = self.ctx.qualname(node.func) or ""
         if qual.startswith("torch.nn."):
-            if qual == "torch.nn.Sequential" and _layers.has_ordered_dict(node, self.ctx):
-                self._manual(node, "nn.Sequential of named children (OrderedDict): write the layers as attributes, or an nnx.Sequential with torch's names mapped by hand")
-                return
             if _layers.inside_manual_construct(self.ctx):
                 return  # the enclosing construction is reported
             result = _layers.plan(node, qual, self.ctx)
@@ -133,8 +130,6 @@ class ManualModule(Rule):
             self._manual(node, f"self.{method}(): nn.Module's tree walks have no NNX method of that name "
                                "(nnx.iter_modules(self) / nnx.state(self, nnx.Param)); a weight-init loop over torch "
                                "layer types needs a hand port (or load the original's weights with load_torch_state_dict)")
-        elif method == "add_module" and _nnx.enclosing_module_class(self.ctx) is not None:
-            self._manual(node, "add_module: assign the submodule as an attribute (setattr(self, name, module))")
         elif method == "register_buffer" and _nnx.enclosing_module_class(self.ctx) is not None:
             name = astutil.arg(node, "name", 0)
             tensor = astutil.arg(node, "tensor", 1)
@@ -147,5 +142,6 @@ class ManualModule(Rule):
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         for base in node.bases:
             qual = self.ctx.qualname(base.value) or ""
-            if qual.startswith("torch.nn.") and qual not in _nnx.TORCH_MODULE and qual.split(".")[-1][:1].isupper():
+            if qual.startswith("torch.nn.") and qual not in _nnx.TORCH_MODULE and qual not in _nnx.TORCH_CONTAINER_BASES \
+                    and qual.split(".")[-1][:1].isupper():
                 self.report(node, f"class {node.name.value} derives from {qual}: subclasses of torch layers are not translated; derive from nn.Module and hold the layer as an attribute")
