@@ -154,7 +154,7 @@ class TorchLayerHelpers(Rule):
                 \"\"\"torch.nn.AdaptiveAvgPool2d on channels-first input, torch's windows (overlapping where
                 the output size does not divide the input's): adaptive_pool_nd.\"\"\"
 
-                def __init__(self, output_size):
+                def __init__(self, output_size, *, rngs=None):
                     self.output_size = output_size
 
                 def __call__(self, x):
