@@ -290,7 +290,6 @@ def test_converter_copies_the_arrays_it_is_given(nested):
         ("self.emb = nn.Embedding(10, 4, max_norm=1.0)", "max_norm"),
         ("self.up = nn.Upsample(scale_factor=2)", "Upsample"),
         ("self.bn = nn.BatchNorm2d(8, momentum=None)", "momentum"),
-        ("self.seq = nn.Sequential(OrderedDict([('fc', nn.Linear(2, 2))]))", "OrderedDict"),
         ("self.fc = nn.Linear(2, 2, dtype=torch.float64)", "dtype"),
     ],
 )

@@ -91,6 +91,16 @@ class NnxLayerValues(Rule):
                     self.act = activation_layer(inplace=True)
             """,
         ),
+        Example(
+            """
+            import torch.nn as nn
+
+            def head(c, n, act=nn.Softmax):
+                return nn.Sequential(nn.Linear(c, n), act(dim=1))
+            """,
+            None,
+            title="a layer without a class or factory in the port: reported",
+        ),
     ]
     valid = [
         "import torch.nn as nn\nx = nn.BatchNorm2d(3)\n",
