@@ -37,7 +37,7 @@ Results: benchmarks/results/torchvision_jax.json (rewritten after every row) and
 stdout; docs/jax.md has a section with the numbers.
 
     PJRT_DEVICE=CPU .venv/bin/python benchmarks/torchvision_jax.py --jobs 2
-    PJRT_DEVICE=CPU .venv/bin/python benchmarks/torchvision_jax.py --only resnet18 --only vgg11
+    PJRT_DEVICE=CPU .venv/bin/python benchmarks/torchvision_jax.py --only resnet18 --only vgg11   # replaces these rows
     .venv/bin/python benchmarks/torchvision_jax.py --render
 
 This is a measurement, not a test: it asserts nothing.
@@ -150,7 +150,8 @@ def classify(row: dict, port: Path, blocking: dict, opts, work: Path) -> dict:
     ported = work / f"port_{row['builder']}.py"
     # every name of the module (torchvision's modules define __all__); the port's wrapper imports
     # flax so that verify runs it on the JAX side
-    original.write_text(f"import torchvision.models.{mod} as _m\n"
+    # (import_module: `import torchvision.models.alexnet as m` binds the function models/__init__ exports)
+    original.write_text(f"import importlib\n_m = importlib.import_module('torchvision.models.{mod}')\n"
                         "globals().update({k: v for k, v in vars(_m).items() if not k.startswith('__')})\n",
                         encoding="utf-8")
     ported.write_text(f"import sys\nimport flax.nnx  # noqa: F401  (a JAX port)\nsys.path.insert(0, {str(port.parent)!r})\n"
@@ -234,14 +235,20 @@ def main(argv=None) -> int:
         work.mkdir()
         by_rule = Counter(f["code"] for fs in blocking.values() for f in fs)
         results = {r["builder"]: dict(r, status="not-run") for r in rows}
+        if opts.only and OUT.exists():
+            results = {b: r for b, r in results.items() if b in opts.only}
         stop = time.monotonic() + opts.deadline * 60 if opts.deadline else None
 
         def save():
             data = {"migrate": {"exit": mig.returncode, "seconds": migrate_s, "summary": mig.stdout.strip().splitlines()[-1:]},
                     "blocking_findings_by_rule": dict(sorted(by_rule.items())), "steps": opts.steps,
                     "jobs": opts.jobs, "rows": list(results.values())}
-            if not opts.only:
-                OUT.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+            if opts.only and OUT.exists():  # replace these rows of the last full run, keep the others
+                previous = json.loads(OUT.read_text(encoding="utf-8"))
+                mine = {r["builder"] for r in data["rows"]}
+                data = dict(previous, rows=[results.get(r["builder"], r) if r["builder"] in mine else r
+                                            for r in previous["rows"]])
+            OUT.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
         def one(row):
             if stop is not None and time.monotonic() > stop:
