@@ -52,6 +52,7 @@ def one_layer(layer: str, call: str = "self.layer(x)") -> str:
 rng = np.random.default_rng(0)
 X4 = rng.standard_normal((2, 3, 9, 11)).astype(np.float32)
 X3 = rng.standard_normal((3, 7, 5)).astype(np.float32)
+X5 = rng.standard_normal((2, 3, 4, 6, 7)).astype(np.float32)
 SEQ = rng.standard_normal((3, 7, 8)).astype(np.float32)
 MASK = np.array([[False] * 5 + [True] * 2, [False] * 7, [False] * 3 + [True] * 4])
 IDS = np.array([[1, 0, 3], [4, 0, 0]])
@@ -78,6 +79,22 @@ LAYERS = [
     ("avgpool_no_pad_count", "nn.AvgPool2d(3, 2, 1, count_include_pad=False)", "self.layer(x)", (X4,)),
     ("adaptive_avgpool_1", "nn.AdaptiveAvgPool2d(1)", "self.layer(x)", (X4,)),
     ("adaptive_avgpool_divisible", "nn.AdaptiveAvgPool2d((3, None))", "self.layer(x)", (X4,)),
+    # torch's output sizes and windows: ceil_mode (incl. a last window that would start in the
+    # right padding), overlapping adaptive windows, 1-d and 3-d
+    ("maxpool_ceil", "nn.MaxPool2d(3, 2, ceil_mode=True)", "self.layer(x)", (X4,)),
+    ("maxpool_ceil_last_window", "nn.MaxPool2d(kernel_size=2, stride=3, padding=1, ceil_mode=True)", "self.layer(x)", (X4,)),
+    ("avgpool_ceil", "nn.AvgPool2d(3, 2, 1, True)", "self.layer(x)", (X4,)),
+    ("avgpool_ceil_no_pad_count", "nn.AvgPool2d(2, 3, 1, ceil_mode=True, count_include_pad=False)", "self.layer(x)", (X4,)),
+    ("avgpool_divisor", "nn.AvgPool2d((2, 3), divisor_override=4)", "self.layer(x)", (X4,)),
+    ("adaptive_avgpool_overlapping", "nn.AdaptiveAvgPool2d((4, 7))", "self.layer(x)", (X4,)),
+    ("adaptive_maxpool_overlapping", "nn.AdaptiveMaxPool2d(5)", "self.layer(x)", (X4,)),
+    ("maxpool1d_ceil", "nn.MaxPool1d(2, ceil_mode=True)", "self.layer(x)", (X3,)),
+    ("avgpool1d", "nn.AvgPool1d(3, 2, 1, count_include_pad=False)", "self.layer(x)", (X3,)),
+    ("adaptive_avgpool1d", "nn.AdaptiveAvgPool1d(3)", "self.layer(x)", (X3,)),
+    ("maxpool3d", "nn.MaxPool3d(2, ceil_mode=True)", "self.layer(x)", (X5,)),
+    ("maxpool3d_dilated", "nn.MaxPool3d(2, 1, dilation=(1, 2, 2))", "self.layer(x)", (X5,)),
+    ("avgpool3d", "nn.AvgPool3d((1, 3, 3), (1, 2, 2), (0, 1, 1))", "self.layer(x)", (X5,)),
+    ("adaptive_avgpool3d", "nn.AdaptiveAvgPool3d((1, 4, None))", "self.layer(x)", (X5,)),
     ("linear", "nn.Linear(11, 4)", "self.layer(x)", (X4,)),
     ("linear_no_bias", "nn.Linear(11, 4, bias=False)", "self.layer(x)", (X4,)),
     ("embedding", "nn.Embedding(5, 4)", "self.layer(x)", (IDS,)),
@@ -263,7 +280,7 @@ def test_converter_copies_the_arrays_it_is_given(nested):
 @pytest.mark.parametrize(
     "source,reason",
     [
-        ("self.pool = nn.MaxPool2d(2, ceil_mode=True)", "ceil_mode"),
+        ("self.pool = nn.MaxPool2d(2, return_indices=True)", "indices"),
         ("self.rnn = nn.LSTM(4, 8, bidirectional=True)", "bidirectional"),
         ("self.conv = nn.Conv2d(3, 8, 3, padding_mode=mode)", "padding_mode"),
         ("self.enc = nn.TransformerDecoderLayer(32, 4)", "TransformerDecoderLayer"),
@@ -273,7 +290,6 @@ def test_converter_copies_the_arrays_it_is_given(nested):
         ("self.emb = nn.Embedding(10, 4, max_norm=1.0)", "max_norm"),
         ("self.up = nn.Upsample(scale_factor=2)", "Upsample"),
         ("self.bn = nn.BatchNorm2d(8, momentum=None)", "momentum"),
-        ("self.seq = nn.Sequential(OrderedDict([('fc', nn.Linear(2, 2))]))", "OrderedDict"),
         ("self.fc = nn.Linear(2, 2, dtype=torch.float64)", "dtype"),
     ],
 )

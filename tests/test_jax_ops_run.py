@@ -25,7 +25,8 @@ from porter._layout import mapped_package  # noqa: E402
 mapped_package("porter.codemods", "codemods")
 from porter.codemods.jax import _ops_table as ops  # noqa: E402
 
-RULES = tuple(r for r in registry.rules_for("jax") if r.code.startswith("JX1"))
+# the op rules, and JX011 for the functions some rewrites call (pool_nd for F.max_pool2d ...)
+RULES = tuple(r for r in registry.rules_for("jax") if r.code.startswith("JX1")) + (registry.find("JX011"),)
 MODULE_RANDOM = registry.find("JX014")
 MODULE_SAMPLERS = vars(importlib.import_module(MODULE_RANDOM.__module__))["SAMPLERS"]  # torch samplers it takes
 def _code(o: ops.Op, c: ops.Case) -> str:

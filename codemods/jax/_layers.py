@@ -333,13 +333,23 @@ LAYERS: dict[str, Layer] = {
             for n in (1, 2, 3)
         ],
         Layer("GroupNorm", ("num_groups", "num_channels", "eps", "affine", "device", "dtype"), "helper", True),
-        Layer("MaxPool2d", ("kernel_size", "stride", "padding", "dilation", "return_indices", "ceil_mode"), "helper",
-              only={"return_indices": ((False,), "the indices output is not translated"),
-                    "ceil_mode": ((False,), "ceil_mode output sizes are not translated")}),
-        Layer("AvgPool2d", ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"), "helper",
-              only={"ceil_mode": ((False,), "ceil_mode output sizes are not translated"),
-                    "divisor_override": ((None,), "a custom divisor is not translated")}),
-        Layer("AdaptiveAvgPool2d", ("output_size",), "helper"),
+        # pooling on channels-first input with torch's output sizes (ceil_mode) and divisors
+        *[
+            Layer(f"MaxPool{n}d", ("kernel_size", "stride", "padding", "dilation", "return_indices", "ceil_mode"), "helper",
+                  keep=("return_indices",), only={"return_indices": ((False,), "the indices output is not translated")})
+            for n in (1, 2, 3)
+        ],
+        Layer("AvgPool1d", ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad"), "helper"),
+        *[
+            Layer(f"AvgPool{n}d", ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"), "helper")
+            for n in (2, 3)
+        ],
+        *[Layer(f"AdaptiveAvgPool{n}d", ("output_size",), "helper") for n in (1, 2, 3)],
+        *[
+            Layer(f"AdaptiveMaxPool{n}d", ("output_size", "return_indices"), "helper", keep=("return_indices",),
+                  only={"return_indices": ((False,), "the indices output is not translated")})
+            for n in (1, 2, 3)
+        ],
         Layer("LSTM", ("input_size", "hidden_size", "num_layers", "bias", "batch_first", "dropout", "bidirectional",
                        "proj_size", "device", "dtype"), "helper", True,
               only={"bidirectional": ((False,), "bidirectional LSTMs are not translated"),
@@ -393,9 +403,6 @@ MANUAL_LAYERS = {
     "TransformerDecoderLayer": "not translated: write the block with nn.MultiheadAttention, Linear, LayerNorm and Dropout (those are)",
     "TransformerDecoder": "not translated: stack explicit decoder blocks in an nn.ModuleList",
     "EmbeddingBag": "not translated",
-    "AdaptiveMaxPool2d": "not translated (AdaptiveAvgPool2d is)",
-    "MaxPool1d": "not translated (MaxPool2d is)",
-    "AvgPool1d": "not translated (AvgPool2d is)",
     "InstanceNorm2d": "not translated",
     "Upsample": "not translated: use jax.image.resize with the matching method by hand (align_corners differs)",
     "PixelShuffle": "not translated",
@@ -404,6 +411,17 @@ MANUAL_LAYERS = {
     "PReLU": "not translated (nnx.PReLU has one shared slope and another parameter name)",
     "Unflatten": "not translated",
 }
+
+
+# emitted classes of layers without parameters that still accept `rngs=` (ignored), so that a
+# layer factory holding one (pool_layer=nn.MaxPool2d, JX017) is called like any other
+TAKES_RNGS = frozenset(f"Torch{kind}Pool{n}d" for kind in ("Max", "Avg", "AdaptiveAvg", "AdaptiveMax") for n in (1, 2, 3))
+# what the port names a torch layer class used as a value (JX017): emitted classes and factories
+VALUE_NAMES = frozenset({
+    *TAKES_RNGS, *(f"Torch{n}" for n in ("Linear", "LayerNorm", "Dropout", "ReLU", "ReLU6", "SiLU", "Hardswish", "Tanh",
+                                         "Sigmoid", "GELU", "LeakyReLU", "ELU", "Identity")),
+    *((layer.helper or f"Torch{layer.torch}") for layer in LAYERS.values() if layer.kind == "helper" and layer.rngs),
+})
 
 
 # what an annotation naming a torch layer class becomes in the port
@@ -431,8 +449,6 @@ def inside_manual_construct(ctx: FileContext) -> bool:
             qual = ctx.qualname(anc.func) or ""
             if not qual.startswith("torch.nn."):
                 continue
-            if qual == "torch.nn.Sequential" and has_ordered_dict(anc, ctx):
-                return True
             if isinstance(plan(anc, qual, ctx), Manual):
                 return True
     return False

@@ -19,6 +19,8 @@ from porter.rules import module_fact
 
 MANUAL = "porter: manual"
 TORCH_MODULE = ("torch.nn.Module", "torch.nn.modules.module.Module")
+# torch containers a module class may derive from -> the port's base (emitted by JX011)
+TORCH_CONTAINER_BASES = {"torch.nn.Sequential": "TorchSequential", "torch.nn.modules.container.Sequential": "TorchSequential"}
 NNX_MODULE = "flax.nnx.Module"
 _EMPTY = cst.Module([])
 
@@ -67,7 +69,7 @@ def _module_classes_of(ctx: FileContext) -> dict[str, cst.ClassDef]:
             for base in cls.bases:
                 q = ctx.qualname(base.value)
                 name = dotted_name(base.value)
-                if q in TORCH_MODULE or q == NNX_MODULE or (name in found):
+                if q in TORCH_MODULE or q in TORCH_CONTAINER_BASES or q == NNX_MODULE or (name in found):
                     found[cls.name.value] = cls
                     changed = True
                     break
@@ -79,7 +81,7 @@ def direct_base(cls: cst.ClassDef, ctx: FileContext) -> Optional[str]:
     "file" for another module class of the file, else None."""
     for base in cls.bases:
         q = ctx.qualname(base.value)
-        if q in TORCH_MODULE:
+        if q in TORCH_MODULE or q in TORCH_CONTAINER_BASES:
             return "torch"
         if q == NNX_MODULE:
             return "nnx"
@@ -329,14 +331,15 @@ class RngsPlan:
         a method of the class that builds modules, super().__init__ of a subclass of a module
         class of the file, or a parameter annotated as a module class (``block: Type[BasicBlock]``)."""
         f = call.func
-        if any(a.star == "**" for a in call.args):
-            return False  # **kwargs passed on may carry rngs (a factory's own callers give it)
+        if any(a.star == "**" for a in call.args) and not (func in self.functions or has_param(func, "rngs")):
+            return False  # **kwargs passed on carry rngs (a factory's own callers give it)
+        # (a function with its own rngs parameter took rngs out of its **kwargs: it passes it on)
         if isinstance(f, cst.Name):
             if f.value in self.classes:
                 return self.class_takes_rngs(self.classes[f.value])
             if any(g.name.value == f.value and c is None for g, c in self.functions.items()):
                 return True
-            return self._module_parameter(f.value, func)
+            return self._module_parameter(f.value, func) or self.layer_factory(f.value, func, cls)
         if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value == "self" and cls is not None:
             name = f.attr.value
             return any(g.name.value == name and c is cls for g, c in self.functions.items())
@@ -353,6 +356,10 @@ class RngsPlan:
         or inherited from the file, has an rngs parameter (the emitted pooling classes do not)."""
         if root_kind(cls, self.ctx) == "torch":
             return True
+        from . import _layers  # circular at import time
+
+        if cls.name.value in _layers.TAKES_RNGS:
+            return False  # an emitted pooling class: rngs accepted (for layer factories), not needed
         seen = seen or set()
         seen.add(cls.name.value)
         for stmt in cls.body.body:
@@ -411,6 +418,60 @@ class RngsPlan:
                 continue
             return False
         return True
+
+    def layer_factory(self, name: str, func: cst.FunctionDef, cls: Optional[cst.ClassDef], depth: int = 0) -> bool:
+        """``name`` holds a layer factory in ``func``: a parameter annotated ``Callable[..., nn.Module]``
+        or with a layer class as its default (``norm_layer=nn.BatchNorm2d``), or a local assigned
+        one (``norm_layer = nn.BatchNorm2d``, ``partial(nn.LayerNorm, eps=1e-6)``, or
+        ``self._norm_layer`` that ``__init__`` set from such a name). Calls of it get rngs=rngs:
+        the port's classes and factories for torch layers all take it (JX017)."""
+        params = [*func.params.posonly_params, *func.params.params, *func.params.kwonly_params]
+        param = next((p for p in params if p.name.value == name), None)
+        if param is not None:
+            if param.annotation is not None:
+                text = code(param.annotation.annotation)
+                if "Callable" in text and "Module" in text:
+                    return True
+            if param.default is not None and self._layer_value(param.default):
+                return True
+        for stmt in astutil.walk(func.body):
+            if not isinstance(stmt, cst.Assign) or not any(
+                    isinstance(t.target, cst.Name) and t.target.value == name for t in stmt.targets):
+                continue
+            value = stmt.value
+            if self._layer_value(value):
+                return True
+            if (cls is not None and depth < 2 and isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name)
+                    and value.value.value == "self"):
+                if self._attribute_factory(value.attr.value, cls, depth):
+                    return True
+        return False
+
+    def _attribute_factory(self, attr: str, cls: cst.ClassDef, depth: int) -> bool:
+        """``self.<attr>`` is set in the class's ``__init__`` from a layer factory."""
+        init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
+        if init is None:
+            return False
+        for stmt in astutil.walk(init.body):
+            if isinstance(stmt, cst.Assign) and any(
+                    isinstance(t.target, cst.Attribute) and isinstance(t.target.value, cst.Name)
+                    and t.target.value.value == "self" and t.target.attr.value == attr for t in stmt.targets):
+                value = stmt.value
+                if self._layer_value(value) or (isinstance(value, cst.Name) and self.layer_factory(value.value, init, cls, depth + 1)):
+                    return True
+        return False
+
+    def _layer_value(self, value: cst.BaseExpression) -> bool:
+        """A torch layer class as a value (or what JX017 made of it), a module class of the
+        file, or functools.partial of one."""
+        from . import _layers  # circular at import time
+
+        if isinstance(value, cst.Call) and (self.ctx.qualname(value.func) or "").endswith("partial") and value.args:
+            return self._layer_value(value.args[0].value)
+        if isinstance(value, cst.Name) and (value.value in _layers.VALUE_NAMES or value.value in self.classes):
+            return True
+        qual = self.ctx.qualname(value) or ""
+        return qual.startswith("torch.nn.") and qual[len("torch.nn."):] in _layers.LAYERS
 
     def _owner(self, func: cst.FunctionDef) -> Optional[cst.ClassDef]:
         for stmt in self.ctx.module.body:

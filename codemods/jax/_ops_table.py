@@ -1318,52 +1318,63 @@ op("F.pad", "input, pad, mode, value", _pad, "jnp.pad(x, [(0, 0)] * (x.ndim - k)
         "the widths may be expressions (a negative one makes jnp.pad raise where torch would crop)")
 
 
-def _pool(kind: str):
+def _pool(kind: str, n: int, params: tuple[str, ...]):
+    """F.max_poolNd / F.avg_poolNd -> the port's pool_nd (JX011 emits it): torch's padding,
+    ceil_mode output size, dilation and divisor, on the original's channels-first layout."""
+
     def build(b: Bound) -> str:
-        k = b.lit("kernel_size")
-        s = b.lit("stride", None) if b.has("stride") else None
-        if b.has("stride") and s is NOT_LITERAL:
-            raise Manual("stride= is not a literal")
-        if b.lit("padding", 0) not in (0, (0, 0)):
-            raise Manual("padding: torch pads max pooling with -inf and average pooling with zeros counted in the mean; write it by hand")
-        if b.lit("ceil_mode", False) is not False or b.lit("dilation", 1) not in (1, (1, 1)) or b.lit("return_indices", False) is not False:
-            raise Manual("ceil_mode/dilation/return_indices are not ported")
-        if kind == "avg" and (b.lit("divisor_override", None) is not None):
-            raise Manual("divisor_override is not ported")
-        kh, kw = (k, k) if isinstance(k, int) else tuple(k) if isinstance(k, (tuple, list)) and len(k) == 2 else (None, None)
-        if kh is None:
-            raise Manual("kernel_size must be a literal int or pair")
-        if s is None or s == [] or s == ():
-            sh, sw = kh, kw
-        else:
-            sh, sw = (s, s) if isinstance(s, int) else tuple(s)
-        x = b["input"]
-        j = b.jax
-        if kind == "max":
-            return f"{j}.lax.reduce_window({x}, -{b.jnp}.inf, {j}.lax.max, (1, 1, {kh}, {kw}), (1, 1, {sh}, {sw}), 'VALID')"
-        return f"{j}.lax.reduce_window({x}, 0.0, {j}.lax.add, (1, 1, {kh}, {kw}), (1, 1, {sh}, {sw}), 'VALID') / {kh * kw}"
+        if b.has("return_indices") and b.lit("return_indices") is not False:
+            raise Manual("return_indices: the indices output is not ported")
+        if not b.has("kernel_size"):
+            raise Manual("the call needs its 'kernel_size' argument spelled out")
+        rest = [f"{name}={b[name]}" for name in params if b.has(name)]
+        return f"pool_nd({b['input']}, {kind!r}, {n}, {', '.join(rest)})"
 
     return build
 
 
-op("F.max_pool2d", "input, kernel_size, stride, padding, dilation, ceil_mode, return_indices", _pool("max"),
-   "jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 1, kh, kw), (1, 1, sh, sw), 'VALID')",
-   "NCHW kept (the port keeps the original's layout); no padding", [Case("F.max_pool2d(a, 2)", a="f2,3,6,6"),
-                                                                    Case("F.max_pool2d(a, (3, 2), stride=1)", a="f2,3,5,6")])
-op("F.avg_pool2d", "input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override", _pool("avg"),
-   "jax.lax.reduce_window(x, 0.0, jax.lax.add, (1, 1, kh, kw), (1, 1, sh, sw), 'VALID') / (kh * kw)",
-   "NCHW kept; no padding", [Case("F.avg_pool2d(a, 2)", a="f2,3,6,6"), Case("F.avg_pool2d(a, 3, stride=2)", a="f1,2,7,7")])
+_MAX = ("kernel_size", "stride", "padding", "dilation", "ceil_mode")
+_AVG = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")
+for _n in (1, 2, 3):
+    _x = "f2,3" + ",7" * _n
+    op(f"F.max_pool{_n}d", "input, kernel_size, stride, padding, dilation, ceil_mode, return_indices", _pool("max", _n, _MAX),
+       f"pool_nd(x, 'max', {_n}, kernel_size=..., ...)",
+       "channels-first kept (the port keeps the original's layout); -inf padding, torch's ceil_mode output size "
+       "(the last window starts inside the input or its left padding), dilation",
+       [Case(f"F.max_pool{_n}d(a, 2)", a=_x), Case(f"F.max_pool{_n}d(a, 3, stride=2, padding=1, ceil_mode=True)", a=_x),
+        Case(f"F.max_pool{_n}d(a, 2, 1, 0, 2)", a=_x), Case(f"F.max_pool{_n}d(a, 2, 3, 1, ceil_mode=True)", a=_x)])
+    op(f"F.avg_pool{_n}d",
+       "input, kernel_size, stride, padding, ceil_mode, count_include_pad" + (", divisor_override" if _n > 1 else ""),
+       _pool("avg", _n, _AVG if _n > 1 else _AVG[:-1]), f"pool_nd(x, 'avg', {_n}, kernel_size=..., ...)",
+       "zero padding; the divisor counts the window's cells inside the padded input (count_include_pad) or the input, "
+       "with ceil_mode's shorter last windows as torch counts them",
+       [Case(f"F.avg_pool{_n}d(a, 2)", a=_x), Case(f"F.avg_pool{_n}d(a, 3, 2, 1, True)", a=_x),
+        Case(f"F.avg_pool{_n}d(a, 3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)", a=_x),
+        Case(f"F.avg_pool{_n}d(a, 2, 3, 1, True)", a=_x), Case(f"F.avg_pool{_n}d(a, 2, 3, 1, True, False)", a=_x),
+        *([Case(f"F.avg_pool{_n}d(a, 2, divisor_override=3)", a=_x)] if _n > 1 else [])])
 
 
-def _adaptive_avg(b: Bound) -> str:
-    size = b.lit("output_size")
-    if size not in (1, (1, 1), [1, 1]):
-        raise Manual("adaptive pooling to a size other than 1: the windows depend on the input size")
-    return f"{b.jnp}.mean({b['input']}, axis=(-2, -1), keepdims=True)"
+def _adaptive(kind: str, n: int):
+    """F.adaptive_avg_poolNd / F.adaptive_max_poolNd -> the port's adaptive_pool_nd: torch's
+    windows floor(i * L / out) .. ceil((i + 1) * L / out), overlapping where out does not divide L."""
+
+    def build(b: Bound) -> str:
+        if b.has("return_indices") and b.lit("return_indices") is not False:
+            raise Manual("return_indices: the indices output is not ported")
+        return f"adaptive_pool_nd({b['input']}, {kind!r}, {n}, {b['output_size']})"
+
+    return build
 
 
-op("F.adaptive_avg_pool2d", "input, output_size", _adaptive_avg, "jnp.mean(x, axis=(-2, -1), keepdims=True)", "output_size 1 only",
-   [Case("F.adaptive_avg_pool2d(a, 1)", a="f2,3,4,4"), Case("F.adaptive_avg_pool2d(a, (1, 1))", a="f2,3,4,5")])
+for _n in (1, 2, 3):
+    _x = "f2,3" + ",7" * _n
+    op(f"F.adaptive_avg_pool{_n}d", "input, output_size", _adaptive("avg", _n), f"adaptive_pool_nd(x, 'avg', {_n}, output_size)",
+       "torch's overlapping windows where the output size does not divide the input's; None keeps an axis",
+       [Case(f"F.adaptive_avg_pool{_n}d(a, 1)", a=_x), Case(f"F.adaptive_avg_pool{_n}d(a, 3)", a=_x),
+        Case(f"F.adaptive_avg_pool{_n}d(a, 5)", a=_x)])
+    op(f"F.adaptive_max_pool{_n}d", "input, output_size, return_indices", _adaptive("max", _n),
+       f"adaptive_pool_nd(x, 'max', {_n}, output_size)", "torch's windows; return_indices=True is reported",
+       [Case(f"F.adaptive_max_pool{_n}d(a, 1)", a=_x), Case(f"F.adaptive_max_pool{_n}d(a, 3)", a=_x)])
 
 
 def _one_hot(b: Bound) -> str:

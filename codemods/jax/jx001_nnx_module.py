@@ -138,8 +138,11 @@ class NnxModule(Rule):
             for base in node.bases:
                 if self.ctx.qualname(base.value) in _nnx.TORCH_MODULE:
                     edits.append(self.replace(base.value, cst.parse_expression(f"{nnx}.Module")))
+                elif (container := _nnx.TORCH_CONTAINER_BASES.get(self.ctx.qualname(base.value) or "")):
+                    edits.append(self.replace(base.value, cst.Name(container)))  # emitted by JX011
         methods = [s for s in node.body.body if isinstance(s, cst.FunctionDef)]
-        if _nnx.direct_base(node, self.ctx) == "torch" and not any(m.name.value == "__init__" for m in methods):
+        derives_module = any(self.ctx.qualname(b.value) in _nnx.TORCH_MODULE for b in node.bases)
+        if derives_module and not any(m.name.value == "__init__" for m in methods):
             init = cst.parse_statement(f"def __init__(self, *, rngs: {nnx}.Rngs):\n    pass\n")
             edits.append(self.replace(node.body, _insert_first(init)))
         for method in methods:

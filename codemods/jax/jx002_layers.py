@@ -24,8 +24,10 @@ class NnxLayer(Rule):
       applied to NCHW input through explicit transposes), `nn.ConvTranspose2d` ->
       `TorchConvTranspose2d`, `nn.BatchNorm1d/2d/3d` -> `TorchBatchNorm` (an `nnx.BatchNorm`
       over axis 1 with momentum `1 - 0.1`, eps 1e-5 and torch's unbiased running variance),
-      `nn.GroupNorm` -> `TorchGroupNorm`, `nn.MaxPool2d` / `nn.AvgPool2d`
-      (`count_include_pad`) / `nn.AdaptiveAvgPool2d` on NCHW, `nn.Embedding(padding_idx=i)` ->
+      `nn.GroupNorm` -> `TorchGroupNorm`, `nn.MaxPool1d/2d/3d` / `nn.AvgPool1d/2d/3d` /
+      `nn.AdaptiveAvgPool1d/2d/3d` / `nn.AdaptiveMaxPool1d/2d/3d` on channels-first input with
+      torch's output sizes (`ceil_mode`), divisors (`count_include_pad`, `divisor_override`)
+      and overlapping adaptive windows, `nn.Embedding(padding_idx=i)` ->
       `TorchEmbedding` (no gradient into the padding row), `nn.LSTM` / `nn.GRU` /
       `nn.MultiheadAttention` with torch's parameter layout and gate order. torch's lazy
       layers (`nn.LazyLinear`, `nn.LazyConv1d/2d/3d`, `nn.LazyConvTranspose1d/2d/3d`,
@@ -43,7 +45,7 @@ class NnxLayer(Rule):
     first such statement of the scope, seeded with the scope's `torch.manual_seed` argument
     (else 0).
 
-    Layers and arguments without a faithful translation (`ceil_mode=True`, a bidirectional
+    Layers and arguments without a faithful translation (`return_indices=True`, a bidirectional
     LSTM, grouped transposed convolutions...) are left alone and reported by JX090.
 
     ## Why
@@ -143,7 +145,7 @@ class NnxLayer(Rule):
     )]
     valid = [
         "import flax.nnx as nnx\nfc = nnx.Linear(2, 3, rngs=nnx.Rngs(0))\n",
-        "import torch.nn as nn\nclass Net(nn.Module):\n    def __init__(self):\n        self.pool = nn.MaxPool2d(2, ceil_mode=True)\n",
+        "import torch.nn as nn\nclass Net(nn.Module):\n    def __init__(self):\n        self.pool = nn.MaxPool2d(2, return_indices=True)\n",
     ]
 
     def __init__(self, ctx) -> None:

@@ -104,7 +104,7 @@ class NnxContainers(Rule):
     ]
     valid = [
         "from flax import nnx\nseq = nnx.Sequential(nnx.relu)\n",
-        "import collections, torch.nn as nn\nseq = nn.Sequential(collections.OrderedDict([('fc', nn.Linear(2, 2))]))\n",
+        
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -123,11 +123,16 @@ class NnxContainers(Rule):
         kind = _CONTAINERS.get(qual or "")
         if kind is None:
             return
-        if kind == "Sequential" and _layers.has_ordered_dict(node, self.ctx):
-            return  # JX090
         if _layers.inside_manual_construct(self.ctx):
             return
         nnx = _nnx.nnx_name(self.ctx)
+        if kind == "Sequential" and _layers.has_ordered_dict(node, self.ctx):
+            # named children: the emitted TorchSequential keeps torch's names (JX011)
+            self.report(node, f"{_nnx.code(node.func)}(OrderedDict(...)) -> TorchSequential(...): named children, "
+                              "called in order, under torch's names",
+                        Fix((self.replace(node, node.with_changes(func=cst.Name("TorchSequential"))),),
+                            remove_imports=(("torch.nn", None), ("torch", "nn"), ("torch", None))))
+            return
         new = node.with_changes(func=cst.parse_expression(f"{nnx}.{kind}"))
         if kind != "Sequential" and not node.args:
             new = new.with_changes(args=[cst.Arg(cst.List([]) if kind == "List" else cst.Dict([]))])

@@ -8,12 +8,18 @@ from porter.rules import Example, Fix, Rule, Severity
 from . import _nnx
 
 
+_COMMA = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+
+
 class NnxParamsBuffers(Rule):
     """
     ## What it does
     - `nn.Parameter(t)` -> `nnx.Param(t)`; `nn.Parameter(t, requires_grad=False)` ->
       `nnx.Variable(t)` (kept in the state dict, not trained: `nnx.Optimizer(..., wrt=nnx.Param)`
       and `nnx.grad` leave it alone, as torch's optimizer skips a parameter without grad).
+    - `m.add_module(name, module)` / `m.register_module(name, module)` -> `setattr(m, name,
+      module)` (an NNX module's children are its attributes; `TorchSequential`, the port's
+      base for classes deriving from `nn.Sequential`, keeps the order they were added in).
     - `self.register_buffer("name", t)` -> `self.name = nnx.Variable(t)`;
       `persistent=False` -> `nnx.Variable(t, persistent=False)` (not in the state dict: the
       weight converter skips it, as torch's `state_dict()` does).
@@ -38,7 +44,7 @@ class NnxParamsBuffers(Rule):
     target = "jax"
     summary = "nn.Parameter -> nnx.Param, register_buffer -> nnx.Variable attribute"
     severity = Severity.ERROR
-    needs_text = ("Parameter", "register_buffer")
+    needs_text = ("Parameter", "register_buffer", "add_module", "register_module")
     examples = [
         Example(
             """
@@ -79,6 +85,9 @@ class NnxParamsBuffers(Rule):
         if len(node.body) != 1 or not isinstance(node.body[0], cst.Expr):
             return
         call = node.body[0].value
+        if isinstance(call, cst.Call) and astutil.method_name(call) in ("add_module", "register_module"):
+            self._add_module(node, call)
+            return
         if not (isinstance(call, cst.Call) and astutil.method_name(call) == "register_buffer"):
             return
         receiver = call.func.value  # type: ignore[attr-defined]
@@ -107,6 +116,26 @@ class NnxParamsBuffers(Rule):
             node,
             f"register_buffer({key!r}, ...) -> self.{key} = {nnx}.Variable(...): module state that is not trained",
             Fix((self.replace(node, new),), imports=("flax.nnx",)),
+        )
+
+    def _add_module(self, node: cst.SimpleStatementLine, call: cst.Call) -> None:
+        """`m.add_module(name, module)` / `m.register_module(...)` -> `setattr(m, name, module)`
+        where the file defines module classes (an NNX module's children are its attributes;
+        the emitted TorchSequential keeps their order)."""
+        if not _nnx.module_classes(self.ctx):
+            return
+        name = astutil.arg(call, "name", 0)
+        module = astutil.arg(call, "module", 1)
+        if name is None or module is None or any(a.star for a in call.args):
+            return
+        receiver = call.func.value  # type: ignore[attr-defined]
+        new = cst.Call(cst.Name("setattr"), [cst.Arg(receiver, comma=_COMMA), cst.Arg(name.value, comma=_COMMA),
+                                             cst.Arg(module.value)])
+        self.report(
+            call,
+            f"{astutil.method_name(call)}(name, module) -> setattr(..., name, module): NNX modules hold their children "
+            "as attributes",
+            Fix((self.replace(call, new),)),
         )
 
     def _parameter(self, node: cst.Call) -> None:

@@ -11,8 +11,15 @@ HELPERS = {
     "TorchConv1d": ("_ntuple",), "TorchConv2d": ("_ntuple",), "TorchConv3d": ("_ntuple",),
     "TorchConvTranspose1d": ("_ntuple",), "TorchConvTranspose2d": ("_ntuple",), "TorchConvTranspose3d": ("_ntuple",),
     "TorchBatchNorm": (), "TorchGroupNorm": (),
-    "TorchMaxPool2d": ("_window_args", "_ntuple"), "TorchAvgPool2d": ("_window_args", "_ntuple"),
-    "TorchAdaptiveAvgPool2d": ("_ntuple",), "TorchEmbedding": (),
+    # pooling: the classes call the functions, which the op rules also use for F.max_pool2d ...
+    "pool_nd": ("_ntuple",), "adaptive_pool_nd": ("_ntuple",),
+    **{f"Torch{kind}Pool{n}d": ("pool_nd", "_ntuple") for kind in ("Max", "Avg") for n in (1, 2, 3)},
+    **{f"TorchAdaptive{kind}Pool{n}d": ("adaptive_pool_nd", "_ntuple") for kind in ("Max", "Avg") for n in (1, 2, 3)},
+    "TorchEmbedding": (), "TorchSequential": (),
+    # torch layer classes used as values (JX017): factories with torch's arguments
+    "TorchLinear": (), "TorchLayerNorm": ("_ntuple",), "TorchDropout": (),
+    **{f"Torch{name}": () for name in ("ReLU", "ReLU6", "SiLU", "Hardswish", "Tanh", "Sigmoid", "GELU",
+                                        "LeakyReLU", "ELU", "Identity")},
     "TorchLSTM": (), "TorchGRU": (), "TorchMultiheadAttention": (),
     "TorchTransformerEncoderLayer": ("TorchMultiheadAttention",), "TorchTransformerEncoder": (),
     # torch's lazy layers (input size from the first input); `_TorchLazy` is their base
@@ -60,8 +67,13 @@ class TorchLayerHelpers(Rule):
       `x.view(x.size(0), -1)` before a Linear flattens in torch's order.
     - `TorchBatchNorm`: `nnx.BatchNorm` over axis 1, torch's momentum and eps, running
       variance updated with the unbiased batch variance as torch does.
-    - `TorchGroupNorm`, `TorchMaxPool2d`, `TorchAvgPool2d` (`count_include_pad`),
-      `TorchAdaptiveAvgPool2d` (output sizes dividing the input), on NCHW.
+    - `TorchGroupNorm` on NCHW; `TorchMaxPoolNd`, `TorchAvgPoolNd`, `TorchAdaptiveAvgPoolNd`,
+      `TorchAdaptiveMaxPoolNd` (1-3 spatial dims) on channels-first input, through two
+      functions the op rules also call for `F.max_pool2d` and the like: `pool_nd` (torch's
+      output size, `ceil_mode` with its "the last window starts inside the input or its left
+      padding" clause, -inf / zero padding, `count_include_pad`, `divisor_override`, dilation)
+      and `adaptive_pool_nd` (torch's windows floor(i * L / out) .. ceil((i + 1) * L / out),
+      overlapping where the output size does not divide the input's).
     - `TorchEmbedding`: `nnx.Embed` whose `padding_idx` row gets no gradient.
     - `TorchLSTM`, `TorchGRU`: torch's parameters (`weight_ih_l0`, `bias_hh_l0`, gate order
       i, f, g, o / r, z, n) and return values, `batch_first`, `num_layers`, inter-layer
@@ -105,7 +117,7 @@ class TorchLayerHelpers(Rule):
 
             class Net(nnx.Module):
                 def __init__(self, *, rngs: nnx.Rngs):
-                    self.pool = TorchMaxPool2d(2)
+                    self.pool = TorchAdaptiveAvgPool2d((7, 7))
             """,
             """
             import flax.nnx as nnx
@@ -118,40 +130,40 @@ class TorchLayerHelpers(Rule):
                 return tuple(value) if isinstance(value, (tuple, list)) else (value,) * n
 
 
-            def _window_args(x, kernel_size, stride, padding, dilation=1):
-                n = x.ndim - 2
-                k, s, p, d = (_ntuple(v, n) for v in (kernel_size, stride, padding, dilation))
-                return (1, 1, *k), (1, 1, *s), ((0, 0), (0, 0), *((pi, pi) for pi in p)), (1, 1, *d)
+            def adaptive_pool_nd(x, kind, n, output_size):
+                \"\"\"torch's adaptive average ("avg") or max ("max") pooling over the last n axes of x: output
+                cell i of an axis of size L pools input cells floor(i * L / out) to ceil((i + 1) * L / out) - 1,
+                as torch does (windows overlap where out does not divide L); None keeps the axis' size. Both
+                reductions are separable over the axes of a rectangular window.\"\"\"
+                reduce = jnp.mean if kind == "avg" else jnp.max
+                lead = x.ndim - n
+                for axis, out in zip(range(lead, x.ndim), _ntuple(output_size, n)):
+                    size = x.shape[axis]
+                    out = size if out is None else out
+                    if size % out == 0:
+                        x = reduce(jnp.reshape(x, x.shape[:axis] + (out, size // out) + x.shape[axis + 1:]), axis=axis + 1)
+                    else:
+                        x = jnp.concatenate([
+                            reduce(jax.lax.slice_in_dim(x, i * size // out, -(-(i + 1) * size // out), axis=axis), axis=axis, keepdims=True)
+                            for i in range(out)
+                        ], axis=axis)
+                return x
 
 
-            class TorchMaxPool2d(nnx.Module):
-                \"\"\"torch.nn.MaxPool2d on NCHW input (-inf padding), via jax.lax.reduce_window; with
-                dilation, the maximum over the kernel's shifted strided slices (reduce_window has no
-                gradient for dilated windows).\"\"\"
+            class TorchAdaptiveAvgPool2d(nnx.Module):
+                \"\"\"torch.nn.AdaptiveAvgPool2d on channels-first input, torch's windows (overlapping where
+                the output size does not divide the input's): adaptive_pool_nd.\"\"\"
 
-                def __init__(self, kernel_size, stride=None, padding=0, dilation=1):
-                    self.kernel_size, self.stride = kernel_size, kernel_size if stride is None else stride
-                    self.padding, self.dilation = padding, dilation
+                def __init__(self, output_size, *, rngs=None):
+                    self.output_size = output_size
 
                 def __call__(self, x):
-                    window, strides, padding, dilation = _window_args(
-                        x, self.kernel_size, self.stride, self.padding, self.dilation)
-                    if dilation == (1, 1, 1, 1):
-                        return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window, strides, padding)
-                    (kh, kw), (sh, sw), (dh, dw) = window[2:], strides[2:], dilation[2:]
-                    x = jnp.pad(x, padding, constant_values=-jnp.inf)
-                    oh = (x.shape[2] - dh * (kh - 1) - 1) // sh + 1
-                    ow = (x.shape[3] - dw * (kw - 1) - 1) // sw + 1
-                    taps = [
-                        x[:, :, i * dh: i * dh + (oh - 1) * sh + 1: sh, j * dw: j * dw + (ow - 1) * sw + 1: sw]
-                        for i in range(kh) for j in range(kw)
-                    ]
-                    return jnp.max(jnp.stack(taps), axis=0)
+                    return adaptive_pool_nd(x, "avg", 2, self.output_size)
 
 
             class Net(nnx.Module):
                 def __init__(self, *, rngs: nnx.Rngs):
-                    self.pool = TorchMaxPool2d(2)
+                    self.pool = TorchAdaptiveAvgPool2d((7, 7))
             """,
         ),
     ]
@@ -185,5 +197,6 @@ class TorchLayerHelpers(Rule):
             node,
             f"the port uses {', '.join(sorted(wanted))}: defined in the file (torch semantics on Flax NNX)",
             Fix((self.replace(node, _moved(redo, _nnx.insert_statements(statements, "before_defs"))),),
-                imports=("jax", "jax.numpy", "flax.nnx", *(("functools",) if "TorchTransformerEncoderLayer" in names else ()))),
+                imports=("jax", "jax.numpy", "flax.nnx",
+                         *(("functools",) if names & {"TorchTransformerEncoderLayer", "TorchGELU", "TorchLeakyReLU", "TorchELU"} else ()))),
         )

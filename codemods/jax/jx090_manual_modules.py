@@ -23,17 +23,17 @@ class ManualModule(Rule):
 
     - torch.nn layers without a translation (`nn.Transformer`, `nn.TransformerDecoderLayer`, `nn.RNN`,
       `nn.Upsample`, `nn.EmbeddingBag`...) and arguments the translation does not cover
-      (`ceil_mode=True`, `return_indices=True`, a bidirectional LSTM, `nn.ConvTranspose2d(groups=2)`,
+      (`return_indices=True`, a bidirectional LSTM, `nn.ConvTranspose2d(groups=2)`,
       `nn.Softmax()` without `dim`, LayerNorm over several dimensions, `dtype=`...);
     - a layer with parameters built in `forward` or another method that is not `__init__`,
       or in a class body (it has no `rngs` to draw its parameters from; torch would create
       new parameters on every call);
-    - `nn.Sequential(OrderedDict(...))` (named children), `register_buffer` with a computed
-      name or a `None` tensor, `add_module`, forward/backward hooks;
+    - `register_buffer` with a computed name or a `None` tensor, forward/backward hooks;
     - `self.named_parameters()`, `self.apply(fn)` and the other tree walks inside a module
       class (`for m in self.modules():` loops and `next(self.parameters())` are JX012's): NNX
       has `nnx.iter_modules` / `nnx.state`, but what the loop does needs a person;
-    - classes deriving from a torch.nn layer other than `nn.Module` (`class MyConv(nn.Conv2d)`).
+    - classes deriving from a torch.nn layer other than `nn.Module` and `nn.Sequential`
+      (`class MyConv(nn.Conv2d)`).
 
     ## Why
     A port that runs but computes something else is worse than no port: these need a person.
@@ -57,7 +57,7 @@ class ManualModule(Rule):
             class Net(nn.Module):
                 def __init__(self):
                     super().__init__()
-                    self.pool = nn.MaxPool2d(2, ceil_mode=True)
+                    self.pool = nn.MaxPool2d(2, return_indices=True)
                     self.enc = nn.Transformer(64, 4)
             """,
             """
@@ -66,7 +66,7 @@ class ManualModule(Rule):
             class Net(nn.Module):
                 def __init__(self):
                     super().__init__()
-                    self.pool = nn.MaxPool2d(2, ceil_mode=True)  # porter: manual (JX090): nn.MaxPool2d(ceil_mode=True): ceil_mode output sizes are not translated
+                    self.pool = nn.MaxPool2d(2, return_indices=True)  # porter: manual (JX090): nn.MaxPool2d(return_indices=True): the indices output is not translated
                     self.enc = nn.Transformer(64, 4)  # porter: manual (JX090): nn.Transformer: not translated: build it from MultiheadAttention, Linear and LayerNorm
             """,
             title="a layer argument and a layer without translation",
@@ -112,9 +112,6 @@ class ManualModule(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         qual = self.ctx.qualname(node.func) or ""
         if qual.startswith("torch.nn."):
-            if qual == "torch.nn.Sequential" and _layers.has_ordered_dict(node, self.ctx):
-                self._manual(node, "nn.Sequential of named children (OrderedDict): write the layers as attributes, or an nnx.Sequential with torch's names mapped by hand")
-                return
             if _layers.inside_manual_construct(self.ctx):
                 return  # the enclosing construction is reported
             result = _layers.plan(node, qual, self.ctx)
@@ -133,8 +130,6 @@ class ManualModule(Rule):
             self._manual(node, f"self.{method}(): nn.Module's tree walks have no NNX method of that name "
                                "(nnx.iter_modules(self) / nnx.state(self, nnx.Param)); a weight-init loop over torch "
                                "layer types needs a hand port (or load the original's weights with load_torch_state_dict)")
-        elif method == "add_module" and _nnx.enclosing_module_class(self.ctx) is not None:
-            self._manual(node, "add_module: assign the submodule as an attribute (setattr(self, name, module))")
         elif method == "register_buffer" and _nnx.enclosing_module_class(self.ctx) is not None:
             name = astutil.arg(node, "name", 0)
             tensor = astutil.arg(node, "tensor", 1)
@@ -147,5 +142,6 @@ class ManualModule(Rule):
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         for base in node.bases:
             qual = self.ctx.qualname(base.value) or ""
-            if qual.startswith("torch.nn.") and qual not in _nnx.TORCH_MODULE and qual.split(".")[-1][:1].isupper():
+            if qual.startswith("torch.nn.") and qual not in _nnx.TORCH_MODULE and qual not in _nnx.TORCH_CONTAINER_BASES \
+                    and qual.split(".")[-1][:1].isupper():
                 self.report(node, f"class {node.name.value} derives from {qual}: subclasses of torch layers are not translated; derive from nn.Module and hold the layer as an attribute")

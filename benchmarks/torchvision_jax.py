@@ -1,0 +1,273 @@
+"""How many of torchvision's classification models does the JAX port verify against torch?
+
+torchvision's models import ``..ops.misc``, ``.._utils``, ``._api``, ``..utils`` and
+``..transforms._presets``, so the measurement ports a copy of the package's classification
+modules together with what they import, as package ``tvport`` in a temporary folder:
+
+- ``models/``: every top-level model file (the detection, segmentation, video, optical flow
+  and quantization subpackages are not classification builders) and ``_api``, ``_meta``,
+  ``_utils``; ``ops/``: ``misc``, ``stochastic_depth``, ``_utils``; the package's ``_utils``,
+  ``utils`` and ``_internally_replaced_utils``. Package ``__init__`` files are empty (the
+  originals import every subpackage);
+- ``transforms/__init__.py`` re-exports torchvision's own ``functional`` and
+  ``InterpolationMode`` (the presets are the host-side input pipeline; they stay torch).
+
+Then ``porter migrate TMP/tvport --to jax --unsafe-fixes --out PORT``, ``porter check PORT
+--target jax --format json`` for the findings the port still holds (those without a fix: what a
+human must finish), and for every builder of ``torchvision.models.list_models(module=
+torchvision.models)``, ``porter verify`` at model level: the original is torchvision's module,
+the port the ported module (each through a two-line wrapper file that imports it), ``--model
+"<builder>(weights=None)"``, input 2x3xHxW with H, W the weights' ``min_size`` (at least 64: at
+32x32 a ResNet's last BatchNorm normalizes 2 x 1 x 1 values per channel, and float32 rounding
+alone diverges past the tolerance; the models with a fixed image size get it), ``--steps 2``.
+Builders run one per model file first, then the rest (a run stopped by ``--deadline`` covers
+every family); the JSON is rewritten after every row, and rows not reached say ``not-run``. A row is
+
+- ``verified``: forward, gradients and both steps within tolerance (porter verify exit 0);
+- ``mismatch``: both sides ran, a tensor diverged (exit 1);
+- ``port-incomplete``: the builder's own file holds findings without a fix; they are listed
+  (with ``--verify-all`` verify runs anyway and its result is kept beside them; the findings of
+  the package's other files it imports are counted in ``imported_findings``, and verify shows
+  whether they matter);
+- ``port-failed``: no finding predicted it, the port did not build or run (exit 2; the first
+  error line);
+- ``timeout``.
+
+Results: benchmarks/results/torchvision_jax.json (rewritten after every row) and the table on
+stdout; docs/jax.md has a section with the numbers.
+
+    PJRT_DEVICE=CPU .venv/bin/python benchmarks/torchvision_jax.py --jobs 2
+    PJRT_DEVICE=CPU .venv/bin/python benchmarks/torchvision_jax.py --only resnet18 --only vgg11   # replaces these rows
+    .venv/bin/python benchmarks/torchvision_jax.py --render
+
+This is a measurement, not a test: it asserts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "benchmarks" / "results" / "torchvision_jax.json"
+PORTER = [sys.executable, "-m", "porter"]
+# classification model files are the top-level modules of torchvision.models
+SUPPORT = {
+    "models": ("_api.py", "_meta.py", "_utils.py"),
+    "ops": ("misc.py", "stochastic_depth.py", "_utils.py"),
+    "": ("_utils.py", "utils.py", "_internally_replaced_utils.py"),
+}
+BLOCKING = "fixable"  # a finding of the port without a fix: left for a human
+
+
+def copy_package(tmp: Path) -> Path:
+    import torchvision
+
+    src = Path(torchvision.__file__).parent
+    pkg = tmp / "tvport"
+    for sub in ("", "models", "ops", "transforms"):
+        (pkg / sub).mkdir(parents=True, exist_ok=True)
+        (pkg / sub / "__init__.py").write_text("", encoding="utf-8")
+    for path in sorted((src / "models").glob("*.py")):
+        if not path.name.startswith("__") and path.name != "feature_extraction.py":
+            shutil.copy(path, pkg / "models" / path.name)
+    for sub, names in SUPPORT.items():
+        for name in names:
+            shutil.copy(src / sub / name, pkg / sub / name)
+    (pkg / "transforms" / "__init__.py").write_text(
+        "# the presets are the host-side input pipeline: torchvision's own transforms\n"
+        "from torchvision.transforms import InterpolationMode, functional  # noqa: F401\n", encoding="utf-8")
+    shutil.copy(src / "transforms" / "_presets.py", pkg / "transforms" / "_presets.py")
+    return pkg
+
+
+def builders() -> list[dict]:
+    import torchvision
+
+    rows = []
+    for name in torchvision.models.list_models(module=torchvision.models):
+        fn = torchvision.models.get_model_builder(name)
+        module = fn.__module__.rsplit(".", 1)[-1]
+        size = 64  # BatchNorm over 2 x 1 x 1 values at the last stage of a 32x32 input is ill-conditioned
+        try:
+            weights = torchvision.models.get_model_weights(name)
+            meta = next(iter(weights)).meta
+            size = max(64, *meta.get("min_size", (64, 64)))
+        except (KeyError, ValueError, StopIteration):
+            pass
+        if name.startswith(("vit_", "swin_", "maxvit")):
+            size = max(size, 224)  # a fixed image size (vit: image_size=224)
+        rows.append({"builder": name, "module": module, "input": f"float32[2,3,{size},{size}]"})
+    return rows
+
+
+def imports_of(path: Path, pkg: Path) -> set[Path]:
+    """The package's files a module imports (relative imports), transitively."""
+    import ast
+
+    seen: set[Path] = set()
+    todo = [path]
+    while todo:
+        p = todo.pop()
+        if p in seen or not p.exists():
+            continue
+        seen.add(p)
+        tree = ast.parse(p.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = p.parent
+                for _ in range(node.level - 1):
+                    base = base.parent
+                parts = (node.module or "").split(".") if node.module else []
+                target = base.joinpath(*parts)
+                for cand in (target.with_suffix(".py"), target / "__init__.py"):
+                    if cand.exists():
+                        todo.append(cand)
+                if not node.module:
+                    todo += [base / f"{a.name}.py" for a in node.names]
+    return seen
+
+
+def classify(row: dict, port: Path, blocking: dict, opts, work: Path) -> dict:
+    mod = row["module"]
+    own = port / "models" / f"{mod}.py"
+    found = blocking.get(str(own), [])
+    row["blocking"] = [f"{Path(f['path']).relative_to(port)}:{f['line']}: {f['code']} {f['message'][:160]}" for f in found]
+    # the package's other files it imports: their findings are listed, verify decides whether they matter
+    row["imported_findings"] = sum(len(blocking.get(str(p), [])) for p in imports_of(own, port) if p != own)
+    if found and not opts.verify_all:
+        row["status"] = "port-incomplete"
+        return row
+    original = work / f"orig_{row['builder']}.py"
+    ported = work / f"port_{row['builder']}.py"
+    # every name of the module (torchvision's modules define __all__); the port's wrapper imports
+    # flax so that verify runs it on the JAX side
+    # (import_module: `import torchvision.models.alexnet as m` binds the function models/__init__ exports)
+    original.write_text(f"import importlib\n_m = importlib.import_module('torchvision.models.{mod}')\n"
+                        "globals().update({k: v for k, v in vars(_m).items() if not k.startswith('__')})\n",
+                        encoding="utf-8")
+    ported.write_text(f"import sys\nimport flax.nnx  # noqa: F401  (a JAX port)\nsys.path.insert(0, {str(port.parent)!r})\n"
+                      f"import tvport.models.{mod} as _m\n"
+                      "globals().update({k: v for k, v in vars(_m).items() if not k.startswith('__')})\n",
+                      encoding="utf-8")
+    cmd = [*PORTER, "verify", str(original), str(ported), "--model", f"{row['builder']}(weights=None)",
+           "--input", row["input"], "--steps", str(opts.steps), "--timeout", str(opts.timeout)]
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=opts.timeout * 2 + 120,
+                              env={**os.environ, "PJRT_DEVICE": "CPU"}, cwd=str(work))
+    except subprocess.TimeoutExpired:
+        row.update(status="timeout", seconds=round(time.monotonic() - start, 1))
+        return row
+    row["seconds"] = round(time.monotonic() - start, 1)
+    # the report's first lines: the verdict and its one-line reason
+    lines = [line.strip() for line in (proc.stdout + "\n" + proc.stderr).splitlines() if line.strip()]
+    summary = " / ".join(lines[:2])
+    reason = next((line for line in lines if "could not run" in line or "diverged" in line or "Error:" in line), "")
+    if reason and reason not in summary:
+        summary = f"{summary} / {reason}"
+    row["summary"] = str(summary)[:300]
+    verdict = {0: "verified", 1: "mismatch"}.get(proc.returncode, "port-failed")
+    if "timed out" in row["summary"] or "timeout" in row["summary"].lower():
+        verdict = "timeout" if proc.returncode == 2 else verdict
+    if found:
+        row["verify"] = verdict
+        row["status"] = "verified" if verdict == "verified" else "port-incomplete"
+    else:
+        row["status"] = verdict
+    return row
+
+
+def render(rows: list[dict]) -> str:
+    counts = Counter(r["status"] for r in rows)
+    lines = [f"{len(rows)} builders: " + ", ".join(f"{k} {counts[k]}" for k in
+                                                    ("verified", "mismatch", "port-incomplete", "port-failed", "timeout", "not-run")), ""]
+    lines.append(f"{'builder':28} {'status':16} {'s':>6}  first blocking finding / summary")
+    for r in rows:
+        detail = (r.get("blocking") or [r.get("summary", "")])[0] if r["status"] != "verified" else r.get("summary", "")
+        if r.get("verify") and r["status"] != "verified":
+            detail = f"[verify: {r['verify']}: {r.get('summary', '')[:80]}] {detail}"
+        lines.append(f"{r['builder']:28} {r['status']:16} {r.get('seconds', ''):>6}  {detail[:150]}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds each side may run")
+    ap.add_argument("--only", action="append", default=[], help="builder names (repeatable)")
+    ap.add_argument("--verify-all", action="store_true", help="verify also builders whose port holds findings")
+    ap.add_argument("--deadline", type=float, default=0, help="minutes after which no new builder starts (0: none)")
+    ap.add_argument("--render", action="store_true", help="print the table from the JSON")
+    opts = ap.parse_args(argv)
+    if opts.render:
+        print(render(json.loads(OUT.read_text(encoding="utf-8"))["rows"]))
+        return 0
+    tmp = Path(tempfile.mkdtemp(prefix="tv_jax_"))
+    try:
+        pkg = copy_package(tmp / "src")
+        port = tmp / "port" / "tvport"
+        t0 = time.monotonic()
+        mig = subprocess.run([*PORTER, "migrate", str(pkg), "--to", "jax", "--unsafe-fixes", "--out", str(port),
+                              "--jobs", str(opts.jobs)], capture_output=True, text=True, env={**os.environ, "PJRT_DEVICE": "CPU"})
+        migrate_s = round(time.monotonic() - t0, 1)
+        check = subprocess.run([*PORTER, "check", str(port), "--target", "jax", "--format", "json"],
+                               capture_output=True, text=True, env={**os.environ, "PJRT_DEVICE": "CPU"})
+        blocking: dict = {}
+        for f in json.loads(check.stdout or "{}").get("findings", []):
+            if not f.get("fixable"):
+                blocking.setdefault(f["path"], []).append(f)
+        rows = [r for r in builders() if not opts.only or r["builder"] in opts.only]
+        firsts = {}
+        for r in rows:
+            firsts.setdefault(r["module"], r)
+        rows = [*firsts.values(), *(r for r in rows if firsts[r["module"]] is not r)]
+        work = tmp / "work"
+        work.mkdir()
+        by_rule = Counter(f["code"] for fs in blocking.values() for f in fs)
+        results = {r["builder"]: dict(r, status="not-run") for r in rows}
+        if opts.only and OUT.exists():
+            results = {b: r for b, r in results.items() if b in opts.only}
+        stop = time.monotonic() + opts.deadline * 60 if opts.deadline else None
+
+        def save():
+            data = {"migrate": {"exit": mig.returncode, "seconds": migrate_s, "summary": mig.stdout.strip().splitlines()[-1:]},
+                    "blocking_findings_by_rule": dict(sorted(by_rule.items())), "steps": opts.steps,
+                    "jobs": opts.jobs, "rows": list(results.values())}
+            if opts.only and OUT.exists():  # replace these rows of the last full run, keep the others
+                previous = json.loads(OUT.read_text(encoding="utf-8"))
+                mine = {r["builder"] for r in data["rows"]}
+                data = dict(previous, rows=[results.get(r["builder"], r) if r["builder"] in mine else r
+                                            for r in previous["rows"]])
+            OUT.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+
+        def one(row):
+            if stop is not None and time.monotonic() > stop:
+                return
+            result = classify(dict(row), port, blocking, opts, work)
+            results[row["builder"]] = result
+            save()
+            print(f"{result['builder']:28} {result['status']:16} {result.get('seconds', '')}", flush=True)
+
+        save()
+        with ThreadPoolExecutor(max_workers=opts.jobs) as pool:
+            list(pool.map(one, rows))
+        save()
+        print(render(list(results.values())))
+        print("blocking findings by rule:", dict(sorted(by_rule.items())))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
