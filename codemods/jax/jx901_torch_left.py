@@ -7,6 +7,7 @@ import libcst as cst
 from porter import astutil
 from porter.rules import Edit, Example, Fix, Rule, Safety, Severity
 
+from . import _loop as lp
 from . import _nnx
 
 # torch code a JAX port keeps on purpose: the host-side input pipeline (its batches cross into
@@ -165,9 +166,9 @@ class TorchLeft(Rule):
         jit cannot take it) rather than as numpy (`x = x.numpy()` first)."""
         if not jitted:
             return
-        loaders = _loader_names(self.ctx)
+        loaders = lp.loader_names(self.ctx)
         for loop in astutil.walk(module, into_functions=True):
-            if not isinstance(loop, cst.For) or _code(_strip_iter(loop.iter)) not in loaders:
+            if not isinstance(loop, cst.For) or _code(lp.strip_iter(loop.iter)) not in loaders:
                 continue
             batch = {n.value for n in astutil.walk(loop.target) if isinstance(n, cst.Name)}
             for stmt in _statements(loop):
@@ -383,24 +384,6 @@ def _jax_values(scope: cst.CSTNode, ctx, jitted: set, models: set) -> set:
                 for nm in names:
                     (jax_names if is_jax else other).add(nm.value)
     return (jax_names - other) - model_names
-
-
-def _strip_iter(node: cst.CSTNode) -> cst.CSTNode:
-    while isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("enumerate", "tqdm", "iter") \
-            and node.args:
-        node = node.args[0].value
-    return node
-
-
-def _loader_names(ctx) -> set:
-    """Names the file binds to a torch DataLoader(...)."""
-    out = set()
-    for n in astutil.walk(ctx.module, into_functions=True):
-        if isinstance(n, cst.Assign) and isinstance(n.value, cst.Call):
-            qual = ctx.qualname(n.value.func) or ""
-            if qual.startswith("torch.utils.data") and qual.endswith("DataLoader"):
-                out |= {_code(t.target) for t in n.targets}
-    return out
 
 
 def _torch_source(stmt: cst.CSTNode, model: cst.CSTNode, ctx) -> Optional[str]:
