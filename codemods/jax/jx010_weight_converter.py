@@ -56,6 +56,23 @@ _AFTER = (
 )
 
 
+_SCRIPT_AFTER = (
+    "import torch\n"
+    "import flax.nnx as nnx\n"
+    "import jax.numpy as jnp\n"
+    "import numpy as np\n"
+    "\n\n"
+    + _converter_text()
+    + "\n\n"
+    "# settings\n"
+    "lr = 0.1\n"
+    "model = nnx.Linear(4, 2, rngs=nnx.Rngs(0))\n"
+    "optimizer = torch.optim.SGD(model.parameters(), lr=lr)\n"
+    "for epoch in range(3):\n"
+    "    train(model, optimizer)\n"
+)
+
+
 class TorchWeightConverter(Rule):
     """
     ## What it does
@@ -115,6 +132,22 @@ class TorchWeightConverter(Rule):
             model = Net(rngs=nnx.Rngs(0))
             """,
             _AFTER,
+        ),
+        Example(
+            """
+            import torch
+            import flax.nnx as nnx
+
+            # settings
+            lr = 0.1
+            model = nnx.Linear(4, 2, rngs=nnx.Rngs(0))
+            optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+            for epoch in range(3):
+                train(model, optimizer)
+            """,
+            _SCRIPT_AFTER,
+            title="a script that builds its optimizer at module level: the converter goes after the imports, "
+                  "defined before the optimizer is built",
         ),
     ]
     valid = ["import torch\nx = torch.zeros(2)\n"]

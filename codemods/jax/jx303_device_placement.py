@@ -17,6 +17,10 @@ class DevicePlacement(Rule):
       loader yields are handed to JAX as NumPy arrays (a jitted step rejects torch tensors);
     - on anything else (`model.to(device)`, `criterion.cuda()`, a freshly built array) the
       call goes and the receiver stays; a `net.to(device)` statement goes whole;
+    - a batch of a torch `DataLoader` that the loop never moves (`for i, (x, y) in
+      enumerate(loader)` with no `.to(device)`) becomes a NumPy array where the loop body
+      begins (`x, y = x.numpy(), y.numpy()`); a single batch name the body indexes or unpacks
+      (a list of tensors) stays as it is;
     - a sample collated by torch for a model call
       (`net(torch.utils.data.default_collate([ds[0]])[0])`, a dry forward that gives lazy
       layers their shapes) is handed over as a NumPy array (`.numpy()`);
@@ -101,6 +105,49 @@ class DevicePlacement(Rule):
                 net.train()
             """,
             title="a model's dry forward on a sample collated by torch; a bare net.to(device) goes",
+        ),
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_set, batch_size=8, shuffle=True)
+            test_loader = torch.utils.data.DataLoader(test_set, batch_size=8)
+            for epoch in range(2):
+                for i, (images, labels) in enumerate(loader):
+                    # flatten the images
+                    images = images.reshape(-1, 784)
+                    step(model, images, labels)
+            for features, _ in test_loader:
+                print(model(features))
+            for batch in test_loader:
+                step(model, batch)
+            for batch in test_loader:
+                x, y = batch
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_set, batch_size=8, shuffle=True)
+            test_loader = torch.utils.data.DataLoader(test_set, batch_size=8)
+            for epoch in range(2):
+                for i, (images, labels) in enumerate(loader):
+                    images, labels = images.numpy(), labels.numpy()
+                    # flatten the images
+                    images = images.reshape(-1, 784)
+                    step(model, images, labels)
+            for features, _ in test_loader:
+                features = features.numpy()
+                print(model(features))
+            for batch in test_loader:
+                batch = batch.numpy()
+                step(model, batch)
+            for batch in test_loader:
+                x, y = batch
+            """,
+            title="batches a loop never moves to a device (enumerate, a tuple, a single tensor) become NumPy arrays "
+                  "where the body begins; a batch the body unpacks (a list of tensors) stays",
         ),
     ]
     valid = [
