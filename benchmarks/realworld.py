@@ -290,7 +290,8 @@ def render(result: dict) -> str:
                 health += f"; jit {sizes}; cb {h.get('host_callbacks', 0)}"
         script = r["script"].split("/", 1)[1]
         lines.append(f"| {_cell(script)} | {r['target']} | {r['mode']} | {_cell(mig[:120])} | {_cell(findings)} | "
-                     f"{v['status']} | {_cell(v.get('summary', '')[:200])} | {_cell(health)} |")
+                     f"{v['status']} | {_cell(('(earlier run: not re-measured) ' if r.get('stale') else '') + v.get('summary', '')[:200])} | "
+                     f"{_cell(health)} |")
     notes = [(r["script"], r["target"], r["mode"], n) for r in rows for n in r["verify"].get("notes", [])
              if not n.startswith("both sides")]
     if notes:
