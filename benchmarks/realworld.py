@@ -29,6 +29,7 @@ interrupted run keeps what it measured) and the table to docs/realworld.md:
     PJRT_DEVICE=CPU .venv/bin/python benchmarks/realworld.py --jobs 2              # everything
     PJRT_DEVICE=CPU .venv/bin/python benchmarks/realworld.py --only nanoGPT --targets jax --modes safe
     .venv/bin/python benchmarks/realworld.py --render                              # the table again from the JSON
+    PJRT_DEVICE=CPU .venv/bin/python benchmarks/realworld.py --explain-jax         # the finding behind each failed JAX port
 
 ``--only`` takes substrings of the script's corpus path (repeatable); a run with ``--only``,
 ``--targets`` or ``--modes`` replaces its own rows in the JSON and keeps the others. ``--timeout`` is
@@ -316,7 +317,8 @@ def render(result: dict) -> str:
                 health += f"; jit {sizes}; cb {h.get('host_callbacks', 0)}"
         script = r["script"].split("/", 1)[1]
         lines.append(f"| {_cell(script)} | {r['target']} | {r['mode']} | {_cell(mig[:120])} | {_cell(findings)} | "
-                     f"{v['status']} | {_cell(v.get('summary', '')[:200])} | {_cell(health)} |")
+                     f"{v['status']} | {_cell(('(earlier run: not re-measured) ' if r.get('stale') else '') + v.get('summary', '')[:200])} | "
+                     f"{_cell(health)} |")
     notes = [(r["script"], r["target"], r["mode"], n) for r in rows for n in r["verify"].get("notes", [])
              if not n.startswith("both sides")]
     if notes:
@@ -328,11 +330,84 @@ def render(result: dict) -> str:
     if reasons:
         lines += ["", "## Why torch-xla rows do not pass (as measured)", ""]
         lines += [f"- {s}: {_cell(why)}" for s, why in reasons]
+    predicted = [r for r in rows if r["target"] == "jax" and "predicted_by" in r]
+    if predicted:
+        lines += ["", "## JAX ports that do not pass, and the finding that predicts each", "",
+                  "For each JAX row whose port failed or diverged: the finding of `porter check` on the port that "
+                  "names what fails (`--explain-jax`: the finding whose message, then flagged line, holds the most names of "
+                  "the port's error, else its first error-level finding; `none` where no finding does)."
+                  , ""]
+        for r in predicted:
+            lines.append(f"- {r['script']} ({r['mode']}): {_cell(r['verify'].get('summary', '')[:160])} <- "
+                         f"{_cell(r['predicted_by'] or 'none: no finding predicts this failure')}")
     data = sorted({(r["script"], r["data"]) for r in rows if r.get("data")})
     if data:
         lines += ["", "## Synthetic files written for the scripts", ""]
         lines += [f"- {s}: {d}" for s, d in data]
     return "\n".join(lines) + "\n"
+
+
+def _failed_port(row: dict) -> bool:
+    summary = row["verify"].get("summary", "")
+    return row["verify"]["status"] == "diverged" or (row["verify"]["status"] == "side-failed"
+                                                      and summary.startswith("the port could not run"))
+
+
+def predicting_finding(summary: str, findings: list[dict], port_dir: Path) -> str:
+    """The finding (``path:line: CODE message``) that names what the port's error names: the
+    one whose message (twice the weight) and flagged source line hold the most identifiers of
+    the error message (the attribute, the name; the first of equals), else the first
+    error-level finding, else ''."""
+    error = summary.split(": ", 1)[1] if ": " in summary else summary
+    words = {w for w in re.findall(r"[A-Za-z_][A-Za-z_0-9]{2,}", error)
+             if w not in {"the", "object", "has", "attribute", "not", "before", "its", "first", "optimizer", "step",
+                          "port", "could", "run", "Error", "AttributeError", "TypeError", "jaxlib", "_jax"}}
+
+    def text(f: dict) -> str:
+        return f"{Path(f.get('path', '')).relative_to(port_dir) if f.get('path', '').startswith(str(port_dir)) else f.get('path')}:" \
+               f"{f.get('line')}: {f['code']} {f.get('message', '')}"
+
+    def source_line(f: dict) -> str:
+        try:
+            return Path(f["path"]).read_text(encoding="utf-8").splitlines()[int(f["line"]) - 1]
+        except (OSError, KeyError, IndexError, ValueError):
+            return ""
+
+    def score(f: dict) -> int:
+        # a name in the message counts more than one on the flagged line
+        return sum(2 * bool(re.search(rf"\b{re.escape(w)}\b", f.get("message", "")))
+                   + bool(re.search(rf"\b{re.escape(w)}\b", source_line(f))) for w in words)
+
+    best = max(findings, key=score, default=None)  # the first of the best
+    if best is not None and score(best) > 0:
+        return text(best)
+    errors = [f for f in findings if f.get("severity") == "error"]
+    return text(errors[0]) if errors else ""
+
+
+def explain_jax(result: dict, only: list[str]) -> None:
+    """For each JAX row whose port failed or diverged: port it again, check the port and record
+    the finding that predicts the failure (``predicted_by``)."""
+    root = Path(tempfile.mkdtemp(prefix="porter-realworld-explain-"))
+    try:
+        for row in result["rows"]:
+            if row["target"] != "jax" or not _failed_port(row) or (only and not any(o in row["script"] for o in only)):
+                continue
+            path = CORPUS / row["script"]
+            out = root / re.sub(r"\W+", "_", row["script"]) / row["mode"]
+            _porter("migrate", str(path.parent), "--to", "jax", "--out", str(out),
+                    *(["--unsafe-fixes"] if row["mode"] == "unsafe" else []))
+            check = _porter("check", str(out), "--target", "jax", "--format", "json")
+            try:
+                findings = json.loads(check.stdout).get("findings", [])
+            except json.JSONDecodeError:
+                findings = []
+            # the script's own file first, then its helper modules
+            findings.sort(key=lambda f: (Path(f.get("path", "")).name != path.name, f.get("path", ""), f.get("line", 0)))
+            row["predicted_by"] = predicting_finding(row["verify"].get("summary", ""), findings, out)
+            print(f"{row['script']} ({row['mode']}): {row['predicted_by'] or 'none'}", flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -346,7 +421,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS, help="the JSON results")
     parser.add_argument("--doc", type=Path, default=DOC, help="the Markdown table")
     parser.add_argument("--render", action="store_true", help="only write the table again from --out")
+    parser.add_argument("--explain-jax", action="store_true",
+                        help="for the JAX rows of --out whose port failed: record the finding that predicts it, then render")
     opts = parser.parse_args(argv)
+    if opts.explain_jax:
+        result = json.loads(opts.out.read_text(encoding="utf-8"))
+        explain_jax(result, opts.only)
+        opts.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        opts.doc.write_text(render(result), encoding="utf-8")
+        return 0
     if opts.render:
         opts.doc.write_text(render(json.loads(opts.out.read_text(encoding="utf-8"))), encoding="utf-8")
         return 0

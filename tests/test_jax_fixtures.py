@@ -49,7 +49,7 @@ MODEL_GAPS: dict[str, str] = {**PORT_GAPS}
 
 
 def test_the_jax_fixtures_are_there():
-    assert {"mlp", "mnist_cnn", "resnet18", "lstm_lm", "transformer_encoder", "vae"} <= set(IDS), IDS
+    assert {"mlp", "mnist_cnn", "resnet18", "lstm_lm", "transformer_encoder", "vae", "toplevel_bilstm"} <= set(IDS), IDS
 
 
 @pytest.mark.parametrize("fx", FIXTURES, ids=IDS)
@@ -93,7 +93,7 @@ def test_cli_port_equals_expected(tmp_path):
 
 
 def _settings(fx) -> dict:
-    """port.toml keys this test reads beyond porter.fixtures.Fixture (zero_noise)."""
+    """port.toml keys this test reads beyond porter.fixtures.Fixture (zero_noise, model_class)."""
     return tomllib.loads((fx.folder / "port.toml").read_text(encoding="utf-8"))
 
 
@@ -102,7 +102,10 @@ def _classes(path) -> set[str]:
 
 
 def _model_class(fx) -> str:
-    """The class (or factory function: `resnet18(...)`) that port.toml's model expression calls."""
+    """The class (or factory function: `resnet18(...)`) that port.toml's model expression calls
+    (port.toml's `model_class` for a fixture with no model-level check)."""
+    if not fx.model:
+        return _settings(fx)["model_class"]
     expr = ast.parse(fx.model, mode="eval").body
     func = expr.func if isinstance(expr, ast.Call) else expr
     return func.attr if isinstance(func, ast.Attribute) else func.id

@@ -103,6 +103,9 @@ LAYERS = [
     ("lstm_state", "nn.LSTM(5, 6, 2)", "self.layer(x)[1]", (X3,)),
     ("lstm_no_bias_initial_state", "nn.LSTM(5, 6, bias=False)", "self.layer(x, (rest[0], rest[1]))",
      (X3, rng.standard_normal((1, 7, 6)).astype(np.float32), rng.standard_normal((1, 7, 6)).astype(np.float32))),
+    ("lstm_bidirectional", "nn.LSTM(5, 6, num_layers=2, batch_first=True, bidirectional=True)", "self.layer(x)", (X3,)),
+    ("lstm_bidirectional_initial_state", "nn.LSTM(5, 6, bidirectional=True)", "self.layer(x, (rest[0], rest[1]))",
+     (X3, rng.standard_normal((2, 7, 6)).astype(np.float32), rng.standard_normal((2, 7, 6)).astype(np.float32))),
     ("gru", "nn.GRU(5, 6, num_layers=2, batch_first=True)", "self.layer(x)", (X3,)),
     ("gru_initial_state", "nn.GRU(5, 6)", "self.layer(x, rest[0])", (X3, rng.standard_normal((1, 7, 6)).astype(np.float32))),
     ("mha_padding_mask", "nn.MultiheadAttention(8, 2, batch_first=True)",
@@ -281,7 +284,7 @@ def test_converter_copies_the_arrays_it_is_given(nested):
     "source,reason",
     [
         ("self.pool = nn.MaxPool2d(2, return_indices=True)", "indices"),
-        ("self.rnn = nn.LSTM(4, 8, bidirectional=True)", "bidirectional"),
+        ("self.rnn = nn.GRU(4, 8, bidirectional=True)", "bidirectional"),
         ("self.conv = nn.Conv2d(3, 8, 3, padding_mode=mode)", "padding_mode"),
         ("self.enc = nn.TransformerDecoderLayer(32, 4)", "TransformerDecoderLayer"),
         ("self.enc = nn.TransformerEncoderLayer(32, 4, activation=act)", "activation"),

@@ -58,6 +58,8 @@ SCHEDULERS = {  # name: (constructor, stepped per "epoch" / "batch" / epoch arou
     "cyclic_momentum_exp": (f"{S}.CyclicLR(optimizer, 0.005, 0.05, step_size_up=4, mode='exp_range', gamma=0.9, "
                             "base_momentum=0.7, max_momentum=0.95)", "batch"),
     "onecycle_momentum": (f"{S}.OneCycleLR(optimizer, max_lr=0.05, total_steps=20)", "batch"),
+    "multiplicative": (f"{S}.MultiplicativeLR(optimizer, lr_lambda=lambda epoch: 0.8)", "epoch"),
+    "multiplicative_batch": (f"{S}.MultiplicativeLR(optimizer, lambda step: 0.95)", "batch"),
     "onecycle_epochs": (f"{S}.OneCycleLR(optimizer, max_lr=0.05, epochs=EPOCHS, steps_per_epoch=len(train_loader), "
                         "pct_start=0.25, div_factor=10.0, final_div_factor=100.0)", "batch"),
     "onecycle_linear_three": (f"{S}.OneCycleLR(optimizer, 0.1, total_steps=20, anneal_strategy='linear', three_phase=True, "
@@ -70,6 +72,7 @@ PAIRS += [("adadelta_opts", "step"), ("adagrad_opts", "step"), ("adamax", "step"
 PAIRS += [("sgd", s) for s in ("linear", "linear_default_batch", "linear_down", "constant", "constant_default_batch", "polynomial",
                                "polynomial_default_batch", "warm_restarts", "warm_restarts_mult", "cyclic",
                                "onecycle_cos_three_plain")]
+PAIRS += [("sgd", "multiplicative"), ("adam", "multiplicative_batch")]
 PAIRS += [("sgd_momentum", "warm_restarts_function"), ("sgd_nesterov_wd", "cosine_global_function"), ("sgd_momentum", "cyclic_momentum_tri2"),
           ("sgd_nesterov_wd", "onecycle_linear_three"), ("sgd_momentum", "onecycle_momentum"), ("sgd", "onecycle_epochs"),
           ("adam", "onecycle_momentum"), ("adam", "cyclic_momentum_exp"), ("adamw", "onecycle_momentum"),
@@ -146,3 +149,13 @@ def test_reduce_lr_on_plateau(case, opt):
     extra = {"METRICS": metrics}
     trace_j = jax_trace(head, per_epoch=lambda ns, epoch: ns["scheduler"].step(metrics[epoch]), extra=extra)
     assert_same_traces(torch_trace(src, extra=extra), trace_j)
+
+
+@pytest.mark.parametrize("factor", ["lambda epoch: 0.9 ** epoch", "lambda epoch: 0.5 if epoch > 2 else 1.0", "factor_of"])
+def test_multiplicative_lr_of_the_epoch_is_reported(factor):
+    """MultiplicativeLR is ported where its factor is a constant (lr * factor ** epoch); a factor
+    of the epoch (a product over the steps) or a named function is reported at the optimizer."""
+    src = training_script(OPTIMIZERS["sgd"], f"{S}.MultiplicativeLR(optimizer, {factor})", "epoch")
+    result = engine.fix(src, engine.Options(JAX_RULES, unsafe_fixes=True))
+    found = [f for f in result.remaining if f.code == "JX201" and "MultiplicativeLR" in f.message]
+    assert found, result.remaining

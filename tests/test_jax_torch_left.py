@@ -145,12 +145,19 @@ def test_the_input_pipeline_is_not_reported():
 @pytest.mark.parametrize("body,reported", [
     ("loader = torch.utils.data.DataLoader(ds, batch_size=4)\nmodel = Net()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
      "for i, (x, y) in enumerate(loader):\n    x = x.reshape(-1, 4)\n    optimizer.zero_grad()\n    loss = ((model(x) - y) ** 2).mean()\n"
-     "    loss.backward()\n    optimizer.step()\n", True),
+     "    loss.backward()\n    optimizer.step()\n", False),
     ("loader = torch.utils.data.DataLoader(ds, batch_size=4)\nmodel = Net()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
      "for x, y in loader:\n    x, y = x.to('cpu'), y.to('cpu')\n    optimizer.zero_grad()\n    loss = ((model(x) - y) ** 2).mean()\n"
      "    loss.backward()\n    optimizer.step()\n", False),
-], ids=["batch-not-converted", "batch-moved-to-device"])
+    ("loader = torch.utils.data.DataLoader(ds, batch_size=4)\nmodel = Net()\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+     "for batch in loader:\n    x, y = batch\n    optimizer.zero_grad()\n    loss = ((model(x) - y) ** 2).mean()\n"
+     "    loss.backward()\n    optimizer.step()\n", True),
+], ids=["batch-not-moved", "batch-moved-to-device", "batch-unpacked-in-the-body"])
 def test_a_torch_batch_given_to_the_jitted_step_is_reported(body, reported):
+    """JX303 converts a batch the loop target names (moved to a device or not); one the body
+    unpacks from a list is still a torch tensor at the jitted step, and JX901 says so."""
     result = port(body)
     found = [text for _, text in left(result) if "train_step(" in text]
     assert bool(found) == reported, (found, result.source.split("def torch_state_dict", 1)[1])
+    if not reported:
+        assert ".numpy()" in result.source.split("for ", 1)[1], result.source

@@ -665,6 +665,45 @@ def loop_targets(ctx: FileContext) -> set[str]:
     return names
 
 
+def strip_iter(node: cst.CSTNode) -> cst.CSTNode:
+    """The iterable under ``enumerate(...)`` / ``tqdm(...)`` / ``iter(...)`` wrappers."""
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("enumerate", "tqdm", "iter") \
+            and node.args:
+        node = node.args[0].value
+    return node
+
+
+def loader_names(ctx: FileContext) -> set[str]:
+    """Names (or attribute chains) the file binds to a torch ``DataLoader(...)``."""
+    key = ("jx.loader_names",)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    out: set[str] = set()
+    for n in astutil.walk(ctx.module, into_functions=True):
+        if isinstance(n, cst.Assign) and isinstance(n.value, cst.Call):
+            qual = ctx.qualname(n.value.func) or ""
+            if qual.startswith("torch.utils.data") and qual.endswith("DataLoader"):
+                out |= {code(t.target) for t in n.targets}
+    ctx.cache[key] = out
+    return out
+
+
+def loader_batch_target(loop: cst.For, ctx: FileContext) -> Optional[cst.BaseAssignTargetExpression]:
+    """The part of a for loop's target that is the batch of a torch DataLoader
+    (``(x, y)`` of ``for i, (x, y) in enumerate(loader)``), or None."""
+    if code(strip_iter(loop.iter)) not in loader_names(ctx):
+        return None
+    target = loop.target
+    it = loop.iter
+    while isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value in ("enumerate", "tqdm", "iter"):
+        if it.func.value == "enumerate":
+            if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != 2:
+                return None
+            target = target.elements[1].value
+        it = it.args[0].value
+    return target
+
+
 def root_name(expr: cst.CSTNode) -> Optional[str]:
     while isinstance(expr, (cst.Attribute, cst.Subscript, cst.Call)):
         expr = expr.func if isinstance(expr, cst.Call) else expr.value

@@ -213,22 +213,44 @@ def render(template: str, **values) -> list[cst.BaseStatement]:
     return list(cst.parse_module(text).body)
 
 
-def insert_statements(statements: list[cst.BaseStatement], where: str):
+def insert_statements(statements: list[cst.BaseStatement], where: str, used_by: frozenset = frozenset()):
     """An Edit replacement for the Module: ``statements`` inserted before the first top-level
     class or function definition ("before_defs"), or after the last module class / before an
-    ``if __name__ == "__main__":`` block ("after_classes")."""
+    ``if __name__ == "__main__":`` block ("after_classes"). ``used_by``: the texts of callees
+    (``torch.optim.SGD``) whose top-level calls need the statements defined: where such a
+    call runs before that place (a script training at module level), the statements go
+    after the file's imports instead. The comments above the statement that follows stay
+    with it."""
 
     def apply(module: cst.Module) -> cst.Module:
         body = list(module.body)
         at = _insertion_index(body, where)
+        if used_by and any(_calls_any(stmt, used_by) for stmt in body[:at]):
+            at = next((i for i, stmt in enumerate(body) if not _is_head(stmt)), len(body))
         new = list(statements)
         if at < len(body):
-            body[at] = body[at].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+            body[at] = body[at].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *_from_comment(body[at].leading_lines)])
         if new and at > 0:
             new[0] = new[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
         return module.with_changes(body=[*body[:at], *new, *body[at:]])
 
     return apply
+
+
+def _from_comment(lines) -> list:
+    """The leading lines from the first comment on (the blank lines before it go)."""
+    lines = list(lines)
+    for i, line in enumerate(lines):
+        if line.comment is not None:
+            return lines[i:]
+    return []
+
+
+def _calls_any(stmt: cst.CSTNode, callees: frozenset) -> bool:
+    """A call of one of ``callees`` (by its text) in a top-level statement, outside defs."""
+    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+        return False
+    return any(isinstance(n, cst.Call) and cst.Module([]).code_for_node(n.func) in callees for n in astutil.walk(stmt))
 
 
 def _insertion_index(body: list, where: str) -> int:

@@ -1172,6 +1172,48 @@ op("torch.eye", "n, m, *, out, dtype, layout, device, requires_grad", call("jnp.
 op(["torch.tensor", "torch.as_tensor"], "data, dtype, device, requires_grad, pin_memory", call("jnp.asarray", "data", dtype="dtype"),
    note="Python ints give int64 in torch, int32 in JAX",
    cases=[Case("@([1.0, 2.0])"), Case("@([[1, 2], [3, 4]])"), Case("@(0.5, dtype=torch.float32)"), Case("torch.as_tensor(a)", a="f3")])
+# the legacy typed constructors: a host buffer (``ids = torch.LongTensor(n)`` filled by item
+# assignment in a data loader) or data; NumPy keeps both mutable on the host
+_LEGACY_TENSORS = {"FloatTensor": "float32", "DoubleTensor": "float64", "HalfTensor": "float16",
+                   "LongTensor": "int64", "IntTensor": "int32", "ShortTensor": "int16", "ByteTensor": "uint8",
+                   "BoolTensor": "bool_"}
+
+
+def _legacy_tensor(dtype: str):
+    def build(b: Bound) -> str:
+        sizes = b.args.get("size")
+        if isinstance(sizes, (cst.List, cst.Tuple, cst.ListComp)) and not b.has("more"):
+            return f"{b.np}.asarray({b['size']}, dtype={b.np}.{dtype})"
+        if b.has("more") or isinstance(sizes, cst.Integer) or _integer_name(sizes, b.ctx):
+            parts = [b["size"], *([b["more"]] if b.has("more") else [])]
+            return f"{b.np}.zeros(({', '.join(parts)}{',' if len(parts) == 1 else ''}), dtype={b.np}.{dtype})"
+        raise Manual("a legacy typed constructor of data or of a size: write np.asarray(data, dtype=...) "
+                     "or np.zeros(shape, dtype=...)")
+
+    return build
+
+
+def _integer_name(node, ctx) -> bool:
+    """A name the file binds only to integers (``n = 0``, ``n += len(words)``, ``n = len(x)``)."""
+    if not isinstance(node, cst.Name) or ctx is None:
+        return False
+    seen = False
+    for n in astutil.walk(ctx.module, into_functions=True):
+        if isinstance(n, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == node.value for t in n.targets):
+            if not (isinstance(n.value, cst.Integer) or (isinstance(n.value, cst.Call) and isinstance(n.value.func, cst.Name)
+                                                         and n.value.func.value in ("len", "int"))):
+                return False
+            seen = True
+        elif isinstance(n, cst.AugAssign) and isinstance(n.target, cst.Name) and n.target.value == node.value:
+            seen = True
+    return seen
+
+
+for _name, _dt in _LEGACY_TENSORS.items():
+    op(f"torch.{_name}", "size, more", _legacy_tensor(_dt), f"np.zeros(shape, dtype=np.{_dt}) / np.asarray(data, dtype=np.{_dt})",
+       "a host buffer or data, as a NumPy array (mutable, like the torch tensor); torch's contents of a new "
+       "buffer are arbitrary, the port's are zeros",
+       [Case(f"torch.{_name}(3)"), Case(f"torch.{_name}(2, 3)"), Case(f"torch.{_name}([1, 0, 1])")], arbitrary=True)
 op("torch.from_numpy", "ndarray", call("jnp.asarray", "ndarray"), cases=[Case("torch.from_numpy(np.arange(4.0))")])
 op("torch.finfo", "type", call("jnp.finfo", "type"), cases=[Case("torch.finfo(torch.float32).eps"), Case("torch.finfo(torch.float32).min")])
 op("torch.iinfo", "type", call("jnp.iinfo", "type"), cases=[Case("torch.iinfo(torch.int32).max")])

@@ -94,6 +94,7 @@ SCHEDULERS = {
     "OneCycleLR": Sig.parse("optimizer, max_lr, total_steps, epochs, steps_per_epoch, pct_start, anneal_strategy, cycle_momentum, "
                             "base_momentum, max_momentum, div_factor, final_div_factor, three_phase, last_epoch, verbose"),
     "LambdaLR": Sig.parse("optimizer, lr_lambda, last_epoch, verbose"),
+    "MultiplicativeLR": Sig.parse("optimizer, lr_lambda, last_epoch, verbose"),
     "LinearLR": Sig.parse("optimizer, start_factor, end_factor, total_iters, last_epoch, verbose"),
     "ConstantLR": Sig.parse("optimizer, factor, total_iters, last_epoch, verbose"),
     "PolynomialLR": Sig.parse("optimizer, total_iters, power, last_epoch, verbose"),
@@ -349,6 +350,18 @@ def schedule(kind: str, b: Bound, lr: str) -> tuple[str, bool]:
         return f"lambda epoch: {eta} + ({lr_a} - {eta}) * {cos}", False
     if kind == "CyclicLR":
         return f"lambda step: {_cyclic(b, 'lr')}", True
+    if kind == "MultiplicativeLR":
+        # torch multiplies the rate by f(epoch) at each step: lr * f(1) * ... * f(epoch); a
+        # factor that does not depend on the epoch makes that lr * factor ** epoch
+        f = b.node("lr_lambda")
+        if isinstance(f, cst.Lambda) and len(f.params.params) == 1 and not f.params.kwonly_params \
+                and f.params.star_arg in (cst.MaybeSentinel.DEFAULT, None) and f.params.star_kwarg is None:
+            step_name = f.params.params[0].name.value
+            if not any(isinstance(n, cst.Name) and n.value == step_name for n in astutil.walk(f.body, into_functions=True)):
+                lr_a = atom(cst.parse_expression(lr))
+                return f"lambda epoch: {lr_a} * {atom(f.body)} ** epoch", False
+        raise Manual("MultiplicativeLR with a factor that depends on the epoch (or is not a lambda): the product of "
+                     "its factors over the steps needs a hand port (optax.piecewise_constant_schedule for known steps)")
     raise Manual(f"{kind} is not ported (porter ports {', '.join(SCHEDULERS)})")
 
 

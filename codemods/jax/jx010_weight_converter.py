@@ -7,7 +7,7 @@ import libcst as cst
 from porter import astutil
 from porter.rules import Example, Fix, Rule, Severity
 
-from . import _layers, _nnx
+from . import _layers, _loop, _nnx
 
 # NNX layers and containers a file builds models from (a factory function with no module class)
 _NNX_BUILDERS = frozenset({
@@ -56,11 +56,30 @@ _AFTER = (
 )
 
 
+_SCRIPT_AFTER = (
+    "import torch\n"
+    "import flax.nnx as nnx\n"
+    "import jax.numpy as jnp\n"
+    "import numpy as np\n"
+    "\n\n"
+    + _converter_text()
+    + "\n\n"
+    "# settings\n"
+    "lr = 0.1\n"
+    "model = nnx.Linear(4, 2, rngs=nnx.Rngs(0))\n"
+    "optimizer = torch.optim.SGD(model.parameters(), lr=lr)\n"
+    "for epoch in range(3):\n"
+    "    train(model, optimizer)\n"
+)
+
+
 class TorchWeightConverter(Rule):
     """
     ## What it does
     Adds to a file that defines modules or builds layers (a factory function returning an
-    `nnx.Sequential` counts), after its last class, the two functions of
+    `nnx.Sequential` counts), after its last class (after its imports where the script
+    builds an optimizer at module level before that point: the functions must exist when it
+    runs; the comments above the next statement stay with it), the two functions of
     the JAX contract, as plain code (rendered from templates/jax_weights.py.j2; the port
     imports nothing from porter):
 
@@ -114,6 +133,22 @@ class TorchWeightConverter(Rule):
             """,
             _AFTER,
         ),
+        Example(
+            """
+            import torch
+            import flax.nnx as nnx
+
+            # settings
+            lr = 0.1
+            model = nnx.Linear(4, 2, rngs=nnx.Rngs(0))
+            optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+            for epoch in range(3):
+                train(model, optimizer)
+            """,
+            _SCRIPT_AFTER,
+            title="a script that builds its optimizer at module level: the converter goes after the imports, "
+                  "defined before the optimizer is built",
+        ),
     ]
     valid = ["import torch\nx = torch.zeros(2)\n"]
 
@@ -127,6 +162,20 @@ class TorchWeightConverter(Rule):
         self.report(
             node,
             "the port's weight converter: load_torch_state_dict(model, state_dict) and torch_state_dict(model)",
-            Fix((self.replace(node, _nnx.insert_statements(statements, "after_classes")),),
+            Fix((self.replace(node, _nnx.insert_statements(statements, "after_classes", self._optimizer_callees(node))),),
                 imports=("numpy", "jax.numpy", "flax.nnx")),
         )
+
+    def _optimizer_callees(self, node: cst.Module) -> frozenset:
+        """The texts of the optimizer constructors the file calls outside functions (a script
+        that trains at module level): the converter must be defined before they run (the
+        verifier loads the original's weights when the optimizer is built)."""
+        found = {f"{_loop.nnx_name(self.ctx)}.Optimizer"}
+        for stmt in node.body:
+            if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                continue
+            for n in astutil.walk(stmt):
+                if isinstance(n, cst.Call) and _loop.is_optimizer_ctor(self.ctx.qualname(n.func)):
+                    found.add(_loop.code(n.func))
+        return frozenset(found)
+

@@ -31,7 +31,8 @@ class OptimizerToOptax(Rule):
 
     A learning-rate scheduler built on the optimizer (StepLR, MultiStepLR, ExponentialLR,
     CosineAnnealingLR, LinearLR, ConstantLR, PolynomialLR, CosineAnnealingWarmRestarts,
-    CyclicLR, OneCycleLR, LambdaLR; ReduceLROnPlateau below) is folded in: its statement becomes the optax
+    CyclicLR, OneCycleLR, LambdaLR, MultiplicativeLR with a constant factor (`lr * factor ** epoch`);
+    ReduceLROnPlateau below) is folded in: its statement becomes the optax
     schedule (`scheduler = optax.exponential_decay(...)`), placed before the optimizer (or
     both where the scheduler was, when the code between them does not use the optimizer),
     and the optimizer takes it as learning rate. LambdaLR(optimizer, f) becomes

@@ -14,7 +14,8 @@ class LRScheduler(Rule):
     ## What it does
     Reports torch LR schedulers that porter cannot fold into the optimizer's optax schedule
     (JX201 folds StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, LinearLR, ConstantLR,
-    PolynomialLR, CosineAnnealingWarmRestarts, CyclicLR, OneCycleLR, LambdaLR and, host-side,
+    PolynomialLR, CosineAnnealingWarmRestarts, CyclicLR, OneCycleLR, LambdaLR, MultiplicativeLR
+    (a constant factor) and, host-side,
     ReduceLROnPlateau): a LambdaLR function that reads the step on the host
     (`int(step)`, `and`/`or` on it, loops: a traced step count cannot), chained or sequential schedulers, a scheduler cycling RMSprop's momentum, a
     scheduler whose optimizer porter cannot see, or one whose `step()` porter cannot place

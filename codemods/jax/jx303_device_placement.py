@@ -17,6 +17,10 @@ class DevicePlacement(Rule):
       loader yields are handed to JAX as NumPy arrays (a jitted step rejects torch tensors);
     - on anything else (`model.to(device)`, `criterion.cuda()`, a freshly built array) the
       call goes and the receiver stays; a `net.to(device)` statement goes whole;
+    - a batch of a torch `DataLoader` that the loop never moves (`for i, (x, y) in
+      enumerate(loader)` with no `.to(device)`) becomes a NumPy array where the loop body
+      begins (`x, y = x.numpy(), y.numpy()`); a single batch name the body indexes or unpacks
+      (a list of tensors) stays as it is;
     - a sample collated by torch for a model call
       (`net(torch.utils.data.default_collate([ds[0]])[0])`, a dry forward that gives lazy
       layers their shapes) is handed over as a NumPy array (`.numpy()`);
@@ -38,7 +42,7 @@ class DevicePlacement(Rule):
     target = "jax"
     summary = "x.to(device) / .cuda() / model.to(device) / device = torch.device(...) removed; loader batches -> .numpy()"
     severity = Severity.WARNING
-    needs_text = (".to(", ".cuda(", "torch.device", "default_collate")
+    needs_text = (".to(", ".cuda(", "torch.device", "default_collate", "DataLoader")
     examples = [
         Example(
             """
@@ -102,6 +106,49 @@ class DevicePlacement(Rule):
             """,
             title="a model's dry forward on a sample collated by torch; a bare net.to(device) goes",
         ),
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_set, batch_size=8, shuffle=True)
+            test_loader = torch.utils.data.DataLoader(test_set, batch_size=8)
+            for epoch in range(2):
+                for i, (images, labels) in enumerate(loader):
+                    # flatten the images
+                    images = images.reshape(-1, 784)
+                    step(model, images, labels)
+            for features, _ in test_loader:
+                print(model(features))
+            for batch in test_loader:
+                step(model, batch)
+            for batch in test_loader:
+                x, y = batch
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(train_set, batch_size=8, shuffle=True)
+            test_loader = torch.utils.data.DataLoader(test_set, batch_size=8)
+            for epoch in range(2):
+                for i, (images, labels) in enumerate(loader):
+                    images, labels = images.numpy(), labels.numpy()
+                    # flatten the images
+                    images = images.reshape(-1, 784)
+                    step(model, images, labels)
+            for features, _ in test_loader:
+                features = features.numpy()
+                print(model(features))
+            for batch in test_loader:
+                batch = batch.numpy()
+                step(model, batch)
+            for batch in test_loader:
+                x, y = batch
+            """,
+            title="batches a loop never moves to a device (enumerate, a tuple, a single tensor) become NumPy arrays "
+                  "where the body begins; a batch the body unpacks (a list of tensors) stays",
+        ),
     ]
     valid = [
         "import torch\nx = x.to(torch.float16)\n",
@@ -125,6 +172,23 @@ class DevicePlacement(Rule):
             new = receiver
             message = "JAX places arrays and modules itself: no explicit device move"
         self.report(node, message, Fix((self.replace(node, new),), Safety.SAFE))
+
+    def visit_For(self, node: cst.For) -> None:
+        # a batch of a torch DataLoader that the loop never moves to a device is still a torch
+        # tensor: it becomes a NumPy array where the loop body begins
+        if not isinstance(node.body, cst.IndentedBlock) or not lp.imports_torch(self.ctx):
+            return
+        target = lp.loader_batch_target(node, self.ctx)
+        if target is None:
+            return
+        names = _unconverted_batch(target, node, self.ctx)
+        if not names:
+            return
+        new = cst.parse_statement(f"{', '.join(names)} = {', '.join(n + '.numpy()' for n in names)}\n")
+        # a callable: another rule's edit of the same body (the train step) is kept
+        self.report(node, f"{', '.join(names)}: a batch of the torch DataLoader, a torch tensor: JAX takes NumPy "
+                          "arrays (converted where the loop body begins)",
+                    Fix((self.replace(node.body, lambda body: body.with_changes(body=[new, *body.body])),), Safety.SAFE))
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         # `net(torch.utils.data.default_collate([ds[0]])[0])`: a sample batch collated by torch
@@ -201,3 +265,41 @@ class DevicePlacement(Rule):
                 uses.add(lp.code(node))
         self.ctx.cache[key] = uses
         return uses
+
+
+def _unconverted_batch(target, loop: cst.For, ctx) -> list[str]:
+    """The batch names of ``target`` that the loop body reads as torch tensors: not moved to
+    a device (that move becomes ``.numpy()``), not converted already (``x.numpy()``,
+    ``np.asarray(x)``), not ``_``. A single name is taken only when the body neither indexes
+    nor unpacks it (a list of tensors otherwise)."""
+    if isinstance(target, cst.Name):
+        candidates = [target.value]
+        single = True
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        candidates = [e.value.value for e in target.elements if isinstance(e.value, cst.Name)]
+        single = False
+    else:
+        return []
+    candidates = [n for n in candidates if n != "_" and not n.startswith("_")]
+    read: set[str] = set()
+    handled: set[str] = set()
+    for n in astutil.walk(loop.body, into_functions=False):
+        if isinstance(n, cst.Name):
+            read.add(n.value)
+        if isinstance(n, cst.Call):
+            receiver = lp.device_move(n, ctx)
+            if receiver is not None and lp.root_name(receiver) is not None:
+                handled.add(lp.root_name(receiver))
+            if astutil.method_name(n) == "numpy" and isinstance(n.func, cst.Attribute):
+                root = lp.root_name(n.func.value)
+                if root is not None:
+                    handled.add(root)
+            if (ctx.qualname(n.func) or "") in ("numpy.asarray", "numpy.array", "jax.numpy.asarray", "jax.numpy.array"):
+                for a in n.args:
+                    if isinstance(a.value, cst.Name):
+                        handled.add(a.value.value)
+        if single and isinstance(n, cst.Subscript) and isinstance(n.value, cst.Name) and n.value.value in candidates:
+            return []
+        if single and isinstance(n, cst.Assign) and isinstance(n.value, cst.Name) and n.value.value in candidates:
+            return []
+    return [n for n in candidates if n in read and n not in handled]

@@ -7,6 +7,7 @@ import libcst as cst
 from porter import astutil
 from porter.rules import Edit, Example, Fix, Rule, Safety, Severity
 
+from . import _loop as lp
 from . import _nnx
 
 # torch code a JAX port keeps on purpose: the host-side input pipeline (its batches cross into
@@ -52,6 +53,10 @@ class TorchLeft(Rule):
     - tensor attributes JAX arrays lack (`.data`, `.grad`, `.cpu()`, `.detach()`, `.numpy()`,
       `.size()`, ...) used on a value the port computes in JAX: the result of a jitted
       function, of an NNX model of the file, or of a `jax.*` / `jnp.*` call;
+    - torch's parameter names on an NNX layer of a module class of the port
+      (`self.fc.weight` where `self.fc = nnx.Linear(...)`, an `nnx.Dict` entry
+      `self.transformer.wte.weight`): the arrays are `kernel` (transposed), `embedding`,
+      `scale`;
     - a batch of a torch `DataLoader` given to a jitted function as it comes (a torch tensor)
       instead of as numpy (`x = x.numpy()` at the boundary, as JX303 writes where the original
       moved the batch to a device).
@@ -81,7 +86,7 @@ class TorchLeft(Rule):
     target = "jax"
     summary = "torch code left in the JAX port after the other rules (torch.* calls, .backward(), .cuda(), tensor attributes on JAX values): reported at its line"
     severity = Severity.ERROR
-    needs_text = ("torch", "backward", "zero_grad", "cuda", ".data", ".grad")
+    needs_text = ("torch", "backward", "zero_grad", "cuda", ".data", ".grad", ".weight", ".bias")
     examples = [
         Example(
             """
@@ -144,6 +149,22 @@ class TorchLeft(Rule):
             None,
             title="a torchvision model given to nnx.Optimizer, a loop that still calls backward(), is_cuda",
         ),
+        Example(
+            """
+            import flax.nnx as nnx
+
+            class LM(nnx.Module):
+                def __init__(self, *, rngs: nnx.Rngs):
+                    self.blocks = nnx.Dict(dict(wte=nnx.Embed(100, 16, rngs=rngs), ln=nnx.LayerNorm(16, rngs=rngs)))
+                    self.head = nnx.Linear(16, 100, use_bias=False, rngs=rngs)
+                    self.blocks.wte.weight = self.head.weight
+
+                def norm_scale(self):
+                    return self.blocks.ln.weight
+            """,
+            None,
+            title="torch parameter names on NNX layers: a tied weight, an nnx.Dict entry",
+        ),
     ]
     valid = [
         "import torch\nimport numpy as np\nloader = torch.utils.data.DataLoader(ds, batch_size=4)\ntorch.manual_seed(0)\n"
@@ -159,15 +180,37 @@ class TorchLeft(Rule):
         models = set(_nnx.module_classes(ctx))
         self._walk(node, jitted, models, skip=False)
         self._loader_batches(node, jitted)
+        self._torch_parameter_names(node)
+
+    def _torch_parameter_names(self, module: cst.Module) -> None:
+        """`self.fc.weight` where `self.fc` is an NNX layer of a module class of the port: the
+        NNX layer's arrays have other names (`kernel`, `embedding`, `scale`)."""
+        for cls in module.body:
+            if not isinstance(cls, cst.ClassDef):
+                continue
+            layers = _nnx_layer_attributes(cls, self.ctx)
+            if not layers:
+                continue
+            for n in astutil.walk(cls, into_functions=True):
+                if not isinstance(n, cst.Attribute) or n.attr.value not in ("weight", "bias"):
+                    continue
+                path = lp.dotted_name(n.value)
+                kind = layers.get(path or "")
+                new = _NNX_NAMES.get(kind, {}).get(n.attr.value) if kind else None
+                if new is None or new == n.attr.value:
+                    continue
+                layout = " (kernel = weight.T: a weight shared with another layer needs a hand port, e.g. nnx.Embed.attend)" \
+                    if new == "kernel" else ""
+                self.report(n, f"{_code(n)}: {path} is an nnx.{kind}, whose array is .{new}, not .{n.attr.value}{layout}")
 
     def _loader_batches(self, module: cst.Module, jitted: set) -> None:
         """A batch of a torch DataLoader given to a jitted function as it comes (a torch tensor:
         jit cannot take it) rather than as numpy (`x = x.numpy()` first)."""
         if not jitted:
             return
-        loaders = _loader_names(self.ctx)
+        loaders = lp.loader_names(self.ctx)
         for loop in astutil.walk(module, into_functions=True):
-            if not isinstance(loop, cst.For) or _code(_strip_iter(loop.iter)) not in loaders:
+            if not isinstance(loop, cst.For) or _code(lp.strip_iter(loop.iter)) not in loaders:
                 continue
             batch = {n.value for n in astutil.walk(loop.target) if isinstance(n, cst.Name)}
             for stmt in _statements(loop):
@@ -191,6 +234,8 @@ class TorchLeft(Rule):
                                 batch -= bound  # converted at the boundary
                             elif not any(isinstance(x, cst.Name) and x.value in batch for x in astutil.walk(small.value)):
                                 batch -= bound  # rebound to something else
+                            elif lp.root_name(small.value) in batch and isinstance(small.value, (cst.Name, cst.Subscript)):
+                                batch |= bound  # unpacked from the batch (`x, y = batch`, `x = batch[0]`)
 
     # ------------------------------------------------------------------------------
     def _walk(self, root: cst.CSTNode, jitted: set, models: set, skip: bool) -> None:
@@ -385,21 +430,44 @@ def _jax_values(scope: cst.CSTNode, ctx, jitted: set, models: set) -> set:
     return (jax_names - other) - model_names
 
 
-def _strip_iter(node: cst.CSTNode) -> cst.CSTNode:
-    while isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("enumerate", "tqdm", "iter") \
-            and node.args:
-        node = node.args[0].value
-    return node
+# the arrays of NNX layers under torch's names (None: the layer has no such array)
+_NNX_NAMES = {
+    "Linear": {"weight": "kernel"}, "Conv": {"weight": "kernel"}, "ConvTranspose": {"weight": "kernel"},
+    "Embed": {"weight": "embedding", "bias": None}, "LayerNorm": {"weight": "scale"}, "BatchNorm": {"weight": "scale"},
+    "GroupNorm": {"weight": "scale"}, "RMSNorm": {"weight": "scale"},
+}
 
 
-def _loader_names(ctx) -> set:
-    """Names the file binds to a torch DataLoader(...)."""
-    out = set()
-    for n in astutil.walk(ctx.module, into_functions=True):
-        if isinstance(n, cst.Assign) and isinstance(n.value, cst.Call):
-            qual = ctx.qualname(n.value.func) or ""
-            if qual.startswith("torch.utils.data") and qual.endswith("DataLoader"):
-                out |= {_code(t.target) for t in n.targets}
+def _nnx_layer_attributes(cls: cst.ClassDef, ctx) -> dict:
+    """``self.fc`` / ``self.transformer.wte`` -> the NNX layer kind (``Linear``) that a method
+    of the class assigns to it (directly, or as an entry of ``nnx.Dict(dict(wte=...))``)."""
+    out: dict = {}
+
+    def kind(call) -> Optional[str]:
+        qual = ctx.qualname(call.func) if isinstance(call, cst.Call) else None
+        if qual and qual.startswith("flax.nnx.") and qual[len("flax.nnx."):] in _NNX_NAMES:
+            return qual[len("flax.nnx."):]
+        return None
+
+    for n in astutil.walk(cls, into_functions=True):
+        if not isinstance(n, cst.Assign) or len(n.targets) != 1:
+            continue
+        path = lp.dotted_name(n.targets[0].target)
+        if not path or not path.startswith("self."):
+            continue
+        k = kind(n.value)
+        if k:
+            out[path] = k
+            continue
+        value = n.value
+        if isinstance(value, cst.Call) and (ctx.qualname(value.func) or "") == "flax.nnx.Dict" and value.args:
+            inner = value.args[0].value
+            entries = value.args if not (isinstance(inner, cst.Call) and _code(inner.func) == "dict") else inner.args
+            for a in entries:
+                if a.keyword is not None:
+                    k = kind(a.value)
+                    if k:
+                        out[f"{path}.{a.keyword.value}"] = k
     return out
 
 
