@@ -94,8 +94,10 @@ class ModelResult:
 
 def cache_key(digest: str, settings: dict) -> str:
     from porter import __version__
+    from porter.packages import porter_fingerprint
 
-    blob = json.dumps({"digest": digest, "porter": __version__, "settings": settings}, sort_keys=True)
+    blob = json.dumps({"digest": digest, "porter": [__version__, porter_fingerprint()], "settings": settings},
+                      sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 

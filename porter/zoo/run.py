@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from porter.runner import UsageError
 from porter.zoo.cache import FOLDER, ResultCache
 from porter.zoo.executors import run_jobs
 from porter.zoo.model import STATUSES, ModelJob, ModelResult, cache_key
@@ -153,15 +154,17 @@ def blocking(finding: dict) -> bool:
     return finding["manual"] and finding["severity"] == "error"
 
 
-def _port_name(package: str, port_package: str, module: str) -> str:
+def port_module_name(found: dict, port, module: str) -> str:
+    """The port's name of the original's module (they differ for a selection inside a
+    framework: ``mxnet.gluon.model_zoo.vision.resnet`` is ported as ``vision.resnet``)."""
+    if module in port.modules:
+        return module
+    package = found["package"]
     if module == package or module.startswith(package + "."):
-        return port_package + module[len(package):]
+        for prefix in (port.selected, port.name):
+            if prefix and prefix + module[len(package):] in port.modules:
+                return prefix + module[len(package):]
     return module
-
-
-def _import_root(output: Path, module: str) -> Path:
-    """The sys.path entry from which ``module`` imports as the file ``output``."""
-    return output.parents[len(module.split(".")) - (0 if output.name == "__init__.py" else 1)]
 
 
 def make_jobs(options: ZooOptions, found: dict, port, names: Sequence[str]) -> list[ModelJob]:
@@ -171,9 +174,9 @@ def make_jobs(options: ZooOptions, found: dict, port, names: Sequence[str]) -> l
     jobs = []
     for name in names:
         m = by_name[name]
-        port_module = _port_name(found["package"], port.name, m["module"])
-        mp = port.modules.get(port_module) or port.modules.get(m["module"])
-        closure = sorted(port.closure(port_module)) if mp is not None else []
+        port_module = port_module_name(found, port, m["module"])
+        mp = port.modules.get(port_module)
+        closure = port.closure(port_module) if mp is not None else []
         blockers, errors = [], []
         for mod in closure:
             p = port.modules[mod]
@@ -182,15 +185,14 @@ def make_jobs(options: ZooOptions, found: dict, port, names: Sequence[str]) -> l
             blockers += [f for f in (finding_dict(f, mod) for f in _get(p, "findings", ()) or ()) if blocking(f)]
         if mp is None:
             errors.append({"module": m["module"], "error": "not in the package's port"})
-            digest, port_root = "", str(options.out)
+            digest = ""
         else:
             digest = port.digest(port_module)
-            port_root = str(_import_root(Path(_get(mp, "output")), port_module))
         inputs = tuple(options.inputs) or tuple(m.get("inputs") or ())
         settings = dict(options.settings(), expr=m["expr"], module=m["module"], inputs=list(inputs))
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:80]
         jobs.append(ModelJob(name=name, module=port_module, expr=m["expr"], inputs=inputs, framework=m["framework"],
-                             target=options.target, original_root=original_root, port_root=port_root,
+                             target=options.target, original_root=original_root, port_root=str(port.root),
                              work=str(work / safe), key=cache_key(digest, settings), steps=options.steps,
                              timeout=options.timeout, memory_mb=options.memory_mb, blockers=tuple(blockers),
                              port_errors=tuple(errors), build_error=m.get("build_error", ""),
@@ -203,7 +205,10 @@ def port(options: ZooOptions, found: dict):
         from porter.packages import port_package
     except ModuleNotFoundError:
         raise ZooError("this porter has no package porter (porter.packages)") from None
-    return port_package(Path(found["path"]), options.target, options.out, unsafe=True, jobs=max(1, options.jobs))
+    try:
+        return port_package(Path(found["path"]), options.target, options.out, unsafe=True, jobs=max(1, options.jobs))
+    except UsageError as exc:
+        raise ZooError(str(exc)) from None
 
 
 def run_zoo(options: ZooOptions, on_start: Callable[[int], None] = lambda n: None,
