@@ -45,6 +45,7 @@ FRAMEWORK_TESTS: dict[str, tuple[str, ...]] = {
     "test_static_shape_run.py": ("xla",),
     "test_precision_dist_run.py": ("xla",),
     "test_verify_mxnet.py": ("mxnet", "xla"),
+    "test_zoo.py": ("xla", "jax"),
     # JAX ports run (jitted steps, optax), and the MXNet originals they are compared with
     "test_gluon_jax_scripts.py::test_gluon_adam_optax_*": ("jax",),
     "test_gluon_jax_scripts.py::test_metrics_update_on_jax_arrays_*": ("jax",),

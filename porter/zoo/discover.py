@@ -14,17 +14,19 @@ Where they come from, first that applies:
    (timm), ``get_model`` + ``get_model_list`` (gluoncv) or a ``get_model`` beside a name ->
    constructor table (mxnet's Gluon model zoo); each name is resolved to the function the
    registry would call, so the model's own module is known;
-3. every public function and model class defined in the package's modules that can be called
-   with no arguments and gives a model (nn.Module / HybridBlock).
+3. every public function (one that returns a value) and model class defined in the package's
+   modules that can be called with no arguments and gives a model (nn.Module / HybridBlock).
 
 Inputs: the user's ``--input``, else the model's metadata (timm's ``pretrained_cfg``,
 torchvision weights' ``transforms().crop_size``, Gluon names: CIFAR 32, Inception 299, else
 224), else the first shape on which one forward of the built model runs (batch 1, eval mode,
-no gradients): the width of its first Linear, its first Conv2d's channels at 224, 32, 299
-and 28 pixels, then 3x224x224, 3x32x32, 3x299x299, 1x28x28.
+no gradients), smallest first (a model verifies faster on a small input): the width of its
+first Linear, its first Conv2d's channels at 32, 28, 224 and 299 pixels, then 3x32x32,
+1x28x28, 3x224x224, 3x299x299.
 """
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import inspect
 import json
@@ -34,7 +36,8 @@ import traceback
 from pathlib import Path
 
 BATCH = 2
-PROBES = ((3, 224, 224), (3, 32, 32), (3, 299, 299), (1, 28, 28))
+# smallest first: a model that takes a small image verifies faster on it
+PROBES = ((3, 32, 32), (1, 28, 28), (3, 224, 224), (3, 299, 299))
 
 
 def _spec(shape) -> list:
@@ -56,6 +59,27 @@ def _no_required_args(fn) -> bool:
         return False
     return all(p.default is not inspect.Parameter.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
                for p in sig.parameters.values())
+
+
+def _returns_value(fn) -> bool:
+    """Whether a function's own body returns a value (a factory does; a ``test()`` that builds a
+    model and prints its output does not, and is never called)."""
+    import ast
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return True
+    body = tree.body[0]
+    todo = list(getattr(body, "body", []))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Return) and node.value is not None:
+            return True
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(node))
+    return False
 
 
 def _modules(package) -> list:
@@ -104,7 +128,11 @@ def _timm_like(pkg) -> "list | None":
     registry = importlib.import_module(pkg.__name__ + ".models")
     out = []
     for name in pkg.list_models():
-        fn = registry.get_model_entrypoint(name) if hasattr(registry, "get_model_entrypoint") else None
+        lookup = getattr(registry, "model_entrypoint", None) or getattr(registry, "get_model_entrypoint", None)
+        try:
+            fn = lookup(name) if lookup else None
+        except Exception:  # noqa: BLE001 - a listed name without an entry point
+            fn = None
         if fn is None:
             continue
         inputs = []
@@ -164,7 +192,7 @@ def _candidates(mods) -> list:
         for attr, obj in sorted(vars(mod).items()):
             if attr.startswith("_") or getattr(obj, "__module__", None) != mod.__name__:
                 continue
-            if not (_is_model_class(obj) or inspect.isfunction(obj)) or not _no_required_args(obj):
+            if not (_is_model_class(obj) or (inspect.isfunction(obj) and _returns_value(obj))) or not _no_required_args(obj):
                 continue
             if id(obj) in seen:
                 continue
@@ -186,7 +214,7 @@ def _shapes(first) -> list:
     if first is not None and getattr(first, "in_features", None):
         out.append((int(first.in_features),))
     elif first is not None and getattr(first, "in_channels", None):
-        out += [(int(first.in_channels), *shape[1:]) for shape in PROBES]
+        out += [(int(first.in_channels), size, size) for size in (32, 28, 224, 299)]
     return list(dict.fromkeys(out + list(PROBES)))
 
 
@@ -220,6 +248,10 @@ def _probe(model) -> list:
     return []
 
 
+def _chosen(name: str, globs) -> bool:
+    return not globs or any(fnmatch.fnmatchcase(name, g) for g in globs)
+
+
 def discover(request: dict) -> dict:
     package = request["package"]
     path = Path(package)
@@ -241,21 +273,26 @@ def discover(request: dict) -> dict:
                 break
     if not models:
         mods, result["skipped"] = _modules(pkg)
-        candidates = _candidates(mods)
+        candidates = [c for c in _candidates(mods) if _chosen(c["name"], request.get("select"))]
         models = []
-        for entry in candidates:  # keep what builds a model
+        for entry in candidates:  # keep what builds a model (and probe it now, built once)
             try:
                 built = _build(entry)
             except Exception:  # noqa: BLE001 - a function that needs arguments after all, or is no factory
                 continue
             if _is_model_class(type(built)):
+                if not request.get("inputs") and request.get("probe", True):
+                    entry["inputs"] = _probe(built)
+                    entry["probed"] = True
                 models.append(entry)
+            del built
         result["registry"] = "factories"
+    models = [m for m in models if _chosen(m["name"], request.get("select"))]  # only those are built and probed
     for entry in models:
         entry["framework"] = "mxnet" if "mxnet" in sys.modules and "torch" not in sys.modules else "torch"
         if request.get("inputs"):
             entry["inputs"] = list(request["inputs"])
-        elif not entry["inputs"] and request.get("probe", True):
+        elif not entry["inputs"] and not entry.get("probed") and request.get("probe", True):
             try:
                 entry["inputs"] = _probe(_build(entry))
             except Exception as exc:  # noqa: BLE001 - the original fails to build: verify says so
