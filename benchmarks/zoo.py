@@ -31,12 +31,15 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = Path(os.environ.get("PORTER_ZOO_RESULTS", REPO / "benchmarks" / "results"))
 CORPUS = REPO.parent / "shared" / "corpus"
+# the ports and per-model caches (large; --resume reuses them)
+WORK = Path(os.environ.get("PORTER_ZOO_WORK", Path(tempfile.gettempdir()) / "porter-zoo-bench"))
 STATUSES = ("verified", "mismatch", "over-budget", "port-incomplete", "port-failed", "original-failed", "timeout")
 
 
@@ -72,7 +75,7 @@ def run_slice(name: str, target: str, jobs: int, timeout: float, select: list[st
     if sel == ["__timm__"]:
         sel = timm_sample()
     sel = (sel + select)[: limit or None] if (sel or select) else []
-    out = RESULTS / "zoo-work" / f"{name}-{target}"
+    out = WORK / f"{name}-{target}"
     extra = ["--jobs", str(jobs), "--timeout", str(timeout), "--resume",
              "--report", str(RESULTS / f"zoo-{name}-{target}.html")]
     for s in sel:
@@ -92,7 +95,7 @@ def run_slice(name: str, target: str, jobs: int, timeout: float, select: list[st
 def overhead(name: str, target: str, n: int, timeout: float) -> dict:
     """Per model: `porter zoo --select NAME` vs `porter verify` on the zoo's own driver files."""
     package, _ = slices()[name]
-    out = RESULTS / "zoo-work" / f"{name}-{target}"
+    out = WORK / f"{name}-{target}"
     first = json.loads((RESULTS / f"zoo-{name}-{target}.json").read_text())
     models = [m for m in first["models"] if m["status"] == "verified"][:n]
     env = dict(os.environ, PJRT_DEVICE=os.environ.get("PJRT_DEVICE", "CPU"))

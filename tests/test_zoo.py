@@ -33,9 +33,14 @@ def statuses(run: dict) -> dict:
     return {m["name"]: m["status"] for m in run["models"]}
 
 
+# per-step XLA execution counts: torch_xla runs a graph asynchronously, and under load an
+# execution of step 1 is sometimes counted in step 2 (measured: 2, 1 vs 1, 2; the same total)
+UNSTABLE = ("seconds", "timings", "cached", "executions")
+
+
 def without_times(obj):
     if isinstance(obj, dict):
-        return {k: without_times(v) for k, v in obj.items() if k not in ("seconds", "timings", "cached")}
+        return {k: without_times(v) for k, v in obj.items() if k not in UNSTABLE}
     if isinstance(obj, list):
         return [without_times(v) for v in obj]
     return obj
@@ -112,7 +117,7 @@ def test_html_dashboard(xla_run):
 def test_resume_reverifies_only_what_changed(xla_run, zoo_copy):
     run, out, _ = xla_run
     again = porter_zoo(zoo_copy, "--to", "torch-xla", "--out", out, "--timeout", TIMEOUT, "--resume")
-    assert all(m["cached"] for m in again["models"])
+    assert all(m["cached"] for m in again["models"]), [m["name"] for m in again["models"] if not m["cached"]]
     assert without_times(again) == without_times(run)
     # the broken model gets its auxiliary head: only it is verified again, and now it passes
     broken = zoo_copy / "broken.py"
@@ -159,7 +164,7 @@ def test_usage_errors(tmp_path):
         assert proc.returncode == 2 and says in proc.stderr, proc.stderr
     proc = subprocess.run([sys.executable, "-m", "porter", "zoo", str(ZOO), "--out", str(tmp_path), "--to", "jax",
                            "--select", "nothing*"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
-    assert proc.returncode == 2 and "no model of zootoys matches" in proc.stderr
+    assert proc.returncode == 2 and "no model of" in proc.stderr and "matches --select nothing*" in proc.stderr
 
 
 CIFAR = ROOT.parent / "shared" / "corpus" / "torch" / "pytorch-cifar" / "models"

@@ -153,6 +153,27 @@ def _gluon_inputs(name: str) -> list:
     return _spec((3, 224, 224))
 
 
+def _literal_table(fn, owner) -> "dict | None":
+    """A ``{'name': constructor, ...}`` literal in FN's body (names of its module), as a dict."""
+    import ast
+    import textwrap
+
+    if owner is None:
+        return None
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict) and len(node.keys) > 3 and all(
+                isinstance(k, ast.Constant) and isinstance(k.value, str) for k in node.keys) and all(
+                isinstance(v, ast.Name) for v in node.values):
+            table = {k.value: getattr(owner, v.id, None) for k, v in zip(node.keys, node.values)}
+            if all(callable(f) for f in table.values()):
+                return table
+    return None
+
+
 def _gluon_like(pkg) -> "list | None":
     get_model = getattr(pkg, "get_model", None)
     if not callable(get_model):
@@ -162,9 +183,10 @@ def _gluon_like(pkg) -> "list | None":
         names = list(pkg.get_model_list())
         owner = sys.modules.get(get_model.__module__)
         table = next((v for v in vars(owner).values() if isinstance(v, dict) and set(names) <= set(v)), None) if owner else None
-    else:  # mxnet's model zoo: a name -> constructor table in get_model's module
+    else:  # mxnet's model zoo: a name -> constructor table in get_model's module, or in its body
         owner = sys.modules.get(get_model.__module__)
         table = next((v for v in vars(owner).values() if isinstance(v, dict) and len(v) > 3 and all(callable(f) for f in v.values())), None) if owner else None
+        table = table or _literal_table(get_model, owner)
         names = list(table or ())
     if not table:
         return None
