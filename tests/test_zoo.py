@@ -174,7 +174,7 @@ CIFAR = ROOT.parent / "shared" / "corpus" / "torch" / "pytorch-cifar" / "models"
 @pytest.mark.skipif(not CIFAR.is_dir(), reason="../shared/corpus is absent")
 def test_benchmark_smallest_slice(tmp_path):
     """benchmarks/zoo.py's smallest slice (one pytorch-cifar model, torch-xla) in at most 5 minutes."""
-    env = dict(os.environ, PJRT_DEVICE="CPU", PORTER_ZOO_RESULTS=str(tmp_path))
+    env = dict(os.environ, PJRT_DEVICE="CPU", PORTER_ZOO_RESULTS=str(tmp_path), PORTER_ZOO_WORK=str(tmp_path / "work"))
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "zoo.py"), "--slice", "cifar", "--target", "torch-xla",
                            "--select", "lenet.LeNet", "--timeout", "240"],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
