@@ -210,12 +210,15 @@ def migrate(
     verify_port: bool = typer.Option(False, "--verify", help="Then run the original script and its port side by side (`porter verify --script`). One file, with --out."),
     verify_steps: int = typer.Option(12, "--verify-steps", min=1, help="Optimizer steps that --verify compares."),
     verify_args: str = typer.Option("", "--verify-args", help="Arguments for both scripts in --verify, as one string (e.g. \"--epochs 1 --dropout 0\")."),
+    package: bool = typer.Option(False, "--package", help="Port PATH as a package that imports under its own name from --out: a package folder or an importable name (torchvision.models, timm), with everything it imports from itself and other packages' model code."),
 ) -> None:
     """Rewrite code for the target. Without --write or --out: print a unified diff, write nothing.
 
     Exit 0: every file was processed (and, with --verify, the port matched); 1: some file
     could not be processed or the port did not match; 2: usage or internal error.
     """
+    if package:
+        _migrate_package(paths, to, out, write, verify_port, unsafe_fixes, select, ignore, jobs)
     if write and out is not None:
         raise UsageError("--write and --out exclude each other: --write rewrites the sources, --out leaves them alone")
     if verify_port and (out is None or len(paths) != 1 or not paths[0].is_file()):
@@ -251,6 +254,42 @@ def migrate(
         render.print_text(result, _table_console(sys.stdout))
         raise typer.Exit(result.exit_code)
     raise typer.Exit(0)
+
+
+def _migrate_package(paths: List[Path], to: Optional[str], out: Optional[Path], write: bool, verify_port: bool,
+                     unsafe_fixes: Optional[bool], select: List[str], ignore: List[str], jobs: int) -> None:
+    """``porter migrate PACKAGE --package --out DIR``: porter.packages.port_package, summarized."""
+    from porter.packages import port_package, summary
+
+    if out is None or write or verify_port or len(paths) != 1:
+        raise UsageError("--package needs one package (a folder or an importable name) and --out DIR, "
+                         "without --write or --verify")
+    source = str(paths[0])
+    settings = _settings([paths[0]] if paths[0].exists() else [Path.cwd()], to, select, ignore, unsafe_fixes)
+    port = port_package(paths[0] if paths[0].exists() else source, settings.target, out, unsafe=settings.unsafe_fixes,
+                        jobs=jobs, select=settings.select, ignore=settings.ignore)
+    s = summary(port)
+    for name, error in s["failed_modules"].items():
+        say(f"{port.modules[name].source}: error: {error}")
+    left = [(m, f) for m in port.modules.values() for f in m.findings]
+    if left:
+        say("\nLeft for a human:")
+        for m, f in left:
+            pos = f.position
+            where = f"{pos.line}:{pos.column + 1}" if pos else "1:1"
+            say(f"{m.output}:{where}: {f.code} {f.message}")
+    reused = sum(1 for m in port.modules.values() if m.reused)
+    say(f"\nporter migrate --package --to {port.target}: {port.selected}: {s['modules']} module(s), "
+        f"{s['ported']} ported, {s['unchanged']} unchanged, {s['failed']} failed"
+        + (f" ({reused} unchanged since the last run, not rewritten)" if reused else "")
+        + f"; {len(port.followed)} followed from imports"
+        + (f" (packages ported along: {', '.join(port.external)})" if port.external else "")
+        + f"; {s['data_files']} data file(s) copied; import it with {out} first on sys.path")
+    if port.unresolved:
+        say(f"imports of {port.name} with no module file (left as they are): {', '.join(port.unresolved)}")
+    if s["findings"]:
+        say("findings left: " + ", ".join(f"{code} {n}" for code, n in s["findings"].items()))
+    raise typer.Exit(1 if s["failed"] else 0)
 
 
 def _print_summary(outcomes: list[FileOutcome], mode: str, settings: Settings, out: Optional[Path]) -> None:

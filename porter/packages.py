@@ -32,6 +32,7 @@ unchanged. Findings restored from that record carry their position, not a LibCST
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -50,7 +51,8 @@ from libcst.metadata import MetadataWrapper, QualifiedNameProvider
 
 from porter import engine, registry
 from porter.rules import Finding, Position, Severity
-from porter.runner import UsageError, verify_output
+from porter.runner import Settings, UsageError, verify_output
+from porter.verify.mxnet_env import MXNetEnvError, mxnet_python
 from porter.sources import SKIP_DIRS, copy_atomic, iter_python_files, read_source, write_atomic
 
 MANIFEST = ".porter-package.json"
@@ -154,12 +156,15 @@ def this_environment() -> Environment:
 
 def mxnet_environment() -> Optional[Environment]:
     """The MXNet venv's sys.path (asked of its python), or None when it is not built."""
-    from porter.verify.mxnet_env import MXNetEnvError, mxnet_python
-
     try:
         python = mxnet_python()
     except MXNetEnvError:
         return None
+    return _environment_of(python)
+
+
+@functools.lru_cache(maxsize=None)
+def _environment_of(python: str) -> Optional[Environment]:
     try:
         proc = subprocess.run([python, "-c", "import json, sys; print(json.dumps(sys.path))"],
                               capture_output=True, text=True, timeout=60, check=True)
@@ -187,9 +192,6 @@ class _Layout:
             return init
         mod = base.with_suffix(".py")
         return mod if mod.is_file() else None
-
-    def is_package(self, name: str) -> bool:
-        return self.root.joinpath(*name.split(".")).is_dir()
 
 
 def _module_name(root: Path, file: Path) -> str:
@@ -227,13 +229,17 @@ def resolve_source(source: Union[str, Path], env: Optional[Environment] = None) 
     if not all(part.isidentifier() for part in name.split(".")):
         raise UsageError(f"{name!r} is neither a folder nor an importable module name")
     spec = env.find(name)
-    if spec is None and name.split(".")[0] == "mxnet":
+    if spec is None and env.python is None:
+        # MXNet/Gluon packages (mxnet, gluoncv...) live in the MXNet venv (numpy 1.23.5)
         mx = mxnet_environment()
-        if mx is None:
+        if mx is not None:
+            spec = mx.find(name)
+            if spec is not None:
+                env = mx
+        elif name.split(".")[0] in ("mxnet", "gluoncv"):
             raise UsageError(f"{name} is not importable here and the MXNet venv is not built (scripts/bootstrap-mxnet)")
-        env, spec = mx, mx.find(name)
     if spec is None:
-        raise UsageError(f"cannot find the package {name!r} (not importable in this environment)")
+        raise UsageError(f"cannot find the package {name!r} (not importable in this environment, nor in the MXNet venv)")
     found = _spec_folder(spec)
     if found is None:
         raise UsageError(f"{name} is not Python source (origin {spec.origin}); nothing to port")
@@ -260,11 +266,8 @@ def imported_names(module: cst.Module, name: str, is_package: bool) -> tuple[set
                 modules.add(_dotted(alias.name))
 
         def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-            try:
-                base = get_absolute_module_from_package_for_import(package or None, node)
-            except Exception:
-                base = None
-            if not base:
+            base = get_absolute_module_from_package_for_import(package or None, node)
+            if not base:  # (a relative import beyond the top-level package)
                 return
             modules.add(base)
             if not isinstance(node.names, cst.ImportStar):
@@ -323,10 +326,7 @@ class _AbsoluteOutside(cst.CSTTransformer):
     def leave_ImportFrom(self, original: cst.ImportFrom, updated: cst.ImportFrom) -> cst.ImportFrom:
         if not updated.relative:
             return updated
-        try:
-            base = get_absolute_module_from_package_for_import(self.package or None, original)
-        except Exception:
-            return updated
+        base = get_absolute_module_from_package_for_import(self.package or None, original)
         if not base or base == self.inside or base.startswith(self.inside + "."):
             return updated
         return updated.with_changes(relative=(), module=cst.parse_expression(base))
@@ -344,6 +344,8 @@ class _Task:
     unsafe: bool
     absolute_outside: str = ""  # the original dotted package of a framework subpackage
     original_name: str = ""  # the module's name in the original package
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
 
 
 def _sha(data: bytes) -> str:
@@ -363,7 +365,7 @@ def _port_one(task: _Task) -> tuple[str, str, list, Optional[str], str]:
         if task.absolute_outside:
             package = task.original_name if task.source.name == "__init__.py" else task.original_name.rpartition(".")[0]
             text = engine.parse(text).visit(_AbsoluteOutside(package, task.absolute_outside)).code
-        options = engine.Options(registry.select(task.target, (), ()), task.unsafe)
+        options = engine.Options(registry.select(task.target, task.select, task.ignore), task.unsafe)
         result = engine.fix(text, options, str(task.source))
         new = result.source if result.changed else text
         if new != src.text:
@@ -429,15 +431,15 @@ def _finding_of(record: dict) -> Finding:
                    Position(*pos) if pos else None, bool(record.get("internal_error")))
 
 
-def _load_manifest(out: Path, key: dict) -> dict:
+def _load_manifest(out: Path, key: dict) -> tuple[dict, dict]:
     try:
         data = json.loads((out / MANIFEST).read_text())
     except (OSError, ValueError):
-        return {}
+        return {}, {}
     if not isinstance(data, dict) or data.get("key") != key:
-        return {}
-    modules = data.get("modules")
-    return modules if isinstance(modules, dict) else {}
+        return {}, {}
+    modules, checked = data.get("modules"), data.get("checked")
+    return (modules if isinstance(modules, dict) else {}), (checked if isinstance(checked, dict) else {})
 
 
 def _file_sha(path: Path) -> Optional[str]:
@@ -458,17 +460,21 @@ def port_package(
     unsafe: bool = True,
     include: Optional[list[str]] = None,
     jobs: int = 1,
+    select: Sequence[str] = (),
+    ignore: Sequence[str] = (),
 ) -> PackagePort:
     """Port ``source`` (a folder, or an importable package or module name) and everything it
     needs from itself and from other packages' model code to ``target`` under ``out``.
 
     ``include``: more modules to port along (dotted names, of the package or of another
-    installed one), with their import closure. Raises :class:`UsageError` for a source that
+    installed one), with their import closure. ``select``/``ignore``: rule codes, prefixes or
+    names, as ``porter migrate --select/--ignore``. Raises :class:`UsageError` for a source that
     cannot be found, an unknown target, or an ``out`` that overlaps the sources.
     """
     if target not in registry.TARGETS:
         raise UsageError(f"unknown target {target!r}; known: {', '.join(registry.TARGETS)}")
-    registry.select(target, (), ())  # a broken rule module fails here, before any work
+    select, ignore = tuple(select), tuple(ignore)
+    Settings(target, select, ignore).validate()  # unknown codes; a broken rule module fails here
     path, selected, env = resolve_source(source)
     out = Path(os.path.abspath(out))
     top = selected.split(".")[0]
@@ -495,20 +501,19 @@ def port_package(
     else:
         start = [sel_name]
     selection = set(start)
-    for name in list(start):
-        selection.update(p for p in _with_parents(name) if layouts[top].file(p) is not None)
-    key = {"version": MANIFEST_VERSION, "target": target, "unsafe": unsafe, "porter": porter_fingerprint()}
-    previous = _load_manifest(out, key)
+    key = {"version": MANIFEST_VERSION, "target": target, "unsafe": unsafe, "select": list(select),
+           "ignore": list(ignore), "porter": porter_fingerprint()}
+    previous, checked_before = _load_manifest(out, key)
+    checked: dict[str, list] = {}  # other packages' modules: name -> [digest, model code]
 
     # The closure: module name -> (file, imports), by a walk over the imports
     found: dict[str, tuple[Path, str]] = {}  # name -> (file, the layout's top)
     imports: dict[str, list[str]] = {}
     unresolved: set[str] = set()
     external_tops: set[str] = set()
-    queue = sorted(selection)
-    for extra in include or ():
-        queue.append(local_name(extra))
+    queue = sorted(selection)  # (add() brings in their parent packages)
     model_code: dict[str, bool] = {}
+    rejected: dict[str, list[str]] = {}  # modules of other packages not ported (yet), by package
 
     def layout_for(name: str) -> Optional[_Layout]:
         first = name.split(".")[0]
@@ -536,14 +541,27 @@ def port_package(
         if file is None:
             return False
         if name not in model_code:
-            try:
-                model_code[name] = is_model_code(engine.parse(read_source(file).text))
-            except (engine.PorterError, RecursionError, MemoryError):
-                model_code[name] = False
+            digest = _file_sha(file) or ""
+            known = checked_before.get(name)
+            if isinstance(known, list) and len(known) == 2 and known[0] == digest:
+                model_code[name] = bool(known[1])
+            else:
+                try:
+                    text = read_source(file).text
+                    # pre-filter: a file that never names torch defines no torch module
+                    model_code[name] = "torch" in text and is_model_code(engine.parse(text))
+                except (engine.PorterError, RecursionError, MemoryError):
+                    model_code[name] = False
+            checked[name] = [digest, model_code[name]]
         if model_code[name]:
             layouts[first] = layout
             external_tops.add(first)
+            # out/<first>/ now shadows the installed package: what was imported from it before
+            # it was known to hold model code must be there too
+            for earlier in rejected.pop(first, []):
+                add(earlier)
             return True
+        rejected.setdefault(first, []).append(name)
         return False
 
     def add(name: str) -> bool:
@@ -558,8 +576,7 @@ def port_package(
             return False
         found[name] = (file, first)
         for parent in _with_parents(name)[:-1]:
-            if parent not in found and layout.file(parent) is not None:
-                queue.append(parent)
+            add(parent)  # importing it runs its parent packages' __init__ first
         queue.append(name)
         return True
 
@@ -567,6 +584,18 @@ def port_package(
     queue.clear()
     for name in pending:
         add(name)
+    for extra in include or ():  # asked for: ported along whether or not it is model code
+        extra = local_name(extra)
+        first = extra.split(".")[0]
+        layout = layouts.get(first) or layout_for(extra)
+        if layout is None or layout.file(extra) is None:
+            raise UsageError(f"--include {extra}: no such module (or a framework's or the standard library's)")
+        if first not in layouts:
+            layouts[first] = layout
+            external_tops.add(first)
+            for earlier in rejected.pop(first, []):
+                add(earlier)
+        add(extra)
     while queue:
         name = queue.pop()
         if name in imports:
@@ -578,7 +607,7 @@ def port_package(
             raw = record["raw_imports"]
         else:
             raw = _raw_imports(file, name, layouts[first], inside)
-        deps: list[str] = []
+        deps = [p for p in _with_parents(name)[:-1] if p in found]  # importing it runs its packages first
         for dep in raw:
             for candidate in _with_parents(local_name(dep)):
                 if add(candidate):
@@ -587,8 +616,6 @@ def port_package(
                 elif candidate.split(".")[0] == top:
                     unresolved.add(candidate)
         imports[name] = sorted(set(deps))
-        imports.setdefault(name, [])
-        found[name] = (file, first)
         previous.setdefault(name, {})["raw_imports_now"] = raw
     # names that resolve to modules only as `from X import n`: the others are attributes
     unresolved = {u for u in unresolved if u not in found and not _is_attribute_candidate(u, found)}
@@ -608,7 +635,7 @@ def port_package(
                             record.get("error"), record["written"])
             continue
         original = (inside + name[len(top):]) if inside and first == top else name
-        tasks.append(_Task(name, file, output, target, unsafe, inside if first == top else "", original))
+        tasks.append(_Task(name, file, output, target, unsafe, inside if first == top else "", original, select, ignore))
     results: dict[str, tuple] = dict(reused)
     if jobs > 1 and len(tasks) > 1:
         ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
@@ -628,7 +655,8 @@ def port_package(
             imports=imports.get(name, []), selected=name in selection, reused=name in reused,
         )
     data_files = _copy_data(found, layouts, out)
-    _write_manifest(out, key, modules, previous, results)
+    _remove_stale(out, previous, found)
+    _write_manifest(out, key, modules, previous, results, checked)
     followed = sorted(n for n, m in modules.items() if not m.selected)
     return PackagePort(top, out, target, modules, unsafe, sel_name, followed, sorted(external_tops), data_files,
                        sorted(unresolved))
@@ -698,11 +726,28 @@ def _copy_data(found: dict, layouts: dict, out: Path) -> list[Path]:
     return copied
 
 
-def _write_manifest(out: Path, key: dict, modules: dict[str, ModulePort], previous: dict, results: dict) -> None:
-    doc = {"key": key, "modules": {}}
+def _remove_stale(out: Path, previous: dict, found: dict) -> None:
+    """A module of the previous call's port that is no longer in the closure (removed from the
+    package, no longer imported): its output goes, when it is still what porter wrote."""
+    for name, record in previous.items():
+        rel = record.get("output")
+        if name in found or not isinstance(rel, str) or not record.get("written"):
+            continue
+        path = out / rel
+        if os.path.realpath(path).startswith(os.path.realpath(out) + os.sep) and _file_sha(path) == record["written"]:
+            try:
+                path.unlink()
+            except OSError:
+                pass
+
+
+def _write_manifest(out: Path, key: dict, modules: dict[str, ModulePort], previous: dict, results: dict,
+                    checked: dict) -> None:
+    doc = {"key": key, "modules": {}, "checked": dict(sorted(checked.items()))}
     for name, m in modules.items():
         doc["modules"][name] = {
             "digest": m.digest, "status": m.status, "error": m.error, "written": results[name][4],
+            "output": str(m.output.relative_to(out)),
             "findings": [_finding_record(f) for f in m.findings],
             "raw_imports": previous.get(name, {}).get("raw_imports_now", []),
         }

@@ -46,6 +46,9 @@ FRAMEWORK_TESTS: dict[str, tuple[str, ...]] = {
     "test_precision_dist_run.py": ("xla",),
     "test_verify_mxnet.py": ("mxnet", "xla"),
     "test_zoo.py": ("xla", "jax"),
+    # ports of fixtures/zoo run on XLA (torch_xla, JAX) beside the original
+    "test_packages.py::test_torch_xla_port_*": ("xla",),
+    "test_packages.py::test_jax_port_*": ("jax",),
     # JAX ports run (jitted steps, optax), and the MXNet originals they are compared with
     "test_gluon_jax_scripts.py::test_gluon_adam_optax_*": ("jax",),
     "test_gluon_jax_scripts.py::test_metrics_update_on_jax_arrays_*": ("jax",),
