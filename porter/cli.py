@@ -429,6 +429,78 @@ def verify(
 
 @app.command()
 @guarded
+def zoo(
+    package: str = typer.Argument(..., help="The zoo: a package folder or an importable package name (torchvision.models, timm, gluoncv)."),
+    to: str = typer.Option(..., "--to", help="Target: torch-xla or jax."),
+    out: Path = typer.Option(..., "--out", help="Folder for the package's port, the per-model results and the drivers."),
+    models: List[str] = typer.Option([], "--model", help="A model as MODULE:EXPR (torchvision.models:resnet18()); repeat for several. Default: the zoo's registry, else every no-argument factory and model class."),
+    select: List[str] = typer.Option([], "--select", help="Only models whose name matches this glob (resnet*); repeatable."),
+    inputs: List[str] = typer.Option([], "--input", help="Input spec for every model (float32[2,3,224,224]); repeatable. Default: the model's metadata, batch 2."),
+    steps: int = typer.Option(3, "--steps", min=1, help="Optimizer steps compared per model."),
+    jobs: int = typer.Option(1, "--jobs", min=1, help="Models verified at once (local processes, or Ray CPUs of a local cluster)."),
+    executor: str = typer.Option("local", "--executor", help="local, or ray (RAY_ADDRESS's cluster, else a local one)."),
+    resume: bool = typer.Option(False, "--resume", help="Reuse the results in --out whose code and settings are unchanged."),
+    timeout: float = typer.Option(600.0, "--timeout", help="Seconds each side of a model may run."),
+    memory_mb: float = typer.Option(8192.0, "--memory-mb", help="Resident memory each side may use."),
+    fmt: str = typer.Option("text", "--format", help="text, json or html (on stdout)."),
+    report_file: Optional[Path] = typer.Option(None, "--report", help="Also write the HTML dashboard here."),
+) -> None:
+    """Port a whole model zoo as a package and verify its models one by one (docs/zoo.md).
+
+    Exit 0: every model verified; 1: some model did not; 2: a usage error.
+    """
+    from porter.sources import write_atomic
+    from porter.verify.specs import InputSpec, SpecError
+    from porter.zoo import report as zoo_report
+    from porter.zoo.executors import EXECUTORS, ExecutorError
+    from porter.zoo.run import TARGETS as ZOO_TARGETS
+    from porter.zoo.run import ZooError, ZooOptions, run_zoo
+
+    if fmt not in ("text", "json", "html"):
+        raise UsageError(f"unknown format {fmt!r} (text, json, html)")
+    if to not in ZOO_TARGETS:
+        raise UsageError(f"unknown target {to!r} ({', '.join(ZOO_TARGETS)})")
+    if executor not in EXECUTORS:
+        raise UsageError(f"unknown executor {executor!r} ({', '.join(EXECUTORS)})")
+    try:
+        for spec in inputs:
+            InputSpec.parse(spec)
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
+    options = ZooOptions(package, to, out.resolve(), tuple(models), tuple(select), tuple(inputs), steps, jobs,
+                         executor, resume, timeout, memory_mb)
+    progress = None
+    if sys.stderr.isatty() and fmt != "json":
+        from rich.progress import TimeRemainingColumn
+
+        progress = Progress(TextColumn("[bold]porter zoo"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            TimeRemainingColumn(), TextColumn("{task.description}"),
+                            console=Console(file=sys.stderr, highlight=False), transient=True)
+    try:
+        if progress is None:
+            run_ = run_zoo(options)
+        else:
+            with progress:
+                task = progress.add_task("", total=None)
+                run_ = run_zoo(options, on_start=lambda n: progress.update(task, total=n),
+                               on_result=lambda r: progress.update(task, advance=1, description=f"{r.name}: {r.status}"))
+    except (ZooError, ExecutorError) as exc:
+        raise UsageError(str(exc)) from None
+    if report_file is not None:
+        write_atomic(report_file, zoo_report.as_html(run_).encode())
+    if fmt == "json":
+        typer.echo(zoo_report.as_json(run_))
+    elif fmt == "html":
+        typer.echo(zoo_report.as_html(run_))
+    else:
+        typer.echo(zoo_report.as_text(run_))
+    if report_file is not None:
+        say(f"porter zoo: dashboard written to {report_file}")
+    raise typer.Exit(0 if all(r.status == "verified" for r in run_.results) else 1)
+
+
+@app.command()
+@guarded
 def lsp(
     debounce_ms: int = typer.Option(150, "--debounce-ms", min=0, help="Milliseconds after the last change before a document is checked again."),
 ) -> None:
