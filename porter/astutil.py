@@ -6,7 +6,7 @@ from typing import Iterator, Optional, Sequence
 import libcst as cst
 
 from porter.context import FileContext, dotted_name
-from porter.engine import _child_fields
+from porter.engine import _FIELDS, _child_fields
 
 
 def arg(call: cst.Call, keyword: str, position: Optional[int] = None) -> Optional[cst.Arg]:
@@ -77,15 +77,35 @@ def target_names(target: cst.CSTNode) -> Iterator[str]:
         yield from target_names(target.value)
 
 
+_SCOPE_KINDS = frozenset({cst.FunctionDef, cst.Lambda, cst.ClassDef})
+
+
 def walk(node: cst.CSTNode, into_functions: bool = False) -> Iterator[cst.CSTNode]:
     """Every node below ``node`` (pre-order), not descending into nested defs/lambdas/classes."""
     stack = [node]
+    pop, push = stack.pop, stack.append
+    node_types = _NODE_TYPES
     while stack:
-        current = stack.pop()
+        current = pop()
         yield current
-        if current is not node and not into_functions and isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+        kind = type(current)
+        if not into_functions and kind in _SCOPE_KINDS and current is not node:
             continue
-        stack.extend(reversed(children(current)))
+        fields = _FIELDS.get(kind) or _child_fields(kind)
+        mark = len(stack)
+        for name in fields:  # children(current), pushed so that the first is popped first
+            value = getattr(current, name)
+            vkind = type(value)
+            if vkind is tuple or vkind is list:
+                for v in value:
+                    k = type(v)
+                    if node_types.get(k) or (k not in node_types and _is_node_type(k)):
+                        push(v)
+            else:
+                if node_types.get(vkind) or (vkind not in node_types and _is_node_type(vkind)):
+                    push(value)
+        if len(stack) - mark > 1:
+            stack[mark:] = stack[:mark - 1:-1] if mark else stack[::-1]
 
 
 def calls_in(node: cst.CSTNode) -> Iterator[cst.Call]:

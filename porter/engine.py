@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Optional, Sequence, Union
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, ImportItem, RemoveImportsVisitor
+from libcst._nodes.internal import CodegenState
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 from porter.context import PREFERRED_ALIASES, FileContext
@@ -367,10 +368,68 @@ def node_positions(module: cst.Module) -> dict:
     return sink._computed
 
 
+def positions_of(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> dict:
+    """node -> CodeRange for (at least) ``nodes``, as :func:`node_positions` gives them, from a
+    position-tracking codegen of only the top-level statements that hold one of ``nodes``
+    (the statements before them generated as plain text, to count lines and columns; the ones
+    after them not at all). A node not found by a walk of the statements' code-holding fields
+    (the module itself, a comment of the header...) gets the whole module's codegen."""
+    wanted = {id(n) for n in nodes}
+    if id(module) in wanted:
+        return node_positions(module)
+    need: set[int] = set()
+    for at, stmt in enumerate(module.body):
+        if not wanted:
+            break
+        stack = [stmt]
+        while stack:
+            node = stack.pop()
+            key = id(node)
+            if key in wanted:
+                wanted.discard(key)
+                need.add(at)
+            for fname in _child_fields(type(node)):
+                value = getattr(node, fname)
+                vkind = type(value)
+                if vkind is tuple or vkind is list:
+                    stack.extend(item for item in value if is_node_type(type(item)))
+                elif is_node_type(vkind):
+                    stack.append(value)
+    if wanted:
+        return node_positions(module)
+    sink = _PositionSink()
+    state = PositionProvidingCodegenState(
+        default_indent=module.default_indent, default_newline=module.default_newline, provider=sink
+    )
+    last = max(need, default=-1)
+    plain = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
+    for h in module.header:
+        h._codegen(plain)
+    for at, stmt in enumerate(module.body[: last + 1]):
+        if at in need:
+            _advance(state, plain.tokens)
+            plain.tokens.clear()
+            stmt._codegen(state)
+        else:
+            stmt._codegen(plain)
+    return sink._computed
+
+
+def _advance(state: PositionProvidingCodegenState, tokens: list[str]) -> None:
+    """Move ``state``'s line and column past ``tokens`` (the code before the next statement
+    it generates), as generating them would."""
+    text = "".join(tokens)
+    if "\r" in text:  # a token ending in \r and one beginning with \n count as two line breaks
+        for token in tokens:
+            state.add_token(token)
+    elif text:
+        state.add_token(text)
+
+
 def attach_positions(module: cst.Module, findings: list[Finding]) -> None:
     if not findings:
         return
-    positions = node_positions(module)
+    positions = positions_of(module, [f.node for f in findings])
     for f in findings:
         rng = positions.get(f.node)
         if rng is not None:
@@ -423,7 +482,13 @@ def check(source: str, options: Options, path: str = "<string>") -> CheckResult:
 # Fixing
 # --------------------------------------------------------------------------------------
 class _ApplyEdits(cst.CSTTransformer):
-    def __init__(self, edits: Sequence[Edit]) -> None:
+    """Puts the edits in place. ``module``: the tree the edits' targets belong to; the walk
+    then enters only the nodes that contain a target, and every other subtree (most of a
+    module, for a few edits), a target without targets inside it included, is kept as it is,
+    unvisited: a callable replacement receives such a target itself, which is what a rebuilt
+    copy would be, node for node."""
+
+    def __init__(self, edits: Sequence[Edit], module: Optional[cst.Module] = None) -> None:
         super().__init__()
         self.edits: dict[int, list[Edit]] = {}
         for e in edits:
@@ -431,6 +496,11 @@ class _ApplyEdits(cst.CSTTransformer):
         self.applied = 0
         self.parents: list[cst.CSTNode] = []  # the original nodes around the one visited
         self.failures: list[tuple[Edit, Exception]] = []  # callable replacements that raised
+        # ids of the nodes that contain a target (None: enter everything)
+        self.around: Optional[set[int]] = None if module is None else _ancestors_of(module, set(self.edits))
+
+    def on_visit(self, node) -> bool:  # type: ignore[override]
+        return self.around is None or id(node) in self.around
 
     def on_visit_attribute(self, node, attribute) -> None:  # type: ignore[override]
         self.parents.append(node)
@@ -459,7 +529,9 @@ class _ApplyEdits(cst.CSTTransformer):
                     continue
             else:
                 result = rep
-            result = keep_boundary(before, result, lambda side: _word_beside(self.parents, original_node, side))
+            parent = self.parents[-1] if self.parents else None
+            result = keep_boundary(before, result, lambda side: _word_beside(self.parents, original_node, side),
+                                   lambda after: binds_looser(after, original_node, parent))
             self.applied += 1
         return result
 
@@ -468,7 +540,8 @@ _WORD_CHAR = re.compile(r"\w")
 _EMPTY_MODULE = cst.Module([])
 
 
-def keep_boundary(before: cst.CSTNode, after, word_beside: Callable[[int], Optional[bool]] = lambda side: None):
+def keep_boundary(before: cst.CSTNode, after, word_beside: Callable[[int], Optional[bool]] = lambda side: None,
+                  binds_looser: Callable[[cst.BaseExpression], bool] = lambda after: False):
     """``after`` (an edit's replacement of the expression ``before``) with what the code
     around it relies on: ``before``'s parentheses when ``after`` has none, and parentheses
     when ``after`` would begin (end) with a word character where ``before`` did not and the
@@ -481,13 +554,22 @@ def keep_boundary(before: cst.CSTNode, after, word_beside: Callable[[int], Optio
     (``CSTValidationError: Must have at least one space after 'return'``) or which reads as
     another name. Done here, where every rule's replacement is put in place, so that no rule
     has to think of it. ``word_beside(side)``: whether the character just before (side -1)
-    or after (side 1) the original node is a word character (None: not known, assume so)."""
+    or after (side 1) the original node is a word character (None: not known, assume so).
+
+    ``binds_looser(after)``: whether ``after`` would bind looser than the code around it
+    (:func:`binds_looser`): a lambda or a conditional expression put where it would (an
+    operand of ``or``, ``+``, ``not``, a comparison, ``await``; the object of an attribute, a
+    call or a subscript; the condition or the first branch of a conditional) gets parentheses: ``norm or nn.Identity`` ->
+    ``norm or (lambda x: x)``, not ``norm or lambda x: x`` (a syntax error) nor, first,
+    ``lambda x: x or norm`` (another function)."""
     if not isinstance(after, cst.BaseExpression) or not isinstance(before, cst.BaseExpression) or after is before:
         return after
     if after.lpar or after.rpar:
         return after
     if before.lpar and len(before.lpar) == len(before.rpar):
         return _parenthesized(after, before.lpar, before.rpar)
+    if binds_looser(after):
+        return _parenthesized(after, (cst.LeftParen(),), (cst.RightParen(),))
     old, new = _edge_chars(before), _edge_chars(after)
     if old is None or new is None:
         return after
@@ -495,6 +577,26 @@ def keep_boundary(before: cst.CSTNode, after, word_beside: Callable[[int], Optio
         if not _WORD_CHAR.match(old[at]) and _WORD_CHAR.match(new[at]) and word_beside(side) is not False:
             return _parenthesized(after, (cst.LeftParen(),), (cst.RightParen(),))
     return after
+
+
+_OPERATOR_PARENTS = (cst.BooleanOperation, cst.BinaryOperation, cst.UnaryOperation, cst.Comparison,
+                     cst.ComparisonTarget, cst.Await)
+
+
+def binds_looser(after: cst.BaseExpression, before: cst.CSTNode, parent: Optional[cst.CSTNode]) -> bool:
+    """Whether ``after`` (a lambda or a conditional expression), put where the node ``before``
+    is in ``parent`` (the original nodes), needs parentheses to stay one operand."""
+    if parent is None or not isinstance(after, (cst.Lambda, cst.IfExp)):
+        return False
+    if isinstance(parent, _OPERATOR_PARENTS):
+        return True
+    if isinstance(parent, (cst.Attribute, cst.Subscript)):
+        return parent.value is before
+    if isinstance(parent, cst.Call):
+        return parent.func is before
+    if isinstance(parent, cst.IfExp):
+        return parent.orelse is not before
+    return False
 
 
 def _parenthesized(node: cst.BaseExpression, lpar, rpar):
@@ -540,6 +642,35 @@ def _word_beside(parents: Sequence[cst.CSTNode], node: cst.CSTNode, side: int) -
     return False  # the node begins (ends) the module
 
 
+def _ancestors_of(module: cst.Module, targets: set[int]) -> Optional[set[int]]:
+    """The ids of the nodes of ``module`` that contain one of ``targets`` (ids), from a walk of
+    the fields that can hold code; None when a target is not found that way (one in a
+    whitespace or punctuation field, or not in the tree): the caller then enters everything."""
+    around: set[int] = set()
+    found: set[int] = set()
+    path: list[cst.CSTNode] = []
+    stack: list[tuple[cst.CSTNode, int]] = [(module, 0)]
+    while stack:
+        node, depth = stack.pop()
+        del path[depth:]
+        key = id(node)
+        if key in targets:
+            found.add(key)
+            around.update(id(p) for p in path)
+        path.append(node)
+        kind = type(node)
+        for fname in _child_fields(kind):
+            value = getattr(node, fname)
+            vkind = type(value)
+            if vkind is tuple or vkind is list:
+                for item in reversed(value):
+                    if is_node_type(type(item)):
+                        stack.append((item, depth + 1))
+            elif is_node_type(vkind):
+                stack.append((value, depth + 1))
+    return around if len(found) == len(targets) else None
+
+
 class FixFailed(Exception):
     """A fix's callable replacement raised (``exc``); its edit was left out."""
 
@@ -552,7 +683,7 @@ def apply_fixes(module: cst.Module, fixes: Sequence[Fix], ctx: Optional[FileCont
     """Apply the edits of ``fixes``, add the imports they need and remove the ones they
     left unused. Pure. Raises :class:`FixFailed` when a callable replacement raised."""
     edits = [e for fix in fixes for e in fix.edits]
-    transformer = _ApplyEdits(edits)
+    transformer = _ApplyEdits(edits, module)
     new = module.visit(transformer)
     if transformer.failures:
         raise FixFailed(transformer.failures)
@@ -654,7 +785,53 @@ def remove_imports(module: cst.Module, removals: Sequence[tuple[str, Optional[st
     items = [item for item in items if not _surely_read(module, _bound_name(item))]
     if not items:
         return module
-    return RemoveImportsVisitor(CodemodContext(), items).transform_module(module)
+    return _remove_in_statements(module, items)
+
+
+_KEPT = "__porter_kept_statements_"
+
+
+def _remove_in_statements(module: cst.Module, items: list[tuple[str, Optional[str], Optional[str]]]) -> cst.Module:
+    """RemoveImportsVisitor(items) over ``module``, run on the top-level statements whose code
+    mentions a name the imports of ``items`` bind (the head of a dotted ``import a.b``): only
+    such a statement can read the name, rebind it, export it in ``__all__``, use it in a string
+    annotation, or hold one of the imports, so the visitor's scope analysis decides every item
+    the same way without the others. Each run of the other statements stands in the module as
+    one line of a name of porter's own and is put back unchanged afterwards."""
+    heads = {(alias or name or mod).split(".")[0] for mod, name, alias in items}
+    body = list(module.body)
+    kept: list[cst.BaseStatement] = []
+    runs: list[list[cst.BaseStatement]] = []
+    for stmt in body:
+        text = module.code_for_node(stmt)
+        if any(h in text for h in heads):
+            kept.append(stmt)
+        else:
+            if not kept or not _is_stand_in(kept[-1]):
+                runs.append([])
+                kept.append(cst.SimpleStatementLine([cst.Expr(cst.Name(f"{_KEPT}{len(runs) - 1}"))]))
+            runs[-1].append(stmt)
+    if not runs:
+        return RemoveImportsVisitor(CodemodContext(), items).transform_module(module)
+    reduced = module.with_changes(body=kept)
+    done = RemoveImportsVisitor(CodemodContext(), items).transform_module(reduced)
+    out: list[cst.BaseStatement] = []
+    for stmt in done.body:
+        run = _stand_in_run(stmt)
+        out.extend(runs[run] if run is not None else (stmt,))
+    return module.with_changes(body=out)
+
+
+def _is_stand_in(stmt: cst.CSTNode) -> bool:
+    return _stand_in_run(stmt) is not None
+
+
+def _stand_in_run(stmt: cst.CSTNode) -> Optional[int]:
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr):
+        value = stmt.body[0].value
+        if isinstance(value, cst.Name) and value.value.startswith(_KEPT):
+            return int(value.value[len(_KEPT):])
+    return None
 
 
 def _bound_name(item: tuple[str, Optional[str], Optional[str]]) -> Optional[str]:

@@ -211,3 +211,78 @@ def test_remove_imports_agrees_with_the_scope_analysis(source):
     items = [("torch.nn.functional", None, "F"), ("torch.nn", "functional", None)]
     expected = RemoveImportsVisitor(CodemodContext(), items).transform_module(module).code
     assert engine.remove_imports(module, removals).code == expected
+
+
+# the same with other top-level statements around (the scope analysis then runs on the
+# statements that mention the names only): exports, string annotations, comments, partial
+# from-imports, dotted imports, nested imports
+REMOVAL_CASES_AROUND = [
+    '"""doc."""\nimport os\nimport torch.nn.functional as F\n# a comment\nx = 1\n\n\ndef f(y):\n    return y\n\n\nz = os.path\n',
+    "import torch.nn.functional as F\n__all__ = ['F', 'g']\n\ndef g():\n    pass\n",
+    "import torch.nn.functional as F\n\ndef g(x: 'F.Tensor'):\n    pass\n",
+    "from torch.nn import functional, Module\n\nclass M(Module):\n    pass\n\nv = 2\n",
+    "from torch.nn import (\n    Module,  # the base\n    functional,  # ops\n)\n\nclass M(Module):\n    pass\n",
+    "import torch.nn.functional\nimport torch\n\nt = torch.zeros(1)\n\ndef f():\n    return 1\n",
+    "import os\n\nif os.name:\n    import torch.nn.functional as F\nelse:\n    F = None\n\nq = 3\n",
+    "import torch.nn.functional as F\n\n\ndef f(x):\n    return x\n\n\ndef g(x):\n    return x\n\n\nclass K:\n    pass\n",
+]
+
+
+@pytest.mark.parametrize("source", REMOVAL_CASES + REMOVAL_CASES_AROUND)
+def test_remove_imports_with_other_statements_agrees_with_the_whole_module(source):
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import RemoveImportsVisitor
+
+    module = cst.parse_module(source + "\n\ndef tail():\n    return 0\n\n\nw = [1, 2]\n")
+    items = [("torch.nn.functional", None, "F"), ("torch.nn", "functional", None), ("torch.nn.functional", None, None)]
+    expected = RemoveImportsVisitor(CodemodContext(), items).transform_module(module).code
+    assert engine._remove_in_statements(module, items).code == expected
+
+
+# --------------------------------------------------------------------------------------
+# A replacement that binds looser than the code around it: JX002 writes `nn.Identity` as
+# `lambda x: x`, which was pasted bare into `norm_layer or nn.Identity` (timm's
+# efficientformer_v2.py): `norm_layer or lambda x: x` does not parse.
+# --------------------------------------------------------------------------------------
+LOOSE_CASES = {
+    "or operand": "norm_layer = norm_layer or nn.Identity()",
+    "comparison": "self.same = nn.Identity() == norm_layer",
+    "conditional's branch": "self.norm = nn.Identity() if flag else nn.BatchNorm2d(4)",
+    "conditional's else": "self.norm = nn.BatchNorm2d(4) if flag else nn.Identity()",
+    "and, then or": "self.drop = flag and nn.Identity() or nn.Dropout(0.1)",
+    "not": "self.empty = not nn.Identity()",
+}
+
+
+@pytest.mark.parametrize("case", sorted(LOOSE_CASES))
+@pytest.mark.parametrize("unsafe", [False, True])
+def test_a_looser_replacement_is_parenthesized(case, unsafe):
+    source = textwrap.dedent(f"""\
+        import torch.nn as nn
+
+
+        class Block(nn.Module):
+            def __init__(self, norm_layer=None, act_layer=None, flag=True):
+                super().__init__()
+                {LOOSE_CASES[case]}
+
+            def forward(self, x):
+                return x
+        """)
+    result = migrate(source, "jax", unsafe)
+    assert result.changed
+    assert "lambda x: x" in result.source
+    # the lambda is one operand: inside parentheses of its own, or the whole else branch
+    line = next(ln for ln in result.source.splitlines() if "lambda x: x" in ln)
+    assert "(lambda x: x)" in line or line.rstrip().endswith("else lambda x: x"), line
+
+
+def test_binds_looser_by_position():
+    lam = cst.parse_expression("lambda x: x")
+    expr = cst.parse_expression("a if b else c")
+    assert engine.binds_looser(lam, expr.test, expr) and engine.binds_looser(lam, expr.body, expr)
+    assert not engine.binds_looser(lam, expr.orelse, expr)
+    call = cst.parse_expression("f(a)")
+    assert engine.binds_looser(lam, call.func, call)
+    assert not engine.binds_looser(lam, call.args[0].value, call.args[0])
+    assert not engine.binds_looser(cst.parse_expression("g(x)"), call.func, call)

@@ -60,19 +60,46 @@ def imported_models(ctx: FileContext) -> frozenset:
         for stmt in ctx.module.body:
             for small in getattr(stmt, "body", ()) if isinstance(stmt, cst.SimpleStatementLine) else ():
                 if isinstance(small, cst.ImportFrom):
-                    out |= _names_from(small, path.parent, depth=0, seen={})
+                    out |= _names_from_files(small, path.parent)
     ctx.cache[key] = frozenset(out)
     return ctx.cache[key]
 
 
-def _names_from(node: cst.ImportFrom, folder: Path, depth: int, seen: dict) -> set:
-    target = _resolve(node, folder)
+# (folder, the import's code) -> (its names, the files it read: ((path, stamp), ...)); every
+# fix pass of a file asks again, and the other files are the same while their stamps are
+_FROM: dict[tuple[str, str], tuple[frozenset, tuple]] = {}
+_CODE = cst.Module([])
+
+
+def _stamp(path: Path) -> Optional[tuple[int, int]]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns) if os.path.isfile(path) else None
+
+
+def _names_from_files(node: cst.ImportFrom, folder: Path) -> frozenset:
+    """``_names_from(node, folder)`` from a fresh start, kept while no file it looked at (the
+    candidates of every import it resolved) has changed on disk."""
+    key = (str(folder), _CODE.code_for_node(node))
+    hit = _FROM.get(key)
+    if hit is not None and all(_stamp(p) == stamp for p, stamp in hit[1]):
+        return hit[0]
+    looked: list[tuple[Path, Optional[tuple[int, int]]]] = []
+    names = frozenset(_names_from(node, folder, depth=0, seen={}, looked=looked))
+    _FROM[key] = (names, tuple(looked))
+    return names
+
+
+def _names_from(node: cst.ImportFrom, folder: Path, depth: int, seen: dict, looked: Optional[list] = None) -> set:
+    target = _resolve(node, folder, looked)
     if target is None or depth > _MAX_DEPTH:
         return set()
     if target not in seen:
         seen[target] = set()  # an import cycle sees what is known so far
         module = _parse(target)
-        seen[target] = _models_of(module, target, depth, seen) if module is not None else set()
+        seen[target] = _models_of(module, target, depth, seen, looked) if module is not None else set()
     models = seen[target]
     if isinstance(node.names, cst.ImportStar):
         return {n for n in models if not n.startswith("_")}
@@ -84,7 +111,7 @@ def _names_from(node: cst.ImportFrom, folder: Path, depth: int, seen: dict) -> s
     return got
 
 
-def _models_of(module: cst.Module, path: Path, depth: int, seen: dict) -> set:
+def _models_of(module: cst.Module, path: Path, depth: int, seen: dict, looked: Optional[list] = None) -> set:
     """Model classes and factories a file defines, and those it re-exports by import."""
     ctx = FileContext(module, str(path))
     names = set(lp.file_facts(ctx).module_classes) | set(factories(ctx))
@@ -92,12 +119,13 @@ def _models_of(module: cst.Module, path: Path, depth: int, seen: dict) -> set:
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
                 if isinstance(small, cst.ImportFrom):
-                    names |= _names_from(small, path.parent, depth + 1, seen)
+                    names |= _names_from(small, path.parent, depth + 1, seen, looked)
     return names
 
 
-def _resolve(node: cst.ImportFrom, folder: Path) -> Optional[Path]:
-    """The source file of ``from <module> import ...``, as seen from a file in ``folder``."""
+def _resolve(node: cst.ImportFrom, folder: Path, looked: Optional[list] = None) -> Optional[Path]:
+    """The source file of ``from <module> import ...``, as seen from a file in ``folder``
+    (each candidate file looked at goes to ``looked`` with its stamp)."""
     level = len(node.relative)
     base = folder
     for _ in range(max(level - 1, 0)):
@@ -110,7 +138,11 @@ def _resolve(node: cst.ImportFrom, folder: Path) -> Optional[Path]:
         return None
     candidate = base.joinpath(*parts)
     for f in (candidate.with_suffix(".py") if parts else None, candidate / "__init__.py"):
-        if f is not None and f.is_file():
+        if f is None:
+            continue
+        if looked is not None:
+            looked.append((f, _stamp(f)))
+        if f.is_file():
             return f.resolve()
     return None
 
