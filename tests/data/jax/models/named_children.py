@@ -1,7 +1,7 @@
 """Named children: classes deriving from nn.Sequential (layers given to super().__init__, or
 assigned as attributes after it), nn.Sequential(OrderedDict(...)), add_module with computed
 names into a Sequential and into a module, register_module, and a Sequential subclass whose
-forward calls super().forward."""
+own step calls the Sequential's."""
 from collections import OrderedDict
 
 import torch
