@@ -803,9 +803,9 @@ def check_file(path: Path, settings):
     except PorterError as exc:
         return runner.FileOutcome(name, "failed", str(exc))
     except MemoryError:
-        return runner.FileOutcome(name, "failed", runner._memory_message(settings))
+        return runner.FileOutcome(name, "failed", runner.memory_message(settings))
     except Exception as exc:
-        return runner.FileOutcome(name, "failed", runner._internal(exc))
+        return runner.FileOutcome(name, "failed", runner.internal_error(exc))
     found = _records(nb, name, result.findings, nb.locate) + timed
     return runner.FileOutcome(name, "unchanged", findings=tuple(sorted(found, key=lambda r: (r.cell or 0, r.line, r.column))))
 
@@ -845,7 +845,7 @@ def migrate_file(path: Path, settings, mode: str, out: Optional[Path] = None):
             assert out is not None
             write_atomic(out, data, src.mode, follow_symlinks=False)  # type: ignore[attr-defined]
             if not changed:
-                runner._keep_times(path, out)
+                runner.keep_times(path, out)
         if not changed:
             return runner.FileOutcome(name, "unchanged", findings=findings, out=out_name)
         if mode == "write":
@@ -858,6 +858,6 @@ def migrate_file(path: Path, settings, mode: str, out: Optional[Path] = None):
         where = f" {runner.display(Path(exc.filename))}" if exc.filename else ""
         return runner.FileOutcome(name, "failed", f"cannot write{where}: {exc.strerror or exc}")
     except MemoryError:
-        return runner.FileOutcome(name, "failed", runner._memory_message(settings))
+        return runner.FileOutcome(name, "failed", runner.memory_message(settings))
     except Exception as exc:
-        return runner.FileOutcome(name, "failed", runner._internal(exc))
+        return runner.FileOutcome(name, "failed", runner.internal_error(exc))

@@ -137,12 +137,12 @@ def display(path: Path) -> str:
     return os.path.normpath(p)
 
 
-def _internal(exc: BaseException) -> str:
+def internal_error(exc: BaseException) -> str:
     """One line: the exception, where porter's own code raised it (not LibCST's frames)."""
     return f"internal error (a bug in porter): {engine.describe_exception(exc)}"
 
 
-def _memory_message(settings: "Settings") -> str:
+def memory_message(settings: "Settings") -> str:
     return (f"over the memory limit of {settings.memory_mb} MB (--memory-limit); file left unchanged"
             if settings.memory_mb else "out of memory; file left unchanged")
 
@@ -177,9 +177,9 @@ def check_file(path: Path, settings: Settings) -> FileOutcome:
     except engine.PorterError as exc:
         return FileOutcome(name, "failed", _parse_error(exc, src.text) if src else str(exc))
     except MemoryError:
-        return FileOutcome(name, "failed", _memory_message(settings))
+        return FileOutcome(name, "failed", memory_message(settings))
     except Exception as exc:  # a bug in porter outside the rules: report it against this file, go on
-        return FileOutcome(name, "failed", _internal(exc))
+        return FileOutcome(name, "failed", internal_error(exc))
     return FileOutcome(name, "unchanged", findings=tuple(FindingRecord.of(name, f) for f in result.findings))
 
 
@@ -268,7 +268,7 @@ def migrate_file(path: Path, settings: Settings, mode: str, out: Optional[Path] 
             assert out is not None
             write_atomic(out, data if result.changed else src.raw, src.mode, follow_symlinks=False)
             if not result.changed:
-                _keep_times(path, out)
+                keep_times(path, out)
         if not result.changed:
             return FileOutcome(name, "unchanged", findings=findings, out=out_name)
         if mode == "write":
@@ -282,12 +282,12 @@ def migrate_file(path: Path, settings: Settings, mode: str, out: Optional[Path] 
         where = f" {display(Path(exc.filename))}" if exc.filename else ""
         return FileOutcome(name, "failed", f"cannot write{where}: {exc.strerror or exc}")
     except MemoryError:
-        return FileOutcome(name, "failed", _memory_message(settings))
+        return FileOutcome(name, "failed", memory_message(settings))
     except Exception as exc:
-        return FileOutcome(name, "failed", _internal(exc))
+        return FileOutcome(name, "failed", internal_error(exc))
 
 
-def _keep_times(src: Path, dst: Path) -> None:
+def keep_times(src: Path, dst: Path) -> None:
     try:
         st = os.stat(src)
         os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -502,9 +502,9 @@ def _worker_main(conn, memory_mb: int) -> None:
         try:
             outcome = _task(task)
         except MemoryError:
-            outcome = FileOutcome(display(task[1]), "failed", _memory_message(task[2]))
+            outcome = FileOutcome(display(task[1]), "failed", memory_message(task[2]))
         except Exception as exc:
-            outcome = FileOutcome(display(task[1]), "failed", _internal(exc))
+            outcome = FileOutcome(display(task[1]), "failed", internal_error(exc))
         conn.send((i, outcome))
 
 

@@ -442,7 +442,14 @@ def test_ctrl_c_stops_the_batch_and_leaves_only_whole_files(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
         start_new_session=True,
     )
-    time.sleep(2.5)
+    # interrupt once the batch is under way: the first file replaced (atomic writes give it a
+    # new inode), not after a fixed delay that a loaded machine may not reach porter's main in
+    inodes = {f.name: f.stat().st_ino for f in proj.iterdir()}
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and p.poll() is None:
+        if any(f.stat().st_ino != inodes.get(f.name) for f in proj.iterdir() if f.name in inodes):
+            break
+        time.sleep(0.05)
     os.killpg(p.pid, signal.SIGINT)
     out, err = p.communicate(timeout=120)
     assert p.returncode == 130, err
