@@ -2,7 +2,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.astutil import arg, target_names, walk
+from porter.astutil import arg, insert_before, target_names, walk
 from porter.rules import Edit, Example, Fix, Rule, Severity
 
 from . import _training as tr
@@ -163,6 +163,41 @@ class PlaceCpuModel(Rule):
             """
             import torch
             import torch.nn as nn
+
+            w = torch.tensor(2., requires_grad=True)
+            (w * 3).backward()
+            print(w.grad)
+            layer = nn.Linear(3, 2)
+            optimizer = torch.optim.SGD(layer.parameters(), lr=0.01)
+            inputs = torch.randn(10, 3)
+            targets = torch.randn(10, 2)
+            loss = nn.MSELoss()(layer(inputs), targets)
+            loss.backward()
+            optimizer.step()
+            """,
+            """
+            import torch
+            import torch.nn as nn
+            import torch_xla
+
+            w = torch.tensor(2., requires_grad=True)
+            torch_xla.device()  # start XLA before the first backward pass: one run on the CPU before it breaks the later ones on XLA
+            (w * 3).backward()
+            print(w.grad)
+            layer = nn.Linear(3, 2).to(torch_xla.device())
+            optimizer = torch.optim.SGD(layer.parameters(), lr=0.01)
+            inputs = torch.randn(10, 3).to(torch_xla.device())
+            targets = torch.randn(10, 2).to(torch_xla.device())
+            loss = nn.MSELoss()(layer(inputs), targets)
+            loss.backward()
+            optimizer.step()
+            """,
+            title="a backward pass on the CPU before the model is built",
+        ),
+        Example(
+            """
+            import torch
+            import torch.nn as nn
             import matplotlib.pyplot as plt
 
             model = nn.Linear(1, 1)
@@ -296,6 +331,7 @@ class _Scope:
             self._model_uses(name)
             self._move(binds[0][2])
             built.append((binds[0][1], name))
+        self._start_before_backward([node for node, _ in built])
         done = -1
         while done != len(self.edits):  # each tensor moved is a device value whose uses are checked in turn
             done = len(self.edits)
@@ -303,6 +339,29 @@ class _Scope:
             self._consumers()
         edits = list(self.edits.values())
         return [(node, name, edits) for node, name in built]
+
+    def _start_before_backward(self, bindings: list[cst.CSTNode]) -> None:
+        """A backward pass on the CPU before the XLA runtime starts breaks every later backward
+        pass on XLA (torch 2.9 / torch_xla 2.9, measured: the autograd engine's INTERNAL ASSERT
+        `device.index() < device_ready_queues_.size()`): where the scope runs one before the
+        model is built, the device is asked for first."""
+        body = self.scope.body.body if isinstance(self.scope, cst.FunctionDef) else self.scope.body
+        statements = list(body) if isinstance(body, (list, tuple)) else []
+
+        def index(of) -> Optional[int]:
+            for i, stmt in enumerate(statements):
+                if any(of(n) for n in walk(stmt)):
+                    return i
+            return None
+
+        backward = index(lambda n: isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
+                         and n.func.attr.value == "backward")
+        built = index(lambda n: any(n is b for b in bindings))
+        if backward is None or built is None or backward > built:
+            return
+        start = cst.parse_statement(f"{self.xla}  # start XLA before the first backward pass: one run on the CPU "
+                                    "before it breaks the later ones on XLA\n")
+        self.edits[(id(statements[backward]), "start")] = Edit(statements[backward], insert_before([start]))
 
     def _model_uses(self, name: str) -> None:
         """The model is only called, read by attribute, or bound; in no other function or class."""
@@ -383,7 +442,8 @@ class _Scope:
                 if qual in _TAKE_XLA or (isinstance(func, cst.Attribute) and func.attr.value == "format"):
                     continue
                 receiver = isinstance(func, cst.Attribute) and self._touches(func.value, n)
-                if receiver or qual.startswith("torch.") or (isinstance(func, cst.Name) and func.value in losses):
+                module = isinstance(func, cst.Call) and (self.ctx.qualname(func.func) or "").startswith("torch.nn.")
+                if receiver or module or qual.startswith("torch.") or (isinstance(func, cst.Name) and func.value in losses):
                     for a in args:
                         if not self._touches(a, n):
                             self._need(a, n)
