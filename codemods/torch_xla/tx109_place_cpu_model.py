@@ -345,8 +345,10 @@ class _Scope:
         pass on XLA (torch 2.9 / torch_xla 2.9, measured: the autograd engine's INTERNAL ASSERT
         `device.index() < device_ready_queues_.size()`): where the scope runs one before the
         model is built, the device is asked for first."""
+        if isinstance(self.scope, cst.FunctionDef) and not isinstance(self.scope.body, cst.IndentedBlock):
+            return  # `def f(): ...` on one line: no statement to put before
         body = self.scope.body.body if isinstance(self.scope, cst.FunctionDef) else self.scope.body
-        statements = list(body) if isinstance(body, (list, tuple)) else []
+        statements = list(body)
 
         def index(of) -> Optional[int]:
             for i, stmt in enumerate(statements):
