@@ -106,13 +106,21 @@ REASONS = {
                       "and `--device=` override: TX103 \"CUDA device string stored\" reports it and leaves it to a "
                       "person (\"Found no NVIDIA driver\" on the port side)",
     "torch/pytorch-tutorial/01-basics/": "CPU-only scripts (linear_regression, logistic_regression, pytorch_basics): "
-                                         "nothing is placed on a device, so the port trains on the CPU (TX301 reports "
-                                         "the loop: \"nothing in this file is placed on a device\"); over budget: "
-                                         "no XLA computation ran",
+                                         "TX109 builds the trained model on torch_xla.device() and moves the tensors "
+                                         "its steps take; a row that still fails has the finding of TX109 that "
+                                         "says why it moved nothing",
+    "torch/timm-scripts/": "`--device` defaults to 'cuda' and timm's utils.init_distributed_device(args) asserts "
+                           "CUDA: TX103 reports the argparse default at train.py:173 (\"CUDA device string as a "
+                           "command-line default\"); the option is read by a library function porter does not "
+                           "follow, so it is not rewritten (the finding is from `porter check` at this commit; the row's findings are "
+                           "from the 18:07 run)",
     "torch/pytorch-tutorial/02-intermediate/bidirectional_recurrent_neural_network/": "XLA:CPU compile time of the "
         "unrolled nn.LSTM step: the sibling recurrent_neural_network's port, traced alone (float64, 2 steps), logged "
         "one SyncTensorsGraph compile of 4 min 41 s (XLA's slow_operation_alarm) on the loaded 2-core machine; no "
-        "porter finding predicts it (the port is not wrong; the per-side limit is too short for that compile)",
+        "porter finding predicts it (the port is not wrong; the per-side limit is too short for that compile). "
+        "float32 is slow too: a 2-layer nn.LSTM(28, 128) step (sequence 28, batch 4, forward, backward, SGD) in "
+        "float32 on XLA:CPU, at a load average of ~50, had not finished after 420 s (its last output XLA's "
+        "slow_operation_alarm banner)",
     "torch/pytorch-tutorial/02-intermediate/recurrent_neural_network/": "as the bidirectional one: one XLA:CPU "
         "compile of the unrolled nn.LSTM graph took 4 min 41 s (measured alone), over the per-side limit",
     "torch/pytorch-tutorial/02-intermediate/deep_residual_network/": "the port timed out at the per-side limit; "
@@ -120,9 +128,12 @@ REASONS = {
     "torch/pytorch-tutorial/02-intermediate/language_model/": "the port timed out at the per-side limit; not traced "
         "alone, so the cause (a slow XLA:CPU compile of the LSTM, as for the tutorials' other LSTMs, is likely) is "
         "not measured",
-    "torch/pytorch-cifar/": "the original, under the verifier's CUDA shim, fails in nn.DataParallel (\"module must "
-                            "have its parameters and buffers on device cuda:0\"): a gap of the verifier's shim, "
-                            "not of the port",
+    "torch/pytorch-cifar/": "the verifier's CUDA shim now builds nn.DataParallel as the single CPU module (it "
+                            "failed there before: \"module must have its parameters and buffers on device "
+                            "cuda:0\"); SimpleDLA at 32x32 is then too slow for the 300 s per side on the "
+                            "loaded machine (load average ~50): the original timed out in float64 in both "
+                            "modes and in float32 in safe mode; in unsafe mode it ran in float32 and the "
+                            "port timed out (its first XLA:CPU compile); no finding predicts it",
 }
 
 

@@ -34,6 +34,7 @@ GPU_FIXTURES = {
     "cpu_flag_script": "eval mse",
     "ddp_trainer": "eval accuracy",
     "device_type_autocast": "eval mse",
+    "cpu_only_regression": "eval mse",
 }
 ALL_FIXTURES = [*GPU_FIXTURES, "xla_deprecated"]
 COMMON_FLAGS = {"--epochs", "--batch-size", "--lr", "--seed", "--log-interval", "--dropout",

@@ -334,6 +334,7 @@ SHIM_EXPECTED = {
     "scaler_off": [False, True],
     "dist_backend": "gloo",
     "ddp_forward": [2, 1],
+    "data_parallel": [[[2, 1], True]] * 5,
     "torch_xla_import": "ModuleNotFoundError",
     "torch_xla_find_spec": True,
     "after_uninstall": [False, "RuntimeError", False],

@@ -17,6 +17,7 @@ from porter.context import FileContext, dotted_name
 from porter.rules import computed_module_fact, module_fact
 
 from ._tables import XLA_DEVICE, device_choice, is_cuda_string, is_string, only_availability
+from ._training import DTYPES
 
 XLA_DEVICE_CALLS = ("torch_xla.device", XLA_DEVICE)
 
@@ -367,12 +368,25 @@ def _placement_walk(ctx: FileContext) -> bool:
         if not isinstance(n, cst.Call):
             continue
         if isinstance(n.func, cst.Attribute) and n.func.attr.value in ("to", "cuda") and (n.args or n.func.attr.value == "cuda"):
+            if n.func.attr.value == "to" and _dtype_only(n, ctx):
+                continue  # `x.to(torch.float32)`: a conversion, not a placement
             return True
         if any(a.keyword is not None and a.keyword.value == "device" for a in n.args):
             return True
         if ctx.qualname(n.func) in ("torch.device", *XLA_DEVICE_CALLS):
             return True
     return False
+
+
+def _dtype_only(call: cst.Call, ctx: FileContext) -> bool:
+    """`.to(torch.float32)`, `.to(torch.get_default_dtype())`, `.to(dtype=...)`: only a dtype."""
+    if len(call.args) != 1:
+        return False
+    only = call.args[0]
+    if only.keyword is not None:
+        return only.keyword.value == "dtype"
+    name = ctx.qualname(only.value.func if isinstance(only.value, cst.Call) else only.value) or ""
+    return name == "torch.get_default_dtype" or (name.startswith("torch.") and name.split(".", 1)[1] in DTYPES)
 
 
 def places_on_device(ctx: FileContext) -> bool:

@@ -582,7 +582,7 @@ def loop_source(loop: cst.For, ctx: FileContext) -> list[LoopSource]:
 
 
 # Per-batch device moves -----------------------------------------------------------------
-_DTYPES = {
+DTYPES = {
     "float", "float32", "float64", "double", "half", "float16", "bfloat16", "int", "int32",
     "int64", "long", "int8", "int16", "short", "uint8", "bool", "complex64", "complex128",
 }
@@ -609,7 +609,7 @@ def _to_arg_kind(expr: cst.BaseExpression, ctx: FileContext) -> str:
             return "xla"
         return "unknown"
     q = ctx.qualname(expr)
-    if q and q.startswith("torch.") and q.split(".", 1)[1] in _DTYPES:
+    if q and q.startswith("torch.") and q.split(".", 1)[1] in DTYPES:
         return "dtype"
     name = dotted_name(expr)
     if name is None:

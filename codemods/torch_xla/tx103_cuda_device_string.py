@@ -17,7 +17,8 @@ class CudaDeviceString(Rule):
     `.to(device='cuda')`, and `device='cuda'` in calls of torch functions
     (`torch.zeros/ones/randn/arange/tensor/empty/full/...`) and of tensor `new_*` methods,
     to `torch_xla.device()`. Other CUDA strings (`DEVICE = 'cuda'`, a default parameter
-    `device='cuda'`, `device='cuda'` passed to a function of the program) are reported.
+    `device='cuda'`, `device='cuda'` passed to a function of the program, a command-line default
+    `parser.add_argument('--device', default='cuda')`) are reported.
 
     Integer devices are CUDA device numbers: `.to(0)`, `.to(local_rank)`, `device=rank`. A
     literal, or a plain name every binding of which in its scope is an integer literal or a
@@ -129,6 +130,7 @@ class CudaDeviceString(Rule):
                 return build(device="cuda")
 
             gen = torch.Generator(device="cuda")
+            parser.add_argument("--device", default="cuda:0", help="device to train on")
             """,
             None,
             title="strings that may be used as strings are reported",
@@ -161,6 +163,12 @@ class CudaDeviceString(Rule):
                 dev = arg(node, "device")
                 if dev is not None and is_cuda_string(dev.value):
                     self.report(dev, "CUDA device string passed on: on XLA pass torch_xla.device() (check how the callee uses it)")
+                default = arg(node, "default")
+                if isinstance(func, cst.Attribute) and func.attr.value == "add_argument" and default is not None \
+                        and is_cuda_string(default.value):
+                    self.report(default.value, "CUDA device string as a command-line default: the port runs with it "
+                                "unless the user passes another device; on XLA default to 'xla' where every use of "
+                                "the option is a device use (torch.device(...), .to(...)), or pass --device xla")
             return
         if target is None:
             return

@@ -44,6 +44,9 @@ the CPU. What the shim changes:
 * ``torch.distributed.init_process_group('nccl')`` uses 'gloo' (also for
   'cpu:gloo,cuda:nccl'); a CUDA ``device_id=`` is dropped. ``DistributedDataParallel``
   drops CUDA ``device_ids``/``output_device`` (a CPU module must not name devices).
+  ``nn.DataParallel`` over CUDA devices (``device_ids`` None, or all CUDA) is built as
+  DataParallel builds itself where no accelerator is present: the single-device module it
+  is on one CPU (``forward`` calls the module; ``.module`` is the module).
 * ``torch_xla`` cannot be imported while the shim is installed (``sys.modules['torch_xla']
   = None``: ``import torch_xla`` raises ModuleNotFoundError and
   ``importlib.util.find_spec('torch_xla')`` is None, so libraries that probe for it take
@@ -421,6 +424,21 @@ def _wrap_ddp_init(init: Callable) -> Callable:
     return __init__
 
 
+def _wrap_data_parallel_init(init: Callable) -> Callable:
+    @functools.wraps(init)
+    def __init__(self: Any, module: Any, device_ids: Any = None, output_device: Any = None, dim: int = 0) -> None:
+        if device_ids is not None and not all(_is_cuda(d) for d in device_ids):
+            init(self, module, device_ids, output_device, dim)
+            return
+        # DataParallel's own branch for a machine without an accelerator
+        torch.nn.Module.__init__(self)
+        self.module = module
+        self.device_ids = []
+        self.dim = dim
+
+    return __init__
+
+
 # --- install / uninstall -----------------------------------------------------------
 
 
@@ -470,6 +488,7 @@ def install() -> None:
     _patch(saved, autocast, "__init__", _wrap_autocast_init(autocast.__init__))
     scaler = torch.amp.grad_scaler.GradScaler
     _patch(saved, scaler, "__init__", _wrap_scaler_init(scaler.__init__))
+    _patch(saved, torch.nn.DataParallel, "__init__", _wrap_data_parallel_init(torch.nn.DataParallel.__init__))
     import torch.distributed as dist
 
     if dist.is_available():

@@ -174,6 +174,14 @@ ddp = DistributedDataParallel(nn.Linear(3, 1).cuda(), device_ids=[0], output_dev
 out["ddp_forward"] = list(ddp(torch.randn(2, 3, device="cuda")).shape)
 dist.destroy_process_group()
 
+# -- DataParallel: the single-device module it is on one CPU, however its devices are named
+data_parallel = []
+for ids in (None, [0], ["cuda:0"], [torch.device("cuda", 0)], list(range(torch.cuda.device_count()))):
+    net = nn.DataParallel(nn.Linear(3, 1).cuda(), device_ids=ids) if ids is not None else nn.DataParallel(nn.Linear(3, 1))
+    net = net.cuda()
+    data_parallel.append([list(net(torch.randn(2, 3, device="cuda")).shape), isinstance(net.module, nn.Linear)])
+out["data_parallel"] = data_parallel
+
 # -- torch_xla stays out
 try:
     import torch_xla  # noqa: F401
