@@ -138,6 +138,19 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def per_model(r: dict) -> str:
+    """One row per model: status and where its time went (seconds; `porter verify`'s timings)."""
+    lines = [f"Per model, {r['slice']} --to {r['target']} (seconds):", "",
+             "| model | input | status | total | original | of it float64 ref | port | of it steps | compare |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for m in sorted(r["models"], key=lambda m: m["seconds"]):
+        t = m.get("timings") or {}
+        cells = [t.get(k) for k in ("original_s", "original_reference_s", "port_s", "port_steps_s", "compare_s")]
+        lines.append(f"| {m['name']} | {' '.join(m['inputs'])} | {m['status']} | {m['seconds']:.0f} | "
+                     + " | ".join("" if c is None else f"{c:.0f}" for c in cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--slice", action="append", choices=sorted(slices()), help="zoo slice (repeatable; default all)")
@@ -156,6 +169,9 @@ def main(argv=None) -> int:
             results.append(r)
             print(f"{name} {target}: {r.get('summary', {}).get('counts', r.get('error'))} ({r['wall_s']} s)", file=sys.stderr)
     print(table(results))
+    for r in results:
+        if "models" in r:
+            print("\n" + per_model(r))
     if args.overhead:
         o = overhead(results[0]["slice"], results[0]["target"], args.overhead, args.timeout)
         (RESULTS / "zoo-overhead.json").write_text(json.dumps(o, indent=1))
