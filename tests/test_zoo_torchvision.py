@@ -14,8 +14,8 @@ import pytest
 pytest.importorskip("torchvision", reason="torchvision is not installed")
 
 ROOT = Path(__file__).resolve().parents[1]
-# small builders of three families; their inputs come from the weights' crop size (224)
-MODELS = ("squeezenet1_1", "shufflenet_v2_x0_5")
+# small builders of two families; their inputs come from the weights' crop size (224)
+MODELS = ("squeezenet1_1", "resnet18")
 
 pytestmark = [pytest.mark.slow, pytest.mark.xla]
 
@@ -24,11 +24,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.xla]
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("tv")
     cmd = [sys.executable, "-m", "porter", "zoo", "torchvision.models", "--to", "torch-xla", "--out", str(out),
-           "--timeout", "200", "--jobs", "1", "--format", "json", "--report", str(out / "zoo.html")]
+           "--timeout", os.environ.get("PORTER_ZOO_CI_TIMEOUT", "200"), "--jobs", "1", "--format", "json", "--report", str(out / "zoo.html")]
     for m in MODELS:
         cmd += ["--select", m]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, PJRT_DEVICE="CPU"), cwd=ROOT,
-                          timeout=300)
+                          timeout=900)  # a guard: the slice takes at most 5 minutes on 2 idle cores
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     return json.loads(proc.stdout), proc, out
 
