@@ -138,6 +138,43 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def collect(name: str, target: str, since: float, names: list[str], wall: float) -> dict:
+    """The slice's JSON and dashboard from the results its (interrupted) run cached, for the
+    results written after ``since`` (epoch seconds; older files are another code's); the
+    models of ``names`` with no such result are listed under ``not_run``."""
+    from porter.zoo.model import ModelResult
+    from porter.zoo.report import as_html
+    from porter.zoo.run import ZooRun
+
+    package, _ = slices()[name]
+    folder = WORK / f"{name}-{target}" / ".porter-zoo" / "results"
+    run = ZooRun(package, target, "cached results of an interrupted run")
+    for f in sorted(folder.glob("*.json")):
+        if f.stat().st_mtime >= since:
+            run.results.append(ModelResult(**json.loads(f.read_text())["result"]))
+    done = {r.name for r in run.results}
+    run.seconds = wall
+    data = run.as_dict()
+    data["not_run"] = [n for n in names if n not in done]
+    data["slice"], data["target"], data["wall_s"] = name, target, round(wall, 1)
+    (RESULTS / f"zoo-{name}-{target}.json").write_text(json.dumps(data, indent=1))
+    (RESULTS / f"zoo-{name}-{target}.html").write_text(as_html(run))
+    return data
+
+
+def per_model(r: dict) -> str:
+    """One row per model: status and where its time went (seconds; `porter verify`'s timings)."""
+    lines = [f"Per model, {r['slice']} --to {r['target']} (seconds):", "",
+             "| model | input | status | total | original | of it float64 ref | port | of it steps | compare |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for m in sorted(r["models"], key=lambda m: m["seconds"]):
+        t = m.get("timings") or {}
+        cells = [t.get(k) for k in ("original_s", "original_reference_s", "port_s", "port_steps_s", "compare_s")]
+        lines.append(f"| {m['name']} | {' '.join(m['inputs'])} | {m['status']} | {m['seconds']:.0f} | "
+                     + " | ".join("" if c is None else f"{c:.0f}" for c in cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--slice", action="append", choices=sorted(slices()), help="zoo slice (repeatable; default all)")
@@ -147,15 +184,29 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--overhead", type=int, default=0, help="measure the zoo's overhead on N verified models")
+    ap.add_argument("--collect-since", type=float, default=0.0,
+                    help="do not run: write the slice's JSON/dashboard from the results cached since this epoch time")
+    ap.add_argument("--wall", type=float, default=0.0, help="with --collect-since: the interrupted run's wall time")
+    ap.add_argument("--names", default="", help="with --collect-since: a file of the slice's model names, one a line")
     args = ap.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
     results = []
+    if args.collect_since:
+        names = Path(args.names).read_text().split() if args.names else []
+        results = [collect(n, t, args.collect_since, names, args.wall) for n in args.slice for t in args.target]
+        print(table(results))
+        for r in results:
+            print("\n" + per_model(r))
+        return 0
     for name in args.slice or sorted(slices()):
         for target in args.target or ("torch-xla", "jax"):
             r = run_slice(name, target, args.jobs, args.timeout, args.select, args.limit)
             results.append(r)
             print(f"{name} {target}: {r.get('summary', {}).get('counts', r.get('error'))} ({r['wall_s']} s)", file=sys.stderr)
     print(table(results))
+    for r in results:
+        if "models" in r:
+            print("\n" + per_model(r))
     if args.overhead:
         o = overhead(results[0]["slice"], results[0]["target"], args.overhead, args.timeout)
         (RESULTS / "zoo-overhead.json").write_text(json.dumps(o, indent=1))

@@ -153,6 +153,37 @@ def compare_running_var(key: str, original: Mapping[str, np.ndarray], port: Mapp
                         f"port's value is the biased update of the original's batch statistics")
 
 
+# float32 rounding, measured against a float64 run of the original (``ref/<key>``): the port
+# passes a tensor the elementwise tolerance fails when its largest error from the float64
+# values is at most NOISE_FACTOR times the original's own, plus NOISE_FLOOR of the tensor's
+# largest magnitude. Measured, torchvision resnet18 at 224x224, batch 2, first forward and
+# backward: the eager CPU original is up to 0.19 of a gradient's largest value from float64
+# (layer4's conv weights: BatchNorm's backward over 98 values per channel cancels), torch_xla
+# at most 9x the original's error where that error is smallest (a BatchNorm's output, 6.4e-6
+# vs 7.1e-7 of its largest value).
+NOISE_FACTOR = 10.0
+NOISE_FLOOR = 1e-5
+
+
+def compare_to_reference(plain: TensorResult, a: np.ndarray, b: np.ndarray, ref: np.ndarray) -> TensorResult:
+    """``plain`` (a failed elementwise comparison of original ``a`` and port ``b``) judged again
+    against the float64 values ``ref``: within float32 rounding, or failed as before."""
+    if plain.ok or ref.shape != a.shape or a.dtype.kind != "f" or not np.all(np.isfinite(ref)):
+        return plain
+    r = ref.astype(np.float64)
+    scale = float(np.abs(r).max())
+    if not np.all(np.isfinite(a)) or not np.all(np.isfinite(b)) or scale == 0.0:
+        return plain
+    err_port = float(np.abs(b.astype(np.float64) - r).max())
+    err_orig = float(np.abs(a.astype(np.float64) - r).max())
+    if err_port > NOISE_FACTOR * err_orig + NOISE_FLOOR * scale:
+        return plain
+    return TensorResult(plain.key, plain.phase, plain.name, plain.step, plain.shape, plain.dtype, plain.max_abs,
+                        plain.max_rel, True,
+                        f"float32 rounding: {err_port / scale:.2g} of the largest value from a float64 run of the "
+                        f"original, which is {err_orig / scale:.2g} from it itself")
+
+
 def compare_all(order: Sequence[str], original: Mapping[str, np.ndarray], port: Mapping[str, np.ndarray],
                 tol: Tolerance) -> list[TensorResult]:
     """Compare in the original's recording order (layers in execution order, outputs,
@@ -169,6 +200,8 @@ def compare_all(order: Sequence[str], original: Mapping[str, np.ndarray], port: 
             results.append(compare_running_var(key, original, port, n, tol))
         else:
             results.append(compare_tensor(key, original[key], port[key], tol))
+        if not results[-1].ok and f"ref/{key}" in original:
+            results[-1] = compare_to_reference(results[-1], original[key], port[key], original[f"ref/{key}"])
     return results
 
 

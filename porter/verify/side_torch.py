@@ -10,6 +10,7 @@ the compilations, transfers and CPU fallbacks of each step.
 """
 from __future__ import annotations
 
+import copy
 import time
 
 import numpy as np
@@ -154,6 +155,9 @@ def _run(request: dict) -> dict:
         for k, v in model.state_dict().items():
             tensors[f"init/{k}"] = _to_numpy(v)
 
+    # the same model and inputs in float64, run once more at the end: the exact values the
+    # float32 sides are both an approximation of (see ``_reference``)
+    reference = copy.deepcopy(model) if request.get("reference") and not shared and device_kind == "cpu" else None
     model = model.to(device)
     model.train()
     inputs = [torch.from_numpy(np.ascontiguousarray(x)).to(device) for x in inputs_np]
@@ -244,6 +248,14 @@ def _run(request: dict) -> dict:
             health_steps.append({k: (after[k] - before[k]) if k != "fallbacks" else after[k] for k in after})
             before = after
     elapsed = time.perf_counter() - t0
+    if reference is not None and projection is not None:
+        t_ref = time.perf_counter()
+        try:
+            tensors.update(_reference(reference, inputs_np, [_to_numpy(w) for w in projection]))
+            meta["reference_s"] = round(time.perf_counter() - t_ref, 3)
+        except Exception as exc:  # noqa: BLE001 - a model that does not run in float64: no reference
+            meta["notes"].append(f"no float64 reference: the model did not run in float64 ({type(exc).__name__}: {exc})")
+        del reference
     order = []
     for key, t in kept:
         tensors[key] = _to_numpy(t)
@@ -254,6 +266,45 @@ def _run(request: dict) -> dict:
         meta["health"] = {"steps": health_steps}
     np.savez(request["out"], **tensors)
     return meta
+
+
+def _reference(model, inputs_np, projection_np) -> dict:
+    """The first forward and backward of the original again, in float64 on the CPU, from the
+    same weights, inputs and output projection: ``ref/<key>`` for every layer output, model
+    output and gradient the float32 run recorded. The comparison uses it to tell float32
+    rounding (the port as far from these values as the original is) from a real difference."""
+    import torch
+
+    model = model.double().train()
+    names = {id(m): n for n, m in model.named_modules() if n}
+    recorded: list = []
+
+    def record(mod, _inputs, out):
+        sub: list = []
+        _flatten(out, "", sub)
+        recorded.append((names[id(mod)], [(suffix, t.detach().clone()) for suffix, t in sub]))
+
+    hooks = [m.register_forward_hook(record) for m in model.modules() if id(m) in names]
+    inputs = [torch.from_numpy(np.ascontiguousarray(x)) for x in inputs_np]
+    inputs = [x.double() if x.is_floating_point() else x for x in inputs]
+    out = model(*inputs)
+    for h in hooks:
+        h.remove()
+    flat: list = []
+    _flatten(out, "", flat)
+    loss = sum((t.double() * torch.from_numpy(w).double()).sum() / max(t.numel(), 1)
+               for (_, t), w in zip(flat, projection_np) if t.is_floating_point())
+    loss.backward()
+    ref = {}
+    for name, sub in recorded:
+        for suffix, t in sub:
+            ref[f"ref/layer/{name}{'.' + suffix if suffix else ''}"] = t
+    for suffix, t in flat:
+        ref[f"ref/output/{suffix or '0'}"] = t
+    for n, p in model.named_parameters():
+        if p.requires_grad and p.grad is not None:
+            ref[f"ref/grad/{n}"] = p.grad
+    return {k: t.detach().numpy().copy() for k, t in ref.items() if t.is_floating_point()}
 
 
 def main() -> None:

@@ -107,19 +107,24 @@ def _torchvision_like(pkg) -> "list | None":
         names = pkg.list_models()
     for name in names:
         fn = pkg.get_model_builder(name)
-        out.append({"name": name, "module": fn.__module__, "expr": f"{fn.__name__}()", "inputs": _torchvision_inputs(pkg, name)})
+        inputs, cost = _torchvision_inputs(pkg, name)
+        out.append({"name": name, "module": fn.__module__, "expr": f"{fn.__name__}()", "inputs": inputs, "cost": cost})
     return out
 
 
-def _torchvision_inputs(pkg, name) -> list:
+def _torchvision_inputs(pkg, name) -> tuple:
+    """The input of the first weights' transforms (crop size), and the weights' cost metadata
+    (GFLOPs per image at that size, else the parameter count), or ([], None)."""
     try:
         weights = pkg.get_model_weights(name)
         first = next(iter(weights))
         crop = first.transforms().crop_size
         size = crop[0] if isinstance(crop, (list, tuple)) else crop
-        return _spec((3, size, size))
     except Exception:  # noqa: BLE001 - no weights enum: probe the model
-        return []
+        return [], None
+    meta = getattr(first, "meta", None) or {}
+    cost = meta.get("_ops") or (meta.get("num_params") or 0) / 1e9 or None
+    return _spec((3, size, size)), (float(cost) if isinstance(cost, (int, float)) else None)
 
 
 def _timm_like(pkg) -> "list | None":

@@ -92,12 +92,41 @@ class ModelResult:
         return asdict(self)
 
 
-def cache_key(digest: str, settings: dict) -> str:
-    from porter import __version__
-    from porter.packages import porter_fingerprint
+def runner_fingerprint() -> str:
+    """sha256 of the code that runs and judges a model (porter.verify, porter.zoo, and the
+    helpers they import): a result verified by other code is not reused. The rules are not
+    in it: what they wrote is, through the port's digest (``port_digest``)."""
+    here = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    files = sorted((here / "verify").rglob("*.py")) + sorted((here / "zoo").rglob("*.py")) + [
+        here / name for name in ("__init__.py", "_layout.py", "sources.py", "runner.py")]
+    for f in files:
+        if "__pycache__" in f.parts or not f.is_file():
+            continue
+        h.update(str(f.relative_to(here)).encode() + b"\0")
+        h.update(f.read_bytes())
+    return h.hexdigest()
 
-    blob = json.dumps({"digest": digest, "porter": [__version__, porter_fingerprint()], "settings": settings},
-                      sort_keys=True)
+
+def port_digest(port, module: str) -> str:
+    """sha256 over what the port wrote for every module of ``module``'s closure (and the
+    target): a rule change that leaves a model's modules as they were keeps its result."""
+    h = hashlib.sha256(f"{port.target}\0{int(getattr(port, 'unsafe', True))}\0".encode())
+    for name in port.closure(module):
+        mp = port.modules[name]
+        try:
+            data = Path(mp.output).read_bytes()
+        except OSError:
+            data = f"unreadable:{mp.digest}".encode()
+        h.update(f"{name}\0{mp.status}\0{mp.digest}\0".encode() + hashlib.sha256(data).digest())
+    return h.hexdigest()
+
+
+def cache_key(digest: str, settings: dict, fingerprint: Optional[str] = None) -> str:
+    from porter import __version__
+
+    blob = json.dumps({"digest": digest, "porter": [__version__, fingerprint or runner_fingerprint()],
+                       "settings": settings}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -160,7 +189,7 @@ def run_model(job: ModelJob) -> ModelResult:
                            seconds=round(time.perf_counter() - start, 3), **base)
     original, port = _driver(job, "original"), _driver(job, "port")
     report = verify_model(ModelRequest(original, port, job.expr, tuple(job.inputs), job.steps, "sgd", 0.01, 0,
-                                       Tolerance(), Budgets(), job.timeout, job.memory_mb))
+                                       Tolerance(), Budgets(), job.timeout, job.memory_mb, reference=True))
     status, errors = status_of(report)
     return ModelResult(status=status, summary=report.summary, errors=errors, health=report.health,
                        first_divergence=report.first_divergence, notes=list(report.notes), timings=report.timings,

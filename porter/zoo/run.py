@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 from porter.runner import UsageError
 from porter.zoo.cache import FOLDER, ResultCache
 from porter.zoo.executors import run_jobs
-from porter.zoo.model import STATUSES, ModelJob, ModelResult, cache_key
+from porter.zoo.model import STATUSES, ModelJob, ModelResult, cache_key, port_digest, runner_fingerprint
 
 TARGETS = ("torch-xla", "jax")
 
@@ -172,6 +172,7 @@ def make_jobs(options: ZooOptions, found: dict, port, names: Sequence[str]) -> l
     original_root = str(Path(found["path"]).parents[len(found["package"].split(".")) - 1])
     work = options.out / FOLDER / "drivers"
     jobs = []
+    fingerprint = runner_fingerprint()
     for name in names:
         m = by_name[name]
         port_module = port_module_name(found, port, m["module"])
@@ -187,13 +188,13 @@ def make_jobs(options: ZooOptions, found: dict, port, names: Sequence[str]) -> l
             errors.append({"module": m["module"], "error": "not in the package's port"})
             digest = ""
         else:
-            digest = port.digest(port_module)
+            digest = port_digest(port, port_module)
         inputs = tuple(options.inputs) or tuple(m.get("inputs") or ())
         settings = dict(options.settings(), expr=m["expr"], module=m["module"], inputs=list(inputs))
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:80]
         jobs.append(ModelJob(name=name, module=port_module, expr=m["expr"], inputs=inputs, framework=m["framework"],
                              target=options.target, original_root=original_root, port_root=str(port.root),
-                             work=str(work / safe), key=cache_key(digest, settings), steps=options.steps,
+                             work=str(work / safe), key=cache_key(digest, settings, fingerprint), steps=options.steps,
                              timeout=options.timeout, memory_mb=options.memory_mb, blockers=tuple(blockers),
                              port_errors=tuple(errors), build_error=m.get("build_error", ""),
                              original_module=m["module"]))
@@ -232,6 +233,10 @@ def run_zoo(options: ZooOptions, on_start: Callable[[int], None] = lambda n: Non
             run.results.append(hit)
         else:
             todo.append(job)
+    # the cheapest models first (the registry's cost metadata, where it has some): an
+    # interrupted run has verified as many models as it could
+    cost = {m["name"]: m.get("cost") for m in found["models"]}
+    todo.sort(key=lambda j: (cost.get(j.name) is None, cost.get(j.name) or 0.0))
     on_start(len(jobs))
     for r in run.results:
         on_result(r)
