@@ -149,6 +149,25 @@ class TorchFunction(Rule):
         ),
         Example(
             """
+            import torch
+
+            model = torch.nn.Linear(3, 4)
+            for x in loader:
+                out = model(x)
+                noise = torch.randn(out.shape[0], 4)
+            """,
+            """
+            import torch
+
+            model = torch.nn.Linear(3, 4)
+            for x in loader:
+                out = model(x)
+                noise = torch.randn(out.shape[0], 4)  # porter: manual
+            """,
+            title="a draw fed by a forward value may move into the jitted step: marked for a manual port",
+        ),
+        Example(
+            """
             import numpy as np
             import torch
 
