@@ -51,9 +51,11 @@ OPTIMIZERS = {
 }
 # torch.optim optimizers porter does not port, and why (JX201 reports them at the line)
 UNPORTED = {
-    "LBFGS": "torch.optim.LBFGS runs its closure several times per step (line search, max_iter inner iterations); "
-             "optax.lbfgs takes one gradient per update and its own line search: write the loop with "
-             "optax.lbfgs and optax.value_and_grad_from_state by hand",
+    "LBFGS": "torch.optim.LBFGS runs its closure up to max_iter (20) times per step(), keeps history_size (100) "
+             "pairs and by default searches no line (line_search_fn=None: steps of lr, the first scaled by "
+             "min(1, 1/|g|_1)); optax.lbfgs takes one gradient per update, keeps memory_size=10 and runs a zoom "
+             "line search by default: not the same iterates. Write the loop with optax.lbfgs(memory_size=..., "
+             "linesearch=...) and optax.value_and_grad_from_state by hand",
     "SparseAdam": "SparseAdam updates only the rows of sparse gradients; JAX gradients are dense (use optax.adam, "
                   "which also moves the rows a batch did not touch)",
 }
