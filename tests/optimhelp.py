@@ -19,8 +19,9 @@ def training_script(optimizer: str, scheduler=None, when=None, epochs_var: str =
         lines += ["def train_epoch(epoch):", "    for x, y in train_loader:", "        optimizer.zero_grad()",
                   "        loss_fn(model(x), y).backward()", "        optimizer.step()", ""]
     lines.append(f"optimizer = {optimizer}")
-    if scheduler:
-        lines.append(f"scheduler = {scheduler}")
+    if scheduler:  # "part = ...\n...\nSequentialLR(...)": statements before the scheduler's
+        *before, last = scheduler.split("\n")
+        lines += [*before, f"scheduler = {last}"]
     lines += ["", f"for epoch in range({epochs_var}):"]
     if when == "function":
         lines.append("    train_epoch(model, train_loader, optimizer)")

@@ -65,6 +65,15 @@ SCHEDULERS = {  # name: (constructor, stepped per "epoch" / "batch" / epoch arou
     "onecycle_linear_three": (f"{S}.OneCycleLR(optimizer, 0.1, total_steps=20, anneal_strategy='linear', three_phase=True, "
                               "base_momentum=0.8, max_momentum=0.9)", "batch"),
     "onecycle_cos_three_plain": (f"{S}.OneCycleLR(optimizer, 0.1, total_steps=20, three_phase=True, cycle_momentum=False)", "batch"),
+    # SequentialLR: its schedulers inline or built before it, two or three of them
+    "sequential_inline": (f"{S}.SequentialLR(optimizer, [{S}.LinearLR(optimizer, start_factor=0.25, total_iters=2), "
+                          f"{S}.ExponentialLR(optimizer, gamma=0.7)], milestones=[2])", "epoch"),
+    "sequential_named_batch": (f"warmup = {S}.LinearLR(optimizer, start_factor=0.1, total_iters=4)\n"
+                               f"decay = {S}.CosineAnnealingLR(optimizer, T_max=12, eta_min=0.001)\n"
+                               f"{S}.SequentialLR(optimizer, schedulers=[warmup, decay], milestones=[5])", "batch"),
+    "sequential_three": (f"first = {S}.ConstantLR(optimizer, factor=0.5, total_iters=1)\n"
+                         f"{S}.SequentialLR(optimizer, [first, {S}.MultiStepLR(optimizer, milestones=[1], gamma=0.5), "
+                         f"{S}.PolynomialLR(optimizer, total_iters=2, power=2.0)], [1, 2])", "epoch"),
 }
 PAIRS = [(o, "none") for o in OPTIMIZERS if o not in ("sgd", "sgd_momentum", "sgd_nesterov_wd", "adam", "adamw")]
 PAIRS += [("adadelta_opts", "step"), ("adagrad_opts", "step"), ("adamax", "step"), ("nadam_opts", "step"), ("radam", "step"),
@@ -73,6 +82,7 @@ PAIRS += [("sgd", s) for s in ("linear", "linear_default_batch", "linear_down", 
                                "polynomial_default_batch", "warm_restarts", "warm_restarts_mult", "cyclic",
                                "onecycle_cos_three_plain")]
 PAIRS += [("sgd", "multiplicative"), ("adam", "multiplicative_batch")]
+PAIRS += [("sgd", "sequential_inline"), ("adam", "sequential_named_batch"), ("sgd_momentum", "sequential_three")]
 PAIRS += [("sgd_momentum", "warm_restarts_function"), ("sgd_nesterov_wd", "cosine_global_function"), ("sgd_momentum", "cyclic_momentum_tri2"),
           ("sgd_nesterov_wd", "onecycle_linear_three"), ("sgd_momentum", "onecycle_momentum"), ("sgd", "onecycle_epochs"),
           ("adam", "onecycle_momentum"), ("adam", "cyclic_momentum_exp"), ("adamw", "onecycle_momentum"),
@@ -159,3 +169,22 @@ def test_multiplicative_lr_of_the_epoch_is_reported(factor):
     result = engine.fix(src, engine.Options(JAX_RULES, unsafe_fixes=True))
     found = [f for f in result.remaining if f.code == "JX201" and "MultiplicativeLR" in f.message]
     assert found, result.remaining
+
+
+@pytest.mark.parametrize("parts,words", [
+    (f"[{S}.LambdaLR(optimizer, lambda e: 0.5), {S}.StepLR(optimizer, 1)]", "restarts LambdaLR with step(0)"),
+    (f"[{S}.StepLR(other, 1), {S}.StepLR(optimizer, 1)]", "built on another optimizer"),
+])
+def test_sequential_lr_that_cannot_be_joined_is_reported(parts, words):
+    src = training_script(f"torch.optim.SGD({P}, lr=0.1)", f"{S}.SequentialLR(optimizer, {parts}, milestones=[2])", "epoch")
+    result = engine.fix(src, engine.Options(JAX_RULES, unsafe_fixes=True))
+    messages = [f.message for f in result.remaining if f.code in ("JX201", "JX202")]
+    assert any(words in m for m in messages), messages
+    assert "lr_scheduler.SequentialLR(" in result.source
+
+
+def test_chained_schedulers_are_reported():
+    src = training_script(f"torch.optim.SGD({P}, lr=0.1)", f"a = {S}.StepLR(optimizer, 1)\n{S}.ExponentialLR(optimizer, 0.9)",
+                          "epoch")
+    result = engine.fix(src, engine.Options(JAX_RULES, unsafe_fixes=True))
+    assert any("two schedulers on one optimizer" in f.message for f in result.remaining), result.remaining

@@ -242,6 +242,9 @@ class FileFacts:
     namespaces: set[str] = field(default_factory=set)  # names bound to argparse results
     module_classes: set[str] = field(default_factory=set)  # classes of the file deriving from a module
     toplevel: set[str] = field(default_factory=set)  # names bound at module level
+    # module-level functions of no arguments whose body only zeroes gradients
+    # (`def reset_grad(): d_opt.zero_grad(); g_opt.zero_grad()`) -> the receivers they zero
+    grad_resetters: dict[str, list[str]] = field(default_factory=dict)
 
 
 def file_facts(ctx: FileContext) -> FileFacts:
@@ -255,6 +258,9 @@ def _file_facts_of(ctx: FileContext) -> FileFacts:
     module = ctx.module
     for stmt in module.body:
         facts.toplevel.update(binds(stmt))
+        zeroed = _zeroed_by(stmt)
+        if zeroed:
+            facts.grad_resetters[stmt.name.value] = zeroed  # type: ignore[attr-defined]
         if isinstance(stmt, cst.ClassDef):
             for base in stmt.bases:
                 q = ctx.qualname(base.value) or ""
@@ -291,6 +297,29 @@ def _file_facts_of(ctx: FileContext) -> FileFacts:
                 facts.losses.add(target)
     facts.modules.update(m for m in facts.optimizers.values() if m)
     return facts
+
+
+def _zeroed_by(stmt: cst.CSTNode) -> list[str]:
+    """The receivers a function of no parameters zeroes when its body is nothing but
+    `x.zero_grad()` statements (a docstring aside); [] for anything else."""
+    if not isinstance(stmt, cst.FunctionDef) or stmt.decorators or list(_params(stmt.params)):
+        return []
+    if not isinstance(stmt.body, cst.IndentedBlock):
+        return []
+    receivers: list[str] = []
+    for line in stmt.body.body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            return []
+        for small in line.body:
+            if not isinstance(small, cst.Expr):
+                return []
+            value = small.value
+            if isinstance(value, cst.SimpleString) and not receivers:
+                continue
+            if astutil.method_name(value) != "zero_grad" or value.args:  # type: ignore[union-attr]
+                return []
+            receivers.append(code(value.func.value))  # type: ignore[union-attr]
+    return receivers
 
 
 def _optimized_model(call: cst.Call, qual: str) -> Optional[str]:
@@ -334,6 +363,10 @@ def classify(stmt: cst.BaseStatement, ctx: FileContext, aliases: Optional[dict] 
             m = astutil.method_name(call)
             if m == "zero_grad":
                 return Piece("zero_grad", stmt, call.func.value, call)  # type: ignore[attr-defined]
+            if isinstance(call.func, cst.Name) and not call.args:
+                zeroed = file_facts(ctx).grad_resetters.get(call.func.value)
+                if zeroed:  # reset_grad(): a helper that only zeroes gradients
+                    return Piece("zero_grad", stmt, cst.parse_expression(zeroed[0]), call)
             if m == "backward" and not call.args:
                 return Piece("backward", stmt, call.func.value, call)  # type: ignore[attr-defined]
             if m == "step" and not call.args:
@@ -453,6 +486,7 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
             if called_models:
                 raise Unsupported(f"`{code(between[0]).strip()}` uses {', '.join(sorted(called_models))} between loss.backward() and optimizer.step()")
             after.extend(between)
+        forward, after = _pull_aliases(domain, forward, after, in_window)
         _check_order(domain, forward, before, after)
         for s in forward:
             text = code(s)
@@ -492,6 +526,41 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
         readers.update(free_reads(region.forward))
         region.outputs = [n for n in _ordered_binds(region.forward) if n in readers]
     return Plan(regions, tail)
+
+
+def _pull_aliases(domain, forward, after, in_window):
+    """A plain copy of a forward value that a later forward statement rebinds (`real_score =
+    outputs` before `outputs = D(fake)`) is computed inside the step, where it reads the
+    value it reads in torch, and returned from it; left after the step call it would read
+    the rebound value. Only assignments to names of an expression with no call move: they
+    have no effect but their binding."""
+    position = {id(s): i for i, s in enumerate(domain)}
+    pulled = []
+    for s in after:
+        if id(s) not in in_window or not _plain_alias(s):
+            continue
+        names = set(reads(s))
+        at = position[id(s)]
+        if any(position.get(id(f), -1) > at and binds(f) & names for f in forward):
+            pulled.append(s)
+    if not pulled:
+        return forward, after
+    ids = {id(s) for s in [*forward, *pulled]}
+    in_domain = [s for s in domain if id(s) in ids]
+    rest = [s for s in forward if id(s) not in position]  # none today; kept in order if any
+    return in_domain + rest, [s for s in after if s not in pulled]
+
+
+def _plain_alias(stmt: cst.BaseStatement) -> bool:
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+        return False
+    small = stmt.body[0]
+    if not isinstance(small, cst.Assign):
+        return False
+    if not all(isinstance(t.target, (cst.Name, cst.Tuple)) and all(
+            isinstance(e.value, cst.Name) for e in getattr(t.target, "elements", [])) for t in small.targets):
+        return False
+    return not any(isinstance(n, (cst.Call, cst.Await, cst.Yield, cst.NamedExpr)) for n in astutil.walk(small.value))
 
 
 def _check_order(domain, forward, before, after) -> None:
@@ -760,3 +829,38 @@ class ToAttributes(cst.CSTTransformer):
         if id(original) in self.skip or updated.value not in self.aliases:
             return updated
         return cst.Attribute(cst.Name("self"), cst.Name(updated.value), lpar=updated.lpar, rpar=updated.rpar)
+
+
+# --------------------------------------------------------------------------------------
+# Random draws of the host loop (rule JX312; JX101 leaves them to it)
+# --------------------------------------------------------------------------------------
+HOST_DRAWS = ("torch.randn", "torch.rand", "torch.randint", "torch.randperm", "torch.normal")
+_HOST_DRAW_KEYWORDS = ("dtype", "generator", "device", "low", "high", "size", "mean", "std")
+
+
+def host_draw(ctx: FileContext, node: cst.Call) -> bool:
+    """``node`` (visited now) is a torch random draw that runs on the host in the port and
+    can stay torch's, its value handed to JAX as an array: a call of HOST_DRAWS with no
+    `requires_grad=` / `out=`, outside any class, at a script's top level or in a loop body
+    statement that no model value flows into (JX301 keeps such statements out of the jitted
+    step: they run before its call). A draw in a model's forward, in a function the step may
+    trace, or one fed by a forward value is left to the manual report."""
+    if (ctx.qualname(node.func) or "") not in HOST_DRAWS:
+        return False
+    if any(a.star or (a.keyword is not None and a.keyword.value not in _HOST_DRAW_KEYWORDS) for a in node.args):
+        return False
+    if ctx.inside(cst.ClassDef, cst.Lambda):
+        return False
+    loop = ctx.enclosing(cst.For, cst.While)
+    fn = ctx.enclosing(cst.FunctionDef)
+    if loop is None:
+        return fn is None  # a script's top level
+    if fn is not None and any(a is fn for a in ctx.ancestors[ctx.ancestors.index(loop):]):
+        return False  # a def inside the loop
+    if not isinstance(loop.body, cst.IndentedBlock):
+        return False
+    stmt = next((a for a in ctx.ancestors if any(a is s for s in loop.body.body)), None)
+    if stmt is None:
+        return False
+    facts = file_facts(ctx)
+    return id(stmt) not in _model_dependent(list(loop.body.body), facts.modules, ctx)

@@ -1528,9 +1528,13 @@ op([".data_ptr", ".storage", ".share_memory_", ".pin_memory"], "input, *args", N
 # Losses (rules JX150 for F.<loss>(...), JX151 for nn.<Loss>() instances)
 # --------------------------------------------------------------------------------------
 def _reduction(b: Bound, allowed=("mean", "sum", "none")) -> str:
-    for k in ("size_average", "reduce"):
-        if b.has(k) and b.lit(k) is not None:
-            raise Manual("size_average=/reduce= are deprecated in torch: write reduction=")
+    legacy = {k: b.lit(k, None) for k in ("size_average", "reduce")}
+    if any(v is not None for v in legacy.values()):
+        # torch's _Reduction.legacy_get_string: the deprecated pair overrides reduction=
+        if any(v not in (None, True, False) for v in legacy.values()):
+            raise Manual("size_average=/reduce= (deprecated in torch) must be literal True/False here: write reduction=")
+        size_average, reduce = (True if v is None else v for v in legacy.values())
+        return "mean" if size_average and reduce else "sum" if reduce else "none"
     r = b.lit("reduction", "mean")
     if r not in allowed:
         raise Manual("reduction= must be a literal " + "/".join(repr(a) for a in allowed))
@@ -1706,7 +1710,8 @@ _LOSS_DEFS = [
       Case("crit = nn.NLLLoss(weight=w); crit(a, y)", a="f6,5", y="i6:5", w="p5")]),
     ("mse_loss", "input, target, size_average, reduce, reduction, weight", _pointwise_loss(lambda b: f"{b.optax}.squared_error({b['input']}, {b['target']})"),
      "optax.squared_error(x, y).mean()", "", "MSELoss", "size_average, reduce, reduction",
-     [Case("@(a, b)", a="f3,4", b="f3,4"), Case("@(a, b, reduction='sum')", a="f3,4", b="f3,4"), Case("@(a, b, reduction='none')", a="f3,4", b="f3,4"),
+     [Case("@(a, b)", a="f3,4", b="f3,4"), Case("nn.MSELoss(size_average=False)(a, b)", a="f3,4", b="f3,4"),
+      Case("@(a, b, size_average=None, reduce=True, reduction='none')", a="f3,4", b="f3,4"), Case("@(a, b, reduction='sum')", a="f3,4", b="f3,4"), Case("@(a, b, reduction='none')", a="f3,4", b="f3,4"),
       Case("crit = nn.MSELoss(); crit(a, b)", a="f3,4", b="f3,4")]),
     ("l1_loss", "input, target, size_average, reduce, reduction", _pointwise_loss(lambda b: f"{b.jnp}.abs({b.atom('input')} - {b.atom('target')})"),
      "jnp.abs(x - y).mean()", "", "L1Loss", "size_average, reduce, reduction",
@@ -1724,7 +1729,8 @@ _LOSS_DEFS = [
      "-(y * jnp.maximum(jnp.log(p), -100.0) + (1 - y) * jnp.maximum(jnp.log(1 - p), -100.0))", "torch clamps the logs at -100",
      "BCELoss", "weight, size_average, reduce, reduction",
      [Case("@(p, y)", p="u3,4", y="u3,4"), Case("@(p, y, weight=w, reduction='sum')", p="u3,4", y="u3,4", w="p4"),
-      Case("crit = nn.BCELoss(); crit(p, y)", p="u5", y="u5")]),
+      Case("crit = nn.BCELoss(); crit(p, y)", p="u5", y="u5"), Case("@(p, y, size_average=False)", p="u3,4", y="u3,4"),
+      Case("@(p, y, size_average=True, reduce=False)", p="u3,4", y="u3,4")]),
     ("binary_cross_entropy_with_logits", "input, target, weight, size_average, reduce, reduction, pos_weight", _pointwise_loss(_bce_logits),
      "optax.sigmoid_binary_cross_entropy(x, y).mean()", "pos_weight: -(pos_weight * y * log_sigmoid(x) + (1 - y) * log_sigmoid(-x))",
      "BCEWithLogitsLoss", "weight, size_average, reduce, reduction, pos_weight",

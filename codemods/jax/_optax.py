@@ -19,7 +19,7 @@ dampening, Adam amsgrad, maximize, OneCycleLR's momentum cycling, LambdaLR, ...)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import libcst as cst
@@ -51,9 +51,11 @@ OPTIMIZERS = {
 }
 # torch.optim optimizers porter does not port, and why (JX201 reports them at the line)
 UNPORTED = {
-    "LBFGS": "torch.optim.LBFGS runs its closure several times per step (line search, max_iter inner iterations); "
-             "optax.lbfgs takes one gradient per update and its own line search: write the loop with "
-             "optax.lbfgs and optax.value_and_grad_from_state by hand",
+    "LBFGS": "torch.optim.LBFGS runs its closure up to max_iter (20) times per step(), keeps history_size (100) "
+             "pairs and by default searches no line (line_search_fn=None: steps of lr, the first scaled by "
+             "min(1, 1/|g|_1)); optax.lbfgs takes one gradient per update, keeps memory_size=10 and runs a zoom "
+             "line search by default: not the same iterates. Write the loop with optax.lbfgs(memory_size=..., "
+             "linesearch=...) and optax.value_and_grad_from_state by hand",
     "SparseAdam": "SparseAdam updates only the rows of sparse gradients; JAX gradients are dense (use optax.adam, "
                   "which also moves the rows a batch did not touch)",
 }
@@ -101,6 +103,7 @@ SCHEDULERS = {
     "CosineAnnealingWarmRestarts": Sig.parse("optimizer, T_0, T_mult, eta_min, last_epoch, verbose"),
     "CyclicLR": Sig.parse("optimizer, base_lr, max_lr, step_size_up, step_size_down, mode, gamma, scale_fn, scale_mode, "
                           "cycle_momentum, base_momentum, max_momentum, last_epoch, verbose"),
+    "SequentialLR": Sig.parse("optimizer, schedulers, milestones, last_epoch, verbose"),
 }
 SCHEDULER_PREFIX = "torch.optim.lr_scheduler."
 
@@ -363,6 +366,43 @@ def schedule(kind: str, b: Bound, lr: str) -> tuple[str, bool]:
         raise Manual("MultiplicativeLR with a factor that depends on the epoch (or is not a lambda): the product of "
                      "its factors over the steps needs a hand port (optax.piecewise_constant_schedule for known steps)")
     raise Manual(f"{kind} is not ported (porter ports {', '.join(SCHEDULERS)})")
+
+
+# the schedulers SequentialLR restarts exactly: torch calls `scheduler.step(0)` at a milestone,
+# which sets the closed form at epoch 0 (the base rate); optax.join_schedules hands the next
+# schedule `step - milestone`, the same restart
+_RESTARTABLE = ("StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "LinearLR", "ConstantLR", "PolynomialLR")
+
+
+def _sequential(ctx: FileContext, p: "Plan", b: Bound, lr: str) -> str:
+    """SequentialLR(optimizer, schedulers=[...], milestones=[...]) -> optax.join_schedules."""
+    parts = b.node("schedulers")
+    if not isinstance(parts, (cst.List, cst.Tuple)) or any(e.star for e in parts.elements if hasattr(e, "star")):
+        raise Manual("SequentialLR's schedulers= is not a literal list")
+    milestones = b.lit("milestones")
+    if not (isinstance(milestones, (list, tuple)) and all(isinstance(m, int) and not isinstance(m, bool) for m in milestones)
+            and list(milestones) == sorted(set(milestones)) and len(milestones) == len(parts.elements) - 1):
+        raise Manual("SequentialLR's milestones= is not a literal increasing list of integers, one fewer than the schedulers")
+    exprs = []
+    for element in parts.elements:
+        node = element.value
+        if isinstance(node, cst.Name) and node.value in p.sub_schedulers:
+            node = p.sub_schedulers[node.value][1]
+        q = ctx.qualname(node.func) if isinstance(node, cst.Call) else None
+        if not is_scheduler(q):
+            raise Manual(f"SequentialLR's scheduler {code(element.value)} is not a scheduler built in this file")
+        kind = q.rsplit(".", 1)[1]
+        if kind not in _RESTARTABLE:
+            raise Manual(f"SequentialLR restarts {kind} with step(0), which has no closed form to restart from: "
+                         f"porter joins only {', '.join(_RESTARTABLE)}")
+        first = astutil.arg(node, "optimizer", 0)
+        if first is None or code(first.value) != p.target:
+            raise Manual(f"SequentialLR's scheduler {code(element.value)} is built on another optimizer")
+        sub = bind(node, SCHEDULERS[kind], ctx)
+        expr, _per_batch = schedule(kind, sub, lr)
+        b.used |= sub.used
+        exprs.append(expr)
+    return f"{b.optax}.join_schedules([{', '.join(exprs)}], [{', '.join(str(m) for m in milestones)}])"
 
 
 def _one_cycle(b: Bound, what: str) -> str:
@@ -631,6 +671,8 @@ class Plan:
     scheduler_error: Optional[str] = None  # why the scheduler cannot be folded in
     lambda_edit: Optional[tuple] = None  # LambdaLR: (the user's def, its traceable version)
     scheduler_after: bool = False  # the scheduler's statement reads the optimizer (ReduceLROnPlateau)
+    # SequentialLR's schedulers built in statements of their own: name -> (statement, call)
+    sub_schedulers: dict = field(default_factory=dict)
 
 
 def _assign_of(stmt: cst.CSTNode) -> Optional[tuple[str, cst.Call]]:
@@ -671,6 +713,7 @@ def plans(ctx: FileContext) -> list[Plan]:
             plan = Plan(stmt, call, qual, target, block)
             out.append(plan)
     # schedulers: attach each to its optimizer (same block, after it)
+    found: dict[int, list] = {}
     for block in _blocks(ctx.module):
         for stmt in block.body:
             got = _assign_of(stmt)
@@ -682,23 +725,46 @@ def plans(ctx: FileContext) -> list[Plan]:
                 continue
             first = astutil.arg(call, "optimizer", 0)
             owner = [p for p in out if first is not None and code(first.value) == p.target]
-            if not owner:
-                continue
-            p = owner[0]
-            if p.scheduler_stmt is not None:
-                p.scheduler_error = "two schedulers on one optimizer (chained schedulers) are not ported"
-                continue
-            p.scheduler_stmt, p.scheduler_call, p.scheduler_target = stmt, call, target
-            if p.block is not block or list(block.body).index(stmt) < list(block.body).index(p.stmt):
-                p.scheduler_error = "the scheduler is built in another block than its optimizer"
+            if owner:
+                found.setdefault(id(owner[0]), []).append((stmt, call, target, block, qual))
+    for p in out:
+        scheds = sorted(found.get(id(p), []), key=lambda o: list(o[3].body).index(o[0]))
+        if not scheds:
+            continue
+        stmt, call, target, block, qual = scheds[-1]
+        others = scheds[:-1]
+        if others and not (qual.endswith(".SequentialLR") and {o[2] for o in others} <= set(_sequence_names(call))):
+            stmt, call, target, block, qual = scheds[0]
+            p.scheduler_error = "two schedulers on one optimizer (chained schedulers) are not ported"
+        elif others:  # SequentialLR over schedulers built before it: they are its parts
+            p.sub_schedulers = {o[2]: (o[0], o[1]) for o in others}
+        p.scheduler_stmt, p.scheduler_call, p.scheduler_target = stmt, call, target
+        if any(o[3] is not p.block for o in scheds) or any(
+                list(block.body).index(o[0]) < list(block.body).index(p.stmt) for o in scheds if o[3] is block):
+            p.scheduler_error = "the scheduler is built in another block than its optimizer"
     ctx.cache[key] = out
     return out
 
 
+def _sequence_names(call: cst.Call) -> list[str]:
+    """The names in SequentialLR's literal `schedulers=` list (inline constructors excluded)."""
+    arg = astutil.arg(call, "schedulers", 1)
+    if arg is None or not isinstance(arg.value, (cst.List, cst.Tuple)):
+        return []
+    return [e.value.value for e in arg.value.elements if isinstance(e.value, cst.Name)]
+
+
 def scheduler_plan(ctx: FileContext, call: cst.Call) -> Optional[Plan]:
+    """The plan whose scheduler ``call`` is, or is a part of (a SequentialLR's scheduler,
+    inline or built in a statement of its own)."""
     for p in plans(ctx):
-        if p.scheduler_call is call:
+        if p.scheduler_call is call or any(c is call for _s, c in p.sub_schedulers.values()):
             return p
+        if p.scheduler_call is not None and (ctx.qualname(p.scheduler_call.func) or "").endswith(".SequentialLR"):
+            parts = astutil.arg(p.scheduler_call, "schedulers", 1)
+            if parts is not None and isinstance(parts.value, (cst.List, cst.Tuple)) and any(
+                    e.value is call for e in parts.value.elements):
+                return p
     return None
 
 
@@ -857,6 +923,8 @@ def fold(ctx: FileContext, p: Plan):
         sb = bind(p.scheduler_call, SCHEDULERS[kind], ctx)
         if kind == "LambdaLR":
             expr, p.lambda_edit = lambda_schedule(ctx, sb, lr, p.scheduler_stmt)
+        elif kind == "SequentialLR":
+            expr = _sequential(ctx, p, sb, lr)
         else:
             expr, _per_batch = schedule(kind, sb, lr)
             m_sched = momentum_schedule(kind, sb)

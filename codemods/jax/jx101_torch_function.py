@@ -3,6 +3,7 @@ import libcst as cst
 from porter import astutil
 from porter.rules import Edit, Example, Fix, Rule, Severity, module_fact
 
+from . import _loop as lp
 from . import _ops_table as ops
 from .jx014_module_random import sampler
 
@@ -26,7 +27,13 @@ class TorchFunction(Rule):
     outside a module (noise drawn in the training loop) becomes a float32 draw of numpy's
     generator on the host (`np.random.standard_normal(shape).astype(np.float32)`), handed
     to the jitted step like a batch (other values than torch's generator would draw: the
-    same distribution).
+    same distribution). In other scripts a draw that runs on the host (`torch.randn`,
+    `rand`, `randint`, `randperm`, `normal` at a script's top level, or in a loop
+    statement that no model value flows into, which JX301 keeps before the jitted step's
+    call: a GAN's noise) stays torch's, handed to JAX as an array:
+    `jnp.asarray(np.asarray(torch.randn(n, d)))`, the original's numbers for the same seed (one
+    host-to-device transfer per draw, as a batch is). A draw in a module, a lambda, a
+    function outside a loop or one fed by a forward value is marked for a manual port.
 
     ## Why
     A JAX port cannot call torch: every tensor operation has to become a JAX operation with
@@ -106,14 +113,58 @@ class TorchFunction(Rule):
             """
             import torch
 
-            noise = torch.randn(16, 8)
+            def noise(n):
+                return torch.randn(n, 8)
             """,
             """
             import torch
 
-            noise = torch.randn(16, 8)  # porter: manual
+            def noise(n):
+                return torch.randn(n, 8)  # porter: manual
             """,
             title="random numbers need a PRNG key: marked for a manual port",
+        ),
+        Example(
+            """
+            import torch
+
+            x = torch.randn(10, 3)
+            for images, _ in loader:
+                z = torch.randn(images.shape[0], 64, device=device)
+                idx = torch.randperm(64)
+                fake = G(z[idx])
+            """,
+            """
+            import torch
+            import jax.numpy as jnp
+            import numpy as np
+
+            x = jnp.asarray(np.asarray(torch.randn(10, 3)))
+            for images, _ in loader:
+                z = jnp.asarray(np.asarray(torch.randn(images.shape[0], 64)))
+                idx = jnp.asarray(np.asarray(torch.randperm(64)))
+                fake = G(z[idx])
+            """,
+            title="draws of the host loop keep torch's generator (the original's numbers for the same seed)",
+        ),
+        Example(
+            """
+            import torch
+
+            model = torch.nn.Linear(3, 4)
+            for x in loader:
+                out = model(x)
+                noise = torch.randn(out.shape[0], 4)
+            """,
+            """
+            import torch
+
+            model = torch.nn.Linear(3, 4)
+            for x in loader:
+                out = model(x)
+                noise = torch.randn(out.shape[0], 4)  # porter: manual
+            """,
+            title="a draw fed by a forward value may move into the jitted step: marked for a manual port",
         ),
         Example(
             """
@@ -149,7 +200,30 @@ class TorchFunction(Rule):
             return  # random numbers in a module method: JX014, from the module's nnx.Rngs
         if o.manual and self._host_noise(node):
             return
+        if o.manual and self._host_draw(node):
+            return
         ops.port_call(self, node, o, None)
+
+    def _host_draw(self, node: cst.Call) -> bool:
+        """A draw the port runs on the host (``lp.host_draw``: a script's top level, a loop
+        statement no model value flows into) keeps torch's generator: the original's numbers
+        for the same seed, handed to JAX as an array."""
+        if not lp.host_draw(self.ctx, node):
+            return False
+        parent, grand = self.ctx.parent, self.ctx.enclosing(cst.Call)
+        if (isinstance(parent, cst.Arg) and isinstance(grand, cst.Call) and grand.args and grand.args[0] is parent
+                and self.ctx.qualname(grand.func) in ("numpy.asarray", "numpy.array")):
+            return True  # `np.asarray(torch.randn(3))`: a NumPy array already
+        args = [a for a in node.args if not (a.keyword is not None and a.keyword.value == "device")]
+        if args:
+            args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        draw = cst.Module([]).code_for_node(node.with_changes(args=args))
+        jnp, np_ = self.ctx.module_alias("jax.numpy"), self.ctx.module_alias("numpy")
+        new = cst.parse_expression(f"{jnp}.asarray({np_}.asarray({draw}))")
+        self.report(node, f"{self.ctx.qualname(node.func)} runs on the host: torch's generator draws it (the original's "
+                          "numbers for the same seed), JAX gets the array",
+                    Fix((Edit(node, new),), imports=("jax.numpy", "numpy")))
+        return True
 
     def _host_noise(self, node: cst.Call) -> bool:
         """``torch.randn(shape, device=d)`` / ``torch.rand`` in a script that seeds numpy's

@@ -15,7 +15,9 @@ class LossFunction(Rule):
     is visibly a float tensor), `F.nll_loss`, `F.mse_loss`, `F.l1_loss`,
     `F.smooth_l1_loss` (Huber / beta), `F.huber_loss`, `F.binary_cross_entropy` (logs
     clamped at -100 as torch does), `F.binary_cross_entropy_with_logits` (`pos_weight`) and
-    `F.kl_div` (`batchmean`). The deprecated `size_average=`/`reduce=` arguments are reported.
+    `F.kl_div` (`batchmean`). The deprecated `size_average=`/`reduce=` arguments become the
+    reduction torch derives from them (they override `reduction=` in torch too); when they
+    are not literal True/False they are reported.
 
     ## Why
     optax's losses are per-example and know nothing of torch's reductions, ignore_index or
@@ -88,16 +90,32 @@ class LossFunction(Rule):
             """
             import torch.nn.functional as F
 
-            def loss_fn(x, y):
-                return F.mse_loss(x, y, size_average=False)
+            def loss_fn(x, y, p, t):
+                return F.mse_loss(x, y, size_average=False) + F.binary_cross_entropy(p, t, reduce=False).sum()
+            """,
+            """
+            import optax
+            import jax.numpy as jnp
+
+            def loss_fn(x, y, p, t):
+                return optax.squared_error(x, y).sum() + (-(t * jnp.maximum(jnp.log(p), -100.0) + (1 - t) * jnp.maximum(jnp.log(1 - p), -100.0))).sum()
+            """,
+            title="the deprecated size_average= / reduce= as torch reads them",
+        ),
+        Example(
+            """
+            import torch.nn.functional as F
+
+            def loss_fn(x, y, average):
+                return F.mse_loss(x, y, size_average=average)
             """,
             """
             import torch.nn.functional as F
 
-            def loss_fn(x, y):
-                return F.mse_loss(x, y, size_average=False)  # porter: manual
+            def loss_fn(x, y, average):
+                return F.mse_loss(x, y, size_average=average)  # porter: manual
             """,
-            title="deprecated arguments: reported",
+            title="deprecated arguments that are not literal: reported",
         ),
     ]
     valid = ["import optax\nloss = optax.softmax_cross_entropy_with_integer_labels(x, y).mean()\n"]

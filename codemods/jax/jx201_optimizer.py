@@ -55,6 +55,12 @@ class OptimizerToOptax(Rule):
     the rate). OneCycleLR and CyclicLR cycle the momentum unless `cycle_momentum=False`:
     SGD's momentum or Adam's beta1 then is a schedule too, through
     `optax.inject_hyperparams(optax.sgd)(learning_rate=..., momentum=...)`.
+    SequentialLR(optimizer, schedulers=[...], milestones=[...]) over those of the schedulers
+    above that torch restarts exactly at a milestone (`step(0)` sets their closed form at 0:
+    StepLR, MultiStepLR, ExponentialLR, CosineAnnealingLR, LinearLR, ConstantLR,
+    PolynomialLR), built inline in the list or in statements of their own before it, becomes
+    `optax.join_schedules([...], milestones)` (the next schedule counts from its milestone,
+    as the restarted one does); the parts' statements go.
     ReduceLROnPlateau reads a metric each epoch, on the host: the optimizer keeps its rate in
     `optax.inject_hyperparams` state and the scheduler becomes `TorchReduceLROnPlateau(optimizer,
     ...)` (emitted into the port, torch's arguments and rules), built after the optimizer;
@@ -63,7 +69,7 @@ class OptimizerToOptax(Rule):
 
     Options with no exact optax counterpart (SGD dampening, amsgrad, maximize, parameter
     groups, a scheduler that cycles RMSprop's momentum, a LambdaLR function porter cannot make
-    traceable, other schedulers (SequentialLR, ChainedScheduler, MultiplicativeLR), a scheduler stepped with an argument (`scheduler.step(epoch + i / n)`),
+    traceable, other schedulers (ChainedScheduler or two schedulers on one optimizer, a SequentialLR part with no closed form, MultiplicativeLR of the epoch), a scheduler stepped with an argument (`scheduler.step(epoch + i / n)`),
     a schedule whose steps per epoch porter cannot see, Rprop and ASGD under a scheduler)
     leave the optimizer in place, marked `# porter: manual`, with the reason.
 
@@ -340,6 +346,8 @@ class OptimizerToOptax(Rule):
             new_sched = cst.parse_statement(sched_text).with_changes(leading_lines=plan.stmt.leading_lines)
             edits.append(Edit(plan.stmt, cst.FlattenSentinel([new_sched, new_opt])))
             edits.append(Edit(plan.scheduler_stmt, cst.RemoveFromParent()))
+        for sub_stmt, _call in plan.sub_schedulers.values():  # a SequentialLR's parts: in its schedule now
+            edits.append(Edit(sub_stmt, cst.RemoveFromParent()))
         from porter.codemods.gluon import _script
 
         helpers = [h for h in _optax.TORCH_TRANSFORMS if f"{h}(" in opt_text + (sched_text or "")
@@ -361,7 +369,9 @@ class OptimizerToOptax(Rule):
         # `import torch.optim as optim`, `from torch.optim.lr_scheduler import StepLR`: removed once unused
         removals = [("torch.optim", None), ("torch", "optim"), ("torch.optim.lr_scheduler", None),
                     ("torch.optim", "lr_scheduler")]
-        for name in (self.ctx.qualname(plan.call.func), self.ctx.qualname(plan.scheduler_call.func) if plan.scheduler_call else None):
+        subs = [self.ctx.qualname(c.func) for _s, c in plan.sub_schedulers.values()]
+        for name in (self.ctx.qualname(plan.call.func), self.ctx.qualname(plan.scheduler_call.func) if plan.scheduler_call else None,
+                     *subs):
             if name and "." in name:
                 module, _, short = name.rpartition(".")
                 removals.append((module, short))

@@ -53,7 +53,11 @@ class TrainStep(Rule):
     A loop with two optimizers (a GAN's D and G steps) gets one step per optimizer; a
     forward statement of the first step that the second one's loss reads (`fake =
     netG(noise)`) is computed again inside the second step, so that its gradient reaches the
-    second model.
+    second model. A call of a module-level helper of no arguments that only zeroes
+    gradients (`def reset_grad(): d_opt.zero_grad(); g_opt.zero_grad()`) counts as the
+    step's `zero_grad()`. A plain copy of a forward value (`real_score = scores`, no call)
+    that a later forward statement rebinds is taken inside the step and returned, so the
+    loop reads the value torch's loop reads.
 
     In a method (a trainer class), the attributes the loop reads (`self.model`,
     `self.optimizer`, `self.criterion`, `self.args.clip`) are handled like local names: the
@@ -364,6 +368,57 @@ class TrainStep(Rule):
             unsafe=True,
             title="two optimizers (a GAN at module level): one step each; the generator's output is computed again in its own step; "
                   "the other model is an argument of the differentiated function (its BatchNorm statistics update), not differentiated",
+        ),
+        Example(
+            """
+            import torch
+
+            d_opt = torch.optim.Adam(D.parameters())
+            g_opt = torch.optim.Adam(G.parameters())
+
+            def reset_grad():
+                d_opt.zero_grad()
+                g_opt.zero_grad()
+
+            for x in loader:
+                scores = D(x)
+                real_score = scores
+                scores = D(G(z))
+                d_loss = bce(real_score, ones) + bce(scores, zeros)
+                reset_grad()
+                d_loss.backward()
+                d_opt.step()
+                print(real_score.mean().item(), scores.mean().item())
+            """,
+            """
+            import torch
+            import flax.nnx as nnx
+
+            d_opt = torch.optim.Adam(D.parameters())
+            g_opt = torch.optim.Adam(G.parameters())
+
+            def reset_grad():
+                d_opt.zero_grad()
+                g_opt.zero_grad()
+
+            @nnx.jit
+            def train_step(D, d_opt, x, G):
+                def loss_fn(D, G):
+                    scores = D(x)
+                    real_score = scores
+                    scores = D(G(z))
+                    d_loss = bce(real_score, ones) + bce(scores, zeros)
+                    return d_loss, (scores, real_score)
+                (d_loss, (scores, real_score)), grads = nnx.value_and_grad(loss_fn, has_aux=True)(D, G)
+                d_opt.update(D, grads)
+                return d_loss, scores, real_score
+
+            for x in loader:
+                d_loss, scores, real_score = train_step(D, d_opt, x, G)
+                print(real_score.mean().item(), scores.mean().item())
+            """,
+            title="a helper that only zeroes gradients is the step's zero_grad(); a copy of a forward value that the "
+                  "forward pass then rebinds (`real_score = scores`) is taken inside the step and returned",
         ),
         Example(
             """
