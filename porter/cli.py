@@ -404,6 +404,10 @@ def verify(
     if script:
         if dtype not in ("auto", "float32", "float64"):
             raise UsageError(f"unknown dtype {dtype!r} (auto, float32, float64)")
+        from porter.verify.script import original_is_mxnet
+
+        if dtype == "float64" and original_is_mxnet(original):
+            raise UsageError("--dtype float64: an MXNet original runs in float32 (Gluon's default); use auto or float32")
         report = verify_script(ScriptRequest(original, ported, steps or 12, tuple(ctx.args), seed, dtype,
                                              rtol, atol, budgets, timeout, memory_mb, synthetic_size=synthetic_size))
     else:
