@@ -32,7 +32,8 @@ then, and BatchNorm's running statistics, which MXNet updates in the backward pa
 the initial ones), the parameters of the model that trainer trains under the names a port's
 ``state_dict`` has (``side_mxnet.torch_style_names``), as ``DIR/weights_<i>.npz`` of
 ``porter.verify.weights``. ``--no-shuffle`` makes every ``gluon.data.DataLoader`` read its
-dataset in order (the port's shuffling draws from another generator). The record also counts
+dataset in order (the port's shuffling draws from another generator). Without a GPU,
+``mx.gpu(i)`` gives ``mx.cpu(i)``, so a script that names GPU contexts runs on the CPU. The record also counts
 the calls of MXNet's random samplers during the compared steps and names the model's dropout
 layers: random numbers MXNet draws cannot be drawn the same by a port.
 
@@ -211,6 +212,16 @@ def install(recorder: _Recorder, no_shuffle: bool) -> list[str]:
     from mxnet.optimizer import optimizer as optim_mod
 
     notes: list[str] = []
+    if mx.context.num_gpus() == 0:
+        # a script that names mx.gpu(i) without asking num_gpus() runs on the CPU (its GPU path)
+        cpu = mx.context.cpu
+
+        def gpu(device_id=0):
+            if not any("mx.gpu" in n for n in notes):
+                notes.append("the original's mx.gpu(i) contexts were served by mx.cpu(i) (no GPU here)")
+            return cpu(device_id)
+
+        mx.gpu = mx.context.gpu = gpu
     nd_backward = mx.nd.NDArray.backward
 
     def backward(self, out_grad=None, *args, **kwargs):
