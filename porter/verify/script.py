@@ -45,6 +45,7 @@ class ScriptRequest:
     memory_mb: float = 16384.0
     synthetic_size: Optional[int] = None  # samples in each synthetic stand-in for a torchvision dataset
     files: Optional[Path] = None  # a folder copied into both sides' working directories (data the scripts read)
+    env: Optional[dict] = None  # environment variables for both sides (MXNET_HOME=... for an MXNet original's datasets)
 
 
 def _side(role: str, path: Path, backend: str, record: dict) -> SideReport:
@@ -355,6 +356,9 @@ def _mxnet_alignment_notes(orig: dict, port: dict, jax_port: bool) -> list[str]:
         calls = ", ".join(f"{k} x{n}" for k, n in orig["random_calls"].items())
         notes.append(f"the original drew random numbers from MXNet's generator in the compared steps ({calls}): the "
                      "port draws from another generator, so the steps that use them cannot match")
+    if orig.get("random_augmentations"):
+        notes.append("the original's data pipeline has random augmentations (" + ", ".join(orig["random_augmentations"])
+                     + "): MXNet's and the port's draws differ, so the batches and their losses cannot match")
     loaded = (port.get("jax") or {}).get("weights_loaded", []) if jax_port else port.get("weights_loaded", [])
     if not orig.get("exported_weights"):
         notes.append("the original made no gluon.Trainer whose model's initial weights could be exported: each side "
@@ -394,11 +398,12 @@ def verify_mxnet_script(req: ScriptRequest) -> Report:
             _copy_files(req.files, work / side)
         orig = trace_mxnet_script(req.original, req.args, seed=req.seed, max_steps=req.steps,
                                   export_weights=work / "weights", no_shuffle=True, timeout=req.timeout,
-                                  memory_mb=req.memory_mb, cwd=work / "original")
+                                  memory_mb=req.memory_mb, cwd=work / "original", env=dict(req.env or {}))
         orig_ran = orig.get("status") == "ok" or _failed_after(orig, 1)
         port: dict = {}
         if orig_ran:
             env = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""} if jax_port else {"PJRT_DEVICE": "CPU"}
+            env.update(req.env or {})
             extra = dict(jax=True, jax_weights=work / "weights") if jax_port else dict(torch_weights=work / "weights")
             port = trace_script(req.port, req.args, cwd=work / "port", env=env, host_random=True, seed=req.seed,
                                 max_steps=req.steps, no_shuffle=True, timeout=req.timeout, memory_mb=req.memory_mb,

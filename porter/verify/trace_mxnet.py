@@ -33,7 +33,10 @@ the initial ones), the parameters of the model that trainer trains under the nam
 ``state_dict`` has (``side_mxnet.torch_style_names``), as ``DIR/weights_<i>.npz`` of
 ``porter.verify.weights``. ``--no-shuffle`` makes every ``gluon.data.DataLoader`` read its
 dataset in order (the port's shuffling draws from another generator). Without a GPU,
-``mx.gpu(i)`` gives ``mx.cpu(i)``, so a script that names GPU contexts runs on the CPU. The record also counts
+``mx.gpu(i)`` gives ``mx.cpu(i)``, so a script that names GPU contexts runs on the CPU. A
+``gluon.data.vision`` dataset (CIFAR10, MNIST, ...) whose files exist but are not the published
+ones (their sha1 differs: synthetic files in the dataset's layout) reads them as they are
+instead of downloading the real ones. The record also counts
 the calls of MXNet's random samplers during the compared steps and names the model's dropout
 layers: random numbers MXNet draws cannot be drawn the same by a port.
 
@@ -74,6 +77,7 @@ class _Recorder:
         self.in_trainer = 0
         self.random_calls: dict[str, int] = {}
         self.dropouts: set[str] = set()
+        self.augmentations: set[str] = set()
         self.printed: set[int] = set()
         self.t0 = time.perf_counter()
 
@@ -139,7 +143,8 @@ class _Recorder:
         return {"num_steps": len(steps), "steps": steps, "losses": [s["losses"] for s in steps],
                 "unstepped_losses": len(self.pending), "notes": notes,
                 "exported_weights": [self.exported[i] for i in sorted(self.exported)],
-                "random_calls": dict(sorted(self.random_calls.items())), "dropout_layers": sorted(self.dropouts)}
+                "random_calls": dict(sorted(self.random_calls.items())), "dropout_layers": sorted(self.dropouts),
+                "random_augmentations": sorted(self.augmentations)}
 
 
 def model_of(params: list) -> Any:
@@ -291,29 +296,80 @@ def install(recorder: _Recorder, no_shuffle: bool) -> list[str]:
 
     mx.nd.NDArray.__setitem__ = nd_setitem
 
-    for module, prefix in ((mx.nd.random, "mx.nd.random"), (mx.random, "mx.random")):
-        for name in ("uniform", "normal", "randn", "randint", "exponential", "gamma", "poisson", "multinomial",
-                     "shuffle", "negative_binomial"):
+    from mxnet.gluon.data.vision import datasets as vision
+
+    real_sha1 = vision.check_sha1
+
+    def check_sha1(path, sha1):
+        if real_sha1(path, sha1):
+            return True
+        if os.path.exists(path):  # a synthetic stand-in in the dataset's layout: offline, never downloaded
+            note = (f"dataset files that are not the published ones were read as they are (not downloaded "
+                    f"again): {os.path.basename(os.path.dirname(os.path.abspath(path)))}/")
+            if note not in notes:
+                notes.append(note)
+            return True
+        return False
+
+    vision.check_sha1 = check_sha1
+    # MXNet's random samplers as Python calls reach them (mx.nd.random.*, the operators
+    # mx.nd.random_* / sample_*, the image augmenters mx.nd.image.random_* that the
+    # gluon.data.vision transforms call); a hybridized graph's own random operators are not seen
+    for module, prefix in ((mx.nd.random, "mx.nd.random"), (mx.random, "mx.random"), (mx.nd, "mx.nd"),
+                           (mx.nd.image, "mx.nd.image")):
+        for name in dir(module):
+            sampler = name in ("uniform", "normal", "randn", "randint", "exponential", "gamma", "poisson",
+                               "multinomial", "shuffle", "negative_binomial")
+            if module in (mx.nd, mx.nd.image):
+                sampler = name.startswith(("random_", "sample_", "_random_", "_sample_")) or name == "shuffle"
             real = getattr(module, name, None)
-            if callable(real):
+            if sampler and callable(real) and not isinstance(real, type):
                 setattr(module, name, _counting(real, f"{prefix}.{name}", recorder))
 
-    if no_shuffle:
-        loader_init = gluon.data.DataLoader.__init__
-        signature = inspect.signature(loader_init)
+    loader_init = gluon.data.DataLoader.__init__
+    signature = inspect.signature(loader_init)
 
-        def loader(self, *args, **kwargs):
-            bound = signature.bind(self, *args, **kwargs)
+    def loader(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        recorder.augmentations.update(_random_transforms(bound.arguments.get("dataset")))
+        if no_shuffle:
             if bound.arguments.get("shuffle"):
                 bound.arguments["shuffle"] = False
                 if "in order" not in " ".join(notes):
                     notes.append("gluon.data.DataLoader(shuffle=True) read its dataset in order (--no-shuffle), "
                                  "as the port's DataLoader does: the two sides' shuffles draw from different "
                                  "generators")
-            return loader_init(*bound.args, **bound.kwargs)
+        return loader_init(*bound.args, **bound.kwargs)
 
-        gluon.data.DataLoader.__init__ = loader
+    gluon.data.DataLoader.__init__ = loader
     return notes
+
+
+def _random_transforms(dataset: Any) -> set:
+    """The class names of the random augmenters (gluon.data.vision's RandomFlipLeftRight,
+    gluoncv's RandomCrop, ...: blocks whose class name starts with Random) in a dataset's
+    transform chain (``transform``/``transform_first`` closures, Compose's children)."""
+    found: set = set()
+    seen: set = set()
+    todo = [dataset]
+    while todo:
+        obj = todo.pop()
+        if obj is None or id(obj) in seen or len(seen) > 2000:
+            continue
+        seen.add(id(obj))
+        if type(obj).__name__.startswith("Random"):
+            found.add(type(obj).__name__)
+        for attr in ("_fn", "_data", "_dataset", "_transform", "_block", "_children"):
+            value = getattr(obj, attr, None)
+            if isinstance(value, dict):
+                todo.extend(value.values())
+            elif isinstance(value, (list, tuple)):
+                todo.extend(value)
+            elif value is not None and not isinstance(value, (str, bytes, int, float)):
+                todo.append(value)
+        if hasattr(obj, "__self__"):  # a bound method used as the transform
+            todo.append(obj.__self__)
+    return found
 
 
 def _counting(real, name: str, recorder: _Recorder):
