@@ -9,7 +9,8 @@ on real torch_xla or JAX, K optimizer steps each, losses compared step by step.
   loss; it stops after K steps and writes the initial weights by torch name;
 - ports porter writes (tests/data/gluon_verify/split_and_load.py: ``split_and_load``, a
   ``DataLoader`` over an ``ArrayDataset``, BatchNorm, Adam) match their original on both
-  targets, starting from the original's weights;
+  targets (torch_xla: default mode; JAX: ``--unsafe-fixes``), starting from the original's
+  weights;
 - a wrong port (the MLP fixture's torch_xla port with twice the learning rate) matches at step 1
   (same weights, same data) and is reported diverged from step 2 on, exit status 1.
 """
@@ -104,8 +105,9 @@ def test_initial_weights_are_written_by_torch_name(multi_device):
 # --- original against port ---------------------------------------------------------------------
 
 
-def _port(script: Path, target: str, out: Path) -> Path:
-    proc = subprocess.run([sys.executable, "-m", "porter", "migrate", str(script), "--to", target, "--out", str(out)],
+def _port(script: Path, target: str, out: Path, *options: str) -> Path:
+    proc = subprocess.run([sys.executable, "-m", "porter", "migrate", str(script), "--to", target, "--out", str(out),
+                           *options],
                           capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr + proc.stdout
     return out / script.name
@@ -114,8 +116,10 @@ def _port(script: Path, target: str, out: Path) -> Path:
 @pytest.fixture(scope="module")
 def split_and_load_reports(tmp_path_factory):
     reports = {}
-    for target in ("torch-xla", "jax"):
-        port = _port(DATA / "split_and_load.py", target, tmp_path_factory.mktemp(f"port-{target}"))
+    # the torch_xla port in the default (safe) mode; the JAX one with --unsafe-fixes, as the Gluon
+    # fixtures' JAX ports (the JAX forms of porter's Gluon helpers are unsafe fixes, JX015)
+    for target, options in (("torch-xla", ()), ("jax", ("--unsafe-fixes",))):
+        port = _port(DATA / "split_and_load.py", target, tmp_path_factory.mktemp(f"port-{target}"), *options)
         reports[target] = verify_script(ScriptRequest(DATA / "split_and_load.py", port, 4,
                                                       ("--epochs", "1", "--batch-size", "8"), timeout=600))
     return reports

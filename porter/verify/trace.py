@@ -25,6 +25,11 @@ script's folder first on ``sys.path``; the working directory unchanged). The har
   (``porter.verify.trace_jax``); ``--jax-weights DIR`` loads the original's initial weights,
   which ``--export-weights DIR`` writes on the original's side (``porter.verify.weights``);
   ``--reseed-at-optimizer`` seeds torch/random/numpy again as each optimizer is created.
+* ``--torch-weights DIR`` (a torch port of an MXNet original, whose side
+  ``porter.verify.trace_mxnet`` writes them) loads ``DIR/weights_<i>.npz`` into the model of
+  the i-th torch.optim optimizer with ``load_state_dict`` as it is created; ``--no-shuffle``
+  makes every DataLoader read its dataset in order (the other framework shuffles with
+  another generator).
 * when the script imports torch_xla, takes host-side snapshots of the cumulative
   torch_xla metrics: compilations (``CompileTime`` count), device-to-host transfers
   (``TransferFromDeviceTime`` count), graph executions launched (counters
