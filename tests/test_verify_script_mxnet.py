@@ -6,7 +6,8 @@ on real torch_xla or JAX, K optimizer steps each, losses compared step by step.
   per-sample loss stepped with ``trainer.step(batch_size)`` as its mean (what the script logs
   with ``loss.mean().asscalar()``); the per-device losses of ``split_and_load`` over two
   contexts, one backward each or ``autograd.backward`` over the list, sum to the one-context
-  loss; it stops after K steps and writes the initial weights by torch name;
+  loss; it stops after K steps and writes the initial weights by torch name; MXNet's random
+  draws during training (dcgan's noise) are named, the initializers' are not;
 - ports porter writes (tests/data/gluon_verify/split_and_load.py: ``split_and_load``, a
   ``DataLoader`` over an ``ArrayDataset``, BatchNorm, Adam) match their original on both
   targets (torch_xla: default mode; JAX: ``--unsafe-fixes``), starting from the original's
@@ -92,6 +93,19 @@ def test_trainer_step_batch_size_records_the_mean_loss(tmp_path):
     logged = float(run["output"].split("step 2 loss=")[1].split()[0])
     assert run["losses"][1][0] == pytest.approx(logged, abs=2e-6)
     assert run["steps"][1]["scale"] == pytest.approx(1 / 16)
+    # Xavier's draws at the deferred initialization are not random numbers of the training
+    assert run["random_calls"] == {} and run["random_augmentations"] == []
+
+
+def test_random_numbers_of_the_training_are_named(tmp_path):
+    """dcgan draws its noise with mx.nd.random.normal in every iteration: a port cannot draw
+    the same numbers, and the record says so (the verify notes carry it)."""
+    run = trace_mxnet_script(REPO / "fixtures" / "mxnet" / "dcgan" / "train.py",
+                             ("--epochs", "1", "--batch-size", "16", "--num-samples", "48", "--nz", "16", "--ngf", "8",
+                              "--ndf", "8"), seed=0, max_steps=2, no_shuffle=True, timeout=300, cwd=tmp_path)
+    assert run["status"] == "ok", run.get("output")
+    assert run["num_steps"] == 2 and [s["optimizer"] for s in run["steps"]] == [0, 1]  # netD's, then netG's trainer
+    assert run["random_calls"].get("mx.nd.random.normal", 0) >= 1
 
 
 def test_initial_weights_are_written_by_torch_name(multi_device):

@@ -37,8 +37,9 @@ dataset in order (the port's shuffling draws from another generator). Without a 
 ``gluon.data.vision`` dataset (CIFAR10, MNIST, ...) whose files exist but are not the published
 ones (their sha1 differs: synthetic files in the dataset's layout) reads them as they are
 instead of downloading the real ones. The record also counts
-the calls of MXNet's random samplers during the compared steps and names the model's dropout
-layers: random numbers MXNet draws cannot be drawn the same by a port.
+the calls of MXNet's random samplers once training has begun (a trainer exists; not the
+initializers' draws), names the model's dropout layers and the random augmenters of the data
+pipeline: random numbers MXNet draws cannot be drawn the same by a port.
 
 Python API (porter's venv): ``trace_mxnet_script(...)`` runs this in a fresh subprocess of the
 MXNet venv's python (``porter.verify.mxnet_env``) and returns the record.
@@ -107,8 +108,10 @@ class _Recorder:
         self.trainers.append(weakref.ref(trainer))
         return len(self.trainers) - 1
 
-    def on_random(self, name: str) -> None:
-        if self.pending or self.steps:  # in the compared steps (from the first backward pass on)
+    def on_random(self, name: str, caller: str) -> None:
+        # in the training (from the first trainer or backward pass on), not a parameter's
+        # initializer (mx.init.Xavier draws through mx.nd.random too; the port loads those weights)
+        if (self.trainers or self.pending or self.steps) and not caller.startswith("mxnet.initializer"):
             self.random_calls[name] = self.random_calls.get(name, 0) + 1
 
     # -- initial weights --
@@ -374,7 +377,7 @@ def _random_transforms(dataset: Any) -> set:
 
 def _counting(real, name: str, recorder: _Recorder):
     def sample(*args, **kwargs):
-        recorder.on_random(name)
+        recorder.on_random(name, sys._getframe(1).f_globals.get("__name__", ""))
         return real(*args, **kwargs)
 
     sample.__name__ = getattr(real, "__name__", name)
