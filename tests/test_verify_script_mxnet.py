@@ -104,7 +104,8 @@ def test_random_numbers_of_the_training_are_named(tmp_path):
                              ("--epochs", "1", "--batch-size", "16", "--num-samples", "48", "--nz", "16", "--ngf", "8",
                               "--ndf", "8"), seed=0, max_steps=2, no_shuffle=True, timeout=300, cwd=tmp_path)
     assert run["status"] == "ok", run.get("output")
-    assert run["num_steps"] == 2 and [s["optimizer"] for s in run["steps"]] == [0, 1]  # netD's, then netG's trainer
+    # trainerG is made first (index 0), trainerD second: an iteration steps netD, then netG
+    assert run["num_steps"] == 2 and [s["optimizer"] for s in run["steps"]] == [1, 0]
     assert run["random_calls"].get("mx.nd.random.normal", 0) >= 1
 
 
