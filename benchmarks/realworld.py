@@ -104,9 +104,12 @@ SETTINGS = {
     "gluon/gluon-cv/train_mixup_cifar10.py": (["--num-epochs", "1", "--batch-size", "4", "-j", "0", "--model",
                                                "cifar_resnet20_v1", "--save-period", "1000"], "cifar10-bin"),
     "gluon/gluon-cv/dive_deep_cifar10.py": ([], "cifar10-bin"),
-    "gluon/gluon-cv/train_imagenet.py": (["--model", "resnet18_v1", "--data-dir", "imagenet", "--batch-size", "2",
-                                          "--num-epochs", "1", "-j", "0", "--input-size", "64", "--log-interval",
-                                          "1"], "imagenet-folder"),
+    # --use-rec: the script's other MXNet path (ImageNet folders through gluon's DataLoader) hands
+    # split_and_load one image instead of a batch at this commit (`batch_fn(batch[j], ctx)` of a list)
+    "gluon/gluon-cv/train_imagenet.py": (["--model", "resnet18_v1", "--use-rec", "--rec-train", "rec/train.rec",
+                                          "--rec-train-idx", "rec/train.idx", "--rec-val", "rec/val.rec",
+                                          "--rec-val-idx", "rec/val.idx", "--batch-size", "2", "--num-epochs", "1",
+                                          "-j", "1", "--input-size", "64", "--log-interval", "1"], "imagenet-rec"),
     "gluon/gluon-cv/finetune_minc.py": (["--data", "minc", "--model", "resnet18_v1", "-j", "0", "--epochs", "1",
                                          "-b", "2"], "minc-folder"),
     "gluon/gluon-cv/transfer_learning_minc.py": ([], "minc-tiny-zip"),
@@ -217,6 +220,29 @@ def build_data(kind: str, folder: Path) -> str:
             np.concatenate([labels, pixels], axis=1).tofile(d / name)
         return (".mxnet/datasets/cifar10/{data_batch_1..5,test_batch}.bin: CIFAR-10 binary records "
                 "(32 per training file, 64 test), MXNET_HOME=.mxnet")
+    if kind == "imagenet-rec":
+        # MXNet's RecordIO (what mx.io.ImageRecordIter reads): per record the magic 0xced7230a, the
+        # length (continuation flag 0), then IRHeader (flag, label, id, id2) and the JPEG bytes, padded
+        # to 4 bytes; the .idx file: "<id>\t<offset>" per line
+        import io
+        import struct
+
+        from PIL import Image
+
+        d = folder / "rec"
+        d.mkdir(parents=True, exist_ok=True)
+        for split, n in (("train", 16), ("val", 8)):
+            offsets = []
+            with open(d / f"{split}.rec", "wb") as rec:
+                for i in range(n):
+                    buffer = io.BytesIO()
+                    Image.fromarray(rng.integers(0, 255, (72, 72, 3)).astype(np.uint8)).save(buffer, "JPEG")
+                    payload = struct.pack("<IfQQ", 0, float(i % 2), i, 0) + buffer.getvalue()
+                    offsets.append(rec.tell())
+                    rec.write(struct.pack("<II", 0xCED7230A, len(payload)))
+                    rec.write(payload + b"\0" * (-len(payload) % 4))
+            (d / f"{split}.idx").write_text("".join(f"{i}\t{o}\n" for i, o in enumerate(offsets)), encoding="utf-8")
+        return "rec/{train,val}.{rec,idx}: MXNet RecordIO of 16 / 8 random 72x72 JPEGs, labels 0-1"
     if kind in ("imagenet-folder", "minc-folder", "minc-tiny-zip"):
         from PIL import Image
 

@@ -345,6 +345,21 @@ def install(recorder: _Recorder, no_shuffle: bool) -> list[str]:
         return loader_init(*bound.args, **bound.kwargs)
 
     gluon.data.DataLoader.__init__ = loader
+    record_iter = mx.io.ImageRecordIter
+
+    def image_record_iter(*args, **kwargs):
+        # mx.io.ImageRecordIter augments and shuffles in C++: its arguments say what it draws
+        drawn = sorted(k for k, v in kwargs.items() if k.startswith(("rand", "random_", "max_", "min_random"))
+                       or k in ("brightness", "contrast", "saturation", "hue", "pca_noise")
+                       if v not in (None, False, 0, 0.0, "0", ""))
+        if drawn:
+            recorder.augmentations.add(f"ImageRecordIter({', '.join(drawn)})")
+        if no_shuffle and kwargs.get("shuffle"):
+            kwargs["shuffle"] = False
+            notes.append("mx.io.ImageRecordIter(shuffle=True) read its records in order (--no-shuffle)")
+        return record_iter(*args, **kwargs)
+
+    mx.io.ImageRecordIter = image_record_iter
     return notes
 
 
