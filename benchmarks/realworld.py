@@ -22,8 +22,8 @@ ported with their folder but not run) is ported to both targets (torch-xla, jax)
 Gluon scripts' originals run in the MXNet venv (porter/verify/mxnet_env.py,
 porter/verify/trace_mxnet.py); their ports start from the original's initial weights, and the
 files they read are written in the layouts MXNet's and gluoncv's datasets read (CIFAR-10's
-binary records under ``$MXNET_HOME/datasets/cifar10``, ImageNet and MINC image folders, the
-MINC tutorial's zip).
+binary records under ``$MXNET_HOME/datasets/cifar10``, ImageNet RecordIO files, MINC image
+folders, the MINC tutorial's zip).
 
 The results go to benchmarks/results/realworld.json (rewritten after every row, so an
 interrupted run keeps what it measured) and the table to docs/realworld.md:
