@@ -363,7 +363,7 @@ def verify(
     ported: Path = typer.Argument(..., help="The port of it."),
     model: Optional[str] = typer.Option(None, "--model", help="Model level: a name or call evaluated in each file, e.g. \"ResNet(num_classes=10)\"."),
     inputs: List[str] = typer.Option([], "--input", help="Model level: an input, dtype[shape] with an optional <high for integers (float32[8,3,32,32], int64[8,128]<30000); repeat for several. Default: the original's example_inputs()."),
-    script: bool = typer.Option(False, "--script", help="Script level: run both training scripts unmodified (arguments after --)."),
+    script: bool = typer.Option(False, "--script", help="Script level: run both training scripts unmodified (arguments after --); an MXNet/Gluon original runs in the MXNet venv (scripts/bootstrap-mxnet)."),
     steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Training steps to compare (model level 5, script level 12)."),
     optimizer: str = typer.Option("sgd", "--optimizer", help="Model level: sgd (momentum 0.9) or adam."),
     lr: float = typer.Option(0.01, "--lr", help="Model level: learning rate of the comparison steps."),
@@ -404,6 +404,10 @@ def verify(
     if script:
         if dtype not in ("auto", "float32", "float64"):
             raise UsageError(f"unknown dtype {dtype!r} (auto, float32, float64)")
+        from porter.verify.script import original_is_mxnet
+
+        if dtype == "float64" and original_is_mxnet(original):
+            raise UsageError("--dtype float64: an MXNet original runs in float32 (Gluon's default); use auto or float32")
         report = verify_script(ScriptRequest(original, ported, steps or 12, tuple(ctx.args), seed, dtype,
                                              rtol, atol, budgets, timeout, memory_mb, synthetic_size=synthetic_size))
     else:

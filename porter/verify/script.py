@@ -45,6 +45,7 @@ class ScriptRequest:
     memory_mb: float = 16384.0
     synthetic_size: Optional[int] = None  # samples in each synthetic stand-in for a torchvision dataset
     files: Optional[Path] = None  # a folder copied into both sides' working directories (data the scripts read)
+    env: Optional[dict] = None  # environment variables for both sides (MXNET_HOME=... for an MXNet original's datasets)
 
 
 def _side(role: str, path: Path, backend: str, record: dict) -> SideReport:
@@ -205,7 +206,14 @@ def _copy_files(folder: Optional[Path], target: Path) -> None:
         shutil.copytree(folder, target, dirs_exist_ok=True, symlinks=True)
 
 
+def original_is_mxnet(path: Path) -> bool:
+    """An MXNet/Gluon original: it runs in the MXNet venv (``porter.verify.trace_mxnet``)."""
+    return "mxnet" in imported_modules(path.read_text(encoding="utf-8", errors="replace"))
+
+
 def verify_script(req: ScriptRequest) -> Report:
+    if original_is_mxnet(req.original):
+        return verify_mxnet_script(req)
     jax_port = port_backend(req.port).name == "jax"
     auto = req.dtype in (None, "auto")
     if jax_port:
@@ -335,3 +343,133 @@ def verify_script(req: ScriptRequest) -> Report:
     passed = status == "passed"
     return Report("script", passed, status, summary, side_o, side_p, first_divergence=first, health=health,
                   notes=notes, settings=settings, steps=steps)
+
+
+def _mxnet_alignment_notes(orig: dict, port: dict, jax_port: bool) -> list[str]:
+    """What the two sides could not be made to agree on, as the records show it."""
+    notes = []
+    if orig.get("dropout_layers"):
+        notes.append("the original's model has dropout (" + ", ".join(orig["dropout_layers"]) + "): MXNet's and the "
+                     "port's generators draw different masks, so the losses cannot match in training mode; run the "
+                     "script with its dropout off (a --dropout 0 flag) to compare")
+    if orig.get("random_calls"):
+        calls = ", ".join(f"{k} x{n}" for k, n in orig["random_calls"].items())
+        notes.append(f"the original drew random numbers from MXNet's generator in the compared steps ({calls}): the "
+                     "port draws from another generator, so the steps that use them cannot match")
+    if orig.get("random_augmentations"):
+        notes.append("the original's data pipeline has random augmentations (" + ", ".join(orig["random_augmentations"])
+                     + "): MXNet's and the port's draws differ, so the batches and their losses cannot match")
+    loaded = (port.get("jax") or {}).get("weights_loaded", []) if jax_port else port.get("weights_loaded", [])
+    if not orig.get("exported_weights"):
+        notes.append("the original made no gluon.Trainer whose model's initial weights could be exported: each side "
+                     "kept its own initial weights")
+    return notes + [f"port: {n}" for n in loaded]
+
+
+def _weights_loaded(port: dict, jax_port: bool) -> bool:
+    loaded = (port.get("jax") or {}).get("weights_loaded", []) if jax_port else port.get("weights_loaded", [])
+    return bool(loaded) and all(" loaded into " in n for n in loaded)
+
+
+def verify_mxnet_script(req: ScriptRequest) -> Report:
+    """Script-level verification of an MXNet/Gluon original: the original runs in the MXNet
+    venv (``porter.verify.trace_mxnet``) for K optimizer steps, writing its models' initial
+    weights by torch-style name as each trainer's model first runs backward; the port
+    (torch_xla or JAX) runs under ``porter.verify.trace`` and loads them into the model of
+    each optimizer it creates (in creation order); both sides' DataLoaders read in order.
+    Both sides run in float32 (MXNet's default), with tolerances that grow with the step."""
+    from porter.verify.trace_mxnet import trace_mxnet_script
+
+    jax_port = port_backend(req.port).name == "jax"
+    if req.dtype not in (None, "auto", "float32"):
+        raise ValueError(f"--dtype {req.dtype}: an MXNet original runs in float32 (Gluon's default); "
+                         "use --dtype float32 or auto")
+    backend = "mxnet 1.9.1 (the MXNet venv, on the CPU)"
+    port_label = "jax (JAX on the CPU; steps: the jitted functions that update parameters)" if jax_port else "torch-xla"
+    notes = ["an MXNet original: its initial weights go into the port's models (the i-th gluon.Trainer's model into "
+             "the model of the port's i-th optimizer, by the torch names the Gluon rules keep); both sides' "
+             "DataLoaders read their datasets in order; a step's loss is the one whose gradient it applies "
+             "(trainer.step(batch_size) divides a summed loss by the batch size); a step of the original with "
+             "several backward passes is compared by the sum of their losses"]
+    with tempfile.TemporaryDirectory(prefix="porter-verify-") as tmp:
+        work = Path(tmp)
+        for side in ("original", "port"):
+            (work / side).mkdir()
+            _copy_files(req.files, work / side)
+        orig = trace_mxnet_script(req.original, req.args, seed=req.seed, max_steps=req.steps,
+                                  export_weights=work / "weights", no_shuffle=True, timeout=req.timeout,
+                                  memory_mb=req.memory_mb, cwd=work / "original", env=dict(req.env or {}))
+        orig_ran = orig.get("status") == "ok" or _failed_after(orig, 1)
+        port: dict = {}
+        if orig_ran:
+            env = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""} if jax_port else {"PJRT_DEVICE": "CPU"}
+            env.update(req.env or {})
+            extra = dict(jax=True, jax_weights=work / "weights") if jax_port else dict(torch_weights=work / "weights")
+            port = trace_script(req.port, req.args, cwd=work / "port", env=env, host_random=True, seed=req.seed,
+                                max_steps=req.steps, no_shuffle=True, timeout=req.timeout, memory_mb=req.memory_mb,
+                                synthetic_size=req.synthetic_size, **extra)
+    rtol, atol, scaled = tolerance("float32", req.rtol, req.atol)
+    notes.append("both sides ran in float32 (an MXNet original runs in Gluon's default float32)"
+                 + (f"; float32 tolerances grow with the step: step k allows |original - port| <= "
+                    f"k x ({atol:g} + {rtol:g} x |original|)" if scaled else ""))
+    settings = {"steps": req.steps, "args": list(req.args), "seed": req.seed, "dtype": "float32",
+                "dtype_requested": req.dtype or "auto", "rtol": rtol, "atol": atol, "tolerance_scaled": scaled,
+                "port_backend": "jax" if jax_port else "torch-xla", "original_backend": "mxnet"}
+    side_o = _side("original", req.original, backend, orig)
+    notes += [n for n in orig.get("notes", []) if n not in notes]
+    notes += [f"original: {n}" for n in orig.get("exported_weights", [])]
+    if not orig_ran:
+        where = _where_it_stopped(orig)
+        return Report("script", False, "side-failed",
+                      f"the original could not run: {side_o.error}" + (f" ({where})" if where else ""), side_o, None,
+                      notes=notes, settings=settings)
+    if orig.get("status") != "ok":
+        done = orig.get("num_steps", 0)
+        of = "" if done >= req.steps else f" (of the {req.steps} asked for; those are compared)"
+        notes.append(f"the original failed after its {done} optimizer step{'s' if done != 1 else ''}{of}: "
+                     f"{_error_line(orig)}; a failure after the compared steps is not part of the verification")
+        side_o.ok, side_o.error = True, ""
+    side_p = _side("port", req.port, port_label, port)
+    notes += _mxnet_alignment_notes(orig, port, jax_port)
+    notes += [n for n in port.get("synthetic_datasets", []) if n not in notes]
+    port_ran = port.get("status") == "ok" or _failed_after(port, orig.get("num_steps", 0))
+    steps, first = compare_steps(orig.get("losses", []), port.get("losses", []), rtol, atol, scaled, True)
+    if not port_ran:
+        where = _where_it_stopped(port)
+        if where and first is not None:
+            where += f"; diverged before that, first at {first['where']}"
+        elif where and steps:
+            where += f"; the losses of steps 1-{len(steps)} match" if len(steps) > 1 else "; the loss of step 1 matches"
+        where = f" ({where})" if where else ""
+        return Report("script", False, "side-failed", f"the port could not run: {side_p.error}{where}", side_o, side_p,
+                      first_divergence=first, notes=notes, settings=settings, steps=steps)
+    if port.get("status") != "ok":
+        notes.append(f"the port failed after its {port.get('num_steps', 0)} optimizer steps, after the compared "
+                     f"steps: {_error_line(port)}")
+        side_p.ok, side_p.error = True, ""
+    health = script_health(port, req.budgets) if port.get("xla") or not jax_port else None
+    if health is not None and jax_port:
+        health = jax_health(port, health, req.budgets)
+    count_note = None
+    if orig["num_steps"] != port["num_steps"]:
+        count_note = f"the original ran {orig['num_steps']} optimizer steps, the port {port['num_steps']}"
+        notes.append(count_note)
+    if first is not None:
+        status, summary = "diverged", f"diverged first at {first['where']}: |original - port| = {first['max_abs']:.3g}"
+        if not _weights_loaded(port, jax_port):
+            summary += " (the port did not start from the original's initial weights: see the notes)"
+    elif not steps:
+        status, summary = "diverged", "no optimizer step ran on both sides"
+        first = {"key": "steps", "where": count_note or "no steps"}
+    elif not _weights_loaded(port, jax_port):
+        # equal losses from different initial weights would be chance, not a verification
+        status = "diverged"
+        summary = "the port did not start from the original's initial weights (see the notes): the losses are not comparable"
+        first = {"key": "weights", "where": "initial weights"}
+    elif health is not None and not health["within_budget"]:
+        status, summary = "over-budget", "losses match, but XLA health is over budget: " + "; ".join(health["problems"])
+    else:
+        worst = max(s["diff"] for s in steps)
+        status, summary = "passed", f"losses of {len(steps)} steps match (worst |difference| {worst:.3g})"
+    return Report("script", status == "passed", status, summary, side_o, side_p, first_divergence=first,
+                  health=health, notes=notes, settings=settings, steps=steps)

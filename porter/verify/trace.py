@@ -25,6 +25,11 @@ script's folder first on ``sys.path``; the working directory unchanged). The har
   (``porter.verify.trace_jax``); ``--jax-weights DIR`` loads the original's initial weights,
   which ``--export-weights DIR`` writes on the original's side (``porter.verify.weights``);
   ``--reseed-at-optimizer`` seeds torch/random/numpy again as each optimizer is created.
+* ``--torch-weights DIR`` (a torch port of an MXNet original, whose side
+  ``porter.verify.trace_mxnet`` writes them) loads ``DIR/weights_<i>.npz`` into the model of
+  the i-th torch.optim optimizer with ``load_state_dict`` as it is created; ``--no-shuffle``
+  makes every DataLoader read its dataset in order (the other framework shuffles with
+  another generator).
 * when the script imports torch_xla, takes host-side snapshots of the cumulative
   torch_xla metrics: compilations (``CompileTime`` count), device-to-host transfers
   (``TransferFromDeviceTime`` count), graph executions launched (counters
@@ -560,6 +565,8 @@ def run(
     jax_weights: str | None = None,
     jax: bool = False,
     reseed_at_optimizer: bool = False,
+    torch_weights: str | None = None,
+    no_shuffle: bool = False,
 ) -> tuple[dict[str, Any], int]:
     """Run SCRIPT in this process and return (record, exit code).
 
@@ -598,6 +605,14 @@ def run(
             lambda optimizer: exported.append(weights_mod.export(optimizer, export_weights, len(exported))))
     if reseed_at_optimizer and seed is not None:
         recorder.on_optimizer_hooks.append(lambda optimizer: _reseed(seed))
+    loaded: list[str] = []
+    if torch_weights is not None:
+        from porter.verify import weights as weights_mod
+
+        recorder.on_optimizer_hooks.append(
+            lambda optimizer: loaded.append(weights_mod.load_into(optimizer, torch_weights, len(loaded))))
+    if no_shuffle:
+        _no_shuffle()
     if jax:
         from porter.verify import trace_jax
 
@@ -671,12 +686,35 @@ def run(
     )
     if export_weights is not None:
         record["exported_weights"] = exported
+    if torch_weights is not None:
+        record["weights_loaded"] = loaded
+    if no_shuffle:
+        record["notes"].append("torch.utils.data.DataLoader(shuffle=True) read its dataset in order (--no-shuffle)")
     if synthetic is not None:
         record["synthetic_datasets"] = synthetic.notes()
         record["notes"] = synthetic.notes() + record["notes"]
     if shim is not None:
         record["notes"] = shim.notes() + record["notes"]
     return record, exit_code
+
+
+def _no_shuffle() -> None:
+    """Every torch DataLoader reads its dataset in order (``shuffle=True`` made False): the
+    other side of a comparison across frameworks shuffles with another generator."""
+    import inspect
+
+    import torch.utils.data as data
+
+    real = data.DataLoader.__init__
+    signature = inspect.signature(real)
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(self, *args, **kwargs)
+        if bound.arguments.get("shuffle"):
+            bound.arguments["shuffle"] = False
+        real(*bound.args, **bound.kwargs)
+
+    data.DataLoader.__init__ = init
 
 
 def _reseed(seed: int) -> None:
@@ -741,6 +779,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "load_torch_state_dict)")
     parser.add_argument("--reseed-at-optimizer", action="store_true",
                         help="seed torch/random/numpy again as each optimizer is created")
+    parser.add_argument("--torch-weights", default=None, metavar="DIR",
+                        help="load DIR/weights_<i>.npz into the model of the i-th torch.optim optimizer "
+                             "(load_state_dict) as it is created")
+    parser.add_argument("--no-shuffle", action="store_true", help="DataLoaders read their datasets in order")
     parser.add_argument("script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for SCRIPT (or after --)")
     options = parser.parse_args(own)
@@ -751,6 +793,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         synthetic_data=not options.real_datasets, synthetic_size=options.synthetic_size,
         synthetic_image_size=options.synthetic_image_size, export_weights=options.export_weights,
         jax=options.jax, jax_weights=options.jax_weights, reseed_at_optimizer=options.reseed_at_optimizer,
+        torch_weights=options.torch_weights, no_shuffle=options.no_shuffle,
     )
     out = Path(options.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -779,6 +822,8 @@ def trace_script(
     jax: bool = False,
     jax_weights: str | os.PathLike | None = None,
     reseed_at_optimizer: bool = False,
+    torch_weights: str | os.PathLike | None = None,
+    no_shuffle: bool = False,
     timeout: float = 600.0,
     memory_mb: float = 16384.0,
     env: dict[str, str] | None = None,
@@ -814,6 +859,8 @@ def trace_script(
         command += ["--export-weights", str(export_weights)] if export_weights is not None else []
         command += ["--jax"] * jax + ["--reseed-at-optimizer"] * reseed_at_optimizer
         command += ["--jax-weights", str(jax_weights)] if jax_weights is not None else []
+        command += ["--torch-weights", str(torch_weights)] if torch_weights is not None else []
+        command += ["--no-shuffle"] * no_shuffle
         if synthetic_image_size is not None:
             command += ["--synthetic-image-size", f"{synthetic_image_size[0]}x{synthetic_image_size[1]}"]
         command += [str(Path(script).resolve()), "--", *map(str, args)]

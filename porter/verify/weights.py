@@ -59,12 +59,47 @@ def export(optimizer: Any, folder: str, index: int) -> str:
         if t.is_floating_point():
             t = t.float()  # the JAX side runs in float32
         state[key] = t.cpu().numpy().copy()
+    write(folder, index, state, type(model).__name__)
+    return f"optimizer {index}: the initial weights of its {type(model).__name__} ({len(state)} tensors)"
+
+
+def write(folder: str, index: int, state: "dict[str, np.ndarray]", cls: str) -> None:
+    """FOLDER/weights_<index>.npz (the arrays by state-dict name) and its .json (the model's class).
+    numpy only: the MXNet side (``porter.verify.trace_mxnet``) writes them too."""
     target = Path(folder)
     target.mkdir(parents=True, exist_ok=True)
     np.savez(target / f"weights_{index}.npz", **state)
-    (target / f"weights_{index}.json").write_text(json.dumps({"class": type(model).__name__, "keys": len(state)}),
-                                                  encoding="utf-8")
-    return f"optimizer {index}: the initial weights of its {type(model).__name__} ({len(state)} tensors)"
+    (target / f"weights_{index}.json").write_text(json.dumps({"class": cls, "keys": len(state)}), encoding="utf-8")
+
+
+def load_into(optimizer: Any, folder: str, index: int) -> str:
+    """Load FOLDER/weights_<index>.npz into the model of OPTIMIZER (a torch port's i-th
+    torch.optim optimizer) with ``load_state_dict`` (strict); a line for the record."""
+    import torch
+
+    found = load(folder, index)
+    if found is None:
+        return f"optimizer {index}: the original has no weights for it"
+    state, cls = found
+    model = model_of(optimizer)
+    if model is None:
+        return f"optimizer {index}: no model of its own (its parameters are not one module's): its own initial weights stay"
+    own = model.state_dict()
+    tensors = {}
+    for key, value in state.items():
+        t = torch.from_numpy(np.ascontiguousarray(value))
+        target = own.get(key)
+        lazy = isinstance(target, torch.nn.parameter.UninitializedTensorMixin)
+        if target is not None and not lazy and target.is_floating_point() and t.is_floating_point():
+            t = t.to(target.dtype)
+        tensors[key] = t
+    try:
+        model.load_state_dict(tensors)
+    except Exception as exc:  # noqa: BLE001 - the record says why the port kept its own weights
+        first = str(exc).strip().splitlines()
+        return (f"optimizer {index}: the original's {cls} weights could not be loaded into the port's "
+                f"{type(model).__name__}: {type(exc).__name__}: {' '.join(first)[:400]}")
+    return f"optimizer {index}: the original's {cls} weights loaded into the port's {type(model).__name__} ({len(tensors)} tensors)"
 
 
 def load(folder: str, index: int) -> "tuple[dict[str, np.ndarray], str] | None":
