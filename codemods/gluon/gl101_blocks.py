@@ -74,6 +74,7 @@ class GluonBlock(Rule):
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         bases = [b for b in node.bases if self.ctx.qualname(b.value) in _model.BLOCK_BASES]
         if not bases:
+            self._later_forward(node)
             return
         nn, imports = _model.torch_nn(self.ctx)
         new_base = cst.parse_expression(f"{nn}.Module")
@@ -89,6 +90,18 @@ class GluonBlock(Rule):
             if isinstance(n, cst.Call):
                 self._call(n, node, edits)
         self.report(node, f"Gluon block {node.name.value}: a torch nn.Module", Fix(tuple(edits), imports=imports))
+
+    def _later_forward(self, node: cst.ClassDef) -> None:
+        """A block made a torch module in an earlier pass while ``F`` was still used otherwise
+        (``act = F.Activation``, rewritten since): its ``hybrid_forward`` becomes ``forward`` now."""
+        if not any(self.ctx.qualname(b.value) == "torch.nn.Module" for b in node.bases):
+            return
+        for stmt in node.body.body:
+            if (isinstance(stmt, cst.FunctionDef) and stmt.name.value == "hybrid_forward" and len(stmt.params.params) >= 2
+                    and _ops_table.all_f_calls_translate(stmt)):
+                self.report(stmt, f"hybrid_forward of {node.name.value}: forward", Fix((self.replace(
+                    stmt, lambda fn: fn.with_changes(name=cst.Name("forward"), params=fn.params.with_changes(
+                        params=[fn.params.params[0], *fn.params.params[2:]]))),)))
 
     def _call(self, call: cst.Call, cls: cst.ClassDef, edits: list) -> None:
         f = call.func

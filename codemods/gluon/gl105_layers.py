@@ -8,7 +8,9 @@ from porter.rules import Example, Fix, Rule, Severity
 from . import _model, _model_layers
 from ._model_layers import Manual
 
-_STRING_INITS = {"zeros": "init_zero()", "ones": "init_one()"}
+# mx.init's registered names (a string initializer is the class of that name, default arguments)
+_STRING_INITS = {"zeros": "init_zero()", "ones": "init_one()", "normal": "init_normal()", "uniform": "init_uniform()",
+                 "xavier": "init_xavier()"}
 
 
 class GluonLayers(Rule):
@@ -187,7 +189,10 @@ class GluonLayers(Rule):
             _model.report_manual(self, node, f"Gluon layer {q[len('torch.nn.'):]} has no translation")
             return
         kind = _model.gluon_layer(node.func, self.ctx)
-        if kind is None or kind in _model.SEQUENTIALS or kind in ("Block", "HybridBlock"):
+        if kind is None or kind in _model.SEQUENTIALS | _model.CONCURRENTS or kind in ("Block", "HybridBlock"):
+            return
+        if _model._conv_dims(kind) and "Transpose" not in kind and _runtime_kwargs(node):
+            self._runtime_conv(node, kind)
             return
         sig = _model.SIGNATURES.get(kind)
         if sig is None:
@@ -236,6 +241,18 @@ class GluonLayers(Rule):
                 "either": ": lazy when the given input size is 0"}.get(mode, "")
         self.report(node, f"Gluon {kind}: torch layer{note}", Fix(tuple(edits), imports=tuple(dict.fromkeys(imports))))
 
+    def _runtime_conv(self, node: cst.Call, kind: str) -> None:
+        """``nn.Conv2D(use_bias=False, **kwargs)``: the arguments are known when it runs; the
+        emitted ``gluon_conv`` binds Gluon's signature then."""
+        edit, imports = _model.helpers_edit(self.ctx, ["gluon_conv"])
+
+        def rewrite(updated: cst.Call):
+            return updated.with_changes(func=cst.Name("gluon_conv"),
+                                        args=[cst.Arg(cst.Integer(kind[4])), *updated.args])
+
+        self.report(node, f"Gluon {kind} with **kwargs: gluon_conv binds Gluon's arguments when it runs",
+                    Fix((self.replace(node, rewrite), edit), imports=imports))
+
     def _in_size(self, node: cst.Call, plan, size) -> tuple[Optional[str], str]:
         if plan.in_arg is None:
             return None, "plain"
@@ -269,7 +286,7 @@ class GluonLayers(Rule):
         return False
 
     def _init_helpers(self, b) -> list:
-        names = []
+        names = ["frozen"] if _frozen_names(b) else []
         for arg in ("weight_initializer", "bias_initializer"):
             node = b.get(arg)
             if node is None or _model.literal(node) is None:
@@ -290,6 +307,27 @@ class GluonLayers(Rule):
                 continue
             v = _model.literal(node)
             inits.append(f"{pname}={_STRING_INITS[v] if isinstance(v, str) else _model.code(node)}")
+        frozen = _frozen_names(b)
+        if frozen:
+            text = f"frozen({text}, {', '.join(repr(n) for n in frozen)})".replace("'", '"')
         if not inits:
             return text
         return f"with_init({text}, {', '.join(inits)})"
+
+
+def _runtime_kwargs(node: cst.Call) -> bool:
+    """Only keyword arguments, one of them ``**kwargs`` (no ``*args``)."""
+    return any(a.star == "**" for a in node.args) and all(a.keyword is not None or a.star == "**" for a in node.args)
+
+
+def _frozen_names(b) -> list:
+    """BatchNorm's parameters Gluon does not train: gamma with scale=False (fix_gamma), beta
+    with center=False."""
+    if "center" not in b.args and "scale" not in b.args:
+        return []
+    out = []
+    if _model.literal(b.get("scale")) is False:
+        out.append("weight")
+    if _model.literal(b.get("center")) is False:
+        out.append("bias")
+    return out
