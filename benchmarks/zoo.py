@@ -70,7 +70,8 @@ def zoo_cmd(package: str, target: str, out: Path, extra: list[str]) -> list[str]
     return [sys.executable, "-m", "porter", "zoo", package, "--to", target, "--out", str(out), "--format", "json", *extra]
 
 
-def run_slice(name: str, target: str, jobs: int, timeout: float, select: list[str], limit: int) -> dict:
+def run_slice(name: str, target: str, jobs: int, timeout: float, select: list[str], limit: int,
+              atol: float | None = None) -> dict:
     package, sel = slices()[name]
     if sel == ["__timm__"]:
         sel = timm_sample()
@@ -78,6 +79,8 @@ def run_slice(name: str, target: str, jobs: int, timeout: float, select: list[st
     out = WORK / f"{name}-{target}"
     extra = ["--jobs", str(jobs), "--timeout", str(timeout), "--resume",
              "--report", str(RESULTS / f"zoo-{name}-{target}.html")]
+    if atol is not None:
+        extra += ["--atol", str(atol)]
     for s in sel:
         extra += ["--select", s]
     env = dict(os.environ, PJRT_DEVICE=os.environ.get("PJRT_DEVICE", "CPU"))
@@ -147,12 +150,13 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--overhead", type=int, default=0, help="measure the zoo's overhead on N verified models")
+    ap.add_argument("--atol", type=float, default=None, help="absolute tolerance of the comparison (porter zoo --atol)")
     args = ap.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
     results = []
     for name in args.slice or sorted(slices()):
         for target in args.target or ("torch-xla", "jax"):
-            r = run_slice(name, target, args.jobs, args.timeout, args.select, args.limit)
+            r = run_slice(name, target, args.jobs, args.timeout, args.select, args.limit, args.atol)
             results.append(r)
             print(f"{name} {target}: {r.get('summary', {}).get('counts', r.get('error'))} ({r['wall_s']} s)", file=sys.stderr)
     print(table(results))

@@ -45,6 +45,7 @@ FRAMEWORK_TESTS: dict[str, tuple[str, ...]] = {
     "test_static_shape_run.py": ("xla",),
     "test_precision_dist_run.py": ("xla",),
     "test_verify_mxnet.py": ("mxnet", "xla"),
+    "test_gluon_zoo_blocks.py::test_port_matches_mxnet": ("mxnet", "xla"),
     # a port reading its data from a local Cloud Storage emulator trains under torch_xla
     "test_gcs_data.py::test_port_trains_*": ("xla",),
     # the Colab kit's TPU check run with the real frameworks on the CPU

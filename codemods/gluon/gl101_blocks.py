@@ -18,7 +18,9 @@ class GluonBlock(Rule):
     - `def hybrid_forward(self, F, x, ...)` -> `def forward(self, x, ...)`: the `F.*` calls in
       it are the ops GL201 translates (when one of them has no translation, `hybrid_forward`
       and its `F` stay, with the call marked `# porter: manual`: torch then raises at the
-      first call, never computes something else);
+      first call, never computes something else); `F` used otherwise than in a call
+      (`act = F.Activation`, see GL202) also keeps it, and once GL202 has rewritten it the
+      `hybrid_forward` of the class, a torch module by then, becomes `forward` in a later pass;
     - `self.register_child(block, name)` -> `self.add_module(name, block)` (without a name
       Gluon numbers the children: `str(len(self._modules))`).
 

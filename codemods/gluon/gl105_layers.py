@@ -30,19 +30,27 @@ class GluonLayers(Rule):
     | `Embedding(n, d)` | `nn.Embedding(n, d)` |
     | `LayerNorm()` after a Dense, `PReLU(in_channels=c)`, `ELU(a)`, `SELU()`, `GELU()`, `Swish()` | `nn.LayerNorm(n)`, `nn.PReLU(num_parameters=c)`, `nn.ELU(a)`, `nn.SELU()`, `nn.GELU()`, `nn.SiLU()` |
     | `rnn.LSTM(h, layers, input_size=n)`, `rnn.GRU` | `nn.LSTM(n, h, layers)` (`layout="NTC"`: `batch_first=True`) |
+    | `BatchNorm(scale=False, center=False)` | `frozen(nn.BatchNorm2d(C), "weight", "bias")`: gamma/beta kept under their names, not trained (Gluon's grad_req 'null'), and no running-statistics update when nothing the layer reads needs a gradient (MXNet updates them in the backward, which does not run then) |
+    | `contrib.nn.Identity()` | `nn.Identity()` |
+    | `Conv2D(use_bias=False, **kwargs)` | `gluon_conv(2, use_bias=False, **kwargs)`: Gluon's signature bound when it runs (emitted) |
 
     Gluon infers a layer's input size at the first forward (`in_units=0`, `in_channels=0`).
     The rule writes the size where the code shows it: an explicit `in_units`/`in_channels`;
     the output of the layer before it in a Sequential (`Dense(64)` then `Dense(10)`: 64;
     `Conv2D(32)` then `BatchNorm()`: 32; through helper functions that return a layer); the
-    data flow of the block's `forward` (`self.bn1(self.conv1(x))`). Otherwise the layer is
+    data flow of the block's `forward` (`self.bn1(self.conv1(x))`). A BatchNorm's rank (torch's
+    BatchNorm1d/2d/3d) comes from the layer before it, else from the convolutions of the
+    enclosing functions and classes, innermost first, and in each first those added to the
+    same container (`self.features.add(...)`). Otherwise the layer is
     torch's lazy one (`nn.LazyConv2d`, `nn.LazyBatchNorm2d`, `nn.LazyLinear`, or the emitted
     `LazyDense`), which takes the size from its first input as Gluon does; a size given as a
     variable that may be 0 (`in_channels=in_channels` with a default of 0) becomes
     `nn.Conv2d(in_channels, ...) if in_channels else nn.LazyConv2d(...)`.
 
     A layer's own `weight_initializer=` is kept with the layer (`with_init(layer,
-    weight=init)`) for `initialize` (GL106). Arguments torch has no counterpart for (channels-last layouts, `Dropout(axes=)`, BatchNorm without gamma/beta or
+    weight=init)`) for `initialize` (GL106); string initializers are mx.init's registered names
+    (`"zeros"`, `"ones"`, `"normal"`: Normal(0.01), `"uniform"`: Uniform(0.07), `"xavier"`).
+    Arguments torch has no counterpart for (channels-last layouts, `Dropout(axes=)`, BatchNorm
     with `use_global_stats`, shared `params=`, an LSTM without `input_size`) are reported and
     the line is marked `# porter: manual`.
 
