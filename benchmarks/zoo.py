@@ -18,6 +18,10 @@ alternating, and the ratio of wall times is reported (target <= 1.3).
 
     PJRT_DEVICE=CPU .venv/bin/python benchmarks/zoo.py --slice cifar --target torch-xla --jobs 1
     PJRT_DEVICE=CPU .venv/bin/python benchmarks/zoo.py --slice cifar --target torch-xla --overhead 3
+    PJRT_DEVICE=CPU .venv/bin/python benchmarks/zoo.py --slice gluon --target torch-xla --jobs 2 --atol 1e-3 --select resnet18_v1
+
+`--atol` is porter zoo's (the comparison's absolute tolerance; docs/zoo.md says why the Gluon
+runs at 224x224 use 1e-3).
 
 Writes the tables of docs/zoo.md's "Results" section to stdout (counts per status, top
 blockers). A measurement, not a test.

@@ -78,7 +78,7 @@ def test_port_matches_mxnet(port):
     assert proc.returncode == 0 and report["passed"], report["summary"]
     forward = [t["max_abs"] for t in report["tensors"] if t["phase"] in ("layer", "output")]
     assert forward and max(forward) <= 1e-4
-    grads = {t["key"] for t in report["tensors"] if t["phase"] == "grad"}
+    grads = {t["key"] for t in report["tensors"] if t["phase"] == "gradient"}
     # BatchNorm(scale=False, center=False): gamma and beta are not trained, on both sides
     assert "grad/features.0.weight" not in grads and "grad/features.0.bias" not in grads
     assert "grad/features.1.weight" in grads
