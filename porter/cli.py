@@ -446,6 +446,7 @@ def zoo(
     resume: bool = typer.Option(False, "--resume", help="Reuse the results in --out whose code and settings are unchanged."),
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds each side of a model may run."),
     memory_mb: float = typer.Option(8192.0, "--memory-mb", help="Resident memory each side may use."),
+    atol: Optional[float] = typer.Option(None, "--atol", help="Absolute tolerance of the comparison (default by dtype; float32: 1e-5)."),
     fmt: str = typer.Option("text", "--format", help="text, json or html (on stdout)."),
     report_file: Optional[Path] = typer.Option(None, "--report", help="Also write the HTML dashboard here."),
 ) -> None:
@@ -472,7 +473,7 @@ def zoo(
     except SpecError as exc:
         raise UsageError(str(exc)) from None
     options = ZooOptions(package, to, out.resolve(), tuple(models), tuple(select), tuple(inputs), steps, jobs,
-                         executor, resume, timeout, memory_mb)
+                         executor, resume, timeout, memory_mb, atol)
     progress = None
     if sys.stderr.isatty() and fmt != "json":
         from rich.progress import TimeRemainingColumn

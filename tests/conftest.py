@@ -47,6 +47,7 @@ FRAMEWORK_TESTS: dict[str, tuple[str, ...]] = {
     "test_verify_mxnet.py": ("mxnet", "xla"),
     # script-level verify of Gluon originals: MXNet beside torch_xla and JAX ports
     "test_verify_script_mxnet.py": ("mxnet", "xla", "jax"),
+    "test_gluon_zoo_blocks.py::test_port_matches_mxnet": ("mxnet", "xla"),
     # a port reading its data from a local Cloud Storage emulator trains under torch_xla
     "test_gcs_data.py::test_port_trains_*": ("xla",),
     # the Colab kit's TPU check run with the real frameworks on the CPU

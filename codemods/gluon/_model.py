@@ -27,6 +27,9 @@ BLOCK_BASES = frozenset({
     "mxnet.gluon.block.Block", "mxnet.gluon.block.HybridBlock",
 })
 SEQUENTIALS = frozenset({"Sequential", "HybridSequential"})
+# mxnet.gluon.contrib.nn's containers that feed one input to every child and concatenate the outputs
+CONCURRENTS = frozenset({"Concurrent", "HybridConcurrent"})
+GLUON_CONTRIB_NN = "mxnet.gluon.contrib.nn"
 # Gluon layer names torch.nn does not have (a Gluon layer left as it was, once `nn` is torch's)
 GLUON_ONLY = frozenset({
     "Dense", "Conv1D", "Conv2D", "Conv3D", "Conv1DTranspose", "Conv2DTranspose", "Conv3DTranspose", "BatchNorm",
@@ -52,7 +55,7 @@ def gluon_layer(node: cst.CSTNode, ctx: FileContext) -> Optional[str]:
     if not q:
         return None
     for prefix in (GLUON_NN + ".", GLUON_RNN + ".", "mxnet.gluon.nn.basic_layers.", "mxnet.gluon.nn.conv_layers.",
-                   "mxnet.gluon.rnn.rnn_layer."):
+                   "mxnet.gluon.rnn.rnn_layer.", GLUON_CONTRIB_NN + ".", GLUON_CONTRIB_NN + ".basic_layers."):
         if q.startswith(prefix) and "." not in q[len(prefix):]:
             return q[len(prefix):]
     return None
@@ -206,6 +209,9 @@ SIGNATURES = {
             "dtype", "prefix", "params"),
     "Sequential": ("prefix", "params"),
     "HybridSequential": ("prefix", "params"),
+    "Concurrent": ("axis", "prefix", "params"),
+    "HybridConcurrent": ("axis", "prefix", "params"),
+    "Identity": ("prefix", "params"),
     "LayerNorm": ("axis", "epsilon", "center", "scale", "beta_initializer", "gamma_initializer", "in_channels",
                   "prefix", "params"),
     "PReLU": ("alpha_initializer", "in_channels", "prefix", "params"),
@@ -231,7 +237,7 @@ class Size:
 
 
 UNKNOWN = Size(None, None)
-_PASS_THROUGH = frozenset({"BatchNorm", "Dropout", "Activation", "LeakyReLU", "MaxPool1D", "MaxPool2D", "MaxPool3D",
+_PASS_THROUGH = frozenset({"Identity", "BatchNorm", "Dropout", "Activation", "LeakyReLU", "MaxPool1D", "MaxPool2D", "MaxPool3D",
                            "AvgPool1D", "AvgPool2D", "AvgPool3D", "GlobalAvgPool1D", "GlobalAvgPool2D",
                            "GlobalAvgPool3D", "GlobalMaxPool1D", "GlobalMaxPool2D", "GlobalMaxPool3D",
                            "LayerNorm", "PReLU", "ELU", "SELU", "GELU", "Swish"})
@@ -628,7 +634,7 @@ def helpers_edit(ctx: FileContext, names: Sequence[str]) -> tuple[Edit, tuple[st
     return Edit(ctx.module, insert), (*t_imports, *n_imports)
 
 
-_ALL = ("Dense", "LazyDense", "init_xavier", "init_normal", "init_uniform", "init_constant", "init_zero",
+_ALL = ("Concurrent", "gluon_conv", "frozen", "gluon_data_dir", "get_model_file", "Dense", "LazyDense", "init_xavier", "init_normal", "init_uniform", "init_constant", "init_zero",
         "init_one", "with_init", "initialize", "begin_state", "gluon_reshape", "with_activation")
 
 

@@ -125,8 +125,8 @@ def plan(kind: str, b: Bound, size: Size, nn: str, ctx: FileContext, call: cst.C
         axis = _lit(b, "axis", 1)
         if axis != 1:
             raise Manual(f"BatchNorm(axis={axis}): torch normalizes over axis 1")
-        if _lit(b, "center", True) is not True or _lit(b, "scale", True) is not True:
-            raise Manual("BatchNorm without center or scale: torch's affine=False drops both gamma and beta")
+        if _lit(b, "center", True) not in (True, False) or _lit(b, "scale", True) not in (True, False):
+            raise Manual("BatchNorm center/scale that are not literals")
         if _lit(b, "use_global_stats", False) is not False:
             raise Manual("BatchNorm(use_global_stats=True): always the running statistics (torch: eval mode "
                          "for this layer, or track_running_stats with a fixed momentum)")
@@ -149,6 +149,8 @@ def plan(kind: str, b: Bound, size: Size, nn: str, ctx: FileContext, call: cst.C
         lazy_tail = ", ".join(extra)
         return Plan(f"{nn}.BatchNorm{n}d({{in}}{tail})", f"{nn}.LazyBatchNorm{n}d({lazy_tail})", in_arg="in_channels",
                     accepts=("dense", "conv1d", "conv2d", "conv3d"), rank=n)
+    if kind == "Identity":
+        return Plan(f"{nn}.Identity()", None)
     if kind == "Dropout":
         if _lit(b, "axes", ()) not in ((), None):
             raise Manual("Dropout(axes=...) drops whole axes (torch's Dropout1d/2d/3d drop channels only)")
@@ -282,26 +284,52 @@ def _bn_dims(size: Size, ctx: FileContext, call: cst.Call) -> int:
         return int(size.kind[4])
     if size.kind == "dense":
         return 1
-    # the rank of the input is not shown: the convolutions of the enclosing class or function tell
-    scope = None
-    for anc in ctx.ancestors:
-        if isinstance(anc, (cst.ClassDef, cst.FunctionDef)):
-            scope = anc
-            break
-    found = set()
+    # the rank of the input is not shown: the convolutions of the enclosing functions and classes
+    # tell, innermost first; in each, first those added to the same container as the BatchNorm
+    owner = _container(ctx, call)
+    scopes = [a for a in reversed(ctx.ancestors) if isinstance(a, (cst.ClassDef, cst.FunctionDef))] + [ctx.module]
+    for scope in scopes:
+        everything = _layer_dims(scope, ctx, None)
+        for found in ((_layer_dims(scope, ctx, owner),) if owner else ()) + (everything,):
+            if len(found) == 1 and 0 not in found:
+                return next(iter(found))
+    raise Manual("BatchNorm: the rank of its input is not shown by the code (torch has BatchNorm1d/2d/3d)")
+
+
+def _container(ctx: FileContext, call: cst.Call) -> Optional[str]:
+    """``X`` when the BatchNorm is the argument of ``X.add(...)`` / ``X.append(...)``."""
+    anc = ctx.ancestors
+    for i in range(len(anc) - 1, 0, -1):
+        if anc[i] is call:
+            if i >= 2 and isinstance(anc[i - 1], cst.Arg) and isinstance(anc[i - 2], cst.Call):
+                outer = anc[i - 2]
+                if isinstance(outer.func, cst.Attribute) and outer.func.attr.value in ("add", "append"):
+                    return code(outer.func.value)
+            return None
+    return None
+
+
+def _layer_dims(scope: cst.CSTNode, ctx: FileContext, owner: Optional[str]) -> set:
+    """The convolution ranks (1/2/3; 0 for Dense and Embedding) of the Gluon layers made in
+    ``scope`` (only those added to ``owner`` when given: ``owner.add(layer)``)."""
     from porter import astutil
 
-    for node in astutil.walk(scope if scope is not None else ctx.module, into_functions=True):
-        if isinstance(node, cst.Call):
-            kind = _model.gluon_layer(node.func, ctx)
-            if kind is None:
-                helper = _model.helper_function(node, ctx)
-                kind = _model.gluon_layer(helper[1].func, ctx) if helper else None
-            d = _model._conv_dims(kind or "")
-            if d:
-                found.add(d)
-            elif kind in ("Dense", "Embedding"):
-                found.add(0)
-    if len(found) == 1 and 0 not in found:
-        return found.pop()
-    raise Manual("BatchNorm: the rank of its input is not shown by the code (torch has BatchNorm1d/2d/3d)")
+    found = set()
+    for node in astutil.walk(scope, into_functions=True):
+        if not isinstance(node, cst.Call):
+            continue
+        if owner is not None:
+            if not (isinstance(node.func, cst.Attribute) and node.func.attr.value in ("add", "append")
+                    and code(node.func.value) == owner and node.args and isinstance(node.args[0].value, cst.Call)):
+                continue
+            node = node.args[0].value
+        kind = _model.gluon_layer(node.func, ctx)
+        if kind is None:
+            helper = _model.helper_function(node, ctx)
+            kind = _model.gluon_layer(helper[1].func, ctx) if helper else None
+        d = _model._conv_dims(kind or "")
+        if d:
+            found.add(d)
+        elif kind in ("Dense", "Embedding"):
+            found.add(0)
+    return found

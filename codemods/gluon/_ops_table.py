@@ -737,7 +737,18 @@ TABLES = {"mxnet.nd": OPS, "mxnet.ndarray": OPS, "mxnet.sym": OPS, "mxnet.symbol
           "mxnet.np": NP_OPS, "mxnet.numpy": NP_OPS, "mxnet.npx": NPX_OPS, "mxnet.numpy_extension": NPX_OPS}
 
 
+def _without_name(call: cst.Call) -> cst.Call:
+    """Every MXNet operator takes ``name=`` (the symbol's name in a graph): it changes no value."""
+    args = [a for a in call.args if not (a.keyword is not None and a.keyword.value == "name")]
+    if len(args) == len(call.args):
+        return call
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return call.with_changes(args=args)
+
+
 def build(op: Op, call: cst.Call, torch: str) -> str:
+    call = _without_name(call)
     if op.variadic:
         data, rest = [], []
         for a in call.args:
@@ -798,14 +809,15 @@ def all_f_calls_translate(fn: cst.FunctionDef) -> bool:
             except Manual:
                 return False
         elif isinstance(node, cst.Name) and node.value == f and not _is_call_receiver(node, fn):
-            return False  # F passed on or used otherwise
+            return False  # F passed on, or an F.<op> that is not called here (`act = F.Activation`)
     return True
 
 
 def _is_call_receiver(name: cst.Name, fn: cst.FunctionDef) -> bool:
+    """``F`` in ``F.<op>(...)``."""
     from porter import astutil
 
     for node in astutil.walk(fn.body, into_functions=True):
-        if isinstance(node, cst.Attribute) and node.value is name:
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.value is name:
             return True
     return False

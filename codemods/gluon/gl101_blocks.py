@@ -18,7 +18,9 @@ class GluonBlock(Rule):
     - `def hybrid_forward(self, F, x, ...)` -> `def forward(self, x, ...)`: the `F.*` calls in
       it are the ops GL201 translates (when one of them has no translation, `hybrid_forward`
       and its `F` stay, with the call marked `# porter: manual`: torch then raises at the
-      first call, never computes something else);
+      first call, never computes something else); `F` used otherwise than in a call
+      (`act = F.Activation`, see GL202) also keeps it, and once GL202 has rewritten it the
+      `hybrid_forward` of the class, a torch module by then, becomes `forward` in a later pass;
     - `self.register_child(block, name)` -> `self.add_module(name, block)` (without a name
       Gluon numbers the children: `str(len(self._modules))`).
 
@@ -74,6 +76,7 @@ class GluonBlock(Rule):
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         bases = [b for b in node.bases if self.ctx.qualname(b.value) in _model.BLOCK_BASES]
         if not bases:
+            self._later_forward(node)
             return
         nn, imports = _model.torch_nn(self.ctx)
         new_base = cst.parse_expression(f"{nn}.Module")
@@ -89,6 +92,18 @@ class GluonBlock(Rule):
             if isinstance(n, cst.Call):
                 self._call(n, node, edits)
         self.report(node, f"Gluon block {node.name.value}: a torch nn.Module", Fix(tuple(edits), imports=imports))
+
+    def _later_forward(self, node: cst.ClassDef) -> None:
+        """A block made a torch module in an earlier pass while ``F`` was still used otherwise
+        (``act = F.Activation``, rewritten since): its ``hybrid_forward`` becomes ``forward`` now."""
+        if not any(self.ctx.qualname(b.value) == "torch.nn.Module" for b in node.bases):
+            return
+        for stmt in node.body.body:
+            if (isinstance(stmt, cst.FunctionDef) and stmt.name.value == "hybrid_forward" and len(stmt.params.params) >= 2
+                    and _ops_table.all_f_calls_translate(stmt)):
+                self.report(stmt, f"hybrid_forward of {node.name.value}: forward", Fix((self.replace(
+                    stmt, lambda fn: fn.with_changes(name=cst.Name("forward"), params=fn.params.with_changes(
+                        params=[fn.params.params[0], *fn.params.params[2:]]))),)))
 
     def _call(self, call: cst.Call, cls: cst.ClassDef, edits: list) -> None:
         f = call.func

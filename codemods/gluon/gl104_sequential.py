@@ -7,18 +7,74 @@ from . import _model
 
 
 def sequential_owners(ctx) -> frozenset:
-    """Code of every expression a Gluon Sequential/HybridSequential is assigned to
-    (`net`, `self.features`, `layer`), anywhere in the file."""
+    """Code of every expression a Gluon Sequential/HybridSequential (or contrib Concurrent) is
+    assigned to (`net`, `self.features`, `layer`), anywhere in the file; and, followed through
+    the file's own functions, the parameter a container is passed to (`_add_conv(out, ...)`
+    called with one) and the target of a call of a function that returns one
+    (`self.features = self._make_features(...)`)."""
     memo = ctx.cache.get(("gluon-seq-owners", None))
     if memo is None:
         owners = set()
+        functions: dict[str, list[cst.FunctionDef]] = {}
+        assigns, calls = [], []
         for node in astutil.walk(ctx.module, into_functions=True):
-            if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call):
-                if _model.gluon_layer(node.value.func, ctx) in _model.SEQUENTIALS:
+            if isinstance(node, cst.FunctionDef):
+                functions.setdefault(node.name.value, []).append(node)
+            elif isinstance(node, cst.Assign) and isinstance(node.value, cst.Call):
+                if _model.gluon_layer(node.value.func, ctx) in _model.SEQUENTIALS | _model.CONCURRENTS:
                     owners.update(_model.code(t.target) for t in node.targets)
+                else:
+                    assigns.append(node)
+            if isinstance(node, cst.Call):
+                calls.append(node)
+        changed = True
+        while changed:
+            changed = False
+            for node in assigns:
+                fns = functions.get(_callee(node.value))
+                if fns and any(_returns_owner(fn, owners) for fn in fns):
+                    for t in node.targets:
+                        changed |= _model.code(t.target) not in owners
+                        owners.add(_model.code(t.target))
+            for call in calls:
+                for fn in functions.get(_callee(call), ()):
+                    for name in _owner_params(fn, call, owners):
+                        changed |= name not in owners
+                        owners.add(name)
         memo = frozenset(owners)
         ctx.cache[("gluon-seq-owners", None)] = memo
     return memo
+
+
+def _callee(call: cst.Call):
+    """``f`` of ``f(...)`` and ``self.f(...)``."""
+    f = call.func
+    if isinstance(f, cst.Name):
+        return f.value
+    if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value == "self":
+        return f.attr.value
+    return None
+
+
+def _returns_owner(fn: cst.FunctionDef, owners) -> bool:
+    return any(isinstance(n, cst.Return) and n.value is not None and _model.code(n.value) in owners
+               for n in astutil.walk(fn.body, into_functions=False))
+
+
+def _owner_params(fn: cst.FunctionDef, call: cst.Call, owners) -> list:
+    """The parameters of ``fn`` that ``call`` passes a container to."""
+    params = [p.name.value for p in fn.params.params]
+    if params and params[0] == "self" and isinstance(call.func, cst.Attribute):
+        params = params[1:]
+    out = []
+    for i, a in enumerate(call.args):
+        if a.star or _model.code(a.value) not in owners:
+            continue
+        if a.keyword is None and i < len(params):
+            out.append(params[i])
+        elif a.keyword is not None and a.keyword.value in params + [p.name.value for p in fn.params.kwonly_params]:
+            out.append(a.keyword.value)
+    return out
 
 
 class GluonSequential(Rule):
@@ -30,6 +86,11 @@ class GluonSequential(Rule):
     the container is made, one statement after another (also inside `with
     net.name_scope():`), become the constructor's arguments: `nn.Sequential(a, b, c)`, one
     layer a line, with the lines' comments; adds in loops or branches stay `append`.
+
+    `HybridConcurrent(axis=1)` / `Concurrent` of `mxnet.gluon.contrib.nn` (every child gets the
+    same input, the outputs are concatenated on `axis`, Gluon's default -1) -> the emitted
+    `Concurrent(axis)`, an `nn.Sequential` whose forward is `torch.cat([child(x) ...], dim=axis)`;
+    its `add` becomes `append` too.
 
     ## Why
     torch's `nn.Sequential` is the same container: children called in order, named by index.
@@ -43,7 +104,7 @@ class GluonSequential(Rule):
     target = "torch"
     summary = "nn.HybridSequential() + net.add(layer) -> nn.Sequential() + net.append(layer)"
     severity = Severity.ERROR
-    needs_text = ("Sequential",)
+    needs_text = ("Sequential", "Concurrent")
     needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
@@ -91,6 +152,46 @@ class GluonSequential(Rule):
             """,
             title="layers added in a loop",
         ),
+        Example(
+            """
+            from mxnet.gluon import nn
+            from mxnet.gluon.contrib.nn import HybridConcurrent, Identity
+
+            def branches(channels):
+                out = HybridConcurrent(axis=1, prefix="")
+                with out.name_scope():
+                    out.add(Identity())
+                    out.add(nn.Conv2D(channels, 3, padding=1, in_channels=channels))
+                return out
+            """,
+            """
+            from mxnet.gluon import nn
+            from mxnet.gluon.contrib.nn import HybridConcurrent, Identity
+            import torch
+
+
+            class Concurrent(nn.Sequential):
+                \"\"\"Gluon's HybridConcurrent / Concurrent (mxnet.gluon.contrib.nn): every child gets the same
+                input and their outputs are concatenated on `axis` (Gluon's default -1). Children are added
+                with append, so they keep Gluon's indices.\"\"\"
+
+                def __init__(self, axis=-1):
+                    super().__init__()
+                    self.axis = axis
+
+                def forward(self, x):
+                    return torch.cat([layer(x) for layer in self], dim=self.axis)
+
+
+            def branches(channels):
+                out = Concurrent(axis=1)
+                with out.name_scope():
+                    out.append(Identity())
+                    out.append(nn.Conv2D(channels, 3, padding=1, in_channels=channels))
+                return out
+            """,
+            title="contrib's HybridConcurrent: the children's outputs concatenated",
+        ),
     ]
     valid = ["import torch.nn as nn\nseq = nn.Sequential()\nseq.append(nn.ReLU())\n"]
 
@@ -121,6 +222,9 @@ class GluonSequential(Rule):
             self.report(node, f"Gluon {kind}: torch nn.Sequential",
                         Fix((self.replace(node, cst.parse_expression(f"{nn}.Sequential()")),), imports=imports))
             return
+        if kind in _model.CONCURRENTS:
+            self._concurrent(node, kind)
+            return
         if astutil.method_name(node) == "add" and isinstance(node.func, cst.Attribute):
             owner = _model.code(node.func.value)
             if owner not in sequential_owners(self.ctx):
@@ -135,6 +239,18 @@ class GluonSequential(Rule):
                     func=n.func.with_changes(attr=cst.Name("extend")),
                     args=[cst.Arg(cst.List([cst.Element(a.value) for a in n.args]))])),))
             self.report(node, "Sequential.add: append", fix)
+
+
+    def _concurrent(self, node: cst.Call, kind: str) -> None:
+        b = _model.bind(node, _model.SIGNATURES[kind])
+        if b.unknown or b.get("params") is not None:
+            _model.report_manual(self, node, f"{kind} with arguments porter does not know or shared params=")
+            return
+        axis = b.get("axis")
+        text = f"Concurrent({'axis=' + _model.code(axis) if axis is not None else ''})"
+        edit, imports = _model.helpers_edit(self.ctx, ["Concurrent"])
+        self.report(node, f"Gluon {kind}: the emitted Concurrent (torch.cat of the children's outputs)",
+                    Fix((self.replace(node, astutil.parse_expression(text)), edit), imports=imports))
 
 
 def _adds_next(stmt, owner: str) -> bool:

@@ -8,7 +8,9 @@ from porter.rules import Example, Fix, Rule, Severity
 from . import _model, _model_layers
 from ._model_layers import Manual
 
-_STRING_INITS = {"zeros": "init_zero()", "ones": "init_one()"}
+# mx.init's registered names (a string initializer is the class of that name, default arguments)
+_STRING_INITS = {"zeros": "init_zero()", "ones": "init_one()", "normal": "init_normal()", "uniform": "init_uniform()",
+                 "xavier": "init_xavier()"}
 
 
 class GluonLayers(Rule):
@@ -28,19 +30,27 @@ class GluonLayers(Rule):
     | `Embedding(n, d)` | `nn.Embedding(n, d)` |
     | `LayerNorm()` after a Dense, `PReLU(in_channels=c)`, `ELU(a)`, `SELU()`, `GELU()`, `Swish()` | `nn.LayerNorm(n)`, `nn.PReLU(num_parameters=c)`, `nn.ELU(a)`, `nn.SELU()`, `nn.GELU()`, `nn.SiLU()` |
     | `rnn.LSTM(h, layers, input_size=n)`, `rnn.GRU` | `nn.LSTM(n, h, layers)` (`layout="NTC"`: `batch_first=True`) |
+    | `BatchNorm(scale=False, center=False)` | `frozen(nn.BatchNorm2d(C), "weight", "bias")`: gamma/beta kept under their names, not trained (Gluon's grad_req 'null'), and no running-statistics update when nothing the layer reads needs a gradient (MXNet updates them in the backward, which does not run then) |
+    | `contrib.nn.Identity()` | `nn.Identity()` |
+    | `Conv2D(use_bias=False, **kwargs)` | `gluon_conv(2, use_bias=False, **kwargs)`: Gluon's signature bound when it runs (emitted) |
 
     Gluon infers a layer's input size at the first forward (`in_units=0`, `in_channels=0`).
     The rule writes the size where the code shows it: an explicit `in_units`/`in_channels`;
     the output of the layer before it in a Sequential (`Dense(64)` then `Dense(10)`: 64;
     `Conv2D(32)` then `BatchNorm()`: 32; through helper functions that return a layer); the
-    data flow of the block's `forward` (`self.bn1(self.conv1(x))`). Otherwise the layer is
+    data flow of the block's `forward` (`self.bn1(self.conv1(x))`). A BatchNorm's rank (torch's
+    BatchNorm1d/2d/3d) comes from the layer before it, else from the convolutions of the
+    enclosing functions and classes, innermost first, and in each first those added to the
+    same container (`self.features.add(...)`). Otherwise the layer is
     torch's lazy one (`nn.LazyConv2d`, `nn.LazyBatchNorm2d`, `nn.LazyLinear`, or the emitted
     `LazyDense`), which takes the size from its first input as Gluon does; a size given as a
     variable that may be 0 (`in_channels=in_channels` with a default of 0) becomes
     `nn.Conv2d(in_channels, ...) if in_channels else nn.LazyConv2d(...)`.
 
     A layer's own `weight_initializer=` is kept with the layer (`with_init(layer,
-    weight=init)`) for `initialize` (GL106). Arguments torch has no counterpart for (channels-last layouts, `Dropout(axes=)`, BatchNorm without gamma/beta or
+    weight=init)`) for `initialize` (GL106); string initializers are mx.init's registered names
+    (`"zeros"`, `"ones"`, `"normal"`: Normal(0.01), `"uniform"`: Uniform(0.07), `"xavier"`).
+    Arguments torch has no counterpart for (channels-last layouts, `Dropout(axes=)`, BatchNorm
     with `use_global_stats`, shared `params=`, an LSTM without `input_size`) are reported and
     the line is marked `# porter: manual`.
 
@@ -187,7 +197,10 @@ class GluonLayers(Rule):
             _model.report_manual(self, node, f"Gluon layer {q[len('torch.nn.'):]} has no translation")
             return
         kind = _model.gluon_layer(node.func, self.ctx)
-        if kind is None or kind in _model.SEQUENTIALS or kind in ("Block", "HybridBlock"):
+        if kind is None or kind in _model.SEQUENTIALS | _model.CONCURRENTS or kind in ("Block", "HybridBlock"):
+            return
+        if _model._conv_dims(kind) and "Transpose" not in kind and _runtime_kwargs(node):
+            self._runtime_conv(node, kind)
             return
         sig = _model.SIGNATURES.get(kind)
         if sig is None:
@@ -236,6 +249,18 @@ class GluonLayers(Rule):
                 "either": ": lazy when the given input size is 0"}.get(mode, "")
         self.report(node, f"Gluon {kind}: torch layer{note}", Fix(tuple(edits), imports=tuple(dict.fromkeys(imports))))
 
+    def _runtime_conv(self, node: cst.Call, kind: str) -> None:
+        """``nn.Conv2D(use_bias=False, **kwargs)``: the arguments are known when it runs; the
+        emitted ``gluon_conv`` binds Gluon's signature then."""
+        edit, imports = _model.helpers_edit(self.ctx, ["gluon_conv"])
+
+        def rewrite(updated: cst.Call):
+            return updated.with_changes(func=cst.Name("gluon_conv"),
+                                        args=[cst.Arg(cst.Integer(kind[4])), *updated.args])
+
+        self.report(node, f"Gluon {kind} with **kwargs: gluon_conv binds Gluon's arguments when it runs",
+                    Fix((self.replace(node, rewrite), edit), imports=imports))
+
     def _in_size(self, node: cst.Call, plan, size) -> tuple[Optional[str], str]:
         if plan.in_arg is None:
             return None, "plain"
@@ -269,7 +294,7 @@ class GluonLayers(Rule):
         return False
 
     def _init_helpers(self, b) -> list:
-        names = []
+        names = ["frozen"] if _frozen_names(b) else []
         for arg in ("weight_initializer", "bias_initializer"):
             node = b.get(arg)
             if node is None or _model.literal(node) is None:
@@ -290,6 +315,27 @@ class GluonLayers(Rule):
                 continue
             v = _model.literal(node)
             inits.append(f"{pname}={_STRING_INITS[v] if isinstance(v, str) else _model.code(node)}")
+        frozen = _frozen_names(b)
+        if frozen:
+            text = f"frozen({text}, {', '.join(repr(n) for n in frozen)})".replace("'", '"')
         if not inits:
             return text
         return f"with_init({text}, {', '.join(inits)})"
+
+
+def _runtime_kwargs(node: cst.Call) -> bool:
+    """Only keyword arguments, one of them ``**kwargs`` (no ``*args``)."""
+    return any(a.star == "**" for a in node.args) and all(a.keyword is not None or a.star == "**" for a in node.args)
+
+
+def _frozen_names(b) -> list:
+    """BatchNorm's parameters Gluon does not train: gamma with scale=False (fix_gamma), beta
+    with center=False."""
+    if "center" not in b.args and "scale" not in b.args:
+        return []
+    out = []
+    if _model.literal(b.get("scale")) is False:
+        out.append("weight")
+    if _model.literal(b.get("center")) is False:
+        out.append("bias")
+    return out

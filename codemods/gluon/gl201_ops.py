@@ -24,7 +24,8 @@ class GluonOps(Rule):
     `F.reshape` with them -> `gluon_reshape(x, (-3, -1))`, an emitted function that computes
     the shape from the input's as MXNet does.
 
-    MXNet's own semantics are kept where they differ from torch's: a full reduction of the
+    Every operator's `name=` (the symbol's name in a graph, `F.clip(x, 0, 6, name="relu6")`)
+    is dropped: it changes no value. MXNet's own semantics are kept where they differ from torch's: a full reduction of the
     NDArray API has shape `(1,)` (`.reshape(1)`), `argmax` returns float indices, `concat`
     joins on axis 1 by default, `maximum(x, 0.0)` takes a scalar (`torch.clamp`). A call the
     table cannot write with the same semantics (a reshape `shape` that is not a literal, an

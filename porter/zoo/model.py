@@ -64,6 +64,7 @@ class ModelJob:
     steps: int = 2
     timeout: float = 600.0
     memory_mb: float = 8192.0
+    atol: Optional[float] = None  # absolute tolerance of the comparison (None: verify's default by dtype)
     blockers: tuple[dict, ...] = ()  # manual findings in the model's module closure
     port_errors: tuple[dict, ...] = ()  # modules of the closure that could not be ported
     build_error: str = ""
@@ -189,7 +190,7 @@ def run_model(job: ModelJob) -> ModelResult:
                            seconds=round(time.perf_counter() - start, 3), **base)
     original, port = _driver(job, "original"), _driver(job, "port")
     report = verify_model(ModelRequest(original, port, job.expr, tuple(job.inputs), job.steps, "sgd", 0.01, 0,
-                                       Tolerance(), Budgets(), job.timeout, job.memory_mb, reference=True))
+                                       Tolerance(atol=job.atol), Budgets(), job.timeout, job.memory_mb, reference=True))
     status, errors = status_of(report)
     return ModelResult(status=status, summary=report.summary, errors=errors, health=report.health,
                        first_divergence=report.first_divergence, notes=list(report.notes), timings=report.timings,

@@ -17,7 +17,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 from porter.runner import UsageError
 from porter.zoo.cache import FOLDER, ResultCache
@@ -45,10 +45,14 @@ class ZooOptions:
     resume: bool = False
     timeout: float = 600.0
     memory_mb: float = 8192.0
+    atol: Optional[float] = None  # float32's absolute tolerance of the comparison (verify's default 1e-5)
 
     def settings(self) -> dict:
         """What a cached result depends on besides the code."""
-        return {"target": self.target, "steps": self.steps, "timeout": self.timeout, "memory_mb": self.memory_mb}
+        out = {"target": self.target, "steps": self.steps, "timeout": self.timeout, "memory_mb": self.memory_mb}
+        if self.atol is not None:
+            out["atol"] = self.atol
+        return out
 
 
 @dataclass
@@ -195,7 +199,8 @@ def make_jobs(options: ZooOptions, found: dict, port, names: Sequence[str]) -> l
         jobs.append(ModelJob(name=name, module=port_module, expr=m["expr"], inputs=inputs, framework=m["framework"],
                              target=options.target, original_root=original_root, port_root=str(port.root),
                              work=str(work / safe), key=cache_key(digest, settings, fingerprint), steps=options.steps,
-                             timeout=options.timeout, memory_mb=options.memory_mb, blockers=tuple(blockers),
+                             timeout=options.timeout, memory_mb=options.memory_mb, atol=options.atol,
+                             blockers=tuple(blockers),
                              port_errors=tuple(errors), build_error=m.get("build_error", ""),
                              original_module=m["module"]))
     return jobs
