@@ -53,7 +53,7 @@ import libcst as cst
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from porter import engine  # noqa: E402
+from porter import edits, engine  # noqa: E402
 from porter.runner import Settings  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "bench_lsp.json"
@@ -72,7 +72,7 @@ def build_document(lines: int = 3000) -> str:
                 code = module.code_for_node(stmt.with_changes(leading_lines=())).strip()
                 if "__future__" not in code:
                     imports[code] = None
-            elif i == 0 and engine._is_docstring(stmt):
+            elif i == 0 and edits.is_docstring(stmt):
                 continue
             else:
                 rest.append(stmt)

@@ -69,11 +69,10 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 import libcst as cst
-from libcst._nodes.internal import CodegenState
-from libcst._position import CodePosition, CodeRange
-from libcst.metadata.position_provider import PositionProvidingCodegenState
 
+from porter import _libcst_compat as _compat
 from porter import engine
+from porter._libcst_compat import CodePosition, CodeRange, child_fields, is_node_type
 from porter.context import FileContext
 from porter.rules import Finding, Position, Rule
 from porter.rules import StatementFact, computed_module_fact
@@ -429,7 +428,6 @@ def run_statement(stmt: cst.BaseStatement, rules: Sequence[type[Rule]], aliases:
             (visit if kind == "visit" else leave).setdefault(name[6:], []).append((k, getattr(inst, name)))
     dead: set[int] = set()
     importer = _LocalContext(path, aliases, module_names, ancestors)
-    child_fields = engine._child_fields
 
     def call(handlers, node) -> None:
         for k, handler in handlers:
@@ -440,7 +438,6 @@ def run_statement(stmt: cst.BaseStatement, rules: Sequence[type[Rule]], aliases:
             except (_NotLocal, Exception):
                 dead.add(k)
 
-    is_node_type = engine.is_node_type
 
     def walk(node: cst.CSTNode) -> None:
         kind = type(node)
@@ -499,7 +496,7 @@ def _imports_in(node: cst.CSTNode, out: list) -> list:
     if isinstance(node, (cst.Import, cst.ImportFrom)):
         out.append(node)
         return out
-    for fname in engine._child_fields(type(node)):
+    for fname in child_fields(type(node)):
         value = getattr(node, fname)
         if isinstance(value, cst.CSTNode):
             if not isinstance(value, cst.BaseExpression):
@@ -518,7 +515,7 @@ def _has_indent(node: cst.CSTNode) -> bool:
         return True
     if isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite, cst.BaseExpression)):
         return False
-    for fname in engine._child_fields(type(node)):
+    for fname in child_fields(type(node)):
         value = getattr(node, fname)
         items = value if isinstance(value, (tuple, list)) else (value,)
         for item in items:
@@ -528,10 +525,7 @@ def _has_indent(node: cst.CSTNode) -> bool:
 
 
 def _code(module: cst.Module, nodes: Sequence[cst.CSTNode]) -> str:
-    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
-    for n in nodes:
-        n._codegen(state)
-    return "".join(state.tokens)
+    return _compat.code_of(module, nodes)
 
 
 @dataclass(eq=False)
@@ -556,11 +550,7 @@ class _Stmt:
 
     def relative_positions(self, module: cst.Module) -> dict:
         if self.positions is None:
-            sink = engine._PositionSink()
-            state = PositionProvidingCodegenState(
-                default_indent=module.default_indent, default_newline=module.default_newline, provider=sink)
-            self.node._codegen(state)
-            self.positions = sink._computed
+            self.positions = _compat.relative_positions(module, self.node)
         return self.positions
 
 

@@ -26,9 +26,6 @@ The functions above the server class are plain functions of text, usable without
 from __future__ import annotations
 
 import asyncio
-import bisect
-import dataclasses
-import difflib
 import logging
 import re
 import time
@@ -36,14 +33,13 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 from urllib.parse import unquote, urlparse
 
 import libcst as cst
 
-from porter import __version__, astutil, config, engine, incremental, registry
+from porter import __version__, config, edits, engine, incremental, registry
 from porter._layout import REPO
-from porter.context import FileContext
 from porter.rules import Finding, Position, Safety, Severity
 from porter.runner import Settings, UsageError, _parse_error
 
@@ -51,7 +47,6 @@ SOURCE = "porter"
 FIX_ALL_KIND = "source.fixAll.porter"
 DEFAULT_DEBOUNCE = 0.15  # seconds between the last keystroke and the check
 _SUPPRESS_CODES = re.compile(r"(#\s*porter:\s*ignore\[)([A-Za-z0-9_,\s]+)(\])")
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 _WHERE = re.compile(r"\bline (\d+)(?:, column (\d+))?")
 
 log = logging.getLogger("porter.lsp")
@@ -60,10 +55,7 @@ log = logging.getLogger("porter.lsp")
 # --------------------------------------------------------------------------------------
 # Lines and position encodings
 # --------------------------------------------------------------------------------------
-def split_lines(text: str) -> list[str]:
-    """The document's lines as LSP counts them (ends kept): only ``\\n``, ``\\r\\n`` and ``\\r``
-    end a line (``str.splitlines`` also splits at form feeds, U+2028...), as in LibCST."""
-    return _LINE.findall(text)
+split_lines = edits.split_lines  # the document's lines as LSP counts them (ends kept)
 
 
 def _body(line: str) -> str:
@@ -129,13 +121,7 @@ def rule_doc_uri(code: str) -> Optional[str]:
 # --------------------------------------------------------------------------------------
 # One document version, checked
 # --------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TextChange:
-    """Replace the text between two (line, column) positions, 0-based, columns in code points."""
-
-    start: tuple[int, int]
-    end: tuple[int, int]
-    text: str
+TextChange = edits.TextEdit  # (the name of porter.edits.TextEdit in the server's code and tests)
 
 
 @dataclass
@@ -147,36 +133,27 @@ class Analysis:
     settings: Optional[Settings]
     module: Optional[cst.Module] = None
     findings: list[Finding] = field(default_factory=list)
-    positions: dict = field(default_factory=dict)
     error: Optional[str] = None  # the document could not be checked: why
     error_at: tuple[int, int] = (0, 0)  # 0-based line, code-point column of the error
     seconds: float = 0.0
-    _starts: Optional[list[int]] = None
-    _fixes: dict = field(default_factory=dict)
-    _string_lines: Optional[list[tuple[int, int]]] = None
+    editor: Optional[edits.FixEditor] = None  # the findings' fixes as text edits (porter.edits)
     fix_all: Optional[list[TextChange]] = None
     fix_all_error: Optional[str] = None  # why "fix all" failed (engine.PorterError)
     reparsed: Optional[int] = None  # incremental check: top-level statements parsed again (None: all)
-
-    # Where each top-level statement's text begins (0-based line, its leading lines included)
-    def statement_starts(self) -> list[int]:
-        if self._starts is None:
-            assert self.module is not None
-            self._starts = [_chunk_start(self, i) for i in range(len(self.module.body))]
-        return self._starts
+    _inside_string: Optional[Callable[[int], bool]] = None
 
 
 def analyze(text: str, settings: Optional[Settings], path: str = "<string>",
             document: Optional[incremental.Document] = None) -> Analysis:
-    """``engine.check`` of ``text``, keeping what the code actions need (the tree, every
-    node's position). Never raises: a parse error, bad settings or a crashing rule become
-    ``Analysis.error``.
+    """``engine.check`` of ``text``, keeping what the code actions need (the tree, and a
+    :class:`porter.edits.FixEditor` of it). Never raises: a parse error, bad settings or a
+    crashing rule become ``Analysis.error``.
 
     With ``document`` (the incremental checker of this document, reused from version to
     version) only the statements an edit changed are parsed and checked again; the result
     is the same (porter.incremental, tests/test_incremental.py)."""
     t0 = time.perf_counter()
-    an = Analysis(text, split_lines(text), settings)
+    an = Analysis(text, edits.split_lines(text), settings)
     if settings is None:
         an.error = "no settings"
         return an
@@ -184,23 +161,13 @@ def analyze(text: str, settings: Optional[Settings], path: str = "<string>",
         options = settings.options()
         if document is not None:
             checked = document.check(text)
-            an.module, an.findings, an.positions = checked.module, checked.findings, checked.positions  # type: ignore[assignment]
-            an._starts = checked.statement_starts  # (None: computed from the positions when needed)
-            an.reparsed = checked.reparsed
-            an.seconds = time.perf_counter() - t0
-            return an
-        module = engine.parse(text)
-        findings = engine.run_rules(module, engine.applicable_rules(options.rules, text), path)
-        if findings:
-            # engine.attach_positions, keeping the positions of every node for the fixes
-            an.positions = engine.node_positions(module)
-            for f in findings:
-                rng = an.positions.get(f.node)
-                if rng is not None:
-                    f.position = Position(rng.start.line, rng.start.column, rng.end.line, rng.end.column)
-            findings.sort(key=lambda f: (f.position.line, f.position.column, f.code) if f.position else (0, 0, f.code))
-        an.module = module
-        an.findings = engine.drop_suppressed(text, findings)
+            an.module, an.findings, an.reparsed = checked.module, checked.findings, checked.reparsed
+            an.editor = edits.FixEditor(text, checked.module, checked.positions, checked.statement_starts, an.lines)
+            an._inside_string = checked.positions.inside_string
+        else:
+            result = engine.check(text, options, path)
+            an.module, an.findings = result.module, result.findings
+            an.editor = edits.FixEditor(text, result.module, lines=an.lines)
     except engine.PorterError as exc:
         an.error = _parse_error(exc, text)
         m = _WHERE.search(an.error)
@@ -215,355 +182,25 @@ def analyze(text: str, settings: Optional[Settings], path: str = "<string>",
     return an
 
 
-def _chunk_start(an: Analysis, i: int) -> int:
-    """0-based line where top-level statement ``i`` begins, its leading blank/comment lines
-    included (statement 0: the document's start, the module header included). Checked
-    against the text before use (``_span_edits``)."""
-    if i == 0:
-        return 0
-    stmt = an.module.body[i]  # type: ignore[union-attr]
-    decorators = getattr(stmt, "decorators", ())
-    first = an.positions.get(decorators[0] if decorators else stmt)
-    if first is None:
-        return -1
-    return first.start.line - 1 - len(stmt.leading_lines)
-
-
-# --------------------------------------------------------------------------------------
-# Fixes as minimal text edits
-# --------------------------------------------------------------------------------------
-def diff_changes(old: str, new: str, first_line: int = 0) -> list[TextChange]:
-    """The smallest edits that turn ``old`` into ``new``: changed line ranges (difflib), each
-    trimmed to its differing characters. Positions are relative to ``old``, whose first line
-    is line ``first_line`` of the document."""
-    a, b = split_lines(old), split_lines(new)
-    out: list[TextChange] = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if tag == "equal":
-            continue
-        old_block, new_block = "".join(a[i1:i2]), "".join(b[j1:j2])
-        p = _common_prefix(old_block, new_block)
-        s = _common_suffix(old_block[p:], new_block[p:])
-        start = _locate(a, i1, p)
-        end = _locate(a, i1, len(old_block) - s)
-        out.append(TextChange((first_line + i1 + start[0], start[1]), (first_line + i1 + end[0], end[1]),
-                              new_block[p:len(new_block) - s]))
-    return out
-
-
-def _common_prefix(x: str, y: str) -> int:
-    n = 0
-    limit = min(len(x), len(y))
-    while n < limit and x[n] == y[n]:
-        n += 1
-    if 0 < n < len(x) and x[n - 1] == "\r" and x[n] == "\n":
-        n -= 1  # never between the two characters of a CRLF
-    return n
-
-
-def _common_suffix(x: str, y: str) -> int:
-    n = 0
-    limit = min(len(x), len(y))
-    while n < limit and x[len(x) - 1 - n] == y[len(y) - 1 - n]:
-        n += 1
-    if 0 < n < len(x) and x[len(x) - n] == "\n" and x[len(x) - n - 1] == "\r":
-        n -= 1
-    return n
-
-
-def _locate(lines: Sequence[str], first: int, offset: int) -> tuple[int, int]:
-    """(line, column) of character ``offset`` of the text starting at ``lines[first]``."""
-    i = first
-    while i < len(lines) and offset >= len(lines[i]) and (offset > len(lines[i]) or lines[i].endswith(("\n", "\r"))):
-        offset -= len(lines[i])
-        i += 1
-    return i - first, offset
-
-
 def fix_changes(an: Analysis, finding: Finding) -> list[TextChange]:
-    """Exactly ``finding``'s fix (its edits and the imports it needs; one engine pass,
-    ``engine.apply_fixes``) as text changes. Cached per analysis."""
-    key = id(finding)
-    if key not in an._fixes:
-        an._fixes[key] = _fix_changes(an, finding)
-    return an._fixes[key]
+    """Exactly ``finding``'s fix (its edits and the imports it needs) as minimal text edits
+    of the analysed text (porter.edits.FixEditor; kept per analysis)."""
+    assert an.editor is not None and finding.fix is not None
+    return an.editor.edits(finding.fix)
 
 
-def _fix_changes(an: Analysis, finding: Finding) -> list[TextChange]:
+def fix_known(an: Analysis, finding: Finding) -> bool:
+    """Whether ``finding``'s fix is cheap to turn into edits now (computed already, or not one
+    that needs the whole module's scope analysis)."""
     fix = finding.fix
-    assert fix is not None and an.module is not None
-    changes = None
-    if not fix.remove_imports:
-        # the cheapest exact way first; each one checks itself against the text and the
-        # next one takes over where it cannot be sure
-        changes = _node_edits(an, fix)
-        if changes is None:
-            changes = _block_edits(an, fix)
-        if changes is None:
-            changes = _span_edits(an, fix)
-    if changes is None:  # the whole module (a removal of imports needs the scope of every name)
-        new = engine.apply_fixes(an.module, [fix], FileContext(an.module)).code
-        changes = diff_changes(an.text, new)
-    return _joined(changes)
-
-
-def _joined(changes: list[TextChange]) -> list[TextChange]:
-    """In document order, and a change that ends where the next one starts merged with it
-    (an import inserted right before an edited line): the LSP wants edits that never
-    overlap, and clients differ on edits that share a position."""
-    out: list[TextChange] = []
-    for c in sorted(changes, key=lambda c: (c.start, c.end)):
-        if out and out[-1].end == c.start:
-            out[-1] = TextChange(out[-1].start, c.end, out[-1].text + c.text)
-        elif out and out[-1].end > c.start:
-            raise ValueError(f"overlapping edits {out[-1]} and {c}")  # a bug in porter: never send these
-        else:
-            out.append(c)
-    return out
-
-
-def _first_line(an: Analysis, stmt: cst.CSTNode) -> int:
-    """0-based line of a statement's own first line (its first decorator), or -1."""
-    decorators = getattr(stmt, "decorators", ())
-    rng = an.positions.get(decorators[0] if decorators else stmt)
-    return rng.start.line - 1 if rng is not None else -1
-
-
-def _node_edits(an: Analysis, fix) -> Optional[list[TextChange]]:
-    """Each edit's replacement written in place of its target, when every target and
-    replacement is one line of code (no indentation is involved) and no target holds
-    another; plus the imports the fix needs (``_import_changes``). None otherwise."""
-    module = an.module
-    assert module is not None
-    spans = []
-    for edit in fix.edits:
-        rng = an.positions.get(edit.target)
-        if rng is None or rng.start.line != rng.end.line:
-            return None
-        rep = edit.replacement
-        new_node = rep(edit.target) if callable(rep) and not isinstance(rep, cst.CSTNode) else rep
-        if not isinstance(new_node, cst.CSTNode):
-            return None  # a removal or statements around the target: the parent is needed
-        line = rng.start.line - 1
-        text = _body(an.lines[line])
-        # the parentheses the engine keeps or adds (engine.keep_boundary), judged on this line
-        new_node = engine.keep_boundary(edit.target, new_node, lambda side, t=text, r=rng: bool(
-            re.match(r"\w", t[r.start.column - 1] if side < 0 and r.start.column > 0 else
-                     t[r.end.column] if side > 0 and r.end.column < len(t) else " ")))
-        old, new = module.code_for_node(edit.target), module.code_for_node(new_node)
-        if "\n" in new or "\r" in new:
-            return None
-        if _body(an.lines[line])[rng.start.column:rng.end.column] != old:
-            return None
-        spans.append((line, rng.start.column, rng.end.column, old, new))
-    spans.sort()
-    for a, b in zip(spans, spans[1:]):
-        if (a[0], a[2]) > (b[0], b[1]):
-            return None  # nested or overlapping targets: the edits compose in the tree
-    changes = []
-    for line, start, end, old, new in spans:
-        p = _common_prefix(old, new)
-        q = _common_suffix(old[p:], new[p:])
-        changes.append(TextChange((line, start + p), (line, end - q), new[p:len(new) - q]))
-    missing = tuple(sorted({m for m in fix.imports if m not in FileContext(module).module_names}))
-    if missing:
-        imports = _import_changes(an, missing)
-        if imports is None:
-            return None
-        boundary = imports[0]
-        if spans and spans[0][0] < boundary:
-            return None  # an edit in the module's head: the imports are added after it
-        changes = imports[1] + changes
-    return changes
-
-
-def _block_edits(an: Analysis, fix) -> Optional[list[TextChange]]:
-    """The fix applied to the innermost statement holding all its targets, written out
-    inside stand-in blocks with the indentation of its real ones (so LibCST writes every line
-    as it stands in the file); plus the imports the fix needs. None when the targets lie in
-    different top-level statements, or anything does not match the text."""
-    module = an.module
-    assert module is not None
-    body = module.body
-    starts = an.statement_starts()
-    if not body or any(s < 0 for s in starts):
-        return None
-    tops = set()
-    for edit in fix.edits:
-        rng = an.positions.get(edit.target)
-        if rng is None or edit.target is module:
-            return None
-        tops.add(bisect.bisect_right(starts, rng.start.line - 1) - 1)
-    if len(tops) != 1 or min(tops) < 0:
-        return None
-    top = body[tops.pop()]
-    parents: dict[int, cst.CSTNode] = {}
-    stack = [top]
-    while stack:
-        node = stack.pop()
-        for child in astutil.children(node):
-            parents[id(child)] = node
-            stack.append(child)
-    chains = []
-    for edit in fix.edits:
-        chain = [edit.target]
-        while chain[-1] is not top:
-            parent = parents.get(id(chain[-1]))
-            if parent is None:
-                return None
-            chain.append(parent)
-        chains.append(chain[::-1])  # top ... target
-    common = 0
-    while all(len(c) > common + 1 for c in chains) and len({id(c[common + 1]) for c in chains}) == 1:
-        common += 1
-    path = chains[0][: common + 1]  # top ... deepest node holding every target
-    # the innermost statement of a block on that path, above every target
-    at = max((i for i, n in enumerate(path) if i == 0 or (isinstance(n, cst.BaseStatement) and isinstance(path[i - 1], cst.IndentedBlock))), default=0)
-    if any(len(c) == at + 1 for c in chains) and at > 0:
-        at = max(i for i, n in enumerate(path[:at]) if i == 0 or (isinstance(n, cst.BaseStatement) and isinstance(path[i - 1], cst.IndentedBlock)))
-    stmt = path[at]
-    blocks = [n for n in path[:at] if isinstance(n, cst.IndentedBlock)]
-    wrapped: cst.BaseStatement = stmt  # type: ignore[assignment]
-    for block in reversed(blocks):
-        wrapped = cst.If(test=cst.Name("_"), body=cst.IndentedBlock(body=[wrapped], indent=block.indent))
-    span = module.with_changes(body=[wrapped], header=(), footer=(), has_trailing_newline=True)
-    old = span.code
-    old_lines = split_lines(old)
-    n = len(blocks)
-    first = _first_line(an, stmt) - len(stmt.leading_lines)  # type: ignore[attr-defined]
-    if first < 0 or "".join(an.lines[first:first + len(old_lines) - n]) != "".join(old_lines[n:]):
-        return None
-    missing = tuple(sorted({m for m in fix.imports if m not in FileContext(module).module_names}))
-    imports: tuple[int, list[TextChange]] = (0, [])
-    if missing:
-        found = _import_changes(an, missing)
-        if found is None or first < found[0]:
-            return None
-        imports = found
-    on_path = {id(n) for c in chains for n in c}
-    pruned = _PrunedEdits([e for e in fix.edits], lambda node: id(node) not in parents or id(node) in on_path)
-    new_node = span.visit(pruned)
-    if not isinstance(new_node, cst.Module) or pruned.applied != len(fix.edits):
-        return None
-    new_lines = split_lines(new_node.code)
-    if new_lines[:n] != old_lines[:n]:
-        return None
-    return imports[1] + diff_changes("".join(old_lines[n:]), "".join(new_lines[n:]), first)
-
-
-class _PrunedEdits(engine._ApplyEdits):
-    """The engine's edit transformer (the same edits, the same composition of callables),
-    entering only the nodes on the way to a target: the other subtrees stay the objects
-    they are, as the full walk would rebuild them equal."""
-
-    def __init__(self, edits, enter) -> None:
-        super().__init__(edits)
-        self.enter = enter
-
-    def on_visit(self, node) -> bool:  # type: ignore[override]
-        return self.enter(node)
-
-
-def _import_changes(an: Analysis, modules: tuple[str, ...]) -> Optional[tuple[int, list[TextChange]]]:
-    """The text changes of ``engine.add_imports`` for ``modules`` and the line where the
-    statement after the module's head begins (nothing at or after it changes). Computed as
-    the engine does, on the head and a stand-in for that statement; cached per analysis."""
-    key = ("imports", modules)
-    if key in an._fixes:
-        return an._fixes[key]
-    module = an.module
-    assert module is not None
-    body = list(module.body)
-    k = engine._head_length(body)
-    result = None
-    if k < len(body):
-        boundary = _first_line(an, body[k])
-        stand_in = cst.SimpleStatementLine([cst.Pass()], leading_lines=body[k].leading_lines)
-        span = module.with_changes(body=[*body[:k], stand_in], footer=(), has_trailing_newline=True)
-        tail = "pass" + module.default_newline
-        old = span.code
-        if boundary >= 0 and old.endswith(tail) and "".join(an.lines[:boundary]) + tail == old[: len(old) - len(tail)] + tail:
-            # the same head and modules give the same changes in every version of every
-            # document (add_imports reads nothing else: only missing modules are passed)
-            changes = _IMPORTS.get((old, modules))
-            if changes is None:
-                new = engine.add_imports(span, list(modules), FileContext(module)).code
-                if new.endswith(tail):
-                    changes = diff_changes(old[: -len(tail)], new[: -len(tail)])
-                    if len(_IMPORTS) >= 256:
-                        _IMPORTS.pop(next(iter(_IMPORTS)))
-                    _IMPORTS[(old, modules)] = changes
-            if changes is not None:
-                result = (boundary, changes)
-    an._fixes[key] = result
-    return result
-
-
-_IMPORTS: dict[tuple[str, tuple[str, ...]], list[TextChange]] = {}
-
-
-def _span_edits(an: Analysis, fix) -> Optional[list[TextChange]]:
-    """The fix applied to the top-level statements it touches only (the nodes are the same
-    objects as in the whole tree, so the engine applies the same edits), or None when that
-    cannot be done exactly (then the caller applies it to the whole module).
-
-    The touched statements are grouped in runs of adjacent statements; when the fix needs an
-    import the file lacks, the module's head (docstring, leading imports and the statement
-    after them, all that AddImportsVisitor reads and changes) is one run and gets the imports.
-    """
-    module = an.module
-    assert module is not None
-    body = module.body
-    if not body:
-        return None
-    starts = an.statement_starts()
-    if any(s < 0 for s in starts) or starts != sorted(starts):
-        return None
-    touched: set[int] = set()
-    for edit in fix.edits:
-        rng = an.positions.get(edit.target)
-        if rng is None or edit.target is module:
-            return None
-        i = bisect.bisect_right(starts, rng.start.line - 1) - 1
-        if i < 0:
-            return None
-        touched.add(i)
-    ctx = FileContext(module)
-    head = -1
-    if any(m not in ctx.module_names for m in fix.imports):
-        head = min(engine._head_length(list(body)) + 1, len(body))  # statements [0, head)
-        touched.update(range(head))
-    runs: list[list[int]] = []
-    for i in sorted(touched):
-        if runs and runs[-1][-1] == i - 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    edits_only = dataclasses.replace(fix, imports=(), remove_imports=())
-    out: list[TextChange] = []
-    for run in runs:
-        lo, hi = run[0], run[-1]
-        last = hi == len(body) - 1
-        span = module.with_changes(
-            body=body[lo:hi + 1],
-            header=module.header if lo == 0 else (),
-            footer=module.footer if last else (),
-            has_trailing_newline=module.has_trailing_newline if last else True,
-        )
-        first_line = starts[lo]
-        end_line = len(an.lines) if last else starts[hi + 1]
-        old = span.code
-        if "".join(an.lines[first_line:end_line]) != old:
-            return None
-        new = engine.apply_fixes(span, [fix if lo == 0 and head > 0 else edits_only], ctx).code
-        out.extend(diff_changes(old, new, first_line))
-    return out
+    assert an.editor is not None and fix is not None
+    return not an.editor.needs_whole_module(fix) or an.editor.known(fix) is not None
 
 
 def fix_all_job(text: str, settings: Settings) -> list[TextChange]:
     """``porter migrate`` of ``text`` as text changes (run in the fixer process)."""
     result = engine.fix(text, settings.options())
-    return diff_changes(text, result.source) if result.changed else []
+    return edits.text_edits(text, result.source) if result.changed else []
 
 
 def fix_job(text: str, settings: Settings, path: str, index: int, code: str) -> Optional[list[TextChange]]:
@@ -603,15 +240,13 @@ def _can_end_with_comment(an: Analysis, lineno: int) -> bool:
     body = _body(an.lines[lineno - 1])
     if body.rstrip().endswith("\\"):
         return False
-    if isinstance(an.positions, incremental.Positions):
-        return not an.positions.inside_string(lineno)
-    if an._string_lines is None:  # (first, last) line of every string that spans lines
-        an._string_lines = [
-            (rng.start.line, rng.end.line) for node, rng in an.positions.items()
-            if rng.start.line != rng.end.line and isinstance(node, (cst.SimpleString, cst.FormattedString))
-        ]
-    return not any(first <= lineno < last for first, last in an._string_lines)
-
+    if an._inside_string is None:
+        assert an.editor is not None
+        # (first, last) line of every string that spans lines
+        spans = [(rng.start.line, rng.end.line) for node, rng in an.editor.positions.items()
+                 if rng.start.line != rng.end.line and isinstance(node, (cst.SimpleString, cst.FormattedString))]
+        an._inside_string = lambda n: any(first <= n < last for first, last in spans)
+    return not an._inside_string(lineno)
 
 # --------------------------------------------------------------------------------------
 # The language server
@@ -920,7 +555,7 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
                     kind=types.CodeActionKind.QuickFix, diagnostics=diag, is_preferred=not unsafe,
                     data={"uri": uri, "version": version, "index": i},
                 )
-                if f.fix.remove_imports and id(f) not in an._fixes:
+                if f.fix.remove_imports and not fix_known(an, f):
                     # deciding which imports become unused takes LibCST's scope analysis of
                     # the whole module (seconds on a large file): in the worker, and only when
                     # the client asks for this action (codeAction/resolve), if it can
@@ -955,13 +590,14 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
             f = an.findings[index]
             if f.fix is None:
                 return
-            if id(f) not in an._fixes:
+            assert an.editor is not None
+            if not fix_known(an, f):
                 path = str(_path_of(uri) or uri)
                 changes = await self.in_fixer(fix_job, an.text, an.settings, path, index, f.code)
                 if changes is None:
                     return
-                an._fixes[id(f)] = _joined(changes)
-            action.edit = self.edit(uri, cached[0], an, an._fixes[id(f)])
+                an.editor.remember(f.fix, changes)
+            action.edit = self.edit(uri, cached[0], an, fix_changes(an, f))
 
         async def in_fixer(self, job, *args):
             """Run ``job`` in the fixer process: "fix all" and fixes that remove imports take
@@ -1153,7 +789,7 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
         actions = []
         for i in dict.fromkeys(chosen):
             f = an.findings[i]
-            if f.fix is None or (f.fix.remove_imports and id(f) not in an._fixes):
+            if f.fix is None or (f.fix.remove_imports and not fix_known(an, f)):
                 continue  # (fixes that remove imports: `porter migrate` on the notebook)
             edits = nan.cell_edits(fix_changes(an, f))
             if edits is None:
