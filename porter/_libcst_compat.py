@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional, cast
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
-from libcst.metadata import CodePosition, CodeRange
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 CHECKED_VERSION = "1.9.0"
@@ -116,7 +115,7 @@ class PositionCodegen(PlainCodegen):
     def __init__(self, default_indent: str = "    ", default_newline: str = "\n") -> None:
         self.sink = _PositionSink()
         self.state = PositionProvidingCodegenState(
-            default_indent=default_indent, default_newline=default_newline, provider=self.sink)
+            default_indent=default_indent, default_newline=default_newline, provider=cast(Any, self.sink))
 
     def advance(self, tokens: list[str]) -> None:
         """Move the line and column past ``tokens`` (code generated elsewhere), as generating

@@ -30,7 +30,7 @@ import dataclasses
 import difflib
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Optional, Protocol, Sequence, Union
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -82,8 +82,7 @@ class ApplyEdits(cst.CSTTransformer):
     def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
         self.parents.pop()
 
-    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode
-                 ) -> Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel]:
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> Any:
         edits = self.edits.get(id(original_node))
         if not edits:
             return updated_node
@@ -435,7 +434,7 @@ def _surely_read(module: cst.Module, name: Optional[str]) -> bool:
     while stack:
         node, scopes, in_function, in_import = stack.pop()
         kind = type(node)
-        if kind is cst.Attribute and not in_import and type(node.value) is cst.Name and node.value.value == name:  # type: ignore[attr-defined]
+        if kind is cst.Attribute and not in_import and _is_name(getattr(node, "value"), name):
             if in_function:
                 reads.append(scopes)
             continue
@@ -465,6 +464,10 @@ def _surely_read(module: cst.Module, name: Optional[str]) -> bool:
                 elif is_node_type(type(item)):
                     stack.append((item, scopes, in_function, in_import))
     return any(not mentioned.intersection(scopes) for scopes in reads)
+
+
+def _is_name(node: cst.CSTNode, name: str) -> bool:
+    return type(node) is cst.Name and node.value == name
 
 
 def _dotted(node: cst.CSTNode) -> str:
@@ -603,6 +606,21 @@ def joined(edits: Iterable[TextEdit]) -> list[TextEdit]:
     return out
 
 
+def _word_beside_on_line(text: str, start: int, end: int) -> Callable[[int], Optional[bool]]:
+    """keep_boundary's ``word_beside`` for a target at columns [start, end) of the line ``text``."""
+    def beside(side: int) -> Optional[bool]:
+        ch = text[start - 1] if side < 0 and start > 0 else text[end] if side > 0 and end < len(text) else " "
+        return bool(_WORD_CHAR.match(ch))
+    return beside
+
+
+class PositionLookup(Protocol):
+    """Where the nodes of a tree are: ``engine.node_positions``'s dict, or
+    ``porter.incremental.Positions``."""
+
+    def get(self, node: cst.CSTNode, default: Any = None) -> Any: ...
+
+
 # the text edits of add_imports for (the module's head with a stand-in after it, the modules):
 # the same in every version of every document (add_imports reads nothing else)
 _IMPORTS: dict[tuple[str, tuple[str, ...]], list[TextEdit]] = {}
@@ -619,7 +637,7 @@ class FixEditor:
     begins, its leading lines included (computed from the positions if not given). The edits
     of each fix are kept: asking again costs nothing."""
 
-    def __init__(self, text: str, module: cst.Module, positions: Optional[Mapping] = None,
+    def __init__(self, text: str, module: cst.Module, positions: Optional[PositionLookup] = None,
                  statement_starts: Optional[list[int]] = None, lines: Optional[list[str]] = None) -> None:
         self.text = text
         self.module = module
@@ -631,7 +649,7 @@ class FixEditor:
         self._names: Optional[dict] = None
 
     @property
-    def positions(self) -> Mapping:
+    def positions(self) -> PositionLookup:
         if self._positions is None:
             self._positions = _compat.node_positions(self.module)
         return self._positions
@@ -719,15 +737,21 @@ class FixEditor:
             if rng is None or rng.start.line != rng.end.line:
                 return None
             rep = edit.replacement
-            new_node = rep(edit.target) if callable(rep) and not isinstance(rep, cst.CSTNode) else rep
+            if callable(rep) and not isinstance(rep, cst.CSTNode):
+                try:
+                    new_node = rep(edit.target)
+                except (RecursionError, MemoryError):
+                    raise
+                except Exception as exc:  # NeedsHuman, or a bug in the rule: as apply_fixes says it
+                    raise FixFailed([(edit, exc)]) from None
+            else:
+                new_node = rep
             if not isinstance(new_node, cst.CSTNode):
                 return None  # a removal or statements around the target: the parent is needed
             line = rng.start.line - 1
             text = _body(self.lines[line])
             # the parentheses ApplyEdits keeps or adds (keep_boundary), judged on this line
-            new_node = keep_boundary(edit.target, new_node, lambda side, t=text, r=rng: bool(
-                _WORD_CHAR.match(t[r.start.column - 1] if side < 0 and r.start.column > 0 else
-                                 t[r.end.column] if side > 0 and r.end.column < len(t) else " ")))
+            new_node = keep_boundary(edit.target, new_node, _word_beside_on_line(text, rng.start.column, rng.end.column))
             old, new = module.code_for_node(edit.target), module.code_for_node(new_node)
             if "\n" in new or "\r" in new:
                 return None

@@ -313,9 +313,9 @@ def run_rules(module: cst.Module, rules: Sequence[type[Rule]], path: str = "<str
     dispatcher = _Dispatcher(instances, ctx)
     dispatcher.walk(module)
     findings: list[Finding] = list(crashed_init)
-    for rule in instances:
-        crash = dispatcher.crashed.get(id(rule))
-        findings.extend([crash] if crash is not None else rule.findings)
+    for inst in instances:
+        crash = dispatcher.crashed.get(id(inst))
+        findings.extend([crash] if crash is not None else inst.findings)
     return findings
 
 

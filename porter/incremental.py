@@ -66,13 +66,14 @@ import copy
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import libcst as cst
+from libcst.metadata import CodePosition, CodeRange
 
 from porter import _libcst_compat as _compat
 from porter import engine
-from porter._libcst_compat import CodePosition, CodeRange, child_fields, is_node_type
+from porter._libcst_compat import child_fields, is_node_type
 from porter.context import FileContext
 from porter.rules import Finding, Position, Rule
 from porter.rules import StatementFact, computed_module_fact
@@ -118,7 +119,7 @@ class _LocalContext(FileContext):
         self.reads = reads if reads is not None else []
 
     @property
-    def module(self):  # type: ignore[override]
+    def module(self):
         raise _NotLocal("module")
 
     def provide_fact(self, compute):
@@ -240,7 +241,7 @@ class _View:
         return found
 
     __setattr__ = __delattr__ = __setitem__ = __delitem__ = _refuse
-    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __hash__ = _refuse  # type: ignore[assignment]
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __hash__ = _refuse
     __or__ = __ror__ = __sub__ = __rsub__ = __xor__ = __rxor__ = __rand__ = _refuse
     __add__ = __radd__ = __mul__ = __rmul__ = __reduce__ = __reduce_ex__ = __copy__ = __deepcopy__ = _refuse
 
@@ -409,7 +410,7 @@ def run_statement(stmt: cst.BaseStatement, rules: Sequence[type[Rule]], aliases:
     ancestors: list = [_WATCHED]
     aliases, module_names = dict(aliases), dict(module_names)
     out: dict = {}
-    live: dict[int, tuple[type[Rule], Rule, Any]] = {}
+    live: dict[int, tuple[type[Rule], Rule, Any, list]] = {}
     visit: dict[str, list] = {}
     leave: dict[str, list] = {}
     for k, rule in enumerate(rules):
@@ -528,9 +529,12 @@ def _code(module: cst.Module, nodes: Sequence[cst.CSTNode]) -> str:
     return _compat.code_of(module, nodes)
 
 
+Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]  # a module's body item
+
+
 @dataclass(eq=False)
 class _Stmt:
-    node: cst.BaseStatement
+    node: Statement
     text: str  # its code, leading lines included
     lead: int  # characters of its leading lines
     lines: int  # line breaks in text
@@ -543,7 +547,7 @@ class _Stmt:
     strings: Optional[list] = None  # (first, last) relative lines of strings spanning lines
 
     @classmethod
-    def of(cls, module: cst.Module, node: cst.BaseStatement) -> "_Stmt":
+    def of(cls, module: cst.Module, node: Statement) -> "_Stmt":
         text = _code(module, [node])
         lead = len(_code(module, node.leading_lines)) if node.leading_lines else 0
         return cls(node, text, lead, len(_BREAK.findall(text)), tuple(_imports_in(node, [])), _has_indent(node))
@@ -652,6 +656,7 @@ class Document:
         self.last: Optional[_Version] = None
         self._alias_ids: dict = {}
         self.stats = {"incremental": 0, "full": 0}
+        self._reparsed: Optional[int] = None
 
     # -- parsing ---------------------------------------------------------------------
     def _full(self, text: str) -> _Version:
@@ -758,6 +763,7 @@ class Document:
         if eof:
             changes = {"footer": chunk.footer, "has_trailing_newline": chunk.has_trailing_newline}
         else:
+            assert sentinel is not None
             nxt = old.stmts[j]
             if nxt.node.leading_lines == sentinel.leading_lines or (
                     len(nxt.node.leading_lines) == len(sentinel.leading_lines)
@@ -808,9 +814,9 @@ class Document:
             line += s.lines
         positions = Positions(module, stmts, first_lines)
         if not stmts:  # a document that cannot be split: the engine as it is
-            findings = engine.run_rules(module, rules, self.path)
-            self._position(findings, positions, None)
-            return Checked(text, module, engine.drop_suppressed(text, findings), positions, None, None, 0, len(rules))
+            whole = engine.run_rules(module, rules, self.path)
+            self._position(whole, positions, None)
+            return Checked(text, module, engine.drop_suppressed(text, whole), positions, None, None, 0, len(rules))
         # the imports as the full walk has them at each statement
         ctx = FileContext(module, self.path)
         states: list[tuple[int, dict, dict]] = []

@@ -38,7 +38,7 @@ from urllib.parse import unquote, urlparse
 
 import libcst as cst
 
-from porter import __version__, config, edits, engine, incremental, registry
+from porter import __version__, config, edits, engine, incremental, notebook, registry
 from porter._layout import REPO
 from porter.rules import Finding, Position, Safety, Severity
 from porter.runner import Settings, UsageError, _parse_error
@@ -243,7 +243,9 @@ def _can_end_with_comment(an: Analysis, lineno: int) -> bool:
     if an._inside_string is None:
         assert an.editor is not None
         # (first, last) line of every string that spans lines
-        spans = [(rng.start.line, rng.end.line) for node, rng in an.editor.positions.items()
+        positions = an.editor.positions
+        assert isinstance(positions, dict)  # (the incremental checker's positions answer inside_string)
+        spans = [(rng.start.line, rng.end.line) for node, rng in positions.items()
                  if rng.start.line != rng.end.line and isinstance(node, (cst.SimpleString, cst.FormattedString))]
         an._inside_string = lambda n: any(first <= n < last for first, last in spans)
     return not an._inside_string(lineno)
@@ -268,7 +270,7 @@ class NotebookAnalysis:
 
     cells: list  # (number, cell uri, text, version) of each Python cell, as checked
     analysis: Analysis
-    program: Optional["object"] = None  # porter.notebook.Program
+    program: Optional[notebook.Program] = None
     error: Optional[str] = None
     error_cell: Optional[int] = None
     error_at: tuple[int, int] = (0, 0)  # 0-based line and column in error_cell
@@ -293,8 +295,8 @@ class NotebookAnalysis:
         if f.position is None or self.program is None:
             return None
         p = f.position
-        cell, line = self.program.locate(p.line)  # type: ignore[attr-defined]
-        end_cell, end_line = self.program.locate(p.end_line)  # type: ignore[attr-defined]
+        cell, line = self.program.locate(p.line)
+        end_cell, end_line = self.program.locate(p.end_line)
         if end_cell != cell:
             end_line, end_column = line, p.column + 1
         else:
@@ -304,8 +306,6 @@ class NotebookAnalysis:
     def cell_edits(self, changes: Sequence[TextChange]) -> Optional[list[tuple[int, TextChange]]]:
         """The program's text changes as (cell, change in the cell), or None when one of them
         would touch a marker or an IPython line, span cells, or cannot be placed."""
-        from porter import notebook
-
         assert self.program is not None
         program = self.program
         out = []
@@ -341,8 +341,6 @@ class NotebookAnalysis:
 
 def analyze_notebook(cells: list, settings: Optional[Settings], path: str) -> NotebookAnalysis:
     """Check the Python cells ``cells`` ((number, uri, text, version)) as one program."""
-    from porter import notebook
-
     cells = [c for c in cells if notebook.runs_python(c[2])]  # (%%bash cells and the like: left alone)
     try:
         program = notebook.build_program([(number, text) for number, _, text, _ in cells])
@@ -426,7 +424,7 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
         @property
         def encoding(self) -> str:
             enc = getattr(self.server_capabilities, "position_encoding", None) if self.protocol.server_capabilities else None
-            return str(enc.value if hasattr(enc, "value") else enc or "utf-16")
+            return str(getattr(enc, "value", enc) or "utf-16")
 
         def to_lsp(self, lines: Sequence[str], line: int, column: int):
             if line >= len(lines):
@@ -590,7 +588,7 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
             f = an.findings[index]
             if f.fix is None:
                 return
-            assert an.editor is not None
+            assert an.editor is not None and isinstance(uri, str)
             if not fix_known(an, f):
                 path = str(_path_of(uri) or uri)
                 changes = await self.in_fixer(fix_job, an.text, an.settings, path, index, f.code)
@@ -894,6 +892,7 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
             except engine.PorterError as exc:
                 an.fix_all_error = str(exc)
                 return
+        assert isinstance(uri, str)
         action.edit = ls.edit(uri, cached[0], an, an.fix_all)
 
     @server.feature(types.SHUTDOWN)
