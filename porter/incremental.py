@@ -562,8 +562,10 @@ class Positions:
     """node -> CodeRange of a checked version, as ``engine.node_positions`` gives it,
     computed per statement on demand."""
 
-    def __init__(self, module: cst.Module, stmts: list[_Stmt], first_lines: list[int]) -> None:
+    def __init__(self, module: cst.Module, stmts: list[_Stmt], first_lines: list[int],
+                 text: Optional[str] = None) -> None:
         self.module = module
+        self.text = text  # the document's text (the module's code), for the module node's range
         self.stmts = stmts
         self.first_lines = first_lines  # 0-based line where each statement's text begins
         self._full: Optional[dict] = None
@@ -580,6 +582,8 @@ class Positions:
         return None if rng is None else self._shift(rng, k)
 
     def get(self, node: cst.CSTNode, default=None):
+        if node is self.module and self.stmts and self.text is not None:
+            return self._module_range()
         k = self._hint.get(id(node))
         if k is not None:
             rng = self.in_statement(node, k)
@@ -596,6 +600,17 @@ class Positions:
         if self._full is None:  # the module node, its header/footer lines, or not in the tree
             self._full = engine.node_positions(self.module)
         return self._full.get(node, default)
+
+    def _module_range(self) -> CodeRange:
+        """The module node's range without generating its code: from the start to the end of
+        its code, the line break LibCST leaves out of a text without a last one counted (its
+        codegen adds the break, then takes it off the text, not off the position)."""
+        code = self.text or ""
+        if not self.module.has_trailing_newline:
+            code += self.module.default_newline
+        breaks = _BREAK.findall(code)
+        last = max(code.rfind("\n"), code.rfind("\r"))
+        return CodeRange(CodePosition(1, 0), CodePosition(1 + len(breaks), len(code) - last - 1))
 
     def statement_of_line(self, line: int) -> int:
         """Index of the statement whose text holds 1-based ``line`` (-1: the header)."""
@@ -812,7 +827,7 @@ class Document:
         for s in stmts:
             first_lines.append(line)
             line += s.lines
-        positions = Positions(module, stmts, first_lines)
+        positions = Positions(module, stmts, first_lines, text)
         if not stmts:  # a document that cannot be split: the engine as it is
             whole = engine.run_rules(module, rules, self.path)
             self._position(whole, positions, None)

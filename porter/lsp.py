@@ -20,8 +20,13 @@ CLI does from the path it is given).
 - Positions in the encoding negotiated with the client (UTF-16 code units unless the client
   offers another); LibCST columns are code points, converted both ways.
 
-The functions above the server class are plain functions of text, usable without a client
-(the tests and the benchmark call them too).
+Protocol code only: :class:`PorterServer` keeps the open documents (each with its
+incremental checker, ``porter.incremental``), answers each request through porter's public
+APIs (``engine.check``, ``porter.incremental.Document``, ``porter.edits.FixEditor`` for a fix's
+text edits, ``engine.fix`` for "fix all") and turns the results into LSP types. The
+functions above it are plain functions of text, usable without a client (the tests and the
+benchmark call them too). This module needs pygls (the optional ``lsp`` dependency: ``porter
+lsp`` says so when it is missing).
 """
 from __future__ import annotations
 
@@ -37,6 +42,10 @@ from typing import Callable, Optional, Sequence
 from urllib.parse import unquote, urlparse
 
 import libcst as cst
+from lsprotocol import types
+from pygls.exceptions import JsonRpcContentModified, JsonRpcException
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
 
 from porter import __version__, config, edits, engine, incremental, notebook, registry
 from porter._layout import REPO
@@ -359,344 +368,354 @@ def analyze_notebook(cells: list, settings: Optional[Settings], path: str) -> No
     return nan
 
 
-def build_server(debounce: float = DEFAULT_DEBOUNCE):
-    """The pygls server (imported here: pygls is the optional ``lsp`` dependency)."""
-    from lsprotocol import types
-    from pygls.exceptions import JsonRpcException
-    from pygls.lsp.server import LanguageServer
-    from pygls.protocol import LanguageServerProtocol
+class _Unreadable:
+    """A request whose params do not fit its method (kept to answer it with an error)."""
 
-    class _Unreadable:
-        """A request whose params do not fit its method (kept to answer it with an error)."""
+    jsonrpc = "2.0"
 
-        jsonrpc = "2.0"
+    def __init__(self, msg_id, method: str, error: JsonRpcException) -> None:
+        self.id, self.method, self.error = msg_id, method, error
 
-        def __init__(self, msg_id, method: str, error: JsonRpcException) -> None:
-            self.id, self.method, self.error = msg_id, method, error
+class PorterProtocol(LanguageServerProtocol):
+    """pygls logs a request it cannot deserialize and never answers it; the LSP wants an
+    error response (Invalid Params), so the client does not wait forever."""
 
-    class PorterProtocol(LanguageServerProtocol):
-        """pygls logs a request it cannot deserialize and never answers it; the LSP wants an
-        error response (Invalid Params), so the client does not wait forever."""
+    def structure_message(self, data):
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            if isinstance(data, dict) and "id" in data and "method" in data and data.get("jsonrpc") == "2.0":
+                return _Unreadable(data["id"], str(data["method"]), exc)
+            raise
 
-        def structure_message(self, data):
-            try:
-                return super().structure_message(data)
-            except JsonRpcException as exc:
-                if isinstance(data, dict) and "id" in data and "method" in data and data.get("jsonrpc") == "2.0":
-                    return _Unreadable(data["id"], str(data["method"]), exc)
-                raise
+    def handle_message(self, message):
+        if isinstance(message, _Unreadable):
+            self._send_response(message.id, error=types.ResponseError(
+                code=message.error.code,
+                message=f"{message.error.message or 'Invalid Params'}: the params of {message.method} do not match the LSP"))
+            return
+        super().handle_message(message)
 
-        def handle_message(self, message):
-            if isinstance(message, _Unreadable):
-                self._send_response(message.id, error=types.ResponseError(
-                    code=message.error.code,
-                    message=f"{message.error.message or 'Invalid Params'}: the params of {message.method} do not match the LSP"))
-                return
-            super().handle_message(message)
+SEVERITY = {
+    Severity.ERROR: types.DiagnosticSeverity.Error,
+    Severity.WARNING: types.DiagnosticSeverity.Warning,
+    Severity.INFO: types.DiagnosticSeverity.Information,
+}
 
-    severity = {
-        Severity.ERROR: types.DiagnosticSeverity.Error,
-        Severity.WARNING: types.DiagnosticSeverity.Warning,
-        Severity.INFO: types.DiagnosticSeverity.Information,
-    }
+class PorterServer(LanguageServer):
+    """porter's language server: the open documents and notebooks, each request answered by
+    porter's public APIs (``engine.check`` / ``porter.incremental`` for diagnostics,
+    ``porter.edits`` for the fixes' text edits), the results turned into LSP types."""
 
-    class PorterServer(LanguageServer):
-        def __init__(self) -> None:
-            super().__init__("porter", __version__, protocol_cls=PorterProtocol, notebook_document_sync=types.NotebookDocumentSyncOptions(
-                notebook_selector=[types.NotebookDocumentFilterWithCells(
-                    cells=[types.NotebookCellLanguage(language="python")], notebook="jupyter-notebook")],
-                save=True,
+    def __init__(self, debounce: float = DEFAULT_DEBOUNCE) -> None:
+        super().__init__("porter", __version__, protocol_cls=PorterProtocol, notebook_document_sync=types.NotebookDocumentSyncOptions(
+            notebook_selector=[types.NotebookDocumentFilterWithCells(
+                cells=[types.NotebookCellLanguage(language="python")], notebook="jupyter-notebook")],
+            save=True,
+        ))
+        # open notebooks: notebook uri -> (version, NotebookAnalysis)
+        self.notebooks: dict[str, tuple[Optional[int], NotebookAnalysis]] = {}
+        self.debounce = debounce
+        self.analyses: dict[str, tuple[Optional[int], Analysis]] = {}
+        self.pending: dict[str, asyncio.Task] = {}
+        # every rule run (checks, fix-all) in this one thread: in order, off the loop
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="porter-check")
+        # the check running for a document: (version, text, settings, future)
+        self.inflight: dict[str, tuple] = {}
+        self.fixer = None  # the process for "fix all" and slow fixes (in_fixer)
+        # each open document's incremental checker (used in the worker thread only)
+        self.documents: dict[str, incremental.Document] = {}
+
+        # the requests and notifications porter answers
+        self.feature(types.TEXT_DOCUMENT_DID_OPEN)(self.on_did_open)
+        self.feature(types.TEXT_DOCUMENT_DID_CHANGE)(self.on_did_change)
+        self.feature(types.TEXT_DOCUMENT_DID_SAVE)(self.on_did_save)
+        self.feature(types.TEXT_DOCUMENT_DID_CLOSE)(self.on_did_close)
+        self.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)(self.on_notebook_did_open)
+        self.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)(self.on_notebook_did_change)
+        self.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)(self.on_notebook_did_save)
+        self.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)(self.on_notebook_did_close)
+        self.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
+            code_action_kinds=[types.CodeActionKind.QuickFix, types.CodeActionKind.SourceFixAll, FIX_ALL_KIND],
+            resolve_provider=True,
+        ))(self.on_code_action)
+        self.feature(types.SHUTDOWN)(self.on_shutdown)
+        self.feature(types.CODE_ACTION_RESOLVE)(self.on_code_action_resolve)
+
+    # -- positions ------------------------------------------------------------------
+    @property
+    def encoding(self) -> str:
+        enc = getattr(self.server_capabilities, "position_encoding", None) if self.protocol.server_capabilities else None
+        return str(getattr(enc, "value", enc) or "utf-16")
+
+    def to_lsp(self, lines: Sequence[str], line: int, column: int):
+        if line >= len(lines):
+            return types.Position(line=len(lines), character=0) if not lines or lines[-1].endswith(("\n", "\r")) else types.Position(line=len(lines) - 1, character=units(_body(lines[-1]), self.encoding))
+        return types.Position(line=line, character=column_to_units(lines[line], column, self.encoding))
+
+    def from_lsp(self, lines: Sequence[str], pos) -> tuple[int, int]:
+        if pos.line >= len(lines):
+            return (len(lines), 0)
+        return (pos.line, column_from_units(lines[pos.line], pos.character, self.encoding))
+
+    # -- checking -------------------------------------------------------------------
+    def settings(self, uri: str) -> Settings:
+        return settings_for(_path_of(uri))
+
+    def schedule(self, uri: str, delay: float) -> None:
+        old = self.pending.pop(uri, None)
+        if old is not None:
+            old.cancel()
+        self.pending[uri] = asyncio.get_running_loop().create_task(self._check_later(uri, delay))
+
+    async def _check_later(self, uri: str, delay: float) -> None:
+        if delay > 0:
+            await asyncio.sleep(delay)
+        try:
+            await self.current(uri)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.error("porter lsp: check of %s failed\n%s", uri, traceback.format_exc())
+
+    async def current(self, uri: str) -> Optional[Analysis]:
+        """The analysis of the document's current version: cached, or run now (in the
+        worker thread) and published."""
+        doc = self.workspace.text_documents.get(uri)
+        if doc is None:
+            return None
+        version, text = doc.version, doc.source
+        try:
+            settings = self.settings(uri)
+            error = None
+        except UsageError as exc:
+            settings, error = None, str(exc)
+        cached = self.analyses.get(uri)
+        if cached is not None and cached[0] == version and cached[1].text == text and cached[1].settings == settings:
+            return cached[1]  # (a save after editing pyproject.toml checks again)
+        running = self.inflight.get(uri)
+        if running is not None and running[:3] == (version, text, settings):
+            future = running[3]  # a code action while the check of this version runs: wait for it
+        else:
+            path = str(_path_of(uri) or uri)
+            document = None
+            if settings is not None:
+                document = self.documents.get(uri)
+                rules = settings.options().rules
+                if document is None or document.rules != tuple(rules) or document.path != path:
+                    document = self.documents[uri] = incremental.Document(rules, path)
+            future = asyncio.get_running_loop().run_in_executor(self.worker, analyze, text, settings, path, document)
+            self.inflight[uri] = (version, text, settings, future)
+        try:
+            an = await asyncio.shield(future)
+        finally:
+            if future.done() and self.inflight.get(uri, (None,) * 4)[3] is future:
+                del self.inflight[uri]
+        if error is not None:
+            an.error = f"cannot read porter's settings: {error}"
+        now = self.workspace.text_documents.get(uri)
+        if now is None or now.version != version:
+            return an  # the editor moved on: nothing published for a stale version
+        self.analyses[uri] = (version, an)
+        self.publish(uri, version, an)
+        return an
+
+    def publish(self, uri: str, version: Optional[int], an: Analysis) -> None:
+        self.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(uri=uri, version=version, diagnostics=self.diagnostics(an, version))
+        )
+
+    def diagnostics(self, an: Analysis, version: Optional[int]) -> list:
+        if an.error is not None:
+            line, col = an.error_at
+            start = self.to_lsp(an.lines, line, col)
+            end_col = len(_body(an.lines[line])) if line < len(an.lines) else 0
+            end = self.to_lsp(an.lines, line, max(end_col, col))
+            return [types.Diagnostic(range=types.Range(start=start, end=end), message=an.error,
+                                     severity=types.DiagnosticSeverity.Error, source=SOURCE)]
+        out = []
+        for i, f in enumerate(an.findings):
+            out.append(types.Diagnostic(
+                range=self.range_of(an, f), message=f.message + _mark(f), severity=SEVERITY[f.severity],
+                code=f.code, source=SOURCE,
+                code_description=types.CodeDescription(href=href) if (href := rule_doc_uri(f.code)) else None,
+                data={"version": version, "index": i},
             ))
-            # open notebooks: notebook uri -> (version, NotebookAnalysis)
-            self.notebooks: dict[str, tuple[Optional[int], NotebookAnalysis]] = {}
-            self.debounce = debounce
-            self.analyses: dict[str, tuple[Optional[int], Analysis]] = {}
-            self.pending: dict[str, asyncio.Task] = {}
-            # every rule run (checks, fix-all) in this one thread: in order, off the loop
-            self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="porter-check")
-            # the check running for a document: (version, text, settings, future)
-            self.inflight: dict[str, tuple] = {}
-            self.fixer = None  # the process for "fix all" and slow fixes (in_fixer)
-            # each open document's incremental checker (used in the worker thread only)
-            self.documents: dict[str, incremental.Document] = {}
+        return out
 
-        # -- positions ------------------------------------------------------------------
-        @property
-        def encoding(self) -> str:
-            enc = getattr(self.server_capabilities, "position_encoding", None) if self.protocol.server_capabilities else None
-            return str(getattr(enc, "value", enc) or "utf-16")
+    def range_of(self, an: Analysis, f: Finding):
+        p = f.position or Position(1, 0, 1, 0)
+        return types.Range(start=self.to_lsp(an.lines, p.line - 1, p.column),
+                           end=self.to_lsp(an.lines, p.end_line - 1, p.end_column))
 
-        def to_lsp(self, lines: Sequence[str], line: int, column: int):
-            if line >= len(lines):
-                return types.Position(line=len(lines), character=0) if not lines or lines[-1].endswith(("\n", "\r")) else types.Position(line=len(lines) - 1, character=units(_body(lines[-1]), self.encoding))
-            return types.Position(line=line, character=column_to_units(lines[line], column, self.encoding))
+    def edit(self, uri: str, version: Optional[int], an: Analysis, changes: Sequence[TextChange]):
+        edits = [types.TextEdit(range=types.Range(start=self.to_lsp(an.lines, *c.start), end=self.to_lsp(an.lines, *c.end)),
+                                new_text=c.text) for c in changes]
+        caps = self.client_capabilities
+        versioned = bool(caps.workspace and caps.workspace.workspace_edit and caps.workspace.workspace_edit.document_changes)
+        if versioned:
+            return types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
+                text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version), edits=edits)])
+        return types.WorkspaceEdit(changes={uri: edits})
 
-        def from_lsp(self, lines: Sequence[str], pos) -> tuple[int, int]:
-            if pos.line >= len(lines):
-                return (len(lines), 0)
-            return (pos.line, column_from_units(lines[pos.line], pos.character, self.encoding))
+    def resolve_supported(self) -> bool:
+        ca = self.client_capabilities.text_document and self.client_capabilities.text_document.code_action
+        rs = ca.resolve_support if ca else None
+        return bool(rs and "edit" in rs.properties)
 
-        # -- checking -------------------------------------------------------------------
-        def settings(self, uri: str) -> Settings:
-            return settings_for(_path_of(uri))
-
-        def schedule(self, uri: str, delay: float) -> None:
-            old = self.pending.pop(uri, None)
-            if old is not None:
-                old.cancel()
-            self.pending[uri] = asyncio.get_running_loop().create_task(self._check_later(uri, delay))
-
-        async def _check_later(self, uri: str, delay: float) -> None:
-            if delay > 0:
-                await asyncio.sleep(delay)
-            try:
-                await self.current(uri)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.error("porter lsp: check of %s failed\n%s", uri, traceback.format_exc())
-
-        async def current(self, uri: str) -> Optional[Analysis]:
-            """The analysis of the document's current version: cached, or run now (in the
-            worker thread) and published."""
-            doc = self.workspace.text_documents.get(uri)
-            if doc is None:
-                return None
-            version, text = doc.version, doc.source
-            try:
-                settings = self.settings(uri)
-                error = None
-            except UsageError as exc:
-                settings, error = None, str(exc)
-            cached = self.analyses.get(uri)
-            if cached is not None and cached[0] == version and cached[1].text == text and cached[1].settings == settings:
-                return cached[1]  # (a save after editing pyproject.toml checks again)
-            running = self.inflight.get(uri)
-            if running is not None and running[:3] == (version, text, settings):
-                future = running[3]  # a code action while the check of this version runs: wait for it
-            else:
-                path = str(_path_of(uri) or uri)
-                document = None
-                if settings is not None:
-                    document = self.documents.get(uri)
-                    rules = settings.options().rules
-                    if document is None or document.rules != tuple(rules) or document.path != path:
-                        document = self.documents[uri] = incremental.Document(rules, path)
-                future = asyncio.get_running_loop().run_in_executor(self.worker, analyze, text, settings, path, document)
-                self.inflight[uri] = (version, text, settings, future)
-            try:
-                an = await asyncio.shield(future)
-            finally:
-                if future.done() and self.inflight.get(uri, (None,) * 4)[3] is future:
-                    del self.inflight[uri]
-            if error is not None:
-                an.error = f"cannot read porter's settings: {error}"
-            now = self.workspace.text_documents.get(uri)
-            if now is None or now.version != version:
-                return an  # the editor moved on: nothing published for a stale version
-            self.analyses[uri] = (version, an)
-            self.publish(uri, version, an)
-            return an
-
-        def publish(self, uri: str, version: Optional[int], an: Analysis) -> None:
-            self.text_document_publish_diagnostics(
-                types.PublishDiagnosticsParams(uri=uri, version=version, diagnostics=self.diagnostics(an, version))
+    async def finding_actions(self, uri: str, version, an: Analysis, i: int, wanted) -> list:
+        f = an.findings[i]
+        diag = self.diagnostics_for(an, version, [i])
+        out = []
+        if f.fix is not None and wanted(types.CodeActionKind.QuickFix):
+            unsafe = f.fix.safety is not Safety.SAFE
+            what = f.fix.description or registry.find(f.code).summary
+            action = types.CodeAction(
+                title=f"Fix {f.code}: {what}" + (" (unsafe)" if unsafe else ""),
+                kind=types.CodeActionKind.QuickFix, diagnostics=diag, is_preferred=not unsafe,
+                data={"uri": uri, "version": version, "index": i},
             )
-
-        def diagnostics(self, an: Analysis, version: Optional[int]) -> list:
-            if an.error is not None:
-                line, col = an.error_at
-                start = self.to_lsp(an.lines, line, col)
-                end_col = len(_body(an.lines[line])) if line < len(an.lines) else 0
-                end = self.to_lsp(an.lines, line, max(end_col, col))
-                return [types.Diagnostic(range=types.Range(start=start, end=end), message=an.error,
-                                         severity=types.DiagnosticSeverity.Error, source=SOURCE)]
-            out = []
-            for i, f in enumerate(an.findings):
-                out.append(types.Diagnostic(
-                    range=self.range_of(an, f), message=f.message + _mark(f), severity=severity[f.severity],
-                    code=f.code, source=SOURCE,
-                    code_description=types.CodeDescription(href=href) if (href := rule_doc_uri(f.code)) else None,
-                    data={"version": version, "index": i},
-                ))
-            return out
-
-        def range_of(self, an: Analysis, f: Finding):
-            p = f.position or Position(1, 0, 1, 0)
-            return types.Range(start=self.to_lsp(an.lines, p.line - 1, p.column),
-                               end=self.to_lsp(an.lines, p.end_line - 1, p.end_column))
-
-        def edit(self, uri: str, version: Optional[int], an: Analysis, changes: Sequence[TextChange]):
-            edits = [types.TextEdit(range=types.Range(start=self.to_lsp(an.lines, *c.start), end=self.to_lsp(an.lines, *c.end)),
-                                    new_text=c.text) for c in changes]
-            caps = self.client_capabilities
-            versioned = bool(caps.workspace and caps.workspace.workspace_edit and caps.workspace.workspace_edit.document_changes)
-            if versioned:
-                return types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
-                    text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version), edits=edits)])
-            return types.WorkspaceEdit(changes={uri: edits})
-
-        def resolve_supported(self) -> bool:
-            ca = self.client_capabilities.text_document and self.client_capabilities.text_document.code_action
-            rs = ca.resolve_support if ca else None
-            return bool(rs and "edit" in rs.properties)
-
-        async def finding_actions(self, uri: str, version, an: Analysis, i: int, wanted) -> list:
-            f = an.findings[i]
-            diag = self.diagnostics_for(an, version, [i])
-            out = []
-            if f.fix is not None and wanted(types.CodeActionKind.QuickFix):
-                unsafe = f.fix.safety is not Safety.SAFE
-                what = f.fix.description or registry.find(f.code).summary
-                action = types.CodeAction(
-                    title=f"Fix {f.code}: {what}" + (" (unsafe)" if unsafe else ""),
-                    kind=types.CodeActionKind.QuickFix, diagnostics=diag, is_preferred=not unsafe,
-                    data={"uri": uri, "version": version, "index": i},
-                )
-                if f.fix.remove_imports and not fix_known(an, f):
-                    # deciding which imports become unused takes LibCST's scope analysis of
-                    # the whole module (seconds on a large file): in the worker, and only when
-                    # the client asks for this action (codeAction/resolve), if it can
-                    if not self.resolve_supported():
-                        await self.resolve_fix(action)
-                        if action.edit is not None:
-                            out.append(action)
-                    else:
+            if f.fix.remove_imports and not fix_known(an, f):
+                # deciding which imports become unused takes LibCST's scope analysis of
+                # the whole module (seconds on a large file): in the worker, and only when
+                # the client asks for this action (codeAction/resolve), if it can
+                if not self.resolve_supported():
+                    await self.resolve_fix(action)
+                    if action.edit is not None:
                         out.append(action)
                 else:
-                    action.edit = self.edit(uri, version, an, fix_changes(an, f))
                     out.append(action)
-            if wanted(types.CodeActionKind.QuickFix):
-                change = suppress_change(an, f)
-                if change is not None:
-                    out.append(types.CodeAction(
-                        title=f"Suppress {f.code} on this line (# porter: ignore[{f.code}])",
-                        kind=types.CodeActionKind.QuickFix, diagnostics=diag,
-                        edit=self.edit(uri, version, an, [change]),
-                    ))
-            return out
+            else:
+                action.edit = self.edit(uri, version, an, fix_changes(an, f))
+                out.append(action)
+        if wanted(types.CodeActionKind.QuickFix):
+            change = suppress_change(an, f)
+            if change is not None:
+                out.append(types.CodeAction(
+                    title=f"Suppress {f.code} on this line (# porter: ignore[{f.code}])",
+                    kind=types.CodeActionKind.QuickFix, diagnostics=diag,
+                    edit=self.edit(uri, version, an, [change]),
+                ))
+        return out
 
-        async def resolve_fix(self, action) -> None:
-            """Fill in the edit of a quick-fix offered without one (or leave it None when the
-            document has changed since)."""
-            data = action.data if isinstance(action.data, dict) else {}
-            uri, index = data.get("uri"), data.get("index")
-            cached = self.analyses.get(uri) if isinstance(uri, str) else None
-            if cached is None or cached[0] != data.get("version") or not isinstance(index, int) or not 0 <= index < len(cached[1].findings):
+    async def resolve_fix(self, action) -> None:
+        """Fill in the edit of a quick-fix offered without one (or leave it None when the
+        document has changed since)."""
+        data = action.data if isinstance(action.data, dict) else {}
+        uri, index = data.get("uri"), data.get("index")
+        cached = self.analyses.get(uri) if isinstance(uri, str) else None
+        if cached is None or cached[0] != data.get("version") or not isinstance(index, int) or not 0 <= index < len(cached[1].findings):
+            return
+        an = cached[1]
+        f = an.findings[index]
+        if f.fix is None:
+            return
+        assert an.editor is not None and isinstance(uri, str)
+        if not fix_known(an, f):
+            path = str(_path_of(uri) or uri)
+            changes = await self.in_fixer(fix_job, an.text, an.settings, path, index, f.code)
+            if changes is None:
                 return
-            an = cached[1]
-            f = an.findings[index]
-            if f.fix is None:
-                return
-            assert an.editor is not None and isinstance(uri, str)
-            if not fix_known(an, f):
-                path = str(_path_of(uri) or uri)
-                changes = await self.in_fixer(fix_job, an.text, an.settings, path, index, f.code)
-                if changes is None:
-                    return
-                an.editor.remember(f.fix, changes)
-            action.edit = self.edit(uri, cached[0], an, fix_changes(an, f))
+            an.editor.remember(f.fix, changes)
+        action.edit = self.edit(uri, cached[0], an, fix_changes(an, f))
 
-        async def in_fixer(self, job, *args):
-            """Run ``job`` in the fixer process: "fix all" and fixes that remove imports take
-            seconds to minutes on a large file, and must not hold up the checks (the
-            worker thread) nor the messages (the event loop). One process, started on
-            first use, replaced if it dies."""
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-            from concurrent.futures.process import BrokenProcessPool
+    async def in_fixer(self, job, *args):
+        """Run ``job`` in the fixer process: "fix all" and fixes that remove imports take
+        seconds to minutes on a large file, and must not hold up the checks (the
+        worker thread) nor the messages (the event loop). One process, started on
+        first use, replaced if it dies."""
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
 
-            if self.fixer is None:
-                self.fixer = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-            try:
-                return await asyncio.get_running_loop().run_in_executor(self.fixer, job, *args)
-            except BrokenProcessPool:
-                self.fixer = None
-                raise
+        if self.fixer is None:
+            self.fixer = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.fixer, job, *args)
+        except BrokenProcessPool:
+            self.fixer = None
+            raise
 
-        def diagnostics_for(self, an: Analysis, version, indices: Sequence[int]) -> list:
-            return [types.Diagnostic(range=self.range_of(an, an.findings[i]), message=an.findings[i].message + _mark(an.findings[i]),
-                                     severity=severity[an.findings[i].severity], code=an.findings[i].code, source=SOURCE,
-                                     data={"version": version, "index": i}) for i in indices]
+    def diagnostics_for(self, an: Analysis, version, indices: Sequence[int]) -> list:
+        return [types.Diagnostic(range=self.range_of(an, an.findings[i]), message=an.findings[i].message + _mark(an.findings[i]),
+                                 severity=SEVERITY[an.findings[i].severity], code=an.findings[i].code, source=SOURCE,
+                                 data={"version": version, "index": i}) for i in indices]
 
-    server = PorterServer()
 
-    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
-    def did_open(ls: PorterServer, params: types.DidOpenTextDocumentParams) -> None:
-        ls.schedule(params.text_document.uri, 0)
+    # -- requests and notifications ---------------------------------------------------
 
-    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
-    def did_change(ls: PorterServer, params: types.DidChangeTextDocumentParams) -> None:
-        ls.schedule(params.text_document.uri, ls.debounce)
+    def on_did_open(self, params: types.DidOpenTextDocumentParams) -> None:
+        self.schedule(params.text_document.uri, 0)
 
-    @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
-    def did_save(ls: PorterServer, params: types.DidSaveTextDocumentParams) -> None:
-        ls.schedule(params.text_document.uri, 0)
+    def on_did_change(self, params: types.DidChangeTextDocumentParams) -> None:
+        self.schedule(params.text_document.uri, self.debounce)
 
-    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
-    def did_close(ls: PorterServer, params: types.DidCloseTextDocumentParams) -> None:
+    def on_did_save(self, params: types.DidSaveTextDocumentParams) -> None:
+        self.schedule(params.text_document.uri, 0)
+
+    def on_did_close(self, params: types.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
-        task = ls.pending.pop(uri, None)
+        task = self.pending.pop(uri, None)
         if task is not None:
             task.cancel()
-        ls.analyses.pop(uri, None)
-        ls.documents.pop(uri, None)
-        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+        self.analyses.pop(uri, None)
+        self.documents.pop(uri, None)
+        self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
     # -- notebooks (LSP 3.17 notebook document sync): the Python cells as one program -------
-    def notebook_cells(ls: PorterServer, uri: str) -> list[tuple[int, str, str, int]]:
+    def notebook_cells(self, uri: str) -> list[tuple[int, str, str, int]]:
         """(cell number, cell document uri, its text, its version) of each Python code cell."""
-        nb = ls.workspace.get_notebook_document(notebook_uri=uri)
+        nb = self.workspace.get_notebook_document(notebook_uri=uri)
         if nb is None:
             return []
         out = []
         for number, cell in enumerate(nb.cells, 1):
             if cell.kind != types.NotebookCellKind.Code:
                 continue
-            doc = ls.workspace.text_documents.get(unquote(cell.document)) or ls.workspace.text_documents.get(cell.document)
+            doc = self.workspace.text_documents.get(unquote(cell.document)) or self.workspace.text_documents.get(cell.document)
             if doc is None or (doc.language_id or "python").lower() not in ("python", "ipython"):
                 continue
             out.append((number, cell.document, doc.source, doc.version))
         return out
 
-    async def check_notebook(ls: PorterServer, uri: str) -> Optional[NotebookAnalysis]:
-        nb = ls.workspace.get_notebook_document(notebook_uri=uri)
+    async def check_notebook(self, uri: str) -> Optional[NotebookAnalysis]:
+        nb = self.workspace.get_notebook_document(notebook_uri=uri)
         if nb is None:
             return None
         version = nb.version
-        cells = notebook_cells(ls, uri)
-        cached = ls.notebooks.get(uri)
+        cells = self.notebook_cells(uri)
+        cached = self.notebooks.get(uri)
         if cached is not None and cached[0] == version and cached[1].cells == cells:
             return cached[1]
         try:
-            settings: Optional[Settings] = ls.settings(uri)
+            settings: Optional[Settings] = self.settings(uri)
         except UsageError:
             settings = None
         path = str(_path_of(uri) or uri)
-        nan = await asyncio.get_running_loop().run_in_executor(ls.worker, analyze_notebook, cells, settings, path)
-        now = ls.workspace.get_notebook_document(notebook_uri=uri)
+        nan = await asyncio.get_running_loop().run_in_executor(self.worker, analyze_notebook, cells, settings, path)
+        now = self.workspace.get_notebook_document(notebook_uri=uri)
         if now is None or now.version != version:
             return nan
-        old = ls.notebooks.get(uri)
-        ls.notebooks[uri] = (version, nan)
+        old = self.notebooks.get(uri)
+        self.notebooks[uri] = (version, nan)
         published = {c[1] for c in cells}
         for number, cell_uri, text, cell_version in cells:
-            ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
-                uri=cell_uri, version=cell_version, diagnostics=notebook_diagnostics(ls, nan, number)))
+            self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
+                uri=cell_uri, version=cell_version, diagnostics=self.notebook_diagnostics(nan, number)))
         if old is not None:  # cells no longer in the notebook (or no longer Python): cleared
             for _, cell_uri, _, _ in old[1].cells:
                 if cell_uri not in published:
-                    ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell_uri, diagnostics=[]))
+                    self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell_uri, diagnostics=[]))
         return nan
 
-    def notebook_diagnostics(ls: PorterServer, nan: NotebookAnalysis, number: int) -> list:
+    def notebook_diagnostics(self, nan: NotebookAnalysis, number: int) -> list:
         if nan.error is not None:
             if nan.error_cell != number:
                 return []
             line, col = nan.error_at
             lines = nan.cell_lines(number)
-            start = ls.to_lsp(lines, line, col)
-            end = ls.to_lsp(lines, line, max(len(_body(lines[line])) if line < len(lines) else 0, col))
+            start = self.to_lsp(lines, line, col)
+            end = self.to_lsp(lines, line, max(len(_body(lines[line])) if line < len(lines) else 0, col))
             return [types.Diagnostic(range=types.Range(start=start, end=end), message=nan.error,
                                      severity=types.DiagnosticSeverity.Error, source=SOURCE)]
         an = nan.analysis
@@ -706,21 +725,21 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
             if where is None or where[0] != number:
                 continue
             out.append(types.Diagnostic(
-                range=cell_lsp_range(ls, nan, where), message=f.message + _mark(f), severity=severity[f.severity],
+                range=self.cell_lsp_range(nan, where), message=f.message + _mark(f), severity=SEVERITY[f.severity],
                 code=f.code, source=SOURCE,
                 code_description=types.CodeDescription(href=href) if (href := rule_doc_uri(f.code)) else None,
                 data={"version": nan.version_of(number), "index": i},
             ))
         return out
 
-    def cell_lsp_range(ls: PorterServer, nan: NotebookAnalysis, where):
+    def cell_lsp_range(self, nan: NotebookAnalysis, where):
         number, line, col, end_line, end_col = where
         lines = nan.cell_lines(number)
-        return types.Range(start=ls.to_lsp(lines, line, col), end=ls.to_lsp(lines, end_line, end_col))
+        return types.Range(start=self.to_lsp(lines, line, col), end=self.to_lsp(lines, end_line, end_col))
 
-    def schedule_notebook(ls: PorterServer, uri: str, delay: float) -> None:
+    def schedule_notebook(self, uri: str, delay: float) -> None:
         key = "notebook:" + uri
-        old = ls.pending.pop(key, None)
+        old = self.pending.pop(key, None)
         if old is not None:
             old.cancel()
 
@@ -728,39 +747,35 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
             if delay > 0:
                 await asyncio.sleep(delay)
             try:
-                await check_notebook(ls, uri)
+                await self.check_notebook(uri)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.error("porter lsp: check of %s failed\n%s", uri, traceback.format_exc())
 
-        ls.pending[key] = asyncio.get_running_loop().create_task(later())
+        self.pending[key] = asyncio.get_running_loop().create_task(later())
 
-    @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
-    def notebook_did_open(ls: PorterServer, params: types.DidOpenNotebookDocumentParams) -> None:
-        schedule_notebook(ls, params.notebook_document.uri, 0)
+    def on_notebook_did_open(self, params: types.DidOpenNotebookDocumentParams) -> None:
+        self.schedule_notebook(params.notebook_document.uri, 0)
 
-    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
-    def notebook_did_change(ls: PorterServer, params: types.DidChangeNotebookDocumentParams) -> None:
-        schedule_notebook(ls, params.notebook_document.uri, ls.debounce)
+    def on_notebook_did_change(self, params: types.DidChangeNotebookDocumentParams) -> None:
+        self.schedule_notebook(params.notebook_document.uri, self.debounce)
 
-    @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
-    def notebook_did_save(ls: PorterServer, params: types.DidSaveNotebookDocumentParams) -> None:
-        schedule_notebook(ls, params.notebook_document.uri, 0)
+    def on_notebook_did_save(self, params: types.DidSaveNotebookDocumentParams) -> None:
+        self.schedule_notebook(params.notebook_document.uri, 0)
 
-    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
-    def notebook_did_close(ls: PorterServer, params: types.DidCloseNotebookDocumentParams) -> None:
+    def on_notebook_did_close(self, params: types.DidCloseNotebookDocumentParams) -> None:
         uri = params.notebook_document.uri
-        task = ls.pending.pop("notebook:" + uri, None)
+        task = self.pending.pop("notebook:" + uri, None)
         if task is not None:
             task.cancel()
-        old = ls.notebooks.pop(uri, None)
+        old = self.notebooks.pop(uri, None)
         for cell in params.cell_text_documents:
-            ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell.uri, diagnostics=[]))
+            self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell.uri, diagnostics=[]))
         del old
 
-    async def notebook_code_actions(ls: PorterServer, notebook_uri: str, params: types.CodeActionParams) -> list:
-        nan = await check_notebook(ls, notebook_uri)
+    async def notebook_code_actions(self, notebook_uri: str, params: types.CodeActionParams) -> list:
+        nan = await self.check_notebook(notebook_uri)
         if nan is None or nan.error is not None or nan.analysis.module is None:
             return []
         cell_uri = params.text_document.uri
@@ -779,7 +794,7 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
                 chosen.append(i)
         if not params.context.diagnostics:
             lines = nan.cell_lines(number)
-            start, end = ls.from_lsp(lines, params.range.start), ls.from_lsp(lines, params.range.end)
+            start, end = self.from_lsp(lines, params.range.start), self.from_lsp(lines, params.range.end)
             for j, f in enumerate(an.findings):
                 where = nan.cell_range(f)
                 if where is not None and where[0] == number and (where[1], where[2]) <= end and (where[3], where[4]) >= start:
@@ -795,15 +810,15 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
             unsafe = f.fix.safety is not Safety.SAFE
             what = f.fix.description or registry.find(f.code).summary
             where = nan.cell_range(f)
-            diag = [types.Diagnostic(range=cell_lsp_range(ls, nan, where), message=f.message + _mark(f),
-                                     severity=severity[f.severity], code=f.code, source=SOURCE,
+            diag = [types.Diagnostic(range=self.cell_lsp_range(nan, where), message=f.message + _mark(f),
+                                     severity=SEVERITY[f.severity], code=f.code, source=SOURCE,
                                      data={"version": nan.version_of(number), "index": i})] if where else []
             by_cell: dict[str, list] = {}
             for cell_number, change in edits:
                 lines = nan.cell_lines(cell_number)
                 by_cell.setdefault(nan.uri_of(cell_number), []).append(types.TextEdit(
-                    range=types.Range(start=ls.to_lsp(lines, *change.start), end=ls.to_lsp(lines, *change.end)), new_text=change.text))
-            caps = ls.client_capabilities
+                    range=types.Range(start=self.to_lsp(lines, *change.start), end=self.to_lsp(lines, *change.end)), new_text=change.text))
+            caps = self.client_capabilities
             versioned = bool(caps.workspace and caps.workspace.workspace_edit and caps.workspace.workspace_edit.document_changes)
             if versioned:
                 edit = types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
@@ -817,23 +832,16 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
             ))
         return actions
 
-    @server.feature(
-        types.TEXT_DOCUMENT_CODE_ACTION,
-        types.CodeActionOptions(
-            code_action_kinds=[types.CodeActionKind.QuickFix, types.CodeActionKind.SourceFixAll, FIX_ALL_KIND],
-            resolve_provider=True,
-        ),
-    )
-    async def code_action(ls: PorterServer, params: types.CodeActionParams):
+    async def on_code_action(self, params: types.CodeActionParams):
         uri = params.text_document.uri
-        notebook_doc = ls.workspace.get_notebook_document(cell_uri=uri)
+        notebook_doc = self.workspace.get_notebook_document(cell_uri=uri)
         if notebook_doc is not None:
-            return await notebook_code_actions(ls, notebook_doc.uri, params)
-        doc = ls.workspace.text_documents.get(uri)
+            return await self.notebook_code_actions(notebook_doc.uri, params)
+        doc = self.workspace.text_documents.get(uri)
         if doc is None:
             return []
         version = doc.version
-        an = await ls.current(uri)
+        an = await self.current(uri)
         if an is None or an.error is not None or an.module is None:
             return []
         only = params.context.only
@@ -853,19 +861,19 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
                 chosen.append(i)
                 continue
             for j, f in enumerate(an.findings):
-                if f.code == d.code and ls.range_of(an, f) == d.range:
+                if f.code == d.code and self.range_of(an, f) == d.range:
                     chosen.append(j)
                     break
         if not params.context.diagnostics:
-            start = ls.from_lsp(an.lines, params.range.start)
-            end = ls.from_lsp(an.lines, params.range.end)
+            start = self.from_lsp(an.lines, params.range.start)
+            end = self.from_lsp(an.lines, params.range.end)
             for j, f in enumerate(an.findings):
                 p = f.position
                 if p is not None and (p.line - 1, p.column) <= end and (p.end_line - 1, p.end_column) >= start:
                     chosen.append(j)
         actions = []
         for i in dict.fromkeys(chosen):
-            actions.extend(await ls.finding_actions(uri, version, an, i, wanted))
+            actions.extend(await self.finding_actions(uri, version, an, i, wanted))
         allowed = an.settings.unsafe_fixes if an.settings else False
         fixable = [f for f in an.findings if f.fix is not None and (allowed or f.fix.safety is Safety.SAFE)]
         if fixable and wanted(FIX_ALL_KIND):
@@ -873,50 +881,50 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
                 title="Fix all porter findings in this file" + (" (unsafe fixes included, [tool.porter] unsafe-fixes)" if allowed else ""),
                 kind=FIX_ALL_KIND, data={"uri": uri, "version": version, "fixAll": True},
             )
-            if not ls.resolve_supported():
-                await resolve_fix_all(ls, action)
-            if action.edit is not None or ls.resolve_supported():
+            if not self.resolve_supported():
+                await self.resolve_fix_all(action)
+            if action.edit is not None or self.resolve_supported():
                 actions.append(action)
         return actions
 
-    async def resolve_fix_all(ls: PorterServer, action) -> None:
+    async def resolve_fix_all(self, action) -> None:
         data = action.data if isinstance(action.data, dict) else {}
         uri = data.get("uri")
-        cached = ls.analyses.get(uri) if isinstance(uri, str) else None
+        cached = self.analyses.get(uri) if isinstance(uri, str) else None
         if cached is None or cached[0] != data.get("version") or cached[1].module is None:
             return  # the document changed since: no edit (the client asks again)
         an = cached[1]
         if an.fix_all is None:
             try:
-                an.fix_all = await ls.in_fixer(fix_all_job, an.text, an.settings)
+                an.fix_all = await self.in_fixer(fix_all_job, an.text, an.settings)
             except engine.PorterError as exc:
                 an.fix_all_error = str(exc)
                 return
         assert isinstance(uri, str)
-        action.edit = ls.edit(uri, cached[0], an, an.fix_all)
+        action.edit = self.edit(uri, cached[0], an, an.fix_all)
 
-    @server.feature(types.SHUTDOWN)
-    def shutdown(ls: PorterServer, params) -> None:
-        if ls.fixer is not None:
-            for proc in list(getattr(ls.fixer, "_processes", {}).values()):
+    def on_shutdown(self, params) -> None:
+        if self.fixer is not None:
+            for proc in list(getattr(self.fixer, "_processes", {}).values()):
                 proc.terminate()  # a "fix all" still running is of no use to anyone now
-            ls.fixer.shutdown(wait=False, cancel_futures=True)
-            ls.fixer = None
+            self.fixer.shutdown(wait=False, cancel_futures=True)
+            self.fixer = None
 
-    @server.feature(types.CODE_ACTION_RESOLVE)
-    async def code_action_resolve(ls: PorterServer, action: types.CodeAction):
+    async def on_code_action_resolve(self, action: types.CodeAction):
         if isinstance(action.data, dict) and action.edit is None:
             if action.data.get("fixAll"):
-                await resolve_fix_all(ls, action)
+                await self.resolve_fix_all(action)
             else:
-                await ls.resolve_fix(action)
+                await self.resolve_fix(action)
             if action.edit is None:
-                from pygls.exceptions import JsonRpcContentModified
-
                 raise JsonRpcContentModified("the document changed since this action was offered, or its fixes failed; ask for code actions again")
         return action
 
-    return server
+
+
+def build_server(debounce: float = DEFAULT_DEBOUNCE) -> PorterServer:
+    """The server, not started (``serve`` starts it on stdin/stdout)."""
+    return PorterServer(debounce)
 
 
 def _mark(f: Finding) -> str:
