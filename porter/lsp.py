@@ -426,21 +426,23 @@ class PorterServer(LanguageServer):
         # each open document's incremental checker (used in the worker thread only)
         self.documents: dict[str, incremental.Document] = {}
 
-        # the requests and notifications porter answers
-        self.feature(types.TEXT_DOCUMENT_DID_OPEN)(self.on_did_open)
-        self.feature(types.TEXT_DOCUMENT_DID_CHANGE)(self.on_did_change)
-        self.feature(types.TEXT_DOCUMENT_DID_SAVE)(self.on_did_save)
-        self.feature(types.TEXT_DOCUMENT_DID_CLOSE)(self.on_did_close)
-        self.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)(self.on_notebook_did_open)
-        self.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)(self.on_notebook_did_change)
-        self.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)(self.on_notebook_did_save)
-        self.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)(self.on_notebook_did_close)
+        # the requests and notifications porter answers: the methods below, as functions
+        # (pygls marks each handler function; it passes the server as their `self`, known by
+        # the annotation)
+        self.feature(types.TEXT_DOCUMENT_DID_OPEN)(PorterServer.on_did_open)
+        self.feature(types.TEXT_DOCUMENT_DID_CHANGE)(PorterServer.on_did_change)
+        self.feature(types.TEXT_DOCUMENT_DID_SAVE)(PorterServer.on_did_save)
+        self.feature(types.TEXT_DOCUMENT_DID_CLOSE)(PorterServer.on_did_close)
+        self.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)(PorterServer.on_notebook_did_open)
+        self.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)(PorterServer.on_notebook_did_change)
+        self.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)(PorterServer.on_notebook_did_save)
+        self.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)(PorterServer.on_notebook_did_close)
         self.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
             code_action_kinds=[types.CodeActionKind.QuickFix, types.CodeActionKind.SourceFixAll, FIX_ALL_KIND],
             resolve_provider=True,
-        ))(self.on_code_action)
-        self.feature(types.SHUTDOWN)(self.on_shutdown)
-        self.feature(types.CODE_ACTION_RESOLVE)(self.on_code_action_resolve)
+        ))(PorterServer.on_code_action)
+        self.feature(types.SHUTDOWN)(PorterServer.on_shutdown)
+        self.feature(types.CODE_ACTION_RESOLVE)(PorterServer.on_code_action_resolve)
 
     # -- positions ------------------------------------------------------------------
     @property
@@ -644,16 +646,16 @@ class PorterServer(LanguageServer):
 
     # -- requests and notifications ---------------------------------------------------
 
-    def on_did_open(self, params: types.DidOpenTextDocumentParams) -> None:
+    def on_did_open(self: PorterServer, params: types.DidOpenTextDocumentParams) -> None:
         self.schedule(params.text_document.uri, 0)
 
-    def on_did_change(self, params: types.DidChangeTextDocumentParams) -> None:
+    def on_did_change(self: PorterServer, params: types.DidChangeTextDocumentParams) -> None:
         self.schedule(params.text_document.uri, self.debounce)
 
-    def on_did_save(self, params: types.DidSaveTextDocumentParams) -> None:
+    def on_did_save(self: PorterServer, params: types.DidSaveTextDocumentParams) -> None:
         self.schedule(params.text_document.uri, 0)
 
-    def on_did_close(self, params: types.DidCloseTextDocumentParams) -> None:
+    def on_did_close(self: PorterServer, params: types.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
         task = self.pending.pop(uri, None)
         if task is not None:
@@ -755,16 +757,16 @@ class PorterServer(LanguageServer):
 
         self.pending[key] = asyncio.get_running_loop().create_task(later())
 
-    def on_notebook_did_open(self, params: types.DidOpenNotebookDocumentParams) -> None:
+    def on_notebook_did_open(self: PorterServer, params: types.DidOpenNotebookDocumentParams) -> None:
         self.schedule_notebook(params.notebook_document.uri, 0)
 
-    def on_notebook_did_change(self, params: types.DidChangeNotebookDocumentParams) -> None:
+    def on_notebook_did_change(self: PorterServer, params: types.DidChangeNotebookDocumentParams) -> None:
         self.schedule_notebook(params.notebook_document.uri, self.debounce)
 
-    def on_notebook_did_save(self, params: types.DidSaveNotebookDocumentParams) -> None:
+    def on_notebook_did_save(self: PorterServer, params: types.DidSaveNotebookDocumentParams) -> None:
         self.schedule_notebook(params.notebook_document.uri, 0)
 
-    def on_notebook_did_close(self, params: types.DidCloseNotebookDocumentParams) -> None:
+    def on_notebook_did_close(self: PorterServer, params: types.DidCloseNotebookDocumentParams) -> None:
         uri = params.notebook_document.uri
         task = self.pending.pop("notebook:" + uri, None)
         if task is not None:
@@ -832,7 +834,7 @@ class PorterServer(LanguageServer):
             ))
         return actions
 
-    async def on_code_action(self, params: types.CodeActionParams):
+    async def on_code_action(self: PorterServer, params: types.CodeActionParams):
         uri = params.text_document.uri
         notebook_doc = self.workspace.get_notebook_document(cell_uri=uri)
         if notebook_doc is not None:
@@ -903,14 +905,14 @@ class PorterServer(LanguageServer):
         assert isinstance(uri, str)
         action.edit = self.edit(uri, cached[0], an, an.fix_all)
 
-    def on_shutdown(self, params) -> None:
+    def on_shutdown(self: PorterServer, params) -> None:
         if self.fixer is not None:
             for proc in list(getattr(self.fixer, "_processes", {}).values()):
                 proc.terminate()  # a "fix all" still running is of no use to anyone now
             self.fixer.shutdown(wait=False, cancel_futures=True)
             self.fixer = None
 
-    async def on_code_action_resolve(self, action: types.CodeAction):
+    async def on_code_action_resolve(self: PorterServer, action: types.CodeAction):
         if isinstance(action.data, dict) and action.edit is None:
             if action.data.get("fixAll"):
                 await self.resolve_fix_all(action)
