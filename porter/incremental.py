@@ -429,6 +429,7 @@ def run_statement(stmt: cst.BaseStatement, rules: Sequence[type[Rule]], aliases:
             (visit if kind == "visit" else leave).setdefault(name[6:], []).append((k, getattr(inst, name)))
     dead: set[int] = set()
     importer = _LocalContext(path, aliases, module_names, ancestors)
+    fields_of, node_type = child_fields, is_node_type  # (locals of the walk below: it is hot)
 
     def call(handlers, node) -> None:
         for k, handler in handlers:
@@ -449,14 +450,14 @@ def run_statement(stmt: cst.BaseStatement, rules: Sequence[type[Rule]], aliases:
         handlers = visit.get(name)
         if handlers:
             call(handlers, node)
-        for fname in child_fields(kind):
+        for fname in fields_of(kind):
             value = getattr(node, fname)
             vkind = type(value)
             if vkind is tuple or vkind is list:
                 for item in value:
-                    if is_node_type(type(item)):
+                    if node_type(type(item)):
                         walk(item)
-            elif is_node_type(vkind):
+            elif node_type(vkind):
                 walk(value)
         handlers = leave.get(name)
         if handlers:
