@@ -9,19 +9,22 @@ output does not parse, is reported as failed and left as it was.
 """
 from __future__ import annotations
 
-import dataclasses
 import re
-from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional, Sequence, Union
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional, Sequence
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor, ImportItem, RemoveImportsVisitor
-from libcst._nodes.internal import CodegenState
-from libcst.metadata.position_provider import PositionProvidingCodegenState
 
-from porter.context import PREFERRED_ALIASES, FileContext
-from porter.rules import Edit, Finding, Fix, NeedsHuman, Position, Rule, Safety, Severity
+from porter import _libcst_compat as _compat
+from porter._libcst_compat import child_fields as _child_fields
+from porter._libcst_compat import is_node_type as is_node_type
+from porter.context import FileContext
+from porter.edits import FixFailed, apply_fixes
+from porter.edits import add_imports as add_imports  # (re-exported: the engine's API before porter.edits)
+from porter.edits import binds_looser as binds_looser
+from porter.edits import keep_boundary as keep_boundary
+from porter.edits import remove_imports as remove_imports
+from porter.rules import Finding, NeedsHuman, Position, Rule, Safety, Severity
 
 MAX_PASSES = 8
 _SUPPRESS = re.compile(r"#\s*porter:\s*ignore(?:\[([A-Za-z0-9_,\s]+)\])?")
@@ -175,24 +178,7 @@ def _syntax_message(source: str, exc: cst.ParserSyntaxError) -> str:
 # --------------------------------------------------------------------------------------
 # Traversal
 # --------------------------------------------------------------------------------------
-_SKIP_FIELD = re.compile(
-    r"^(whitespace.*|lpar|rpar|comma|semicolon|header|footer|leading_lines|lines_after_decorators"
-    r"|newline|equal|colon|dot|lbracket|rbracket|lbrace|rbrace|operator|star|asynchronous"
-    r"|first_line|trailing_whitespace|default_indent|default_newline|encoding|has_trailing_newline)$"
-)
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _child_fields(kind: type) -> tuple[str, ...]:
-    fields = _FIELDS.get(kind)
-    if fields is None:
-        fields = tuple(
-            f.name for f in dataclasses.fields(kind) if not _SKIP_FIELD.match(f.name)
-        )
-        _FIELDS[kind] = fields
-    return fields
-
-
+_FIELDS = _compat.FIELDS  # (porter.astutil reads it here)
 Handler = Callable[[cst.CSTNode], object]
 
 
@@ -298,19 +284,6 @@ def describe_exception(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}{where}" if text else f"{type(exc).__name__}{where}"
 
-
-_NODE_TYPES: dict[type, bool] = {}
-
-
-def is_node_type(kind: type) -> bool:
-    """``issubclass(kind, cst.CSTNode)``, memoized per type: ``isinstance`` against LibCST's
-    abstract base class goes through ``ABCMeta.__instancecheck__``, most of a walk's own cost."""
-    found = _NODE_TYPES.get(kind)
-    if found is None:
-        found = _NODE_TYPES[kind] = issubclass(kind, cst.CSTNode)
-    return found
-
-
 def applicable_rules(rules: Iterable[type[Rule]], source: str, document: Optional[str] = None) -> list[type[Rule]]:
     """Rules whose cheap text pre-filters match: ``Rule.needs_text`` in ``source`` (this pass's
     text), ``Rule.needs_document`` in ``document`` (the text the run began with; by default
@@ -340,32 +313,16 @@ def run_rules(module: cst.Module, rules: Sequence[type[Rule]], path: str = "<str
     dispatcher = _Dispatcher(instances, ctx)
     dispatcher.walk(module)
     findings: list[Finding] = list(crashed_init)
-    for rule in instances:
-        crash = dispatcher.crashed.get(id(rule))
-        findings.extend([crash] if crash is not None else rule.findings)
+    for inst in instances:
+        crash = dispatcher.crashed.get(id(inst))
+        findings.extend([crash] if crash is not None else inst.findings)
     return findings
 
 
-class _PositionSink:
-    """Where LibCST's position-tracking codegen writes each node's range (the attribute
-    PositionProvider itself offers it)."""
-
-    def __init__(self) -> None:
-        self._computed: dict = {}
-
-
 def node_positions(module: cst.Module) -> dict:
-    """node -> CodeRange for every node, from one position-tracking codegen of the module.
-
-    This is what ``MetadataWrapper(module).resolve(PositionProvider)`` computes, without the
-    wrapper's extra full-tree visit (measured: 0.32 s -> 0.07 s a file on torch's sources).
-    LibCST is pinned (1.9.0); tests/test_engine.py checks the two agree."""
-    sink = _PositionSink()
-    state = PositionProvidingCodegenState(
-        default_indent=module.default_indent, default_newline=module.default_newline, provider=sink
-    )
-    module._codegen(state)
-    return sink._computed
+    """node -> CodeRange for every node, from one position-tracking codegen of the module
+    (porter._libcst_compat; tests/test_engine.py checks it agrees with PositionProvider)."""
+    return _compat.node_positions(module)
 
 
 def positions_of(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> dict:
@@ -397,34 +354,19 @@ def positions_of(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> dict:
                     stack.append(value)
     if wanted:
         return node_positions(module)
-    sink = _PositionSink()
-    state = PositionProvidingCodegenState(
-        default_indent=module.default_indent, default_newline=module.default_newline, provider=sink
-    )
+    gen = _compat.PositionCodegen(module.default_indent, module.default_newline)
     last = max(need, default=-1)
-    plain = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
+    plain = _compat.PlainCodegen(module.default_indent, module.default_newline)
     for h in module.header:
-        h._codegen(plain)
+        plain.add(h)
     for at, stmt in enumerate(module.body[: last + 1]):
         if at in need:
-            _advance(state, plain.tokens)
+            gen.advance(plain.tokens)
             plain.tokens.clear()
-            stmt._codegen(state)
+            gen.add(stmt)
         else:
-            stmt._codegen(plain)
-    return sink._computed
-
-
-def _advance(state: PositionProvidingCodegenState, tokens: list[str]) -> None:
-    """Move ``state``'s line and column past ``tokens`` (the code before the next statement
-    it generates), as generating them would."""
-    text = "".join(tokens)
-    if "\r" in text:  # a token ending in \r and one beginning with \n count as two line breaks
-        for token in tokens:
-            state.add_token(token)
-    elif text:
-        state.add_token(text)
-
+            plain.add(stmt)
+    return gen.positions
 
 def attach_positions(module: cst.Module, findings: list[Finding]) -> None:
     if not findings:
@@ -479,445 +421,8 @@ def check(source: str, options: Options, path: str = "<string>") -> CheckResult:
 
 
 # --------------------------------------------------------------------------------------
-# Fixing
+# Fixing: the edits put in place and the imports they need (porter.edits)
 # --------------------------------------------------------------------------------------
-class _ApplyEdits(cst.CSTTransformer):
-    """Puts the edits in place. ``module``: the tree the edits' targets belong to; the walk
-    then enters only the nodes that contain a target, and every other subtree (most of a
-    module, for a few edits), a target without targets inside it included, is kept as it is,
-    unvisited: a callable replacement receives such a target itself, which is what a rebuilt
-    copy would be, node for node."""
-
-    def __init__(self, edits: Sequence[Edit], module: Optional[cst.Module] = None) -> None:
-        super().__init__()
-        self.edits: dict[int, list[Edit]] = {}
-        for e in edits:
-            self.edits.setdefault(id(e.target), []).append(e)
-        self.applied = 0
-        self.parents: list[cst.CSTNode] = []  # the original nodes around the one visited
-        self.failures: list[tuple[Edit, Exception]] = []  # callable replacements that raised
-        # ids of the nodes that contain a target (None: enter everything)
-        self.around: Optional[set[int]] = None if module is None else _ancestors_of(module, set(self.edits))
-
-    def on_visit(self, node) -> bool:  # type: ignore[override]
-        return self.around is None or id(node) in self.around
-
-    def on_visit_attribute(self, node, attribute) -> None:  # type: ignore[override]
-        self.parents.append(node)
-
-    def on_leave_attribute(self, original_node, attribute) -> None:  # type: ignore[override]
-        self.parents.pop()
-
-    def on_leave(self, original_node, updated_node):  # type: ignore[override]
-        edits = self.edits.get(id(original_node))
-        if not edits:
-            return updated_node
-        result: Union[cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel] = updated_node
-        for edit in edits:
-            if isinstance(result, (cst.RemovalSentinel, cst.FlattenSentinel)):
-                break  # a removal/flatten wins; the other edits are found again next pass
-            rep = edit.replacement
-            before = result
-            if callable(rep) and not isinstance(rep, cst.CSTNode):
-                try:
-                    result = rep(result)
-                except (RecursionError, MemoryError):
-                    raise
-                except Exception as exc:  # NeedsHuman, or a bug in the rule: this edit is left out
-                    self.failures.append((edit, exc))
-                    result = before
-                    continue
-            else:
-                result = rep
-            parent = self.parents[-1] if self.parents else None
-            result = keep_boundary(before, result, lambda side: _word_beside(self.parents, original_node, side),
-                                   lambda after: binds_looser(after, original_node, parent))
-            self.applied += 1
-        return result
-
-
-_WORD_CHAR = re.compile(r"\w")
-_EMPTY_MODULE = cst.Module([])
-
-
-def keep_boundary(before: cst.CSTNode, after, word_beside: Callable[[int], Optional[bool]] = lambda side: None,
-                  binds_looser: Callable[[cst.BaseExpression], bool] = lambda after: False):
-    """``after`` (an edit's replacement of the expression ``before``) with what the code
-    around it relies on: ``before``'s parentheses when ``after`` has none, and parentheses
-    when ``after`` would begin (end) with a word character where ``before`` did not and the
-    code before (after) it is a word character too.
-
-    ``return(x.cuda())``, ``if(torch.device('cuda')):``, ``x in[...]``, ``lambda:'s'``: the
-    keyword is followed by no space, legal only because the expression begins with a
-    bracket or a quote. A replacement built without the original's parentheses (or of
-    another kind: a call for a list) would glue itself to the keyword, which LibCST refuses
-    (``CSTValidationError: Must have at least one space after 'return'``) or which reads as
-    another name. Done here, where every rule's replacement is put in place, so that no rule
-    has to think of it. ``word_beside(side)``: whether the character just before (side -1)
-    or after (side 1) the original node is a word character (None: not known, assume so).
-
-    ``binds_looser(after)``: whether ``after`` would bind looser than the code around it
-    (:func:`binds_looser`): a lambda or a conditional expression put where it would (an
-    operand of ``or``, ``+``, ``not``, a comparison, ``await``; the object of an attribute, a
-    call or a subscript; the condition or the first branch of a conditional) gets parentheses: ``norm or nn.Identity`` ->
-    ``norm or (lambda x: x)``, not ``norm or lambda x: x`` (a syntax error) nor, first,
-    ``lambda x: x or norm`` (another function)."""
-    if not isinstance(after, cst.BaseExpression) or not isinstance(before, cst.BaseExpression) or after is before:
-        return after
-    if after.lpar or after.rpar:
-        return after
-    if before.lpar and len(before.lpar) == len(before.rpar):
-        return _parenthesized(after, before.lpar, before.rpar)
-    if binds_looser(after):
-        return _parenthesized(after, (cst.LeftParen(),), (cst.RightParen(),))
-    old, new = _edge_chars(before), _edge_chars(after)
-    if old is None or new is None:
-        return after
-    for side, at in ((-1, 0), (1, 1)):
-        if not _WORD_CHAR.match(old[at]) and _WORD_CHAR.match(new[at]) and word_beside(side) is not False:
-            return _parenthesized(after, (cst.LeftParen(),), (cst.RightParen(),))
-    return after
-
-
-_OPERATOR_PARENTS = (cst.BooleanOperation, cst.BinaryOperation, cst.UnaryOperation, cst.Comparison,
-                     cst.ComparisonTarget, cst.Await)
-
-
-def binds_looser(after: cst.BaseExpression, before: cst.CSTNode, parent: Optional[cst.CSTNode]) -> bool:
-    """Whether ``after`` (a lambda or a conditional expression), put where the node ``before``
-    is in ``parent`` (the original nodes), needs parentheses to stay one operand."""
-    if parent is None or not isinstance(after, (cst.Lambda, cst.IfExp)):
-        return False
-    if isinstance(parent, _OPERATOR_PARENTS):
-        return True
-    if isinstance(parent, (cst.Attribute, cst.Subscript)):
-        return parent.value is before
-    if isinstance(parent, cst.Call):
-        return parent.func is before
-    if isinstance(parent, cst.IfExp):
-        return parent.orelse is not before
-    return False
-
-
-def _parenthesized(node: cst.BaseExpression, lpar, rpar):
-    try:
-        return node.with_changes(lpar=tuple(lpar), rpar=tuple(rpar))
-    except (TypeError, cst.CSTValidationError):  # a node kind that takes no parentheses
-        return node
-
-
-def _edge_chars(node: cst.CSTNode) -> Optional[tuple[str, str]]:
-    """The first and last characters of ``node``'s code (None when it has none)."""
-    code = _EMPTY_MODULE.code_for_node(node).strip()
-    return (code[0], code[-1]) if code else None
-
-
-def _word_beside(parents: Sequence[cst.CSTNode], node: cst.CSTNode, side: int) -> Optional[bool]:
-    """Whether the character just before (``side`` -1) or after (1) ``node`` in the code of
-    its ancestors ``parents`` (outermost first) is a word character; None when not found.
-    Each ancestor's code is generated with positions until one has code on that side of the
-    node (usually the parent: a keyword, an operator)."""
-    child = node
-    for parent in reversed(parents):
-        sink = _PositionSink()
-        state = PositionProvidingCodegenState(default_indent="    ", default_newline="\n", provider=sink)
-        parent._codegen(state)
-        rng = sink._computed.get(child)
-        if rng is None:
-            return None
-        lines = "".join(state.tokens).split("\n")
-        if side < 0:
-            line, col = rng.start.line, rng.start.column
-            if line == 1 and col == 0:
-                child = parent
-                continue
-            text = lines[line - 1][:col]
-            return bool(text) and bool(_WORD_CHAR.match(text[-1]))
-        line, col = rng.end.line, rng.end.column
-        rest = lines[line - 1][col:] if line <= len(lines) else ""
-        if line == len(lines) and not rest:
-            child = parent
-            continue
-        return bool(rest) and bool(_WORD_CHAR.match(rest[0]))
-    return False  # the node begins (ends) the module
-
-
-def _ancestors_of(module: cst.Module, targets: set[int]) -> Optional[set[int]]:
-    """The ids of the nodes of ``module`` that contain one of ``targets`` (ids), from a walk of
-    the fields that can hold code; None when a target is not found that way (one in a
-    whitespace or punctuation field, or not in the tree): the caller then enters everything."""
-    around: set[int] = set()
-    found: set[int] = set()
-    path: list[cst.CSTNode] = []
-    stack: list[tuple[cst.CSTNode, int]] = [(module, 0)]
-    while stack:
-        node, depth = stack.pop()
-        del path[depth:]
-        key = id(node)
-        if key in targets:
-            found.add(key)
-            around.update(id(p) for p in path)
-        path.append(node)
-        kind = type(node)
-        for fname in _child_fields(kind):
-            value = getattr(node, fname)
-            vkind = type(value)
-            if vkind is tuple or vkind is list:
-                for item in reversed(value):
-                    if is_node_type(type(item)):
-                        stack.append((item, depth + 1))
-            elif is_node_type(vkind):
-                stack.append((value, depth + 1))
-    return around if len(found) == len(targets) else None
-
-
-class FixFailed(Exception):
-    """A fix's callable replacement raised (``exc``); its edit was left out."""
-
-    def __init__(self, failures: list[tuple[Edit, Exception]]) -> None:
-        super().__init__(describe_exception(failures[0][1]))
-        self.failures = failures
-
-
-def apply_fixes(module: cst.Module, fixes: Sequence[Fix], ctx: Optional[FileContext] = None) -> cst.Module:
-    """Apply the edits of ``fixes``, add the imports they need and remove the ones they
-    left unused. Pure. Raises :class:`FixFailed` when a callable replacement raised."""
-    edits = [e for fix in fixes for e in fix.edits]
-    transformer = _ApplyEdits(edits, module)
-    new = module.visit(transformer)
-    if transformer.failures:
-        raise FixFailed(transformer.failures)
-    assert isinstance(new, cst.Module)
-    modules = sorted({m for fix in fixes for m in fix.imports})
-    if modules:
-        new = add_imports(new, modules, ctx or FileContext(module))
-    removals = sorted({r for fix in fixes for r in fix.remove_imports}, key=lambda r: (r[0], r[1] or ""))
-    if removals:
-        new = remove_imports(new, removals)
-    return new
-
-
-def add_imports(module: cst.Module, modules: Sequence[str], ctx: FileContext) -> cst.Module:
-    """Add ``import a.b as x`` (porter's preferred alias) or ``import a.b`` for each module the
-    file does not import yet, through LibCST's AddImportsVisitor: after the leading imports
-    (and the docstring), never twice.
-
-    A module in ``ctx.module_names`` is skipped: the file imports it under its own name and
-    the rule wrote that name.
-
-    The visitor reads and changes only the module's head (docstring, the leading run of import
-    lines, the blank line before the first other statement), but walks the whole tree: on a
-    5,000-line file that is most of a migrate's time. So it runs, as a plain transformer (it
-    needs no metadata), on a module made of the head and a one-line stand-in for the first
-    other statement; the rest of the body is joined back unchanged, and the stand-in's
-    leading lines (where the visitor puts its blank line) go to the statement it stood for.
-    """
-    items = []
-    for mod in modules:
-        if mod in ctx.module_names:
-            continue  # already imported; the rule used the file's own name for it
-        alias = PREFERRED_ALIASES.get(mod)
-        items.append(ImportItem(mod, None, alias) if alias else ImportItem(mod))
-    if not items:
-        return module
-    body = list(module.body)
-    k = _head_length(body)
-    rest = body[k:]
-    head = body[:k]
-    if rest:
-        head.append(cst.SimpleStatementLine([cst.Pass()], leading_lines=rest[0].leading_lines))
-    new = module.with_changes(body=head).visit(AddImportsVisitor(CodemodContext(), items))
-    assert isinstance(new, cst.Module)
-    new_body = list(new.body)
-    if rest:
-        stand_in = new_body.pop()
-        rest[0] = rest[0].with_changes(leading_lines=stand_in.leading_lines)
-    return module.with_changes(body=[*new_body, *rest])
-
-
-def _head_length(body: Sequence[cst.BaseStatement]) -> int:
-    """How many statements AddImportsVisitor reads: a docstring or ``__strict__ = ...``
-    first, then the run of one-import lines (LibCST's ``_split_module`` rule)."""
-    at = 1 if body and (_is_docstring(body[0]) or _is_strict(body[0])) else 0
-    while at < len(body) and _is_single_import_line(body[at]):
-        at += 1
-    return at
-
-
-def _is_single_import_line(stmt: cst.CSTNode) -> bool:
-    return isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], (cst.Import, cst.ImportFrom))
-
-
-def _is_docstring(stmt: cst.CSTNode) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-        and isinstance(stmt.body[0], cst.Expr) and isinstance(stmt.body[0].value, cst.SimpleString)
-    )
-
-
-def _is_strict(stmt: cst.CSTNode) -> bool:
-    return (
-        isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign)
-        and len(stmt.body[0].targets) == 1 and isinstance(stmt.body[0].targets[0].target, cst.Name)
-        and stmt.body[0].targets[0].target.value == "__strict__"
-    )
-
-
-def remove_imports(module: cst.Module, removals: Sequence[tuple[str, Optional[str]]]) -> cst.Module:
-    """Remove the imports named by ``removals`` ((module, None) for ``import module [as x]``,
-    (module, name) for ``from module import name [as x]``) that nothing in ``module`` uses,
-    through LibCST's RemoveImportsVisitor (scope analysis: a name still read anywhere, listed
-    in ``__all__`` or used in a string annotation keeps its import). Only called when a fix
-    asked for a removal: the scope metadata costs about a parse."""
-    wanted_modules = {m for m, n in removals if n is None}
-    wanted_names = {(m, n) for m, n in removals if n is not None}
-    items: list[tuple[str, Optional[str], Optional[str]]] = []
-    for node in _import_statements(module):
-        if isinstance(node, cst.Import):
-            for alias in node.names:
-                if alias.evaluated_name in wanted_modules:
-                    items.append((alias.evaluated_name, None, alias.evaluated_alias))
-        elif not node.relative and node.module is not None and not isinstance(node.names, cst.ImportStar):
-            mod = _dotted(node.module)
-            for alias in node.names:
-                if (mod, alias.evaluated_name) in wanted_names:
-                    items.append((mod, alias.evaluated_name, alias.evaluated_alias))
-    items = [item for item in items if not _surely_read(module, _bound_name(item))]
-    if not items:
-        return module
-    return _remove_in_statements(module, items)
-
-
-_KEPT = "__porter_kept_statements_"
-
-
-def _remove_in_statements(module: cst.Module, items: list[tuple[str, Optional[str], Optional[str]]]) -> cst.Module:
-    """RemoveImportsVisitor(items) over ``module``, run on the top-level statements whose code
-    mentions a name the imports of ``items`` bind (the head of a dotted ``import a.b``): only
-    such a statement can read the name, rebind it, export it in ``__all__``, use it in a string
-    annotation, or hold one of the imports, so the visitor's scope analysis decides every item
-    the same way without the others. Each run of the other statements stands in the module as
-    one line of a name of porter's own and is put back unchanged afterwards."""
-    heads = {(alias or name or mod).split(".")[0] for mod, name, alias in items}
-    body = list(module.body)
-    kept: list[cst.BaseStatement] = []
-    runs: list[list[cst.BaseStatement]] = []
-    for stmt in body:
-        text = module.code_for_node(stmt)
-        if any(h in text for h in heads):
-            kept.append(stmt)
-        else:
-            if not kept or not _is_stand_in(kept[-1]):
-                runs.append([])
-                kept.append(cst.SimpleStatementLine([cst.Expr(cst.Name(f"{_KEPT}{len(runs) - 1}"))]))
-            runs[-1].append(stmt)
-    if not runs:
-        return RemoveImportsVisitor(CodemodContext(), items).transform_module(module)
-    reduced = module.with_changes(body=kept)
-    done = RemoveImportsVisitor(CodemodContext(), items).transform_module(reduced)
-    out: list[cst.BaseStatement] = []
-    for stmt in done.body:
-        run = _stand_in_run(stmt)
-        out.extend(runs[run] if run is not None else (stmt,))
-    return module.with_changes(body=out)
-
-
-def _is_stand_in(stmt: cst.CSTNode) -> bool:
-    return _stand_in_run(stmt) is not None
-
-
-def _stand_in_run(stmt: cst.CSTNode) -> Optional[int]:
-    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr):
-        value = stmt.body[0].value
-        if isinstance(value, cst.Name) and value.value.startswith(_KEPT):
-            return int(value.value[len(_KEPT):])
-    return None
-
-
-def _bound_name(item: tuple[str, Optional[str], Optional[str]]) -> Optional[str]:
-    """The one plain name an import binds (``import a.b`` binds a dotted name: None)."""
-    mod, name, alias = item
-    bound = alias or name or mod
-    return bound if "." not in bound else None
-
-
-_SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
-
-
-def _surely_read(module: cst.Module, name: Optional[str]) -> bool:
-    """True when the module-level import of ``name`` is certainly in use, so that
-    RemoveImportsVisitor's scope analysis (the cost of several parses on a large file) would keep
-    it: ``name.attr`` is read inside a function, and neither that function nor any enclosing
-    function, lambda or class mentions ``name`` any other way (a parameter, an assignment, a
-    local import...), the module does not mention it outside its module-level imports (no
-    rebinding, no ``global``), and no function or class imports it. Anything less certain goes
-    to the scope analysis."""
-    if name is None:
-        return False
-    reads: list[tuple[int, ...]] = []  # the enclosing scopes of each name.attr read in a function
-    mentioned: set[int] = set()  # scopes that mention the name other than as name.attr
-    stack: list[tuple[cst.CSTNode, tuple[int, ...], bool, bool]] = [(module, (), False, False)]
-    while stack:
-        node, scopes, in_function, in_import = stack.pop()
-        kind = type(node)
-        if kind is cst.Attribute and not in_import and type(node.value) is cst.Name and node.value.value == name:  # type: ignore[attr-defined]
-            if in_function:
-                reads.append(scopes)
-            continue
-        outer = scopes
-        if kind is cst.FunctionDef or kind is cst.Lambda or kind is cst.ClassDef:
-            scopes = (*scopes, id(node))
-            in_function = in_function or kind is not cst.ClassDef
-        elif kind is cst.Import or kind is cst.ImportFrom:
-            in_import = True
-        for fname in _child_fields(kind):
-            if fname == "attr" and kind is cst.Attribute or fname == "keyword" and kind is cst.Arg:
-                continue  # an attribute's or a keyword argument's name is no variable
-            value = getattr(node, fname)
-            vkind = type(value)
-            for item in (value if vkind is tuple or vkind is list else (value,)):
-                if type(item) is cst.Name:
-                    if item.value != name:
-                        continue
-                    where = outer if fname == "name" and kind in (cst.FunctionDef, cst.ClassDef) else scopes
-                    if in_import:
-                        if where:
-                            return False  # imported again in a function or class
-                        continue  # a module-level import binding it
-                    if not where or kind is cst.NameItem:
-                        return False  # rebound at module level, or declared global/nonlocal
-                    mentioned.update(where)
-                elif is_node_type(type(item)):
-                    stack.append((item, scopes, in_function, in_import))
-    return any(not mentioned.intersection(scopes) for scopes in reads)
-
-
-def _dotted(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
-
-
-def _import_statements(module: cst.Module) -> Iterable[Union[cst.Import, cst.ImportFrom]]:
-    """Every import statement of ``module``, at any depth of statements (expressions are not
-    entered: imports are statements)."""
-    stack: list[cst.CSTNode] = list(reversed(module.body))
-    while stack:
-        stmt = stack.pop()
-        if isinstance(stmt, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
-            for small in stmt.body:
-                if isinstance(small, (cst.Import, cst.ImportFrom)):
-                    yield small
-            continue
-        for name in ("body", "orelse", "handlers", "finalbody", "cases"):
-            part = getattr(stmt, name, None)
-            if part is None:
-                continue
-            if isinstance(part, (tuple, list)):
-                stack.extend(reversed(part))
-            elif isinstance(part, (cst.IndentedBlock, cst.SimpleStatementSuite)):
-                stack.extend(reversed(part.body) if isinstance(part, cst.IndentedBlock) else [part])
-            elif isinstance(part, cst.CSTNode):
-                stack.append(part)
-
 
 def _first_stage(chosen: list[Finding], options: Options) -> list[Finding]:
     """While a front end (MXNet/Gluon -> PyTorch) still has fixes to make, only its fixes are

@@ -66,14 +66,14 @@ import copy
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 import libcst as cst
-from libcst._nodes.internal import CodegenState
-from libcst._position import CodePosition, CodeRange
-from libcst.metadata.position_provider import PositionProvidingCodegenState
+from libcst.metadata import CodePosition, CodeRange
 
+from porter import _libcst_compat as _compat
 from porter import engine
+from porter._libcst_compat import child_fields, is_node_type
 from porter.context import FileContext
 from porter.rules import Finding, Position, Rule
 from porter.rules import StatementFact, computed_module_fact
@@ -119,7 +119,7 @@ class _LocalContext(FileContext):
         self.reads = reads if reads is not None else []
 
     @property
-    def module(self):  # type: ignore[override]
+    def module(self):
         raise _NotLocal("module")
 
     def provide_fact(self, compute):
@@ -241,7 +241,7 @@ class _View:
         return found
 
     __setattr__ = __delattr__ = __setitem__ = __delitem__ = _refuse
-    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __hash__ = _refuse  # type: ignore[assignment]
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __hash__ = _refuse
     __or__ = __ror__ = __sub__ = __rsub__ = __xor__ = __rxor__ = __rand__ = _refuse
     __add__ = __radd__ = __mul__ = __rmul__ = __reduce__ = __reduce_ex__ = __copy__ = __deepcopy__ = _refuse
 
@@ -410,7 +410,7 @@ def run_statement(stmt: cst.BaseStatement, rules: Sequence[type[Rule]], aliases:
     ancestors: list = [_WATCHED]
     aliases, module_names = dict(aliases), dict(module_names)
     out: dict = {}
-    live: dict[int, tuple[type[Rule], Rule, Any]] = {}
+    live: dict[int, tuple[type[Rule], Rule, Any, list]] = {}
     visit: dict[str, list] = {}
     leave: dict[str, list] = {}
     for k, rule in enumerate(rules):
@@ -429,7 +429,7 @@ def run_statement(stmt: cst.BaseStatement, rules: Sequence[type[Rule]], aliases:
             (visit if kind == "visit" else leave).setdefault(name[6:], []).append((k, getattr(inst, name)))
     dead: set[int] = set()
     importer = _LocalContext(path, aliases, module_names, ancestors)
-    child_fields = engine._child_fields
+    fields_of, node_type = child_fields, is_node_type  # (locals of the walk below: it is hot)
 
     def call(handlers, node) -> None:
         for k, handler in handlers:
@@ -440,7 +440,6 @@ def run_statement(stmt: cst.BaseStatement, rules: Sequence[type[Rule]], aliases:
             except (_NotLocal, Exception):
                 dead.add(k)
 
-    is_node_type = engine.is_node_type
 
     def walk(node: cst.CSTNode) -> None:
         kind = type(node)
@@ -451,14 +450,14 @@ def run_statement(stmt: cst.BaseStatement, rules: Sequence[type[Rule]], aliases:
         handlers = visit.get(name)
         if handlers:
             call(handlers, node)
-        for fname in child_fields(kind):
+        for fname in fields_of(kind):
             value = getattr(node, fname)
             vkind = type(value)
             if vkind is tuple or vkind is list:
                 for item in value:
-                    if is_node_type(type(item)):
+                    if node_type(type(item)):
                         walk(item)
-            elif is_node_type(vkind):
+            elif node_type(vkind):
                 walk(value)
         handlers = leave.get(name)
         if handlers:
@@ -499,7 +498,7 @@ def _imports_in(node: cst.CSTNode, out: list) -> list:
     if isinstance(node, (cst.Import, cst.ImportFrom)):
         out.append(node)
         return out
-    for fname in engine._child_fields(type(node)):
+    for fname in child_fields(type(node)):
         value = getattr(node, fname)
         if isinstance(value, cst.CSTNode):
             if not isinstance(value, cst.BaseExpression):
@@ -518,7 +517,7 @@ def _has_indent(node: cst.CSTNode) -> bool:
         return True
     if isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite, cst.BaseExpression)):
         return False
-    for fname in engine._child_fields(type(node)):
+    for fname in child_fields(type(node)):
         value = getattr(node, fname)
         items = value if isinstance(value, (tuple, list)) else (value,)
         for item in items:
@@ -528,15 +527,15 @@ def _has_indent(node: cst.CSTNode) -> bool:
 
 
 def _code(module: cst.Module, nodes: Sequence[cst.CSTNode]) -> str:
-    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
-    for n in nodes:
-        n._codegen(state)
-    return "".join(state.tokens)
+    return _compat.code_of(module, nodes)
+
+
+Statement = Union[cst.SimpleStatementLine, cst.BaseCompoundStatement]  # a module's body item
 
 
 @dataclass(eq=False)
 class _Stmt:
-    node: cst.BaseStatement
+    node: Statement
     text: str  # its code, leading lines included
     lead: int  # characters of its leading lines
     lines: int  # line breaks in text
@@ -549,18 +548,14 @@ class _Stmt:
     strings: Optional[list] = None  # (first, last) relative lines of strings spanning lines
 
     @classmethod
-    def of(cls, module: cst.Module, node: cst.BaseStatement) -> "_Stmt":
+    def of(cls, module: cst.Module, node: Statement) -> "_Stmt":
         text = _code(module, [node])
         lead = len(_code(module, node.leading_lines)) if node.leading_lines else 0
         return cls(node, text, lead, len(_BREAK.findall(text)), tuple(_imports_in(node, [])), _has_indent(node))
 
     def relative_positions(self, module: cst.Module) -> dict:
         if self.positions is None:
-            sink = engine._PositionSink()
-            state = PositionProvidingCodegenState(
-                default_indent=module.default_indent, default_newline=module.default_newline, provider=sink)
-            self.node._codegen(state)
-            self.positions = sink._computed
+            self.positions = _compat.relative_positions(module, self.node)
         return self.positions
 
 
@@ -568,8 +563,10 @@ class Positions:
     """node -> CodeRange of a checked version, as ``engine.node_positions`` gives it,
     computed per statement on demand."""
 
-    def __init__(self, module: cst.Module, stmts: list[_Stmt], first_lines: list[int]) -> None:
+    def __init__(self, module: cst.Module, stmts: list[_Stmt], first_lines: list[int],
+                 text: Optional[str] = None) -> None:
         self.module = module
+        self.text = text  # the document's text (the module's code), for the module node's range
         self.stmts = stmts
         self.first_lines = first_lines  # 0-based line where each statement's text begins
         self._full: Optional[dict] = None
@@ -586,6 +583,8 @@ class Positions:
         return None if rng is None else self._shift(rng, k)
 
     def get(self, node: cst.CSTNode, default=None):
+        if node is self.module and self.stmts and self.text is not None:
+            return self._module_range()
         k = self._hint.get(id(node))
         if k is not None:
             rng = self.in_statement(node, k)
@@ -602,6 +601,17 @@ class Positions:
         if self._full is None:  # the module node, its header/footer lines, or not in the tree
             self._full = engine.node_positions(self.module)
         return self._full.get(node, default)
+
+    def _module_range(self) -> CodeRange:
+        """The module node's range without generating its code: from the start to the end of
+        its code, the line break LibCST leaves out of a text without a last one counted (its
+        codegen adds the break, then takes it off the text, not off the position)."""
+        code = self.text or ""
+        if not self.module.has_trailing_newline:
+            code += self.module.default_newline
+        breaks = _BREAK.findall(code)
+        last = max(code.rfind("\n"), code.rfind("\r"))
+        return CodeRange(CodePosition(1, 0), CodePosition(1 + len(breaks), len(code) - last - 1))
 
     def statement_of_line(self, line: int) -> int:
         """Index of the statement whose text holds 1-based ``line`` (-1: the header)."""
@@ -662,6 +672,7 @@ class Document:
         self.last: Optional[_Version] = None
         self._alias_ids: dict = {}
         self.stats = {"incremental": 0, "full": 0}
+        self._reparsed: Optional[int] = None
 
     # -- parsing ---------------------------------------------------------------------
     def _full(self, text: str) -> _Version:
@@ -768,6 +779,7 @@ class Document:
         if eof:
             changes = {"footer": chunk.footer, "has_trailing_newline": chunk.has_trailing_newline}
         else:
+            assert sentinel is not None
             nxt = old.stmts[j]
             if nxt.node.leading_lines == sentinel.leading_lines or (
                     len(nxt.node.leading_lines) == len(sentinel.leading_lines)
@@ -816,11 +828,11 @@ class Document:
         for s in stmts:
             first_lines.append(line)
             line += s.lines
-        positions = Positions(module, stmts, first_lines)
+        positions = Positions(module, stmts, first_lines, text)
         if not stmts:  # a document that cannot be split: the engine as it is
-            findings = engine.run_rules(module, rules, self.path)
-            self._position(findings, positions, None)
-            return Checked(text, module, engine.drop_suppressed(text, findings), positions, None, None, 0, len(rules))
+            whole = engine.run_rules(module, rules, self.path)
+            self._position(whole, positions, None)
+            return Checked(text, module, engine.drop_suppressed(text, whole), positions, None, None, 0, len(rules))
         # the imports as the full walk has them at each statement
         ctx = FileContext(module, self.path)
         states: list[tuple[int, dict, dict]] = []

@@ -20,15 +20,17 @@ CLI does from the path it is given).
 - Positions in the encoding negotiated with the client (UTF-16 code units unless the client
   offers another); LibCST columns are code points, converted both ways.
 
-The functions above the server class are plain functions of text, usable without a client
-(the tests and the benchmark call them too).
+Protocol code only: :class:`PorterServer` keeps the open documents (each with its
+incremental checker, ``porter.incremental``), answers each request through porter's public
+APIs (``engine.check``, ``porter.incremental.Document``, ``porter.edits.FixEditor`` for a fix's
+text edits, ``engine.fix`` for "fix all") and turns the results into LSP types. The
+functions above it are plain functions of text, usable without a client (the tests and the
+benchmark call them too). This module needs pygls (the optional ``lsp`` dependency: ``porter
+lsp`` says so when it is missing).
 """
 from __future__ import annotations
 
 import asyncio
-import bisect
-import dataclasses
-import difflib
 import logging
 import re
 import time
@@ -36,14 +38,17 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 from urllib.parse import unquote, urlparse
 
 import libcst as cst
+from lsprotocol import types
+from pygls.exceptions import JsonRpcContentModified, JsonRpcException
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
 
-from porter import __version__, astutil, config, engine, incremental, registry
+from porter import __version__, config, edits, engine, incremental, notebook, registry
 from porter._layout import REPO
-from porter.context import FileContext
 from porter.rules import Finding, Position, Safety, Severity
 from porter.runner import Settings, UsageError, _parse_error
 
@@ -51,7 +56,6 @@ SOURCE = "porter"
 FIX_ALL_KIND = "source.fixAll.porter"
 DEFAULT_DEBOUNCE = 0.15  # seconds between the last keystroke and the check
 _SUPPRESS_CODES = re.compile(r"(#\s*porter:\s*ignore\[)([A-Za-z0-9_,\s]+)(\])")
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 _WHERE = re.compile(r"\bline (\d+)(?:, column (\d+))?")
 
 log = logging.getLogger("porter.lsp")
@@ -60,10 +64,7 @@ log = logging.getLogger("porter.lsp")
 # --------------------------------------------------------------------------------------
 # Lines and position encodings
 # --------------------------------------------------------------------------------------
-def split_lines(text: str) -> list[str]:
-    """The document's lines as LSP counts them (ends kept): only ``\\n``, ``\\r\\n`` and ``\\r``
-    end a line (``str.splitlines`` also splits at form feeds, U+2028...), as in LibCST."""
-    return _LINE.findall(text)
+split_lines = edits.split_lines  # the document's lines as LSP counts them (ends kept)
 
 
 def _body(line: str) -> str:
@@ -129,13 +130,7 @@ def rule_doc_uri(code: str) -> Optional[str]:
 # --------------------------------------------------------------------------------------
 # One document version, checked
 # --------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TextChange:
-    """Replace the text between two (line, column) positions, 0-based, columns in code points."""
-
-    start: tuple[int, int]
-    end: tuple[int, int]
-    text: str
+TextChange = edits.TextEdit  # (the name of porter.edits.TextEdit in the server's code and tests)
 
 
 @dataclass
@@ -147,36 +142,27 @@ class Analysis:
     settings: Optional[Settings]
     module: Optional[cst.Module] = None
     findings: list[Finding] = field(default_factory=list)
-    positions: dict = field(default_factory=dict)
     error: Optional[str] = None  # the document could not be checked: why
     error_at: tuple[int, int] = (0, 0)  # 0-based line, code-point column of the error
     seconds: float = 0.0
-    _starts: Optional[list[int]] = None
-    _fixes: dict = field(default_factory=dict)
-    _string_lines: Optional[list[tuple[int, int]]] = None
+    editor: Optional[edits.FixEditor] = None  # the findings' fixes as text edits (porter.edits)
     fix_all: Optional[list[TextChange]] = None
     fix_all_error: Optional[str] = None  # why "fix all" failed (engine.PorterError)
     reparsed: Optional[int] = None  # incremental check: top-level statements parsed again (None: all)
-
-    # Where each top-level statement's text begins (0-based line, its leading lines included)
-    def statement_starts(self) -> list[int]:
-        if self._starts is None:
-            assert self.module is not None
-            self._starts = [_chunk_start(self, i) for i in range(len(self.module.body))]
-        return self._starts
+    _inside_string: Optional[Callable[[int], bool]] = None
 
 
 def analyze(text: str, settings: Optional[Settings], path: str = "<string>",
             document: Optional[incremental.Document] = None) -> Analysis:
-    """``engine.check`` of ``text``, keeping what the code actions need (the tree, every
-    node's position). Never raises: a parse error, bad settings or a crashing rule become
-    ``Analysis.error``.
+    """``engine.check`` of ``text``, keeping what the code actions need (the tree, and a
+    :class:`porter.edits.FixEditor` of it). Never raises: a parse error, bad settings or a
+    crashing rule become ``Analysis.error``.
 
     With ``document`` (the incremental checker of this document, reused from version to
     version) only the statements an edit changed are parsed and checked again; the result
     is the same (porter.incremental, tests/test_incremental.py)."""
     t0 = time.perf_counter()
-    an = Analysis(text, split_lines(text), settings)
+    an = Analysis(text, edits.split_lines(text), settings)
     if settings is None:
         an.error = "no settings"
         return an
@@ -184,23 +170,13 @@ def analyze(text: str, settings: Optional[Settings], path: str = "<string>",
         options = settings.options()
         if document is not None:
             checked = document.check(text)
-            an.module, an.findings, an.positions = checked.module, checked.findings, checked.positions  # type: ignore[assignment]
-            an._starts = checked.statement_starts  # (None: computed from the positions when needed)
-            an.reparsed = checked.reparsed
-            an.seconds = time.perf_counter() - t0
-            return an
-        module = engine.parse(text)
-        findings = engine.run_rules(module, engine.applicable_rules(options.rules, text), path)
-        if findings:
-            # engine.attach_positions, keeping the positions of every node for the fixes
-            an.positions = engine.node_positions(module)
-            for f in findings:
-                rng = an.positions.get(f.node)
-                if rng is not None:
-                    f.position = Position(rng.start.line, rng.start.column, rng.end.line, rng.end.column)
-            findings.sort(key=lambda f: (f.position.line, f.position.column, f.code) if f.position else (0, 0, f.code))
-        an.module = module
-        an.findings = engine.drop_suppressed(text, findings)
+            an.module, an.findings, an.reparsed = checked.module, checked.findings, checked.reparsed
+            an.editor = edits.FixEditor(text, checked.module, checked.positions, checked.statement_starts, an.lines)
+            an._inside_string = checked.positions.inside_string
+        else:
+            result = engine.check(text, options, path)
+            an.module, an.findings = result.module, result.findings
+            an.editor = edits.FixEditor(text, result.module, lines=an.lines)
     except engine.PorterError as exc:
         an.error = _parse_error(exc, text)
         m = _WHERE.search(an.error)
@@ -215,355 +191,25 @@ def analyze(text: str, settings: Optional[Settings], path: str = "<string>",
     return an
 
 
-def _chunk_start(an: Analysis, i: int) -> int:
-    """0-based line where top-level statement ``i`` begins, its leading blank/comment lines
-    included (statement 0: the document's start, the module header included). Checked
-    against the text before use (``_span_edits``)."""
-    if i == 0:
-        return 0
-    stmt = an.module.body[i]  # type: ignore[union-attr]
-    decorators = getattr(stmt, "decorators", ())
-    first = an.positions.get(decorators[0] if decorators else stmt)
-    if first is None:
-        return -1
-    return first.start.line - 1 - len(stmt.leading_lines)
-
-
-# --------------------------------------------------------------------------------------
-# Fixes as minimal text edits
-# --------------------------------------------------------------------------------------
-def diff_changes(old: str, new: str, first_line: int = 0) -> list[TextChange]:
-    """The smallest edits that turn ``old`` into ``new``: changed line ranges (difflib), each
-    trimmed to its differing characters. Positions are relative to ``old``, whose first line
-    is line ``first_line`` of the document."""
-    a, b = split_lines(old), split_lines(new)
-    out: list[TextChange] = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if tag == "equal":
-            continue
-        old_block, new_block = "".join(a[i1:i2]), "".join(b[j1:j2])
-        p = _common_prefix(old_block, new_block)
-        s = _common_suffix(old_block[p:], new_block[p:])
-        start = _locate(a, i1, p)
-        end = _locate(a, i1, len(old_block) - s)
-        out.append(TextChange((first_line + i1 + start[0], start[1]), (first_line + i1 + end[0], end[1]),
-                              new_block[p:len(new_block) - s]))
-    return out
-
-
-def _common_prefix(x: str, y: str) -> int:
-    n = 0
-    limit = min(len(x), len(y))
-    while n < limit and x[n] == y[n]:
-        n += 1
-    if 0 < n < len(x) and x[n - 1] == "\r" and x[n] == "\n":
-        n -= 1  # never between the two characters of a CRLF
-    return n
-
-
-def _common_suffix(x: str, y: str) -> int:
-    n = 0
-    limit = min(len(x), len(y))
-    while n < limit and x[len(x) - 1 - n] == y[len(y) - 1 - n]:
-        n += 1
-    if 0 < n < len(x) and x[len(x) - n] == "\n" and x[len(x) - n - 1] == "\r":
-        n -= 1
-    return n
-
-
-def _locate(lines: Sequence[str], first: int, offset: int) -> tuple[int, int]:
-    """(line, column) of character ``offset`` of the text starting at ``lines[first]``."""
-    i = first
-    while i < len(lines) and offset >= len(lines[i]) and (offset > len(lines[i]) or lines[i].endswith(("\n", "\r"))):
-        offset -= len(lines[i])
-        i += 1
-    return i - first, offset
-
-
 def fix_changes(an: Analysis, finding: Finding) -> list[TextChange]:
-    """Exactly ``finding``'s fix (its edits and the imports it needs; one engine pass,
-    ``engine.apply_fixes``) as text changes. Cached per analysis."""
-    key = id(finding)
-    if key not in an._fixes:
-        an._fixes[key] = _fix_changes(an, finding)
-    return an._fixes[key]
+    """Exactly ``finding``'s fix (its edits and the imports it needs) as minimal text edits
+    of the analysed text (porter.edits.FixEditor; kept per analysis)."""
+    assert an.editor is not None and finding.fix is not None
+    return an.editor.edits(finding.fix)
 
 
-def _fix_changes(an: Analysis, finding: Finding) -> list[TextChange]:
+def fix_known(an: Analysis, finding: Finding) -> bool:
+    """Whether ``finding``'s fix is cheap to turn into edits now (computed already, or not one
+    that needs the whole module's scope analysis)."""
     fix = finding.fix
-    assert fix is not None and an.module is not None
-    changes = None
-    if not fix.remove_imports:
-        # the cheapest exact way first; each one checks itself against the text and the
-        # next one takes over where it cannot be sure
-        changes = _node_edits(an, fix)
-        if changes is None:
-            changes = _block_edits(an, fix)
-        if changes is None:
-            changes = _span_edits(an, fix)
-    if changes is None:  # the whole module (a removal of imports needs the scope of every name)
-        new = engine.apply_fixes(an.module, [fix], FileContext(an.module)).code
-        changes = diff_changes(an.text, new)
-    return _joined(changes)
-
-
-def _joined(changes: list[TextChange]) -> list[TextChange]:
-    """In document order, and a change that ends where the next one starts merged with it
-    (an import inserted right before an edited line): the LSP wants edits that never
-    overlap, and clients differ on edits that share a position."""
-    out: list[TextChange] = []
-    for c in sorted(changes, key=lambda c: (c.start, c.end)):
-        if out and out[-1].end == c.start:
-            out[-1] = TextChange(out[-1].start, c.end, out[-1].text + c.text)
-        elif out and out[-1].end > c.start:
-            raise ValueError(f"overlapping edits {out[-1]} and {c}")  # a bug in porter: never send these
-        else:
-            out.append(c)
-    return out
-
-
-def _first_line(an: Analysis, stmt: cst.CSTNode) -> int:
-    """0-based line of a statement's own first line (its first decorator), or -1."""
-    decorators = getattr(stmt, "decorators", ())
-    rng = an.positions.get(decorators[0] if decorators else stmt)
-    return rng.start.line - 1 if rng is not None else -1
-
-
-def _node_edits(an: Analysis, fix) -> Optional[list[TextChange]]:
-    """Each edit's replacement written in place of its target, when every target and
-    replacement is one line of code (no indentation is involved) and no target holds
-    another; plus the imports the fix needs (``_import_changes``). None otherwise."""
-    module = an.module
-    assert module is not None
-    spans = []
-    for edit in fix.edits:
-        rng = an.positions.get(edit.target)
-        if rng is None or rng.start.line != rng.end.line:
-            return None
-        rep = edit.replacement
-        new_node = rep(edit.target) if callable(rep) and not isinstance(rep, cst.CSTNode) else rep
-        if not isinstance(new_node, cst.CSTNode):
-            return None  # a removal or statements around the target: the parent is needed
-        line = rng.start.line - 1
-        text = _body(an.lines[line])
-        # the parentheses the engine keeps or adds (engine.keep_boundary), judged on this line
-        new_node = engine.keep_boundary(edit.target, new_node, lambda side, t=text, r=rng: bool(
-            re.match(r"\w", t[r.start.column - 1] if side < 0 and r.start.column > 0 else
-                     t[r.end.column] if side > 0 and r.end.column < len(t) else " ")))
-        old, new = module.code_for_node(edit.target), module.code_for_node(new_node)
-        if "\n" in new or "\r" in new:
-            return None
-        if _body(an.lines[line])[rng.start.column:rng.end.column] != old:
-            return None
-        spans.append((line, rng.start.column, rng.end.column, old, new))
-    spans.sort()
-    for a, b in zip(spans, spans[1:]):
-        if (a[0], a[2]) > (b[0], b[1]):
-            return None  # nested or overlapping targets: the edits compose in the tree
-    changes = []
-    for line, start, end, old, new in spans:
-        p = _common_prefix(old, new)
-        q = _common_suffix(old[p:], new[p:])
-        changes.append(TextChange((line, start + p), (line, end - q), new[p:len(new) - q]))
-    missing = tuple(sorted({m for m in fix.imports if m not in FileContext(module).module_names}))
-    if missing:
-        imports = _import_changes(an, missing)
-        if imports is None:
-            return None
-        boundary = imports[0]
-        if spans and spans[0][0] < boundary:
-            return None  # an edit in the module's head: the imports are added after it
-        changes = imports[1] + changes
-    return changes
-
-
-def _block_edits(an: Analysis, fix) -> Optional[list[TextChange]]:
-    """The fix applied to the innermost statement holding all its targets, written out
-    inside stand-in blocks with the indentation of its real ones (so LibCST writes every line
-    as it stands in the file); plus the imports the fix needs. None when the targets lie in
-    different top-level statements, or anything does not match the text."""
-    module = an.module
-    assert module is not None
-    body = module.body
-    starts = an.statement_starts()
-    if not body or any(s < 0 for s in starts):
-        return None
-    tops = set()
-    for edit in fix.edits:
-        rng = an.positions.get(edit.target)
-        if rng is None or edit.target is module:
-            return None
-        tops.add(bisect.bisect_right(starts, rng.start.line - 1) - 1)
-    if len(tops) != 1 or min(tops) < 0:
-        return None
-    top = body[tops.pop()]
-    parents: dict[int, cst.CSTNode] = {}
-    stack = [top]
-    while stack:
-        node = stack.pop()
-        for child in astutil.children(node):
-            parents[id(child)] = node
-            stack.append(child)
-    chains = []
-    for edit in fix.edits:
-        chain = [edit.target]
-        while chain[-1] is not top:
-            parent = parents.get(id(chain[-1]))
-            if parent is None:
-                return None
-            chain.append(parent)
-        chains.append(chain[::-1])  # top ... target
-    common = 0
-    while all(len(c) > common + 1 for c in chains) and len({id(c[common + 1]) for c in chains}) == 1:
-        common += 1
-    path = chains[0][: common + 1]  # top ... deepest node holding every target
-    # the innermost statement of a block on that path, above every target
-    at = max((i for i, n in enumerate(path) if i == 0 or (isinstance(n, cst.BaseStatement) and isinstance(path[i - 1], cst.IndentedBlock))), default=0)
-    if any(len(c) == at + 1 for c in chains) and at > 0:
-        at = max(i for i, n in enumerate(path[:at]) if i == 0 or (isinstance(n, cst.BaseStatement) and isinstance(path[i - 1], cst.IndentedBlock)))
-    stmt = path[at]
-    blocks = [n for n in path[:at] if isinstance(n, cst.IndentedBlock)]
-    wrapped: cst.BaseStatement = stmt  # type: ignore[assignment]
-    for block in reversed(blocks):
-        wrapped = cst.If(test=cst.Name("_"), body=cst.IndentedBlock(body=[wrapped], indent=block.indent))
-    span = module.with_changes(body=[wrapped], header=(), footer=(), has_trailing_newline=True)
-    old = span.code
-    old_lines = split_lines(old)
-    n = len(blocks)
-    first = _first_line(an, stmt) - len(stmt.leading_lines)  # type: ignore[attr-defined]
-    if first < 0 or "".join(an.lines[first:first + len(old_lines) - n]) != "".join(old_lines[n:]):
-        return None
-    missing = tuple(sorted({m for m in fix.imports if m not in FileContext(module).module_names}))
-    imports: tuple[int, list[TextChange]] = (0, [])
-    if missing:
-        found = _import_changes(an, missing)
-        if found is None or first < found[0]:
-            return None
-        imports = found
-    on_path = {id(n) for c in chains for n in c}
-    pruned = _PrunedEdits([e for e in fix.edits], lambda node: id(node) not in parents or id(node) in on_path)
-    new_node = span.visit(pruned)
-    if not isinstance(new_node, cst.Module) or pruned.applied != len(fix.edits):
-        return None
-    new_lines = split_lines(new_node.code)
-    if new_lines[:n] != old_lines[:n]:
-        return None
-    return imports[1] + diff_changes("".join(old_lines[n:]), "".join(new_lines[n:]), first)
-
-
-class _PrunedEdits(engine._ApplyEdits):
-    """The engine's edit transformer (the same edits, the same composition of callables),
-    entering only the nodes on the way to a target: the other subtrees stay the objects
-    they are, as the full walk would rebuild them equal."""
-
-    def __init__(self, edits, enter) -> None:
-        super().__init__(edits)
-        self.enter = enter
-
-    def on_visit(self, node) -> bool:  # type: ignore[override]
-        return self.enter(node)
-
-
-def _import_changes(an: Analysis, modules: tuple[str, ...]) -> Optional[tuple[int, list[TextChange]]]:
-    """The text changes of ``engine.add_imports`` for ``modules`` and the line where the
-    statement after the module's head begins (nothing at or after it changes). Computed as
-    the engine does, on the head and a stand-in for that statement; cached per analysis."""
-    key = ("imports", modules)
-    if key in an._fixes:
-        return an._fixes[key]
-    module = an.module
-    assert module is not None
-    body = list(module.body)
-    k = engine._head_length(body)
-    result = None
-    if k < len(body):
-        boundary = _first_line(an, body[k])
-        stand_in = cst.SimpleStatementLine([cst.Pass()], leading_lines=body[k].leading_lines)
-        span = module.with_changes(body=[*body[:k], stand_in], footer=(), has_trailing_newline=True)
-        tail = "pass" + module.default_newline
-        old = span.code
-        if boundary >= 0 and old.endswith(tail) and "".join(an.lines[:boundary]) + tail == old[: len(old) - len(tail)] + tail:
-            # the same head and modules give the same changes in every version of every
-            # document (add_imports reads nothing else: only missing modules are passed)
-            changes = _IMPORTS.get((old, modules))
-            if changes is None:
-                new = engine.add_imports(span, list(modules), FileContext(module)).code
-                if new.endswith(tail):
-                    changes = diff_changes(old[: -len(tail)], new[: -len(tail)])
-                    if len(_IMPORTS) >= 256:
-                        _IMPORTS.pop(next(iter(_IMPORTS)))
-                    _IMPORTS[(old, modules)] = changes
-            if changes is not None:
-                result = (boundary, changes)
-    an._fixes[key] = result
-    return result
-
-
-_IMPORTS: dict[tuple[str, tuple[str, ...]], list[TextChange]] = {}
-
-
-def _span_edits(an: Analysis, fix) -> Optional[list[TextChange]]:
-    """The fix applied to the top-level statements it touches only (the nodes are the same
-    objects as in the whole tree, so the engine applies the same edits), or None when that
-    cannot be done exactly (then the caller applies it to the whole module).
-
-    The touched statements are grouped in runs of adjacent statements; when the fix needs an
-    import the file lacks, the module's head (docstring, leading imports and the statement
-    after them, all that AddImportsVisitor reads and changes) is one run and gets the imports.
-    """
-    module = an.module
-    assert module is not None
-    body = module.body
-    if not body:
-        return None
-    starts = an.statement_starts()
-    if any(s < 0 for s in starts) or starts != sorted(starts):
-        return None
-    touched: set[int] = set()
-    for edit in fix.edits:
-        rng = an.positions.get(edit.target)
-        if rng is None or edit.target is module:
-            return None
-        i = bisect.bisect_right(starts, rng.start.line - 1) - 1
-        if i < 0:
-            return None
-        touched.add(i)
-    ctx = FileContext(module)
-    head = -1
-    if any(m not in ctx.module_names for m in fix.imports):
-        head = min(engine._head_length(list(body)) + 1, len(body))  # statements [0, head)
-        touched.update(range(head))
-    runs: list[list[int]] = []
-    for i in sorted(touched):
-        if runs and runs[-1][-1] == i - 1:
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    edits_only = dataclasses.replace(fix, imports=(), remove_imports=())
-    out: list[TextChange] = []
-    for run in runs:
-        lo, hi = run[0], run[-1]
-        last = hi == len(body) - 1
-        span = module.with_changes(
-            body=body[lo:hi + 1],
-            header=module.header if lo == 0 else (),
-            footer=module.footer if last else (),
-            has_trailing_newline=module.has_trailing_newline if last else True,
-        )
-        first_line = starts[lo]
-        end_line = len(an.lines) if last else starts[hi + 1]
-        old = span.code
-        if "".join(an.lines[first_line:end_line]) != old:
-            return None
-        new = engine.apply_fixes(span, [fix if lo == 0 and head > 0 else edits_only], ctx).code
-        out.extend(diff_changes(old, new, first_line))
-    return out
+    assert an.editor is not None and fix is not None
+    return not an.editor.needs_whole_module(fix) or an.editor.known(fix) is not None
 
 
 def fix_all_job(text: str, settings: Settings) -> list[TextChange]:
     """``porter migrate`` of ``text`` as text changes (run in the fixer process)."""
     result = engine.fix(text, settings.options())
-    return diff_changes(text, result.source) if result.changed else []
+    return edits.text_edits(text, result.source) if result.changed else []
 
 
 def fix_job(text: str, settings: Settings, path: str, index: int, code: str) -> Optional[list[TextChange]]:
@@ -603,15 +249,15 @@ def _can_end_with_comment(an: Analysis, lineno: int) -> bool:
     body = _body(an.lines[lineno - 1])
     if body.rstrip().endswith("\\"):
         return False
-    if isinstance(an.positions, incremental.Positions):
-        return not an.positions.inside_string(lineno)
-    if an._string_lines is None:  # (first, last) line of every string that spans lines
-        an._string_lines = [
-            (rng.start.line, rng.end.line) for node, rng in an.positions.items()
-            if rng.start.line != rng.end.line and isinstance(node, (cst.SimpleString, cst.FormattedString))
-        ]
-    return not any(first <= lineno < last for first, last in an._string_lines)
-
+    if an._inside_string is None:
+        assert an.editor is not None
+        # (first, last) line of every string that spans lines
+        positions = an.editor.positions
+        assert isinstance(positions, dict)  # (the incremental checker's positions answer inside_string)
+        spans = [(rng.start.line, rng.end.line) for node, rng in positions.items()
+                 if rng.start.line != rng.end.line and isinstance(node, (cst.SimpleString, cst.FormattedString))]
+        an._inside_string = lambda n: any(first <= n < last for first, last in spans)
+    return not an._inside_string(lineno)
 
 # --------------------------------------------------------------------------------------
 # The language server
@@ -633,7 +279,7 @@ class NotebookAnalysis:
 
     cells: list  # (number, cell uri, text, version) of each Python cell, as checked
     analysis: Analysis
-    program: Optional["object"] = None  # porter.notebook.Program
+    program: Optional[notebook.Program] = None
     error: Optional[str] = None
     error_cell: Optional[int] = None
     error_at: tuple[int, int] = (0, 0)  # 0-based line and column in error_cell
@@ -658,8 +304,8 @@ class NotebookAnalysis:
         if f.position is None or self.program is None:
             return None
         p = f.position
-        cell, line = self.program.locate(p.line)  # type: ignore[attr-defined]
-        end_cell, end_line = self.program.locate(p.end_line)  # type: ignore[attr-defined]
+        cell, line = self.program.locate(p.line)
+        end_cell, end_line = self.program.locate(p.end_line)
         if end_cell != cell:
             end_line, end_column = line, p.column + 1
         else:
@@ -669,8 +315,6 @@ class NotebookAnalysis:
     def cell_edits(self, changes: Sequence[TextChange]) -> Optional[list[tuple[int, TextChange]]]:
         """The program's text changes as (cell, change in the cell), or None when one of them
         would touch a marker or an IPython line, span cells, or cannot be placed."""
-        from porter import notebook
-
         assert self.program is not None
         program = self.program
         out = []
@@ -706,8 +350,6 @@ class NotebookAnalysis:
 
 def analyze_notebook(cells: list, settings: Optional[Settings], path: str) -> NotebookAnalysis:
     """Check the Python cells ``cells`` ((number, uri, text, version)) as one program."""
-    from porter import notebook
-
     cells = [c for c in cells if notebook.runs_python(c[2])]  # (%%bash cells and the like: left alone)
     try:
         program = notebook.build_program([(number, text) for number, _, text, _ in cells])
@@ -726,343 +368,356 @@ def analyze_notebook(cells: list, settings: Optional[Settings], path: str) -> No
     return nan
 
 
-def build_server(debounce: float = DEFAULT_DEBOUNCE):
-    """The pygls server (imported here: pygls is the optional ``lsp`` dependency)."""
-    from lsprotocol import types
-    from pygls.exceptions import JsonRpcException
-    from pygls.lsp.server import LanguageServer
-    from pygls.protocol import LanguageServerProtocol
+class _Unreadable:
+    """A request whose params do not fit its method (kept to answer it with an error)."""
 
-    class _Unreadable:
-        """A request whose params do not fit its method (kept to answer it with an error)."""
+    jsonrpc = "2.0"
 
-        jsonrpc = "2.0"
+    def __init__(self, msg_id, method: str, error: JsonRpcException) -> None:
+        self.id, self.method, self.error = msg_id, method, error
 
-        def __init__(self, msg_id, method: str, error: JsonRpcException) -> None:
-            self.id, self.method, self.error = msg_id, method, error
+class PorterProtocol(LanguageServerProtocol):
+    """pygls logs a request it cannot deserialize and never answers it; the LSP wants an
+    error response (Invalid Params), so the client does not wait forever."""
 
-    class PorterProtocol(LanguageServerProtocol):
-        """pygls logs a request it cannot deserialize and never answers it; the LSP wants an
-        error response (Invalid Params), so the client does not wait forever."""
+    def structure_message(self, data):
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            if isinstance(data, dict) and "id" in data and "method" in data and data.get("jsonrpc") == "2.0":
+                return _Unreadable(data["id"], str(data["method"]), exc)
+            raise
 
-        def structure_message(self, data):
-            try:
-                return super().structure_message(data)
-            except JsonRpcException as exc:
-                if isinstance(data, dict) and "id" in data and "method" in data and data.get("jsonrpc") == "2.0":
-                    return _Unreadable(data["id"], str(data["method"]), exc)
-                raise
+    def handle_message(self, message):
+        if isinstance(message, _Unreadable):
+            self._send_response(message.id, error=types.ResponseError(
+                code=message.error.code,
+                message=f"{message.error.message or 'Invalid Params'}: the params of {message.method} do not match the LSP"))
+            return
+        super().handle_message(message)
 
-        def handle_message(self, message):
-            if isinstance(message, _Unreadable):
-                self._send_response(message.id, error=types.ResponseError(
-                    code=message.error.code,
-                    message=f"{message.error.message or 'Invalid Params'}: the params of {message.method} do not match the LSP"))
-                return
-            super().handle_message(message)
+SEVERITY = {
+    Severity.ERROR: types.DiagnosticSeverity.Error,
+    Severity.WARNING: types.DiagnosticSeverity.Warning,
+    Severity.INFO: types.DiagnosticSeverity.Information,
+}
 
-    severity = {
-        Severity.ERROR: types.DiagnosticSeverity.Error,
-        Severity.WARNING: types.DiagnosticSeverity.Warning,
-        Severity.INFO: types.DiagnosticSeverity.Information,
-    }
+class PorterServer(LanguageServer):
+    """porter's language server: the open documents and notebooks, each request answered by
+    porter's public APIs (``engine.check`` / ``porter.incremental`` for diagnostics,
+    ``porter.edits`` for the fixes' text edits), the results turned into LSP types."""
 
-    class PorterServer(LanguageServer):
-        def __init__(self) -> None:
-            super().__init__("porter", __version__, protocol_cls=PorterProtocol, notebook_document_sync=types.NotebookDocumentSyncOptions(
-                notebook_selector=[types.NotebookDocumentFilterWithCells(
-                    cells=[types.NotebookCellLanguage(language="python")], notebook="jupyter-notebook")],
-                save=True,
+    def __init__(self, debounce: float = DEFAULT_DEBOUNCE) -> None:
+        super().__init__("porter", __version__, protocol_cls=PorterProtocol, notebook_document_sync=types.NotebookDocumentSyncOptions(
+            notebook_selector=[types.NotebookDocumentFilterWithCells(
+                cells=[types.NotebookCellLanguage(language="python")], notebook="jupyter-notebook")],
+            save=True,
+        ))
+        # open notebooks: notebook uri -> (version, NotebookAnalysis)
+        self.notebooks: dict[str, tuple[Optional[int], NotebookAnalysis]] = {}
+        self.debounce = debounce
+        self.analyses: dict[str, tuple[Optional[int], Analysis]] = {}
+        self.pending: dict[str, asyncio.Task] = {}
+        # every rule run (checks, fix-all) in this one thread: in order, off the loop
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="porter-check")
+        # the check running for a document: (version, text, settings, future)
+        self.inflight: dict[str, tuple] = {}
+        self.fixer = None  # the process for "fix all" and slow fixes (in_fixer)
+        # each open document's incremental checker (used in the worker thread only)
+        self.documents: dict[str, incremental.Document] = {}
+
+        # the requests and notifications porter answers: the methods below, as functions
+        # (pygls marks each handler function; it passes the server as their `self`, known by
+        # the annotation)
+        self.feature(types.TEXT_DOCUMENT_DID_OPEN)(PorterServer.on_did_open)
+        self.feature(types.TEXT_DOCUMENT_DID_CHANGE)(PorterServer.on_did_change)
+        self.feature(types.TEXT_DOCUMENT_DID_SAVE)(PorterServer.on_did_save)
+        self.feature(types.TEXT_DOCUMENT_DID_CLOSE)(PorterServer.on_did_close)
+        self.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)(PorterServer.on_notebook_did_open)
+        self.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)(PorterServer.on_notebook_did_change)
+        self.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)(PorterServer.on_notebook_did_save)
+        self.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)(PorterServer.on_notebook_did_close)
+        self.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
+            code_action_kinds=[types.CodeActionKind.QuickFix, types.CodeActionKind.SourceFixAll, FIX_ALL_KIND],
+            resolve_provider=True,
+        ))(PorterServer.on_code_action)
+        self.feature(types.SHUTDOWN)(PorterServer.on_shutdown)
+        self.feature(types.CODE_ACTION_RESOLVE)(PorterServer.on_code_action_resolve)
+
+    # -- positions ------------------------------------------------------------------
+    @property
+    def encoding(self) -> str:
+        enc = getattr(self.server_capabilities, "position_encoding", None) if self.protocol.server_capabilities else None
+        return str(getattr(enc, "value", enc) or "utf-16")
+
+    def to_lsp(self, lines: Sequence[str], line: int, column: int):
+        if line >= len(lines):
+            return types.Position(line=len(lines), character=0) if not lines or lines[-1].endswith(("\n", "\r")) else types.Position(line=len(lines) - 1, character=units(_body(lines[-1]), self.encoding))
+        return types.Position(line=line, character=column_to_units(lines[line], column, self.encoding))
+
+    def from_lsp(self, lines: Sequence[str], pos) -> tuple[int, int]:
+        if pos.line >= len(lines):
+            return (len(lines), 0)
+        return (pos.line, column_from_units(lines[pos.line], pos.character, self.encoding))
+
+    # -- checking -------------------------------------------------------------------
+    def settings(self, uri: str) -> Settings:
+        return settings_for(_path_of(uri))
+
+    def schedule(self, uri: str, delay: float) -> None:
+        old = self.pending.pop(uri, None)
+        if old is not None:
+            old.cancel()
+        self.pending[uri] = asyncio.get_running_loop().create_task(self._check_later(uri, delay))
+
+    async def _check_later(self, uri: str, delay: float) -> None:
+        if delay > 0:
+            await asyncio.sleep(delay)
+        try:
+            await self.current(uri)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.error("porter lsp: check of %s failed\n%s", uri, traceback.format_exc())
+
+    async def current(self, uri: str) -> Optional[Analysis]:
+        """The analysis of the document's current version: cached, or run now (in the
+        worker thread) and published."""
+        doc = self.workspace.text_documents.get(uri)
+        if doc is None:
+            return None
+        version, text = doc.version, doc.source
+        try:
+            settings = self.settings(uri)
+            error = None
+        except UsageError as exc:
+            settings, error = None, str(exc)
+        cached = self.analyses.get(uri)
+        if cached is not None and cached[0] == version and cached[1].text == text and cached[1].settings == settings:
+            return cached[1]  # (a save after editing pyproject.toml checks again)
+        running = self.inflight.get(uri)
+        if running is not None and running[:3] == (version, text, settings):
+            future = running[3]  # a code action while the check of this version runs: wait for it
+        else:
+            path = str(_path_of(uri) or uri)
+            document = None
+            if settings is not None:
+                document = self.documents.get(uri)
+                rules = settings.options().rules
+                if document is None or document.rules != tuple(rules) or document.path != path:
+                    document = self.documents[uri] = incremental.Document(rules, path)
+            future = asyncio.get_running_loop().run_in_executor(self.worker, analyze, text, settings, path, document)
+            self.inflight[uri] = (version, text, settings, future)
+        try:
+            an = await asyncio.shield(future)
+        finally:
+            if future.done() and self.inflight.get(uri, (None,) * 4)[3] is future:
+                del self.inflight[uri]
+        if error is not None:
+            an.error = f"cannot read porter's settings: {error}"
+        now = self.workspace.text_documents.get(uri)
+        if now is None or now.version != version:
+            return an  # the editor moved on: nothing published for a stale version
+        self.analyses[uri] = (version, an)
+        self.publish(uri, version, an)
+        return an
+
+    def publish(self, uri: str, version: Optional[int], an: Analysis) -> None:
+        self.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(uri=uri, version=version, diagnostics=self.diagnostics(an, version))
+        )
+
+    def diagnostics(self, an: Analysis, version: Optional[int]) -> list:
+        if an.error is not None:
+            line, col = an.error_at
+            start = self.to_lsp(an.lines, line, col)
+            end_col = len(_body(an.lines[line])) if line < len(an.lines) else 0
+            end = self.to_lsp(an.lines, line, max(end_col, col))
+            return [types.Diagnostic(range=types.Range(start=start, end=end), message=an.error,
+                                     severity=types.DiagnosticSeverity.Error, source=SOURCE)]
+        out = []
+        for i, f in enumerate(an.findings):
+            out.append(types.Diagnostic(
+                range=self.range_of(an, f), message=f.message + _mark(f), severity=SEVERITY[f.severity],
+                code=f.code, source=SOURCE,
+                code_description=types.CodeDescription(href=href) if (href := rule_doc_uri(f.code)) else None,
+                data={"version": version, "index": i},
             ))
-            # open notebooks: notebook uri -> (version, NotebookAnalysis)
-            self.notebooks: dict[str, tuple[Optional[int], NotebookAnalysis]] = {}
-            self.debounce = debounce
-            self.analyses: dict[str, tuple[Optional[int], Analysis]] = {}
-            self.pending: dict[str, asyncio.Task] = {}
-            # every rule run (checks, fix-all) in this one thread: in order, off the loop
-            self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="porter-check")
-            # the check running for a document: (version, text, settings, future)
-            self.inflight: dict[str, tuple] = {}
-            self.fixer = None  # the process for "fix all" and slow fixes (in_fixer)
-            # each open document's incremental checker (used in the worker thread only)
-            self.documents: dict[str, incremental.Document] = {}
+        return out
 
-        # -- positions ------------------------------------------------------------------
-        @property
-        def encoding(self) -> str:
-            enc = getattr(self.server_capabilities, "position_encoding", None) if self.protocol.server_capabilities else None
-            return str(enc.value if hasattr(enc, "value") else enc or "utf-16")
+    def range_of(self, an: Analysis, f: Finding):
+        p = f.position or Position(1, 0, 1, 0)
+        return types.Range(start=self.to_lsp(an.lines, p.line - 1, p.column),
+                           end=self.to_lsp(an.lines, p.end_line - 1, p.end_column))
 
-        def to_lsp(self, lines: Sequence[str], line: int, column: int):
-            if line >= len(lines):
-                return types.Position(line=len(lines), character=0) if not lines or lines[-1].endswith(("\n", "\r")) else types.Position(line=len(lines) - 1, character=units(_body(lines[-1]), self.encoding))
-            return types.Position(line=line, character=column_to_units(lines[line], column, self.encoding))
+    def edit(self, uri: str, version: Optional[int], an: Analysis, changes: Sequence[TextChange]):
+        edits = [types.TextEdit(range=types.Range(start=self.to_lsp(an.lines, *c.start), end=self.to_lsp(an.lines, *c.end)),
+                                new_text=c.text) for c in changes]
+        caps = self.client_capabilities
+        versioned = bool(caps.workspace and caps.workspace.workspace_edit and caps.workspace.workspace_edit.document_changes)
+        if versioned:
+            return types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
+                text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version), edits=edits)])
+        return types.WorkspaceEdit(changes={uri: edits})
 
-        def from_lsp(self, lines: Sequence[str], pos) -> tuple[int, int]:
-            if pos.line >= len(lines):
-                return (len(lines), 0)
-            return (pos.line, column_from_units(lines[pos.line], pos.character, self.encoding))
+    def resolve_supported(self) -> bool:
+        ca = self.client_capabilities.text_document and self.client_capabilities.text_document.code_action
+        rs = ca.resolve_support if ca else None
+        return bool(rs and "edit" in rs.properties)
 
-        # -- checking -------------------------------------------------------------------
-        def settings(self, uri: str) -> Settings:
-            return settings_for(_path_of(uri))
-
-        def schedule(self, uri: str, delay: float) -> None:
-            old = self.pending.pop(uri, None)
-            if old is not None:
-                old.cancel()
-            self.pending[uri] = asyncio.get_running_loop().create_task(self._check_later(uri, delay))
-
-        async def _check_later(self, uri: str, delay: float) -> None:
-            if delay > 0:
-                await asyncio.sleep(delay)
-            try:
-                await self.current(uri)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.error("porter lsp: check of %s failed\n%s", uri, traceback.format_exc())
-
-        async def current(self, uri: str) -> Optional[Analysis]:
-            """The analysis of the document's current version: cached, or run now (in the
-            worker thread) and published."""
-            doc = self.workspace.text_documents.get(uri)
-            if doc is None:
-                return None
-            version, text = doc.version, doc.source
-            try:
-                settings = self.settings(uri)
-                error = None
-            except UsageError as exc:
-                settings, error = None, str(exc)
-            cached = self.analyses.get(uri)
-            if cached is not None and cached[0] == version and cached[1].text == text and cached[1].settings == settings:
-                return cached[1]  # (a save after editing pyproject.toml checks again)
-            running = self.inflight.get(uri)
-            if running is not None and running[:3] == (version, text, settings):
-                future = running[3]  # a code action while the check of this version runs: wait for it
-            else:
-                path = str(_path_of(uri) or uri)
-                document = None
-                if settings is not None:
-                    document = self.documents.get(uri)
-                    rules = settings.options().rules
-                    if document is None or document.rules != tuple(rules) or document.path != path:
-                        document = self.documents[uri] = incremental.Document(rules, path)
-                future = asyncio.get_running_loop().run_in_executor(self.worker, analyze, text, settings, path, document)
-                self.inflight[uri] = (version, text, settings, future)
-            try:
-                an = await asyncio.shield(future)
-            finally:
-                if future.done() and self.inflight.get(uri, (None,) * 4)[3] is future:
-                    del self.inflight[uri]
-            if error is not None:
-                an.error = f"cannot read porter's settings: {error}"
-            now = self.workspace.text_documents.get(uri)
-            if now is None or now.version != version:
-                return an  # the editor moved on: nothing published for a stale version
-            self.analyses[uri] = (version, an)
-            self.publish(uri, version, an)
-            return an
-
-        def publish(self, uri: str, version: Optional[int], an: Analysis) -> None:
-            self.text_document_publish_diagnostics(
-                types.PublishDiagnosticsParams(uri=uri, version=version, diagnostics=self.diagnostics(an, version))
+    async def finding_actions(self, uri: str, version, an: Analysis, i: int, wanted) -> list:
+        f = an.findings[i]
+        diag = self.diagnostics_for(an, version, [i])
+        out = []
+        if f.fix is not None and wanted(types.CodeActionKind.QuickFix):
+            unsafe = f.fix.safety is not Safety.SAFE
+            what = f.fix.description or registry.find(f.code).summary
+            action = types.CodeAction(
+                title=f"Fix {f.code}: {what}" + (" (unsafe)" if unsafe else ""),
+                kind=types.CodeActionKind.QuickFix, diagnostics=diag, is_preferred=not unsafe,
+                data={"uri": uri, "version": version, "index": i},
             )
-
-        def diagnostics(self, an: Analysis, version: Optional[int]) -> list:
-            if an.error is not None:
-                line, col = an.error_at
-                start = self.to_lsp(an.lines, line, col)
-                end_col = len(_body(an.lines[line])) if line < len(an.lines) else 0
-                end = self.to_lsp(an.lines, line, max(end_col, col))
-                return [types.Diagnostic(range=types.Range(start=start, end=end), message=an.error,
-                                         severity=types.DiagnosticSeverity.Error, source=SOURCE)]
-            out = []
-            for i, f in enumerate(an.findings):
-                out.append(types.Diagnostic(
-                    range=self.range_of(an, f), message=f.message + _mark(f), severity=severity[f.severity],
-                    code=f.code, source=SOURCE,
-                    code_description=types.CodeDescription(href=href) if (href := rule_doc_uri(f.code)) else None,
-                    data={"version": version, "index": i},
-                ))
-            return out
-
-        def range_of(self, an: Analysis, f: Finding):
-            p = f.position or Position(1, 0, 1, 0)
-            return types.Range(start=self.to_lsp(an.lines, p.line - 1, p.column),
-                               end=self.to_lsp(an.lines, p.end_line - 1, p.end_column))
-
-        def edit(self, uri: str, version: Optional[int], an: Analysis, changes: Sequence[TextChange]):
-            edits = [types.TextEdit(range=types.Range(start=self.to_lsp(an.lines, *c.start), end=self.to_lsp(an.lines, *c.end)),
-                                    new_text=c.text) for c in changes]
-            caps = self.client_capabilities
-            versioned = bool(caps.workspace and caps.workspace.workspace_edit and caps.workspace.workspace_edit.document_changes)
-            if versioned:
-                return types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
-                    text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=version), edits=edits)])
-            return types.WorkspaceEdit(changes={uri: edits})
-
-        def resolve_supported(self) -> bool:
-            ca = self.client_capabilities.text_document and self.client_capabilities.text_document.code_action
-            rs = ca.resolve_support if ca else None
-            return bool(rs and "edit" in rs.properties)
-
-        async def finding_actions(self, uri: str, version, an: Analysis, i: int, wanted) -> list:
-            f = an.findings[i]
-            diag = self.diagnostics_for(an, version, [i])
-            out = []
-            if f.fix is not None and wanted(types.CodeActionKind.QuickFix):
-                unsafe = f.fix.safety is not Safety.SAFE
-                what = f.fix.description or registry.find(f.code).summary
-                action = types.CodeAction(
-                    title=f"Fix {f.code}: {what}" + (" (unsafe)" if unsafe else ""),
-                    kind=types.CodeActionKind.QuickFix, diagnostics=diag, is_preferred=not unsafe,
-                    data={"uri": uri, "version": version, "index": i},
-                )
-                if f.fix.remove_imports and id(f) not in an._fixes:
-                    # deciding which imports become unused takes LibCST's scope analysis of
-                    # the whole module (seconds on a large file): in the worker, and only when
-                    # the client asks for this action (codeAction/resolve), if it can
-                    if not self.resolve_supported():
-                        await self.resolve_fix(action)
-                        if action.edit is not None:
-                            out.append(action)
-                    else:
+            if f.fix.remove_imports and not fix_known(an, f):
+                # deciding which imports become unused takes LibCST's scope analysis of
+                # the whole module (seconds on a large file): in the worker, and only when
+                # the client asks for this action (codeAction/resolve), if it can
+                if not self.resolve_supported():
+                    await self.resolve_fix(action)
+                    if action.edit is not None:
                         out.append(action)
                 else:
-                    action.edit = self.edit(uri, version, an, fix_changes(an, f))
                     out.append(action)
-            if wanted(types.CodeActionKind.QuickFix):
-                change = suppress_change(an, f)
-                if change is not None:
-                    out.append(types.CodeAction(
-                        title=f"Suppress {f.code} on this line (# porter: ignore[{f.code}])",
-                        kind=types.CodeActionKind.QuickFix, diagnostics=diag,
-                        edit=self.edit(uri, version, an, [change]),
-                    ))
-            return out
+            else:
+                action.edit = self.edit(uri, version, an, fix_changes(an, f))
+                out.append(action)
+        if wanted(types.CodeActionKind.QuickFix):
+            change = suppress_change(an, f)
+            if change is not None:
+                out.append(types.CodeAction(
+                    title=f"Suppress {f.code} on this line (# porter: ignore[{f.code}])",
+                    kind=types.CodeActionKind.QuickFix, diagnostics=diag,
+                    edit=self.edit(uri, version, an, [change]),
+                ))
+        return out
 
-        async def resolve_fix(self, action) -> None:
-            """Fill in the edit of a quick-fix offered without one (or leave it None when the
-            document has changed since)."""
-            data = action.data if isinstance(action.data, dict) else {}
-            uri, index = data.get("uri"), data.get("index")
-            cached = self.analyses.get(uri) if isinstance(uri, str) else None
-            if cached is None or cached[0] != data.get("version") or not isinstance(index, int) or not 0 <= index < len(cached[1].findings):
+    async def resolve_fix(self, action) -> None:
+        """Fill in the edit of a quick-fix offered without one (or leave it None when the
+        document has changed since)."""
+        data = action.data if isinstance(action.data, dict) else {}
+        uri, index = data.get("uri"), data.get("index")
+        cached = self.analyses.get(uri) if isinstance(uri, str) else None
+        if cached is None or cached[0] != data.get("version") or not isinstance(index, int) or not 0 <= index < len(cached[1].findings):
+            return
+        an = cached[1]
+        f = an.findings[index]
+        if f.fix is None:
+            return
+        assert an.editor is not None and isinstance(uri, str)
+        if not fix_known(an, f):
+            path = str(_path_of(uri) or uri)
+            changes = await self.in_fixer(fix_job, an.text, an.settings, path, index, f.code)
+            if changes is None:
                 return
-            an = cached[1]
-            f = an.findings[index]
-            if f.fix is None:
-                return
-            if id(f) not in an._fixes:
-                path = str(_path_of(uri) or uri)
-                changes = await self.in_fixer(fix_job, an.text, an.settings, path, index, f.code)
-                if changes is None:
-                    return
-                an._fixes[id(f)] = _joined(changes)
-            action.edit = self.edit(uri, cached[0], an, an._fixes[id(f)])
+            an.editor.remember(f.fix, changes)
+        action.edit = self.edit(uri, cached[0], an, fix_changes(an, f))
 
-        async def in_fixer(self, job, *args):
-            """Run ``job`` in the fixer process: "fix all" and fixes that remove imports take
-            seconds to minutes on a large file, and must not hold up the checks (the
-            worker thread) nor the messages (the event loop). One process, started on
-            first use, replaced if it dies."""
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-            from concurrent.futures.process import BrokenProcessPool
+    async def in_fixer(self, job, *args):
+        """Run ``job`` in the fixer process: "fix all" and fixes that remove imports take
+        seconds to minutes on a large file, and must not hold up the checks (the
+        worker thread) nor the messages (the event loop). One process, started on
+        first use, replaced if it dies."""
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
 
-            if self.fixer is None:
-                self.fixer = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-            try:
-                return await asyncio.get_running_loop().run_in_executor(self.fixer, job, *args)
-            except BrokenProcessPool:
-                self.fixer = None
-                raise
+        if self.fixer is None:
+            self.fixer = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.fixer, job, *args)
+        except BrokenProcessPool:
+            self.fixer = None
+            raise
 
-        def diagnostics_for(self, an: Analysis, version, indices: Sequence[int]) -> list:
-            return [types.Diagnostic(range=self.range_of(an, an.findings[i]), message=an.findings[i].message + _mark(an.findings[i]),
-                                     severity=severity[an.findings[i].severity], code=an.findings[i].code, source=SOURCE,
-                                     data={"version": version, "index": i}) for i in indices]
+    def diagnostics_for(self, an: Analysis, version, indices: Sequence[int]) -> list:
+        return [types.Diagnostic(range=self.range_of(an, an.findings[i]), message=an.findings[i].message + _mark(an.findings[i]),
+                                 severity=SEVERITY[an.findings[i].severity], code=an.findings[i].code, source=SOURCE,
+                                 data={"version": version, "index": i}) for i in indices]
 
-    server = PorterServer()
 
-    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
-    def did_open(ls: PorterServer, params: types.DidOpenTextDocumentParams) -> None:
-        ls.schedule(params.text_document.uri, 0)
+    # -- requests and notifications ---------------------------------------------------
 
-    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
-    def did_change(ls: PorterServer, params: types.DidChangeTextDocumentParams) -> None:
-        ls.schedule(params.text_document.uri, ls.debounce)
+    def on_did_open(self: PorterServer, params: types.DidOpenTextDocumentParams) -> None:
+        self.schedule(params.text_document.uri, 0)
 
-    @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
-    def did_save(ls: PorterServer, params: types.DidSaveTextDocumentParams) -> None:
-        ls.schedule(params.text_document.uri, 0)
+    def on_did_change(self: PorterServer, params: types.DidChangeTextDocumentParams) -> None:
+        self.schedule(params.text_document.uri, self.debounce)
 
-    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
-    def did_close(ls: PorterServer, params: types.DidCloseTextDocumentParams) -> None:
+    def on_did_save(self: PorterServer, params: types.DidSaveTextDocumentParams) -> None:
+        self.schedule(params.text_document.uri, 0)
+
+    def on_did_close(self: PorterServer, params: types.DidCloseTextDocumentParams) -> None:
         uri = params.text_document.uri
-        task = ls.pending.pop(uri, None)
+        task = self.pending.pop(uri, None)
         if task is not None:
             task.cancel()
-        ls.analyses.pop(uri, None)
-        ls.documents.pop(uri, None)
-        ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+        self.analyses.pop(uri, None)
+        self.documents.pop(uri, None)
+        self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
     # -- notebooks (LSP 3.17 notebook document sync): the Python cells as one program -------
-    def notebook_cells(ls: PorterServer, uri: str) -> list[tuple[int, str, str, int]]:
+    def notebook_cells(self, uri: str) -> list[tuple[int, str, str, int]]:
         """(cell number, cell document uri, its text, its version) of each Python code cell."""
-        nb = ls.workspace.get_notebook_document(notebook_uri=uri)
+        nb = self.workspace.get_notebook_document(notebook_uri=uri)
         if nb is None:
             return []
         out = []
         for number, cell in enumerate(nb.cells, 1):
             if cell.kind != types.NotebookCellKind.Code:
                 continue
-            doc = ls.workspace.text_documents.get(unquote(cell.document)) or ls.workspace.text_documents.get(cell.document)
+            doc = self.workspace.text_documents.get(unquote(cell.document)) or self.workspace.text_documents.get(cell.document)
             if doc is None or (doc.language_id or "python").lower() not in ("python", "ipython"):
                 continue
             out.append((number, cell.document, doc.source, doc.version))
         return out
 
-    async def check_notebook(ls: PorterServer, uri: str) -> Optional[NotebookAnalysis]:
-        nb = ls.workspace.get_notebook_document(notebook_uri=uri)
+    async def check_notebook(self, uri: str) -> Optional[NotebookAnalysis]:
+        nb = self.workspace.get_notebook_document(notebook_uri=uri)
         if nb is None:
             return None
         version = nb.version
-        cells = notebook_cells(ls, uri)
-        cached = ls.notebooks.get(uri)
+        cells = self.notebook_cells(uri)
+        cached = self.notebooks.get(uri)
         if cached is not None and cached[0] == version and cached[1].cells == cells:
             return cached[1]
         try:
-            settings: Optional[Settings] = ls.settings(uri)
+            settings: Optional[Settings] = self.settings(uri)
         except UsageError:
             settings = None
         path = str(_path_of(uri) or uri)
-        nan = await asyncio.get_running_loop().run_in_executor(ls.worker, analyze_notebook, cells, settings, path)
-        now = ls.workspace.get_notebook_document(notebook_uri=uri)
+        nan = await asyncio.get_running_loop().run_in_executor(self.worker, analyze_notebook, cells, settings, path)
+        now = self.workspace.get_notebook_document(notebook_uri=uri)
         if now is None or now.version != version:
             return nan
-        old = ls.notebooks.get(uri)
-        ls.notebooks[uri] = (version, nan)
+        old = self.notebooks.get(uri)
+        self.notebooks[uri] = (version, nan)
         published = {c[1] for c in cells}
         for number, cell_uri, text, cell_version in cells:
-            ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
-                uri=cell_uri, version=cell_version, diagnostics=notebook_diagnostics(ls, nan, number)))
+            self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(
+                uri=cell_uri, version=cell_version, diagnostics=self.notebook_diagnostics(nan, number)))
         if old is not None:  # cells no longer in the notebook (or no longer Python): cleared
             for _, cell_uri, _, _ in old[1].cells:
                 if cell_uri not in published:
-                    ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell_uri, diagnostics=[]))
+                    self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell_uri, diagnostics=[]))
         return nan
 
-    def notebook_diagnostics(ls: PorterServer, nan: NotebookAnalysis, number: int) -> list:
+    def notebook_diagnostics(self, nan: NotebookAnalysis, number: int) -> list:
         if nan.error is not None:
             if nan.error_cell != number:
                 return []
             line, col = nan.error_at
             lines = nan.cell_lines(number)
-            start = ls.to_lsp(lines, line, col)
-            end = ls.to_lsp(lines, line, max(len(_body(lines[line])) if line < len(lines) else 0, col))
+            start = self.to_lsp(lines, line, col)
+            end = self.to_lsp(lines, line, max(len(_body(lines[line])) if line < len(lines) else 0, col))
             return [types.Diagnostic(range=types.Range(start=start, end=end), message=nan.error,
                                      severity=types.DiagnosticSeverity.Error, source=SOURCE)]
         an = nan.analysis
@@ -1072,21 +727,21 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
             if where is None or where[0] != number:
                 continue
             out.append(types.Diagnostic(
-                range=cell_lsp_range(ls, nan, where), message=f.message + _mark(f), severity=severity[f.severity],
+                range=self.cell_lsp_range(nan, where), message=f.message + _mark(f), severity=SEVERITY[f.severity],
                 code=f.code, source=SOURCE,
                 code_description=types.CodeDescription(href=href) if (href := rule_doc_uri(f.code)) else None,
                 data={"version": nan.version_of(number), "index": i},
             ))
         return out
 
-    def cell_lsp_range(ls: PorterServer, nan: NotebookAnalysis, where):
+    def cell_lsp_range(self, nan: NotebookAnalysis, where):
         number, line, col, end_line, end_col = where
         lines = nan.cell_lines(number)
-        return types.Range(start=ls.to_lsp(lines, line, col), end=ls.to_lsp(lines, end_line, end_col))
+        return types.Range(start=self.to_lsp(lines, line, col), end=self.to_lsp(lines, end_line, end_col))
 
-    def schedule_notebook(ls: PorterServer, uri: str, delay: float) -> None:
+    def schedule_notebook(self, uri: str, delay: float) -> None:
         key = "notebook:" + uri
-        old = ls.pending.pop(key, None)
+        old = self.pending.pop(key, None)
         if old is not None:
             old.cancel()
 
@@ -1094,39 +749,35 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
             if delay > 0:
                 await asyncio.sleep(delay)
             try:
-                await check_notebook(ls, uri)
+                await self.check_notebook(uri)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.error("porter lsp: check of %s failed\n%s", uri, traceback.format_exc())
 
-        ls.pending[key] = asyncio.get_running_loop().create_task(later())
+        self.pending[key] = asyncio.get_running_loop().create_task(later())
 
-    @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
-    def notebook_did_open(ls: PorterServer, params: types.DidOpenNotebookDocumentParams) -> None:
-        schedule_notebook(ls, params.notebook_document.uri, 0)
+    def on_notebook_did_open(self: PorterServer, params: types.DidOpenNotebookDocumentParams) -> None:
+        self.schedule_notebook(params.notebook_document.uri, 0)
 
-    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
-    def notebook_did_change(ls: PorterServer, params: types.DidChangeNotebookDocumentParams) -> None:
-        schedule_notebook(ls, params.notebook_document.uri, ls.debounce)
+    def on_notebook_did_change(self: PorterServer, params: types.DidChangeNotebookDocumentParams) -> None:
+        self.schedule_notebook(params.notebook_document.uri, self.debounce)
 
-    @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
-    def notebook_did_save(ls: PorterServer, params: types.DidSaveNotebookDocumentParams) -> None:
-        schedule_notebook(ls, params.notebook_document.uri, 0)
+    def on_notebook_did_save(self: PorterServer, params: types.DidSaveNotebookDocumentParams) -> None:
+        self.schedule_notebook(params.notebook_document.uri, 0)
 
-    @server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
-    def notebook_did_close(ls: PorterServer, params: types.DidCloseNotebookDocumentParams) -> None:
+    def on_notebook_did_close(self: PorterServer, params: types.DidCloseNotebookDocumentParams) -> None:
         uri = params.notebook_document.uri
-        task = ls.pending.pop("notebook:" + uri, None)
+        task = self.pending.pop("notebook:" + uri, None)
         if task is not None:
             task.cancel()
-        old = ls.notebooks.pop(uri, None)
+        old = self.notebooks.pop(uri, None)
         for cell in params.cell_text_documents:
-            ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell.uri, diagnostics=[]))
+            self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=cell.uri, diagnostics=[]))
         del old
 
-    async def notebook_code_actions(ls: PorterServer, notebook_uri: str, params: types.CodeActionParams) -> list:
-        nan = await check_notebook(ls, notebook_uri)
+    async def notebook_code_actions(self, notebook_uri: str, params: types.CodeActionParams) -> list:
+        nan = await self.check_notebook(notebook_uri)
         if nan is None or nan.error is not None or nan.analysis.module is None:
             return []
         cell_uri = params.text_document.uri
@@ -1145,7 +796,7 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
                 chosen.append(i)
         if not params.context.diagnostics:
             lines = nan.cell_lines(number)
-            start, end = ls.from_lsp(lines, params.range.start), ls.from_lsp(lines, params.range.end)
+            start, end = self.from_lsp(lines, params.range.start), self.from_lsp(lines, params.range.end)
             for j, f in enumerate(an.findings):
                 where = nan.cell_range(f)
                 if where is not None and where[0] == number and (where[1], where[2]) <= end and (where[3], where[4]) >= start:
@@ -1153,7 +804,7 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
         actions = []
         for i in dict.fromkeys(chosen):
             f = an.findings[i]
-            if f.fix is None or (f.fix.remove_imports and id(f) not in an._fixes):
+            if f.fix is None or (f.fix.remove_imports and not fix_known(an, f)):
                 continue  # (fixes that remove imports: `porter migrate` on the notebook)
             edits = nan.cell_edits(fix_changes(an, f))
             if edits is None:
@@ -1161,15 +812,15 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
             unsafe = f.fix.safety is not Safety.SAFE
             what = f.fix.description or registry.find(f.code).summary
             where = nan.cell_range(f)
-            diag = [types.Diagnostic(range=cell_lsp_range(ls, nan, where), message=f.message + _mark(f),
-                                     severity=severity[f.severity], code=f.code, source=SOURCE,
+            diag = [types.Diagnostic(range=self.cell_lsp_range(nan, where), message=f.message + _mark(f),
+                                     severity=SEVERITY[f.severity], code=f.code, source=SOURCE,
                                      data={"version": nan.version_of(number), "index": i})] if where else []
             by_cell: dict[str, list] = {}
             for cell_number, change in edits:
                 lines = nan.cell_lines(cell_number)
                 by_cell.setdefault(nan.uri_of(cell_number), []).append(types.TextEdit(
-                    range=types.Range(start=ls.to_lsp(lines, *change.start), end=ls.to_lsp(lines, *change.end)), new_text=change.text))
-            caps = ls.client_capabilities
+                    range=types.Range(start=self.to_lsp(lines, *change.start), end=self.to_lsp(lines, *change.end)), new_text=change.text))
+            caps = self.client_capabilities
             versioned = bool(caps.workspace and caps.workspace.workspace_edit and caps.workspace.workspace_edit.document_changes)
             if versioned:
                 edit = types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
@@ -1183,23 +834,16 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
             ))
         return actions
 
-    @server.feature(
-        types.TEXT_DOCUMENT_CODE_ACTION,
-        types.CodeActionOptions(
-            code_action_kinds=[types.CodeActionKind.QuickFix, types.CodeActionKind.SourceFixAll, FIX_ALL_KIND],
-            resolve_provider=True,
-        ),
-    )
-    async def code_action(ls: PorterServer, params: types.CodeActionParams):
+    async def on_code_action(self: PorterServer, params: types.CodeActionParams):
         uri = params.text_document.uri
-        notebook_doc = ls.workspace.get_notebook_document(cell_uri=uri)
+        notebook_doc = self.workspace.get_notebook_document(cell_uri=uri)
         if notebook_doc is not None:
-            return await notebook_code_actions(ls, notebook_doc.uri, params)
-        doc = ls.workspace.text_documents.get(uri)
+            return await self.notebook_code_actions(notebook_doc.uri, params)
+        doc = self.workspace.text_documents.get(uri)
         if doc is None:
             return []
         version = doc.version
-        an = await ls.current(uri)
+        an = await self.current(uri)
         if an is None or an.error is not None or an.module is None:
             return []
         only = params.context.only
@@ -1219,19 +863,19 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
                 chosen.append(i)
                 continue
             for j, f in enumerate(an.findings):
-                if f.code == d.code and ls.range_of(an, f) == d.range:
+                if f.code == d.code and self.range_of(an, f) == d.range:
                     chosen.append(j)
                     break
         if not params.context.diagnostics:
-            start = ls.from_lsp(an.lines, params.range.start)
-            end = ls.from_lsp(an.lines, params.range.end)
+            start = self.from_lsp(an.lines, params.range.start)
+            end = self.from_lsp(an.lines, params.range.end)
             for j, f in enumerate(an.findings):
                 p = f.position
                 if p is not None and (p.line - 1, p.column) <= end and (p.end_line - 1, p.end_column) >= start:
                     chosen.append(j)
         actions = []
         for i in dict.fromkeys(chosen):
-            actions.extend(await ls.finding_actions(uri, version, an, i, wanted))
+            actions.extend(await self.finding_actions(uri, version, an, i, wanted))
         allowed = an.settings.unsafe_fixes if an.settings else False
         fixable = [f for f in an.findings if f.fix is not None and (allowed or f.fix.safety is Safety.SAFE)]
         if fixable and wanted(FIX_ALL_KIND):
@@ -1239,49 +883,50 @@ def build_server(debounce: float = DEFAULT_DEBOUNCE):
                 title="Fix all porter findings in this file" + (" (unsafe fixes included, [tool.porter] unsafe-fixes)" if allowed else ""),
                 kind=FIX_ALL_KIND, data={"uri": uri, "version": version, "fixAll": True},
             )
-            if not ls.resolve_supported():
-                await resolve_fix_all(ls, action)
-            if action.edit is not None or ls.resolve_supported():
+            if not self.resolve_supported():
+                await self.resolve_fix_all(action)
+            if action.edit is not None or self.resolve_supported():
                 actions.append(action)
         return actions
 
-    async def resolve_fix_all(ls: PorterServer, action) -> None:
+    async def resolve_fix_all(self, action) -> None:
         data = action.data if isinstance(action.data, dict) else {}
         uri = data.get("uri")
-        cached = ls.analyses.get(uri) if isinstance(uri, str) else None
+        cached = self.analyses.get(uri) if isinstance(uri, str) else None
         if cached is None or cached[0] != data.get("version") or cached[1].module is None:
             return  # the document changed since: no edit (the client asks again)
         an = cached[1]
         if an.fix_all is None:
             try:
-                an.fix_all = await ls.in_fixer(fix_all_job, an.text, an.settings)
+                an.fix_all = await self.in_fixer(fix_all_job, an.text, an.settings)
             except engine.PorterError as exc:
                 an.fix_all_error = str(exc)
                 return
-        action.edit = ls.edit(uri, cached[0], an, an.fix_all)
+        assert isinstance(uri, str)
+        action.edit = self.edit(uri, cached[0], an, an.fix_all)
 
-    @server.feature(types.SHUTDOWN)
-    def shutdown(ls: PorterServer, params) -> None:
-        if ls.fixer is not None:
-            for proc in list(getattr(ls.fixer, "_processes", {}).values()):
+    def on_shutdown(self: PorterServer, params) -> None:
+        if self.fixer is not None:
+            for proc in list(getattr(self.fixer, "_processes", {}).values()):
                 proc.terminate()  # a "fix all" still running is of no use to anyone now
-            ls.fixer.shutdown(wait=False, cancel_futures=True)
-            ls.fixer = None
+            self.fixer.shutdown(wait=False, cancel_futures=True)
+            self.fixer = None
 
-    @server.feature(types.CODE_ACTION_RESOLVE)
-    async def code_action_resolve(ls: PorterServer, action: types.CodeAction):
+    async def on_code_action_resolve(self: PorterServer, action: types.CodeAction):
         if isinstance(action.data, dict) and action.edit is None:
             if action.data.get("fixAll"):
-                await resolve_fix_all(ls, action)
+                await self.resolve_fix_all(action)
             else:
-                await ls.resolve_fix(action)
+                await self.resolve_fix(action)
             if action.edit is None:
-                from pygls.exceptions import JsonRpcContentModified
-
                 raise JsonRpcContentModified("the document changed since this action was offered, or its fixes failed; ask for code actions again")
         return action
 
-    return server
+
+
+def build_server(debounce: float = DEFAULT_DEBOUNCE) -> PorterServer:
+    """The server, not started (``serve`` starts it on stdin/stdout)."""
+    return PorterServer(debounce)
 
 
 def _mark(f: Finding) -> str:

@@ -2,7 +2,7 @@
 import libcst as cst
 import pytest
 
-from porter import engine, lsp
+from porter import edits, engine, lsp
 from porter.context import FileContext
 from porter.runner import Settings
 from porter.rules import Edit, Fix, NeedsHuman, Rule, Safety, Severity
@@ -472,15 +472,15 @@ def test_unparsable_output_names_the_rule_and_the_line():
 
 @pytest.mark.parametrize("line", ["return'a'", "y = x in'a'", "y = 'a'if c else'a'", "y = not'a'", "y = f('a')"])
 def test_quick_fix_text_edits_add_the_same_parentheses(line):
-    """The editor's one-line quick-fix (text edits of the replacement, porter.lsp) judges the
-    characters around the target on its line as the engine does."""
+    """The editor's one-line quick-fix (text edits of the replacement, porter.edits.FixEditor)
+    judges the characters around the target on its line as the engine does."""
     src = f"def f(x, c):\n    {line}\n"
-    an = lsp.analyze(src, Settings(), "q.py")
-    an.positions = engine.node_positions(an.module)
-    findings = engine.run_rules(an.module, [WordFor])
-    engine.attach_positions(an.module, findings)
+    module = engine.parse(src)
+    findings = engine.run_rules(module, [WordFor])
+    engine.attach_positions(module, findings)
+    editor = edits.FixEditor(src, module)
     want = engine.fix(src, opts(WordFor)).source
     text = src
     for finding in sorted(findings, key=lambda f: (f.position.line, f.position.column), reverse=True):
-        text = _apply_text_changes(text, lsp.fix_changes(an, finding))
+        text = _apply_text_changes(text, editor.edits(finding.fix))
     assert text == want

@@ -22,6 +22,7 @@ import libcst as cst
 import pytest
 
 from porter import engine, incremental
+from porter.rules import Rule
 from porter.runner import Settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -799,3 +800,32 @@ def test_jax_module_facts_changed_in_another_statement():
     fresh = Checker("jax", JAX_FACTS_DOCUMENT)
     fresh.apply(JAX_FACTS_DOCUMENT.replace("    return torch.randn(3, 4)\n", "    z = 1\n    return torch.randn(3, 4)\n"))
     assert fresh.result[0].statements_run == 1
+
+
+class _OnTheModule(Rule):
+    """Test rule: one finding on the module node (as a rule reporting for the whole file does)."""
+
+    code, name, target, summary, needs_text = "T095", "t-module", "test", "x", ()
+
+    def visit_Module(self, node):
+        self.report(node, "the file")
+
+
+@pytest.mark.parametrize("text", [
+    "import os\n\ndef f():\n    return 1\n\nx = 2\n",
+    "import os\n\ndef f():\n    return 1\n\nx = 2",
+    "import os\r\n\r\ndef f():\r\n    return 1\r\n\r\nx = 2\r\n# tail\r\n",
+    "import os\rimport sys\r\r\rdef f():\r    return 1\r\rx = 2",
+    "import os\n\ndef f():\n    return 1\n\nx = 2\n\n\n",
+])
+def test_the_module_nodes_range_without_its_codegen(text):
+    """After a spliced edit, a finding on the module node has the range engine.check gives it
+    (computed from the text, not from a codegen of the module)."""
+    doc = incremental.Document([_OnTheModule])
+    doc.check(text)
+    edited = text.replace("return 1", "return 10")
+    got = doc.check(edited)
+    if "\r" not in text.replace("\r\n", ""):
+        assert got.reparsed is not None  # spliced (a file of lone CRs is parsed again: LibCST drops its last one)
+    want = engine.check(edited, engine.Options((_OnTheModule,)))
+    assert [f.position for f in got.findings] == [f.position for f in want.findings]

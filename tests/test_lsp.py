@@ -18,7 +18,7 @@ from pygls.protocol import default_converter
 from pytest_lsp import ClientServerConfig, LanguageClient
 from pytest_lsp.client import DEFAULT_CLIENT_FEATURES, register_lsp_features
 
-from porter import engine, lsp
+from porter import edits, engine, lsp
 from porter.context import FileContext
 from porter.runner import Settings
 
@@ -474,8 +474,8 @@ def test_lines_and_columns_as_the_lsp_counts_them():
     assert [lsp.column_from_units(line, u) for u in (5, 6, 7, 8, 99)] == [5, 5, 6, 7, len(line) - 1]
     assert lsp.column_to_units(line, 6, "utf-8") == 9 and lsp.column_to_units(line, 6, "utf-32") == 6
     # a text change never splits a CRLF, and keeps to the characters that differ
-    (change,) = lsp.diff_changes("x = 1\r\ny = 2\r\n", "x = 1\r\ny = 3\r\n")
-    assert change == lsp.TextChange((1, 4), (1, 5), "3")
+    (change,) = edits.text_edits("x = 1\r\ny = 2\r\n", "x = 1\r\ny = 3\r\n")
+    assert change == edits.TextEdit((1, 4), (1, 5), "3")
 
 
 @pytest.mark.slow
