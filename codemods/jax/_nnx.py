@@ -16,6 +16,8 @@ from porter._layout import templates_dir
 from porter.context import FileContext, dotted_name
 from porter.rules import module_fact
 
+from . import _program
+
 
 MANUAL = "porter: manual"
 TORCH_MODULE = ("torch.nn.Module", "torch.nn.modules.module.Module")
@@ -306,6 +308,8 @@ class RngsPlan:
 
         self.ctx = ctx
         self.classes = module_classes(ctx)
+        # constructors of the program's other modules that take rngs once ported
+        self.imported = _program.rngs_callables(ctx)
         self.functions: dict[cst.FunctionDef, Optional[cst.ClassDef]] = {}
         top_functions = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.FunctionDef)}
         for cls in self.classes.values():
@@ -356,6 +360,8 @@ class RngsPlan:
         if any(a.star == "**" for a in call.args) and not (func in self.functions or has_param(func, "rngs")):
             return False  # **kwargs passed on carry rngs (a factory's own callers give it)
         # (a function with its own rngs parameter took rngs out of its **kwargs: it passes it on)
+        if dotted_name(f) in self.imported and not (isinstance(f, cst.Name) and f.value in self.classes):
+            return True  # a class or factory of another module of the program (`Stem(...)`, `L.Stem(...)`)
         if isinstance(f, cst.Name):
             if f.value in self.classes:
                 return self.class_takes_rngs(self.classes[f.value])
@@ -432,6 +438,8 @@ class RngsPlan:
                 value = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
             if value is None:
                 value = param.default
+            if dotted_name(value) in self.imported:
+                continue  # another module's class (`Net(layers.Block, ...)`)
             if not isinstance(value, cst.Name):
                 return False
             if value.value in self.classes and self.class_takes_rngs(self.classes[value.value]):
@@ -492,6 +500,8 @@ class RngsPlan:
             return self._layer_value(value.args[0].value)
         if isinstance(value, cst.Name) and (value.value in _layers.VALUE_NAMES or value.value in self.classes):
             return True
+        if dotted_name(value) in self.imported:
+            return True  # another module's class or factory (`norm_layer=LayerNorm2d` imported)
         qual = self.ctx.qualname(value) or ""
         return qual.startswith("torch.nn.") and qual[len("torch.nn."):] in _layers.LAYERS
 
