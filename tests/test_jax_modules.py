@@ -450,3 +450,59 @@ def test_factories_classes_without_init_and_subclasses_pass_rngs_on():
     assert sorted(ported.torch_state_dict(jm)) == sorted(tm.state_dict())
     x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
     np.testing.assert_allclose(np.asarray(jm(jnp.asarray(x))), tm(torch.from_numpy(x)).detach().numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("spelling,build", [
+    ("from torchvision.ops import StochasticDepth", "StochasticDepth"),
+    ("import torchvision.ops as tvops", "tvops.StochasticDepth"),
+    ("from torchvision.ops.stochastic_depth import StochasticDepth as SD", "SD"),
+])
+def test_stochastic_depth_is_an_nnx_dropout_of_whole_samples(spelling, build):
+    """torchvision.ops.StochasticDepth in its import spellings: the identity in eval mode and at
+    p=0, zeros at p=1, and in training each sample ("row") or the batch ("batch") kept whole and
+    scaled by 1 / (1 - p) or zeroed, as torchvision's; a Sequential annotation becomes NNX's."""
+    pytest.importorskip("torchvision")
+    src = textwrap.dedent("""
+    import torch.nn as nn
+    {spelling}
+
+    class Block(nn.Module):
+        body: nn.Sequential
+
+        def __init__(self, p, mode):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+            self.drop = {build}(p, mode)
+
+        def forward(self, x):
+            return x + self.drop(self.body(x))
+    """).format(spelling=spelling, build=build)
+    result = port(src)
+    assert "porter: manual" not in result.source and not [f for f in result.remaining if f.severity.name == "ERROR"]
+    assert "body: nnx.Sequential" in result.source and "TorchStochasticDepth(p, mode, rngs=rngs)" in result.source
+    original, ported = load(src, "orig"), load(result.source, "port")
+    x = np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)
+    for p, mode in ((0.0, "row"), (0.3, "row"), (0.3, "batch"), (1.0, "row")):
+        tm, jm = original.Block(p, mode), ported.Block(p, mode, rngs=nnx.Rngs(0))
+        ported.load_torch_state_dict(jm, {k: v.numpy() for k, v in tm.state_dict().items()})
+        body = tm.body(torch.from_numpy(x)).detach().numpy()
+        tm.eval()
+        jm.eval()
+        np.testing.assert_allclose(np.asarray(jm(jnp.asarray(x))), tm(torch.from_numpy(x)).detach().numpy(), atol=1e-6)
+        jm.train()
+        tm.train()
+        for side in (np.asarray(jm(jnp.asarray(x))), tm(torch.from_numpy(x)).detach().numpy()):
+            dropped = side - x  # per sample: 0 (dropped) or body / (1 - p) (kept)
+            kept = np.all(np.isclose(dropped, body / max(1.0 - p, 1e-12), atol=1e-5), axis=1)
+            zeroed = np.all(dropped == 0.0, axis=1)
+            assert np.all(kept | zeroed)
+            if p == 0.0:
+                assert kept.all()
+            elif p == 1.0:
+                assert zeroed.all()
+            elif mode == "batch":
+                assert kept.all() or zeroed.all()
+            else:
+                assert 0 < kept.sum() < len(x)  # 64 draws at p=0.3 keep some and drop some
+    with pytest.raises(ValueError):
+        ported.Block(0.5, "column", rngs=nnx.Rngs(0))

@@ -345,8 +345,8 @@ class RngsPlan:
 
         if qual in RANDOM_INITS or (isinstance(call.func, cst.Name) and call.func.value in RANDOM_HELPERS):
             return True  # torch.nn.init drawing random numbers: from the caller's rngs
-        if qual and qual.startswith("torch.nn."):
-            layer = _layers.LAYERS.get(qual[len("torch.nn."):])
+        if qual and (qual.startswith("torch.nn.") or qual in _layers.LIBRARY_LAYERS):
+            layer = _layers.layer_of(qual)
             if layer is not None and layer.rngs:
                 return True
             return False

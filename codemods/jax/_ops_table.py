@@ -907,6 +907,13 @@ for _fn in ("cumsum", "cumprod"):
        cases=[Case("@(a, dim=1)", a="f3,4"), Case("@(a, 0)", a="f3,4")], shared=True)
 
 
+op(["torch.diff", ".diff"], "input, n, dim, prepend, append", call("jnp.diff", "input", n="n", axis="dim", prepend="prepend", append="append"),
+   note="torch's defaults: n=1 along the last axis; prepend/append are arrays (torch takes no scalars)",
+   cases=[Case("@(a)", a="f3,4"), Case("@(a, dim=0)", a="f3,4"), Case("@(a, 2, 0)", a="f4,3"),
+          Case("@(a, prepend=b, dim=1)", a="f3,4", b="f3,2"), Case("torch.diff(i, append=j)", i="i5:9", j="i2:9")],
+   shared=True)
+
+
 def _norm(b: Bound) -> str:
     p = b.lit("p", 2) if b.has("p") else 2
     if b.has("dtype"):
