@@ -1426,6 +1426,20 @@ for _n in (1, 2, 3):
        [Case(f"F.adaptive_max_pool{_n}d(a, 1)", a=_x), Case(f"F.adaptive_max_pool{_n}d(a, 3)", a=_x)])
 
 
+def _layer_norm(b: Bound) -> str:
+    """F.layer_norm -> the port's layer_norm_nd (JX011 emits it)."""
+    rest = [f"{name}={b[name]}" for name in ("weight", "bias", "eps") if b.has(name)]
+    return f"layer_norm_nd({', '.join([b['input'], b['normalized_shape'], *rest])})"
+
+
+op("F.layer_norm", "input, normalized_shape, weight, bias, eps", _layer_norm,
+   "layer_norm_nd(x, normalized_shape, weight=None, bias=None, eps=1e-5)",
+   "over the last len(normalized_shape) axes (an int: the last one), biased variance, eps inside the square root, "
+   "then weight and bias (None: none)",
+   [Case("F.layer_norm(a, (4,))", a="f2,3,4"), Case("F.layer_norm(a, [3, 4], w, bias, 1e-6)", a="f2,3,4", w="f3,4", bias="f3,4"),
+    Case("F.layer_norm(a, a.shape[-1:], weight=w, eps=1e-3)", a="f2,3,4", w="f4"), Case("F.layer_norm(a, (4,), None, bias)", a="f2,4", bias="f4")])
+
+
 def _one_hot(b: Bound) -> str:
     if not b.has("num_classes") or b.lit("num_classes") == -1:
         raise Manual("one_hot without num_classes infers it from the data (a host read and a data-dependent shape): pass num_classes")
