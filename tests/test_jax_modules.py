@@ -506,3 +506,71 @@ def test_stochastic_depth_is_an_nnx_dropout_of_whole_samples(spelling, build):
                 assert 0 < kept.sum() < len(x)  # 64 draws at p=0.3 keep some and drop some
     with pytest.raises(ValueError):
         ported.Block(0.5, "column", rngs=nnx.Rngs(0))
+
+
+def test_layer_norm_subclasses_keep_torchs_attributes_and_match_torch():
+    """Classes deriving from nn.LayerNorm whose own forward reads the layer's attributes
+    (channels-first LayerNorm through F.layer_norm, super().forward, an __init__ of their own)
+    derive from the emitted TorchLayerNormBase and match torch, weights loaded by name."""
+    src = textwrap.dedent("""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from functools import partial
+
+    class LayerNorm2d(nn.LayerNorm):
+        def forward(self, x):
+            x = x.permute(0, 2, 3, 1)
+            x = F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+            return x.permute(0, 3, 1, 2)
+
+    class ScaledNorm(torch.nn.LayerNorm):
+        def __init__(self, dim, scale=2.0):
+            super().__init__(dim, eps=1e-6, elementwise_affine=True)
+            self.scale = scale
+
+        def forward(self, x):
+            return super().forward(x) * self.scale
+
+    class NoAffine(nn.LayerNorm):
+        def forward(self, x):
+            return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps) + 1
+
+    class Net(nn.Module):
+        def __init__(self, c=4, norm_layer=None):
+            super().__init__()
+            norm_layer = norm_layer or partial(LayerNorm2d, eps=1e-6)
+            self.conv = nn.Conv2d(3, c, 3, padding=1)
+            self.norm = norm_layer(c)
+            self.scaled = ScaledNorm(5)
+            self.plain = NoAffine(5, elementwise_affine=False)
+
+        def forward(self, x):
+            y = self.norm(self.conv(x))
+            return self.plain(self.scaled(y))
+    """)
+    result = port(src)
+    assert "porter: manual" not in result.source and not [f for f in result.remaining if f.severity.name == "ERROR"], \
+        [f.message for f in result.remaining]
+    assert "class LayerNorm2d(TorchLayerNormBase)" in result.source and "class ScaledNorm(TorchLayerNormBase)" in result.source
+    original, ported = load(src, "orig"), load(result.source, "port")
+    tm, jm = original.Net(), ported.Net(rngs=nnx.Rngs(0))
+    state = {k: v.detach().numpy() + np.random.default_rng(1).standard_normal(v.shape).astype(np.float32) * 0.1
+             for k, v in tm.state_dict().items()}
+    tm.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    ported.load_torch_state_dict(jm, state)
+    assert sorted(ported.torch_state_dict(jm)) == sorted(tm.state_dict())
+    x = np.random.default_rng(0).standard_normal((2, 3, 6, 5)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(jm(jnp.asarray(x))), tm(torch.from_numpy(x)).detach().numpy(), atol=1e-5)
+
+
+def test_torch_layer_bases_without_an_emitted_class_are_reported_not_rewritten():
+    result = port("""
+    import torch.nn as nn
+
+    class Wide(nn.Conv2d):
+        def forward(self, x):
+            return super().forward(x) * 2
+    """)
+    assert "class Wide(nn.Conv2d)" in result.source
+    assert any(f.code == "JX090" and "derives from torch.nn.Conv2d" in f.message for f in result.remaining)

@@ -22,7 +22,11 @@ from . import _program
 MANUAL = "porter: manual"
 TORCH_MODULE = ("torch.nn.Module", "torch.nn.modules.module.Module")
 # torch containers a module class may derive from -> the port's base (emitted by JX011)
-TORCH_CONTAINER_BASES = {"torch.nn.Sequential": "TorchSequential", "torch.nn.modules.container.Sequential": "TorchSequential"}
+# torch layers a module class may derive from (its own forward reading the layer's attributes,
+# `self.weight`, `self.eps`) -> the emitted NNX class keeping torch's attributes and names
+TORCH_LAYER_BASES = {"torch.nn.LayerNorm": "TorchLayerNormBase", "torch.nn.modules.normalization.LayerNorm": "TorchLayerNormBase"}
+TORCH_CONTAINER_BASES = {"torch.nn.Sequential": "TorchSequential", "torch.nn.modules.container.Sequential": "TorchSequential",
+                         **TORCH_LAYER_BASES}
 NNX_MODULE = "flax.nnx.Module"
 _EMPTY = cst.Module([])
 
@@ -374,9 +378,10 @@ class RngsPlan:
         if (
             isinstance(f, cst.Attribute) and f.attr.value == "__init__" and isinstance(f.value, cst.Call)
             and isinstance(f.value.func, cst.Name) and f.value.func.value == "super"
-            and cls is not None and direct_base(cls, self.ctx) == "file"
+            and cls is not None and (direct_base(cls, self.ctx) == "file" or any(
+                self.ctx.qualname(b.value) in TORCH_LAYER_BASES for b in cls.bases))
         ):
-            return True
+            return True  # the base's __init__ takes rngs (a class of the file, an emitted layer base)
         return False
 
     def class_takes_rngs(self, cls: cst.ClassDef, seen=None) -> bool:
