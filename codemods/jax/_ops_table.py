@@ -1440,6 +1440,11 @@ op("F.layer_norm", "input, normalized_shape, weight, bias, eps", _layer_norm,
     Case("F.layer_norm(a, a.shape[-1:], weight=w, eps=1e-3)", a="f2,3,4", w="f4"), Case("F.layer_norm(a, (4,), None, bias)", a="f2,4", bias="f4")])
 
 
+op(["torch.jit.is_scripting", "torch.jit.is_tracing"], "", lambda b: "False", "False",
+   "a JAX port is never run by TorchScript or torch.jit.trace: the torch-only branch is skipped, as torch's eager run skips it",
+   [Case("torch.jit.is_scripting()"), Case("torch.jit.is_tracing()")])
+
+
 def _one_hot(b: Bound) -> str:
     if not b.has("num_classes") or b.lit("num_classes") == -1:
         raise Manual("one_hot without num_classes infers it from the data (a host read and a data-dependent shape): pass num_classes")
