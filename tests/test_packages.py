@@ -302,6 +302,42 @@ def test_jax_package_port_passes_rngs_to_classes_and_factories_of_other_modules(
     assert spelled["rzoo.layers"] == frozenset()
 
 
+def test_jax_rules_without_a_package_port_read_the_imported_files_constructors(tmp_path):
+    """`porter migrate FILE` (no package port, no program facts): the files a module imports
+    from (`from ..layers import ...`, a package __init__ re-exporting) are read from disk, and
+    their classes (a Sequential subclass, a subclass of it) and factories get rngs=."""
+    from porter import engine, registry
+
+    _write_tree(tmp_path, {**_RNGS_TREE, "rzoo/layers.py": textwrap.dedent(_RNGS_TREE["rzoo/layers.py"]) + textwrap.dedent("""
+
+        class Pair(nn.Sequential):
+            def __init__(self, c):
+                super().__init__(nn.Conv2d(c, c, 1), nn.BatchNorm2d(c))
+
+        class PairNorm(Pair):
+            pass
+    """), "rzoo/nets/c.py": """
+        import torch.nn as nn
+        from ..layers import PairNorm, conv3x3, act
+        from .. import Block
+
+        class Net(nn.Module):
+            def __init__(self, c=4):
+                super().__init__()
+                self.a = PairNorm(c)
+                self.b = conv3x3(c)
+                self.c = Block(c)
+                self.d = act()
+
+            def forward(self, x):
+                return self.d(self.c(self.b(self.a(x))))
+    """})
+    path = tmp_path / "rzoo" / "nets" / "c.py"
+    out = engine.fix(path.read_text(), engine.Options(registry.select("jax"), True), str(path)).source
+    for call in ("PairNorm(c, rngs=rngs)", "conv3x3(c, rngs=rngs)", "Block(c, rngs=rngs)", "act()"):
+        assert call in out, (call, out)
+
+
 def test_a_module_porter_cannot_port_fails_alone_and_is_copied_as_is(tmp_path, monkeypatch):
     src = _zoo_copy(tmp_path)
     monkeypatch.syspath_prepend(str(src))

@@ -67,7 +67,7 @@ def imported_models(ctx: FileContext) -> frozenset:
 
 # (folder, the import's code) -> (its names, the files it read: ((path, stamp), ...)); every
 # fix pass of a file asks again, and the other files are the same while their stamps are
-_FROM: dict[tuple[str, str], tuple[frozenset, tuple]] = {}
+_FROM: dict[tuple, tuple[frozenset, tuple]] = {}
 _CODE = cst.Module([])
 
 
@@ -79,27 +79,31 @@ def _stamp(path: Path) -> Optional[tuple[int, int]]:
     return (st.st_size, st.st_mtime_ns) if os.path.isfile(path) else None
 
 
-def _names_from_files(node: cst.ImportFrom, folder: Path) -> frozenset:
+def _names_from_files(node: cst.ImportFrom, folder: Path, of=None) -> frozenset:
     """``_names_from(node, folder)`` from a fresh start, kept while no file it looked at (the
     candidates of every import it resolved) has changed on disk."""
-    key = (str(folder), _CODE.code_for_node(node))
+    key = (str(folder), _CODE.code_for_node(node), of)
     hit = _FROM.get(key)
     if hit is not None and all(_stamp(p) == stamp for p, stamp in hit[1]):
         return hit[0]
     looked: list[tuple[Path, Optional[tuple[int, int]]]] = []
-    names = frozenset(_names_from(node, folder, depth=0, seen={}, looked=looked))
+    names = frozenset(_names_from(node, folder, depth=0, seen={}, looked=looked, of=of))
     _FROM[key] = (names, tuple(looked))
     return names
 
 
-def _names_from(node: cst.ImportFrom, folder: Path, depth: int, seen: dict, looked: Optional[list] = None) -> set:
+def _names_from(node: cst.ImportFrom, folder: Path, depth: int, seen: dict, looked: Optional[list] = None,
+                of=None) -> set:
+    """The names ``node`` imports that ``of(module, path, ...)`` (default: model classes and
+    factories) finds in the file it imports from."""
+    of = of or _models_of
     target = _resolve(node, folder, looked)
     if target is None or depth > _MAX_DEPTH:
         return set()
     if target not in seen:
         seen[target] = set()  # an import cycle sees what is known so far
         module = _parse(target)
-        seen[target] = _models_of(module, target, depth, seen, looked) if module is not None else set()
+        seen[target] = of(module, target, depth, seen, looked) if module is not None else set()
     models = seen[target]
     if isinstance(node.names, cst.ImportStar):
         return {n for n in models if not n.startswith("_")}
@@ -176,7 +180,37 @@ def rngs_callables(ctx: FileContext) -> frozenset:
     facts = program.current()
     if facts is not None:
         return facts.rngs_callables
-    return imported_models(ctx)
+    key = ("program.rngs_callables",)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    out: set[str] = set()
+    path = Path(ctx.path) if ctx.path and not ctx.path.startswith("<") else None
+    if path is not None and path.is_file():
+        for stmt in ctx.module.body:
+            for small in getattr(stmt, "body", ()) if isinstance(stmt, cst.SimpleStatementLine) else ():
+                if isinstance(small, cst.ImportFrom):
+                    out |= _names_from_files(small, path.parent, of=_constructors_of)
+    ctx.cache[key] = frozenset(out)
+    return ctx.cache[key]
+
+
+def _constructors_of(module: cst.Module, path: Path, depth: int, seen: dict, looked: Optional[list] = None) -> set:
+    """The classes and factories of a file whose ported constructors take rngs (the module rules'
+    plan of that file alone), and those it re-exports by import."""
+    from porter import program
+
+    from . import _nnx
+
+    with program.facts(program.ProgramFacts()):  # that file's own imports are not followed
+        plan = _nnx.RngsPlan(FileContext(module, str(path)))
+        names = {c for c, cls in plan.classes.items() if plan.class_takes_rngs(cls)}
+        names |= {f.name.value for f, cls in plan.functions.items() if cls is None}
+    for stmt in module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.ImportFrom):
+                    names |= _names_from(small, path.parent, depth + 1, seen, looked, of=_constructors_of)
+    return names
 
 
 _ROUNDS = 8  # cross-module chains (a factory of a class of a subclass of ...) settle in a few
