@@ -248,6 +248,15 @@ _RNGS_TREE = {
     "rzoo/nets/b.py": """
         import torch.nn as nn
         from .a import make
+        from ..layers import Block
+
+        class Stem(Block):
+            def __init__(self, c, scale=2):
+                super().__init__(c)
+                self.scale = scale
+
+            def forward(self, x):
+                return super().forward(x) * self.scale
 
         class Head(nn.Module):
             def __init__(self):
@@ -277,7 +286,11 @@ def test_jax_package_port_passes_rngs_to_classes_and_factories_of_other_modules(
                  "block(c, rngs=rngs)", "conv3x3(c, rngs=rngs)", "def make(*, rngs: nnx.Rngs)", "Net(4, rngs=rngs)"):
         assert call in a, (call, a)
     assert "act()" in a and "act(rngs" not in a  # a factory of a function value takes no rngs
-    assert "make(rngs=rngs)" in (out / "rzoo" / "nets" / "b.py").read_text()
+    b = (out / "rzoo" / "nets" / "b.py").read_text()
+    assert "make(rngs=rngs)" in b
+    # a subclass of another module's class: an NNX module whose __init__ takes rngs and passes it on
+    assert "def __init__(self, c, scale=2, *, rngs: nnx.Rngs):" in b and "super().__init__(c, rngs=rngs)" in b
+    assert "def __call__(self, x):" in b and "super().__call__(x)" in b
     record = json.loads((out / ".porter-package.json").read_text())["modules"]
     assert "L.Wide" in record["rzoo.nets.a"]["program"] and "make" in record["rzoo.nets.b"]["program"]
 

@@ -67,6 +67,7 @@ def _module_classes_of(ctx: FileContext) -> dict[str, cst.ClassDef]:
     found: dict[str, cst.ClassDef] = {}
     changed = True
     classes = [s for s in ctx.module.body if isinstance(s, cst.ClassDef)]
+    imported = _program.rngs_callables(ctx) if classes else frozenset()
     while changed:
         changed = False
         for cls in classes:
@@ -75,7 +76,7 @@ def _module_classes_of(ctx: FileContext) -> dict[str, cst.ClassDef]:
             for base in cls.bases:
                 q = ctx.qualname(base.value)
                 name = dotted_name(base.value)
-                if q in TORCH_MODULE or q in TORCH_CONTAINER_BASES or q == NNX_MODULE or (name in found):
+                if q in TORCH_MODULE or q in TORCH_CONTAINER_BASES or q == NNX_MODULE or (name in found) or (name in imported):
                     found[cls.name.value] = cls
                     changed = True
                     break
@@ -91,8 +92,8 @@ def direct_base(cls: cst.ClassDef, ctx: FileContext) -> Optional[str]:
             return "torch"
         if q == NNX_MODULE:
             return "nnx"
-        if dotted_name(base.value) in module_classes(ctx):
-            return "file"
+        if dotted_name(base.value) in module_classes(ctx) or dotted_name(base.value) in _program.rngs_callables(ctx):
+            return "file"  # a module class of the file, or of another module of the program
     return None
 
 
@@ -598,6 +599,8 @@ def root_kind(cls: cst.ClassDef, ctx: FileContext, seen=None) -> Optional[str]:
         name = dotted_name(base.value)
         if name in module_classes(ctx):
             return root_kind(module_classes(ctx)[name], ctx, seen)
+        if name in _program.rngs_callables(ctx):
+            return "torch"  # a torch module class of another module of the program (ported there)
     return None
 
 
