@@ -574,3 +574,49 @@ def test_torch_layer_bases_without_an_emitted_class_are_reported_not_rewritten()
     """)
     assert "class Wide(nn.Conv2d)" in result.source
     assert any(f.code == "JX090" and "derives from torch.nn.Conv2d" in f.message for f in result.remaining)
+
+
+def test_optional_submodules_first_set_to_none_build_and_match_torch():
+    """`self.proj = None` then, under an `if`, a layer, a Sequential or a module class of the
+    file (NNX makes a None attribute static): the port builds either way and matches torch."""
+    src = textwrap.dedent("""
+    import torch.nn as nn
+
+    class Gate(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.fc = nn.Linear(c, c)
+
+        def forward(self, x):
+            return self.fc(x).sigmoid() * x
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, gated=False):
+            super().__init__()
+            self.proj = None
+            self.seq = None
+            self.gate = None
+            self.scale = None
+            if cin != cout:
+                self.proj = nn.Linear(cin, cout)
+                self.seq = nn.Sequential(nn.Linear(cout, cout), nn.ReLU())
+                self.scale = 0.5
+            if gated:
+                self.gate = Gate(cout)
+            self.body = nn.Linear(cin, cout)
+
+        def forward(self, x):
+            y = self.body(x)
+            if self.proj is not None:
+                y = y + self.seq(self.proj(x)) * self.scale
+            return y if self.gate is None else self.gate(y)
+    """)
+    result = port(src)
+    assert "self.proj = nnx.data(None)" in result.source and "self.scale = None" in result.source
+    original, ported = load(src, "orig"), load(result.source, "port")
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    for args in ((3, 3), (3, 5), (3, 5, True), (3, 3, True)):
+        tm, jm = original.Block(*args), ported.Block(*args, rngs=nnx.Rngs(0))
+        ported.load_torch_state_dict(jm, {k: v.numpy() for k, v in tm.state_dict().items()})
+        assert sorted(ported.torch_state_dict(jm)) == sorted(tm.state_dict())
+        np.testing.assert_allclose(np.asarray(jm(jnp.asarray(x))), tm(torch.from_numpy(x)).detach().numpy(), atol=1e-6)
