@@ -49,7 +49,7 @@ import libcst as cst
 from libcst.helpers import get_absolute_module_from_package_for_import
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider
 
-from porter import engine, registry
+from porter import engine, program, registry
 from porter.rules import Finding, Position, Severity
 from porter.runner import Settings, UsageError, verify_output
 from porter.verify.mxnet_env import MXNetEnvError, mxnet_python
@@ -346,6 +346,7 @@ class _Task:
     original_name: str = ""  # the module's name in the original package
     select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
+    facts: Optional[program.ProgramFacts] = None  # what the rules know of the other modules
 
 
 def _sha(data: bytes) -> str:
@@ -366,7 +367,8 @@ def _port_one(task: _Task) -> tuple[str, str, list, Optional[str], str]:
             package = task.original_name if task.source.name == "__init__.py" else task.original_name.rpartition(".")[0]
             text = engine.parse(text).visit(_AbsoluteOutside(package, task.absolute_outside)).code
         options = engine.Options(registry.select(task.target, task.select, task.ignore), task.unsafe)
-        result = engine.fix(text, options, str(task.source))
+        with program.facts(task.facts):
+            result = engine.fix(text, options, str(task.source))
         new = result.source if result.changed else text
         if new != src.text:
             verify_output(src.text, new)
@@ -623,6 +625,11 @@ def port_package(
     # names that resolve to modules only as `from X import n`: the others are attributes
     unresolved = {u for u in unresolved if u not in found and not _is_attribute_candidate(u, found)}
 
+    # What the rules of each module need to know of the others
+    facts = _program_facts(target, found)
+    for name, fact in facts.items():
+        previous.setdefault(name, {})["program_now"] = sorted(fact.rngs_callables)
+
     # Port every module of the closure
     tasks: list[_Task] = []
     reused: dict[str, tuple] = {}
@@ -633,12 +640,14 @@ def port_package(
         digest = _file_sha(file) or ""
         record = previous.get(name, {})
         if (record.get("digest") == digest and record.get("status") in STATUSES
+                and record.get("program", []) == record.get("program_now", [])
                 and record.get("written") and _file_sha(output) == record.get("written")):
             reused[name] = (record["status"], digest, [_finding_of(r) for r in record.get("findings", [])],
                             record.get("error"), record["written"])
             continue
         original = (inside + name[len(top):]) if inside and first == top else name
-        tasks.append(_Task(name, file, output, target, unsafe, inside if first == top else "", original, select, ignore))
+        tasks.append(_Task(name, file, output, target, unsafe, inside if first == top else "", original, select, ignore,
+                           facts.get(name)))
     results: dict[str, tuple] = dict(reused)
     if jobs > 1 and len(tasks) > 1:
         ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
@@ -663,6 +672,29 @@ def port_package(
     followed = sorted(n for n, m in modules.items() if not m.selected)
     return PackagePort(top, out, target, modules, unsafe, sel_name, followed, sorted(external_tops), data_files,
                        sorted(unresolved))
+
+
+def _program_facts(target: str, found: dict) -> dict[str, program.ProgramFacts]:
+    """Per module of the closure, the facts of the whole program its rules read (porter.program).
+    JAX: the names of each module that refer to classes and factories of the other modules
+    whose ported constructors take ``rngs`` (each module is ported alone, so a class imported
+    from another module would otherwise be built without ``rngs=``). A module that does not
+    parse contributes nothing (porting it fails with the reason)."""
+    if target != "jax":
+        return {}
+    from porter._layout import mapped_package
+
+    mapped_package("porter.codemods", "codemods")
+    from porter.codemods.jax import _program as jax_program
+
+    parsed = {}
+    for name, (file, _first) in sorted(found.items()):
+        try:
+            parsed[name] = (engine.parse(read_source(file).text), file.name == "__init__.py")
+        except (engine.PorterError, RecursionError, MemoryError):
+            continue
+    spelled = jax_program.package_rngs_callables(parsed)
+    return {name: program.ProgramFacts(frozenset(spelled.get(name, ()))) for name in found}
 
 
 def _is_attribute_candidate(name: str, found: dict) -> bool:
@@ -753,6 +785,7 @@ def _write_manifest(out: Path, key: dict, modules: dict[str, ModulePort], previo
             "output": str(m.output.relative_to(out)),
             "findings": [_finding_record(f) for f in m.findings],
             "raw_imports": previous.get(name, {}).get("raw_imports_now", []),
+            "program": previous.get(name, {}).get("program_now", []),
         }
     write_atomic(out / MANIFEST, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
 

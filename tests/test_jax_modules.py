@@ -450,3 +450,173 @@ def test_factories_classes_without_init_and_subclasses_pass_rngs_on():
     assert sorted(ported.torch_state_dict(jm)) == sorted(tm.state_dict())
     x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
     np.testing.assert_allclose(np.asarray(jm(jnp.asarray(x))), tm(torch.from_numpy(x)).detach().numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("spelling,build", [
+    ("from torchvision.ops import StochasticDepth", "StochasticDepth"),
+    ("import torchvision.ops as tvops", "tvops.StochasticDepth"),
+    ("from torchvision.ops.stochastic_depth import StochasticDepth as SD", "SD"),
+])
+def test_stochastic_depth_is_an_nnx_dropout_of_whole_samples(spelling, build):
+    """torchvision.ops.StochasticDepth in its import spellings: the identity in eval mode and at
+    p=0, zeros at p=1, and in training each sample ("row") or the batch ("batch") kept whole and
+    scaled by 1 / (1 - p) or zeroed, as torchvision's; a Sequential annotation becomes NNX's."""
+    pytest.importorskip("torchvision")
+    src = textwrap.dedent("""
+    import torch.nn as nn
+    {spelling}
+
+    class Block(nn.Module):
+        body: nn.Sequential
+
+        def __init__(self, p, mode):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+            self.drop = {build}(p, mode)
+
+        def forward(self, x):
+            return x + self.drop(self.body(x))
+    """).format(spelling=spelling, build=build)
+    result = port(src)
+    assert "porter: manual" not in result.source and not [f for f in result.remaining if f.severity.name == "ERROR"]
+    assert "body: nnx.Sequential" in result.source and "TorchStochasticDepth(p, mode, rngs=rngs)" in result.source
+    original, ported = load(src, "orig"), load(result.source, "port")
+    x = np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32)
+    for p, mode in ((0.0, "row"), (0.3, "row"), (0.3, "batch"), (1.0, "row")):
+        tm, jm = original.Block(p, mode), ported.Block(p, mode, rngs=nnx.Rngs(0))
+        ported.load_torch_state_dict(jm, {k: v.numpy() for k, v in tm.state_dict().items()})
+        body = tm.body(torch.from_numpy(x)).detach().numpy()
+        tm.eval()
+        jm.eval()
+        np.testing.assert_allclose(np.asarray(jm(jnp.asarray(x))), tm(torch.from_numpy(x)).detach().numpy(), atol=1e-6)
+        jm.train()
+        tm.train()
+        for side in (np.asarray(jm(jnp.asarray(x))), tm(torch.from_numpy(x)).detach().numpy()):
+            dropped = side - x  # per sample: 0 (dropped) or body / (1 - p) (kept)
+            kept = np.all(np.isclose(dropped, body / max(1.0 - p, 1e-12), atol=1e-5), axis=1)
+            zeroed = np.all(dropped == 0.0, axis=1)
+            assert np.all(kept | zeroed)
+            if p == 0.0:
+                assert kept.all()
+            elif p == 1.0:
+                assert zeroed.all()
+            elif mode == "batch":
+                assert kept.all() or zeroed.all()
+            else:
+                assert 0 < kept.sum() < len(x)  # 64 draws at p=0.3 keep some and drop some
+    with pytest.raises(ValueError):
+        ported.Block(0.5, "column", rngs=nnx.Rngs(0))
+
+
+def test_layer_norm_subclasses_keep_torchs_attributes_and_match_torch():
+    """Classes deriving from nn.LayerNorm whose own forward reads the layer's attributes
+    (channels-first LayerNorm through F.layer_norm, super().forward, an __init__ of their own)
+    derive from the emitted TorchLayerNormBase and match torch, weights loaded by name."""
+    src = textwrap.dedent("""
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from functools import partial
+
+    class LayerNorm2d(nn.LayerNorm):
+        def forward(self, x):
+            x = x.permute(0, 2, 3, 1)
+            x = F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+            return x.permute(0, 3, 1, 2)
+
+    class ScaledNorm(torch.nn.LayerNorm):
+        def __init__(self, dim, scale=2.0):
+            super().__init__(dim, eps=1e-6, elementwise_affine=True)
+            self.scale = scale
+
+        def forward(self, x):
+            return super().forward(x) * self.scale
+
+    class NoAffine(nn.LayerNorm):
+        def forward(self, x):
+            return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps) + 1
+
+    class Net(nn.Module):
+        def __init__(self, c=4, norm_layer=None):
+            super().__init__()
+            norm_layer = norm_layer or partial(LayerNorm2d, eps=1e-6)
+            self.conv = nn.Conv2d(3, c, 3, padding=1)
+            self.norm = norm_layer(c)
+            self.scaled = ScaledNorm(5)
+            self.plain = NoAffine(5, elementwise_affine=False)
+
+        def forward(self, x):
+            y = self.norm(self.conv(x))
+            return self.plain(self.scaled(y))
+    """)
+    result = port(src)
+    assert "porter: manual" not in result.source and not [f for f in result.remaining if f.severity.name == "ERROR"], \
+        [f.message for f in result.remaining]
+    assert "class LayerNorm2d(TorchLayerNormBase)" in result.source and "class ScaledNorm(TorchLayerNormBase)" in result.source
+    original, ported = load(src, "orig"), load(result.source, "port")
+    tm, jm = original.Net(), ported.Net(rngs=nnx.Rngs(0))
+    state = {k: v.detach().numpy() + np.random.default_rng(1).standard_normal(v.shape).astype(np.float32) * 0.1
+             for k, v in tm.state_dict().items()}
+    tm.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    ported.load_torch_state_dict(jm, state)
+    assert sorted(ported.torch_state_dict(jm)) == sorted(tm.state_dict())
+    x = np.random.default_rng(0).standard_normal((2, 3, 6, 5)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(jm(jnp.asarray(x))), tm(torch.from_numpy(x)).detach().numpy(), atol=1e-5)
+
+
+def test_torch_layer_bases_without_an_emitted_class_are_reported_not_rewritten():
+    result = port("""
+    import torch.nn as nn
+
+    class Wide(nn.Conv2d):
+        def forward(self, x):
+            return super().forward(x) * 2
+    """)
+    assert "class Wide(nn.Conv2d)" in result.source
+    assert any(f.code == "JX090" and "derives from torch.nn.Conv2d" in f.message for f in result.remaining)
+
+
+def test_optional_submodules_first_set_to_none_build_and_match_torch():
+    """`self.proj = None` then, under an `if`, a layer, a Sequential or a module class of the
+    file (NNX makes a None attribute static): the port builds either way and matches torch."""
+    src = textwrap.dedent("""
+    import torch.nn as nn
+
+    class Gate(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.fc = nn.Linear(c, c)
+
+        def forward(self, x):
+            return self.fc(x).sigmoid() * x
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, gated=False):
+            super().__init__()
+            self.proj = None
+            self.seq = None
+            self.gate = None
+            self.scale = None
+            if cin != cout:
+                self.proj = nn.Linear(cin, cout)
+                self.seq = nn.Sequential(nn.Linear(cout, cout), nn.ReLU())
+                self.scale = 0.5
+            if gated:
+                self.gate = Gate(cout)
+            self.body = nn.Linear(cin, cout)
+
+        def forward(self, x):
+            y = self.body(x)
+            if self.proj is not None:
+                y = y + self.seq(self.proj(x)) * self.scale
+            return y if self.gate is None else self.gate(y)
+    """)
+    result = port(src)
+    assert "self.proj = nnx.data(None)" in result.source and "self.scale = None" in result.source
+    original, ported = load(src, "orig"), load(result.source, "port")
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    for args in ((3, 3), (3, 5), (3, 5, True), (3, 3, True)):
+        tm, jm = original.Block(*args), ported.Block(*args, rngs=nnx.Rngs(0))
+        ported.load_torch_state_dict(jm, {k: v.numpy() for k, v in tm.state_dict().items()})
+        assert sorted(ported.torch_state_dict(jm)) == sorted(tm.state_dict())
+        np.testing.assert_allclose(np.asarray(jm(jnp.asarray(x))), tm(torch.from_numpy(x)).detach().numpy(), atol=1e-6)

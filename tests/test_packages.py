@@ -190,6 +190,167 @@ def test_a_second_call_rewrites_nothing_and_a_change_is_ported_alone(tmp_path, m
     assert fourth.digest("zoodeps.blocks") != before["zoodeps.blocks"]
 
 
+def _write_tree(root: Path, files: dict) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+# classes and factories of one module built in others, in every import spelling
+_RNGS_TREE = {
+    "rzoo/__init__.py": "from .layers import Block  # re-exported\n",
+    "rzoo/layers.py": """
+        import torch.nn as nn
+
+        class Block(nn.Module):
+            def __init__(self, c):
+                super().__init__()
+                self.conv = nn.Conv2d(c, c, 3, padding=1)
+
+            def forward(self, x):
+                return self.conv(x)
+
+        class Wide(Block):
+            pass
+
+        def conv3x3(c):
+            return nn.Conv2d(c, c, 3, padding=1)
+
+        def act():
+            return nn.ReLU()
+    """,
+    "rzoo/nets/__init__.py": "",
+    "rzoo/nets/a.py": """
+        import torch.nn as nn
+        from ..layers import Block, conv3x3, act
+        import rzoo.layers as L
+        from .. import layers
+        from rzoo import Block as Again
+
+        class Net(nn.Module):
+            def __init__(self, c=4, block=Block):
+                super().__init__()
+                self.a = Block(c)
+                self.b = L.Wide(c)
+                self.c = layers.conv3x3(c)
+                self.d = Again(c)
+                self.e = block(c)
+                self.f = conv3x3(c)
+                self.g = act()
+
+            def forward(self, x):
+                return self.g(self.f(self.e(self.d(self.c(self.b(self.a(x)))))))
+
+        def make():
+            return Net(4)
+    """,
+    "rzoo/nets/b.py": """
+        import torch.nn as nn
+        from .a import make
+        from ..layers import Block
+
+        class Stem(Block):
+            def __init__(self, c, scale=2):
+                super().__init__(c)
+                self.scale = scale
+
+            def forward(self, x):
+                return super().forward(x) * self.scale
+
+        class Head(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = make()
+
+            def forward(self, x):
+                return self.body(x)
+    """,
+}
+
+
+def test_jax_package_port_passes_rngs_to_classes_and_factories_of_other_modules(tmp_path, monkeypatch):
+    """The program-wide fact (porter.program): what each module of the closure spells that
+    builds another module's NNX class or factory; those calls get rngs=rngs, the others not."""
+    from porter.codemods.jax import _program
+
+    src = tmp_path / "src"
+    _write_tree(src, _RNGS_TREE)
+    monkeypatch.syspath_prepend(str(src))
+    out = tmp_path / "out"
+    port = port_package(src / "rzoo", "jax", out)
+    assert {m.status for m in port.modules.values()} <= {"ported", "unchanged"}, \
+        [(n, m.error) for n, m in port.modules.items() if m.error]
+    a = (out / "rzoo" / "nets" / "a.py").read_text()
+    for call in ("Block(c, rngs=rngs)", "L.Wide(c, rngs=rngs)", "layers.conv3x3(c, rngs=rngs)", "Again(c, rngs=rngs)",
+                 "block(c, rngs=rngs)", "conv3x3(c, rngs=rngs)", "def make(*, rngs: nnx.Rngs)", "Net(4, rngs=rngs)"):
+        assert call in a, (call, a)
+    assert "act()" in a and "act(rngs" not in a  # a factory of a function value takes no rngs
+    b = (out / "rzoo" / "nets" / "b.py").read_text()
+    assert "make(rngs=rngs)" in b
+    # a subclass of another module's class: an NNX module whose __init__ takes rngs and passes it on
+    assert "def __init__(self, c, scale=2, *, rngs: nnx.Rngs):" in b and "super().__init__(c, rngs=rngs)" in b
+    assert "def __call__(self, x):" in b and "super().__call__(x)" in b
+    record = json.loads((out / ".porter-package.json").read_text())["modules"]
+    assert "L.Wide" in record["rzoo.nets.a"]["program"] and "make" in record["rzoo.nets.b"]["program"]
+
+    # a change of one module's constructors re-ports the modules that build them, not the others
+    layers = src / "rzoo" / "layers.py"
+    layers.write_text(layers.read_text().replace("def conv3x3(c):\n    return nn.Conv2d(c, c, 3, padding=1)",
+                                                 "def conv3x3(c):\n    return None"))
+    again = port_package(src / "rzoo", "jax", out)
+    assert {n for n, m in again.modules.items() if not m.reused} == {"rzoo.layers", "rzoo.nets.a"}
+    a = (out / "rzoo" / "nets" / "a.py").read_text()
+    assert "conv3x3(c)" in a and "layers.conv3x3(c)" in a and "Block(c, rngs=rngs)" in a
+
+    # the fact alone, without porting: spellings of one module
+    from porter import engine
+
+    parsed = {name: (engine.parse(textwrap.dedent(_RNGS_TREE[rel])), rel.endswith("__init__.py"))
+              for name, rel in (("rzoo", "rzoo/__init__.py"), ("rzoo.layers", "rzoo/layers.py"),
+                                ("rzoo.nets", "rzoo/nets/__init__.py"), ("rzoo.nets.a", "rzoo/nets/a.py"))}
+    spelled = _program.package_rngs_callables(parsed)
+    assert {"Block", "conv3x3", "L.Block", "L.Wide", "L.conv3x3", "layers.Wide", "Again"} <= spelled["rzoo.nets.a"]
+    assert "act" not in spelled["rzoo.nets.a"] and "L.act" not in spelled["rzoo.nets.a"]
+    assert spelled["rzoo.layers"] == frozenset()
+
+
+def test_jax_rules_without_a_package_port_read_the_imported_files_constructors(tmp_path):
+    """`porter migrate FILE` (no package port, no program facts): the files a module imports
+    from (`from ..layers import ...`, a package __init__ re-exporting) are read from disk, and
+    their classes (a Sequential subclass, a subclass of it) and factories get rngs=."""
+    from porter import engine, registry
+
+    _write_tree(tmp_path, {**_RNGS_TREE, "rzoo/layers.py": textwrap.dedent(_RNGS_TREE["rzoo/layers.py"]) + textwrap.dedent("""
+
+        class Pair(nn.Sequential):
+            def __init__(self, c):
+                super().__init__(nn.Conv2d(c, c, 1), nn.BatchNorm2d(c))
+
+        class PairNorm(Pair):
+            pass
+    """), "rzoo/nets/c.py": """
+        import torch.nn as nn
+        from ..layers import PairNorm, conv3x3, act
+        from .. import Block
+
+        class Net(nn.Module):
+            def __init__(self, c=4):
+                super().__init__()
+                self.a = PairNorm(c)
+                self.b = conv3x3(c)
+                self.c = Block(c)
+                self.d = act()
+
+            def forward(self, x):
+                return self.d(self.c(self.b(self.a(x))))
+    """})
+    path = tmp_path / "rzoo" / "nets" / "c.py"
+    out = engine.fix(path.read_text(), engine.Options(registry.select("jax"), True), str(path)).source
+    for call in ("PairNorm(c, rngs=rngs)", "conv3x3(c, rngs=rngs)", "Block(c, rngs=rngs)", "act()"):
+        assert call in out, (call, out)
+
+
 def test_a_module_porter_cannot_port_fails_alone_and_is_copied_as_is(tmp_path, monkeypatch):
     src = _zoo_copy(tmp_path)
     monkeypatch.syspath_prepend(str(src))
@@ -293,8 +454,6 @@ def test_jax_port_imports_and_builds_its_supported_models(jax_port):
 
 
 @pytest.mark.jax
-@pytest.mark.xfail(strict=True, reason="JAX rules port one file at a time: a module of another file of the port "
-                                       "(layers.Stem, ported to an nnx.Module) is built without rngs=")
 def test_jax_port_builds_a_model_made_of_layers_from_other_modules(jax_port):
     proc = _fresh_python("""
         from flax import nnx

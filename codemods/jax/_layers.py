@@ -82,10 +82,13 @@ def bind(call: cst.Call, layer: Layer) -> Bound:
 def plan(call: cst.Call, qual: str, ctx: FileContext) -> Optional[Union[Plan, Manual]]:
     """The translation of a torch.nn layer construction, a Manual with the reason, or None when
     ``qual`` is not a torch.nn layer."""
-    if not qual.startswith("torch.nn."):
+    if qual in LIBRARY_LAYERS:
+        short, layer = LIBRARY_LAYERS[qual].torch, LIBRARY_LAYERS[qual]
+    elif not qual.startswith("torch.nn."):
         return None
-    short = qual[len("torch.nn."):]
-    layer = LAYERS.get(short)
+    else:
+        short = qual[len("torch.nn."):]
+        layer = LAYERS.get(short)
     if layer is None:
         if short in MANUAL_LAYERS:
             return Manual(f"nn.{short}: {MANUAL_LAYERS[short]}")
@@ -388,6 +391,23 @@ LAYERS: dict[str, Layer] = {
 # Identity takes and ignores any arguments in torch
 LAYERS["Identity"] = Layer("Identity", ("args", "kwargs"), "function", build=_identity)
 
+# layers of libraries built on torch, by qualified name (the layer's own name and where the
+# library exports it)
+_STOCHASTIC_DEPTH = Layer("StochasticDepth", ("p", "mode"), "helper", rngs=True, helper="TorchStochasticDepth")
+LIBRARY_LAYERS: dict[str, Layer] = {
+    "torchvision.ops.StochasticDepth": _STOCHASTIC_DEPTH,
+    "torchvision.ops.stochastic_depth.StochasticDepth": _STOCHASTIC_DEPTH,
+}
+
+
+def layer_of(qual: str) -> Optional[Layer]:
+    """The table entry of a torch.nn layer (``torch.nn.Conv2d``) or a library layer
+    (``torchvision.ops.StochasticDepth``) by qualified name."""
+    if qual.startswith("torch.nn."):
+        return LAYERS.get(qual[len("torch.nn."):])
+    return LIBRARY_LAYERS.get(qual)
+
+
 # torch.nn classes that are not layers (or are handled by other rules; losses, `...Loss`, are the
 # op rules')
 NOT_LAYERS = frozenset({
@@ -427,9 +447,16 @@ VALUE_NAMES = frozenset({
 _NNX_CLASSES = {"Linear": "Linear", "LayerNorm": "LayerNorm", "Embedding": "Embed", "Dropout": "Dropout"}
 
 
+# the containers JX004 writes (nn.Sequential(...) -> nnx.Sequential(...))
+_NNX_CONTAINERS = {"Sequential": "Sequential", "ModuleList": "List", "ModuleDict": "Dict"}
+
+
 def annotation_for(short: str, nnx: str) -> Optional[str]:
-    """`nn.Conv2d` in an annotation -> "TorchConv2d", `nn.Linear` -> "nnx.Linear"; None for
-    layers that become functions or are not translated."""
+    """`nn.Conv2d` in an annotation -> "TorchConv2d", `nn.Linear` -> "nnx.Linear",
+    `nn.Sequential` -> "nnx.Sequential"; None for layers that become functions or are not
+    translated."""
+    if short in _NNX_CONTAINERS:
+        return f"{nnx}.{_NNX_CONTAINERS[short]}"
     layer = LAYERS.get(short)
     if layer is None:
         return None

@@ -16,11 +16,17 @@ from porter._layout import templates_dir
 from porter.context import FileContext, dotted_name
 from porter.rules import module_fact
 
+from . import _program
+
 
 MANUAL = "porter: manual"
 TORCH_MODULE = ("torch.nn.Module", "torch.nn.modules.module.Module")
 # torch containers a module class may derive from -> the port's base (emitted by JX011)
-TORCH_CONTAINER_BASES = {"torch.nn.Sequential": "TorchSequential", "torch.nn.modules.container.Sequential": "TorchSequential"}
+# torch layers a module class may derive from (its own forward reading the layer's attributes,
+# `self.weight`, `self.eps`) -> the emitted NNX class keeping torch's attributes and names
+TORCH_LAYER_BASES = {"torch.nn.LayerNorm": "TorchLayerNormBase", "torch.nn.modules.normalization.LayerNorm": "TorchLayerNormBase"}
+TORCH_CONTAINER_BASES = {"torch.nn.Sequential": "TorchSequential", "torch.nn.modules.container.Sequential": "TorchSequential",
+                         **TORCH_LAYER_BASES}
 NNX_MODULE = "flax.nnx.Module"
 _EMPTY = cst.Module([])
 
@@ -61,6 +67,7 @@ def _module_classes_of(ctx: FileContext) -> dict[str, cst.ClassDef]:
     found: dict[str, cst.ClassDef] = {}
     changed = True
     classes = [s for s in ctx.module.body if isinstance(s, cst.ClassDef)]
+    imported = _program.rngs_callables(ctx) if classes else frozenset()
     while changed:
         changed = False
         for cls in classes:
@@ -69,7 +76,7 @@ def _module_classes_of(ctx: FileContext) -> dict[str, cst.ClassDef]:
             for base in cls.bases:
                 q = ctx.qualname(base.value)
                 name = dotted_name(base.value)
-                if q in TORCH_MODULE or q in TORCH_CONTAINER_BASES or q == NNX_MODULE or (name in found):
+                if q in TORCH_MODULE or q in TORCH_CONTAINER_BASES or q == NNX_MODULE or (name in found) or (name in imported):
                     found[cls.name.value] = cls
                     changed = True
                     break
@@ -85,8 +92,8 @@ def direct_base(cls: cst.ClassDef, ctx: FileContext) -> Optional[str]:
             return "torch"
         if q == NNX_MODULE:
             return "nnx"
-        if dotted_name(base.value) in module_classes(ctx):
-            return "file"
+        if dotted_name(base.value) in module_classes(ctx) or dotted_name(base.value) in _program.rngs_callables(ctx):
+            return "file"  # a module class of the file, or of another module of the program
     return None
 
 
@@ -306,6 +313,8 @@ class RngsPlan:
 
         self.ctx = ctx
         self.classes = module_classes(ctx)
+        # constructors of the program's other modules that take rngs once ported
+        self.imported = _program.rngs_callables(ctx)
         self.functions: dict[cst.FunctionDef, Optional[cst.ClassDef]] = {}
         top_functions = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.FunctionDef)}
         for cls in self.classes.values():
@@ -341,8 +350,8 @@ class RngsPlan:
 
         if qual in RANDOM_INITS or (isinstance(call.func, cst.Name) and call.func.value in RANDOM_HELPERS):
             return True  # torch.nn.init drawing random numbers: from the caller's rngs
-        if qual and qual.startswith("torch.nn."):
-            layer = _layers.LAYERS.get(qual[len("torch.nn."):])
+        if qual and (qual.startswith("torch.nn.") or qual in _layers.LIBRARY_LAYERS):
+            layer = _layers.layer_of(qual)
             if layer is not None and layer.rngs:
                 return True
             return False
@@ -356,6 +365,8 @@ class RngsPlan:
         if any(a.star == "**" for a in call.args) and not (func in self.functions or has_param(func, "rngs")):
             return False  # **kwargs passed on carry rngs (a factory's own callers give it)
         # (a function with its own rngs parameter took rngs out of its **kwargs: it passes it on)
+        if dotted_name(f) in self.imported and not (isinstance(f, cst.Name) and f.value in self.classes):
+            return True  # a class or factory of another module of the program (`Stem(...)`, `L.Stem(...)`)
         if isinstance(f, cst.Name):
             if f.value in self.classes:
                 return self.class_takes_rngs(self.classes[f.value])
@@ -368,9 +379,10 @@ class RngsPlan:
         if (
             isinstance(f, cst.Attribute) and f.attr.value == "__init__" and isinstance(f.value, cst.Call)
             and isinstance(f.value.func, cst.Name) and f.value.func.value == "super"
-            and cls is not None and direct_base(cls, self.ctx) == "file"
+            and cls is not None and (direct_base(cls, self.ctx) == "file" or any(
+                self.ctx.qualname(b.value) in TORCH_LAYER_BASES for b in cls.bases))
         ):
-            return True
+            return True  # the base's __init__ takes rngs (a class of the file, an emitted layer base)
         return False
 
     def class_takes_rngs(self, cls: cst.ClassDef, seen=None) -> bool:
@@ -432,6 +444,8 @@ class RngsPlan:
                 value = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
             if value is None:
                 value = param.default
+            if dotted_name(value) in self.imported:
+                continue  # another module's class (`Net(layers.Block, ...)`)
             if not isinstance(value, cst.Name):
                 return False
             if value.value in self.classes and self.class_takes_rngs(self.classes[value.value]):
@@ -492,6 +506,8 @@ class RngsPlan:
             return self._layer_value(value.args[0].value)
         if isinstance(value, cst.Name) and (value.value in _layers.VALUE_NAMES or value.value in self.classes):
             return True
+        if dotted_name(value) in self.imported:
+            return True  # another module's class or factory (`norm_layer=LayerNorm2d` imported)
         qual = self.ctx.qualname(value) or ""
         return qual.startswith("torch.nn.") and qual[len("torch.nn."):] in _layers.LAYERS
 
@@ -583,6 +599,8 @@ def root_kind(cls: cst.ClassDef, ctx: FileContext, seen=None) -> Optional[str]:
         name = dotted_name(base.value)
         if name in module_classes(ctx):
             return root_kind(module_classes(ctx)[name], ctx, seen)
+        if name in _program.rngs_callables(ctx):
+            return "torch"  # a torch module class of another module of the program (ported there)
     return None
 
 

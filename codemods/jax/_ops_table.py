@@ -907,6 +907,13 @@ for _fn in ("cumsum", "cumprod"):
        cases=[Case("@(a, dim=1)", a="f3,4"), Case("@(a, 0)", a="f3,4")], shared=True)
 
 
+op(["torch.diff", ".diff"], "input, n, dim, prepend, append", call("jnp.diff", "input", n="n", axis="dim", prepend="prepend", append="append"),
+   note="torch's defaults: n=1 along the last axis; prepend/append are arrays (torch takes no scalars)",
+   cases=[Case("@(a)", a="f3,4"), Case("@(a, dim=0)", a="f3,4"), Case("@(a, 2, 0)", a="f4,3"),
+          Case("@(a, prepend=b, dim=1)", a="f3,4", b="f3,2"), Case("torch.diff(i, append=j)", i="i5:9", j="i2:9")],
+   shared=True)
+
+
 def _norm(b: Bound) -> str:
     p = b.lit("p", 2) if b.has("p") else 2
     if b.has("dtype"):
@@ -1417,6 +1424,25 @@ for _n in (1, 2, 3):
     op(f"F.adaptive_max_pool{_n}d", "input, output_size, return_indices", _adaptive("max", _n),
        f"adaptive_pool_nd(x, 'max', {_n}, output_size)", "torch's windows; return_indices=True is reported",
        [Case(f"F.adaptive_max_pool{_n}d(a, 1)", a=_x), Case(f"F.adaptive_max_pool{_n}d(a, 3)", a=_x)])
+
+
+def _layer_norm(b: Bound) -> str:
+    """F.layer_norm -> the port's layer_norm_nd (JX011 emits it)."""
+    rest = [f"{name}={b[name]}" for name in ("weight", "bias", "eps") if b.has(name)]
+    return f"layer_norm_nd({', '.join([b['input'], b['normalized_shape'], *rest])})"
+
+
+op("F.layer_norm", "input, normalized_shape, weight, bias, eps", _layer_norm,
+   "layer_norm_nd(x, normalized_shape, weight=None, bias=None, eps=1e-5)",
+   "over the last len(normalized_shape) axes (an int: the last one), biased variance, eps inside the square root, "
+   "then weight and bias (None: none)",
+   [Case("F.layer_norm(a, (4,))", a="f2,3,4"), Case("F.layer_norm(a, [3, 4], w, bias, 1e-6)", a="f2,3,4", w="f3,4", bias="f3,4"),
+    Case("F.layer_norm(a, a.shape[-1:], weight=w, eps=1e-3)", a="f2,3,4", w="f4"), Case("F.layer_norm(a, (4,), None, bias)", a="f2,4", bias="f4")])
+
+
+op(["torch.jit.is_scripting", "torch.jit.is_tracing"], "", lambda b: "False", "False",
+   "a JAX port is never run by TorchScript or torch.jit.trace: the torch-only branch is skipped, as torch's eager run skips it",
+   [Case("torch.jit.is_scripting()"), Case("torch.jit.is_tracing()")])
 
 
 def _one_hot(b: Bound) -> str:

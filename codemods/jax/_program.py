@@ -67,7 +67,7 @@ def imported_models(ctx: FileContext) -> frozenset:
 
 # (folder, the import's code) -> (its names, the files it read: ((path, stamp), ...)); every
 # fix pass of a file asks again, and the other files are the same while their stamps are
-_FROM: dict[tuple[str, str], tuple[frozenset, tuple]] = {}
+_FROM: dict[tuple, tuple[frozenset, tuple]] = {}
 _CODE = cst.Module([])
 
 
@@ -79,27 +79,31 @@ def _stamp(path: Path) -> Optional[tuple[int, int]]:
     return (st.st_size, st.st_mtime_ns) if os.path.isfile(path) else None
 
 
-def _names_from_files(node: cst.ImportFrom, folder: Path) -> frozenset:
+def _names_from_files(node: cst.ImportFrom, folder: Path, of=None) -> frozenset:
     """``_names_from(node, folder)`` from a fresh start, kept while no file it looked at (the
     candidates of every import it resolved) has changed on disk."""
-    key = (str(folder), _CODE.code_for_node(node))
+    key = (str(folder), _CODE.code_for_node(node), of)
     hit = _FROM.get(key)
     if hit is not None and all(_stamp(p) == stamp for p, stamp in hit[1]):
         return hit[0]
     looked: list[tuple[Path, Optional[tuple[int, int]]]] = []
-    names = frozenset(_names_from(node, folder, depth=0, seen={}, looked=looked))
+    names = frozenset(_names_from(node, folder, depth=0, seen={}, looked=looked, of=of))
     _FROM[key] = (names, tuple(looked))
     return names
 
 
-def _names_from(node: cst.ImportFrom, folder: Path, depth: int, seen: dict, looked: Optional[list] = None) -> set:
+def _names_from(node: cst.ImportFrom, folder: Path, depth: int, seen: dict, looked: Optional[list] = None,
+                of=None) -> set:
+    """The names ``node`` imports that ``of(module, path, ...)`` (default: model classes and
+    factories) finds in the file it imports from."""
+    of = of or _models_of
     target = _resolve(node, folder, looked)
     if target is None or depth > _MAX_DEPTH:
         return set()
     if target not in seen:
         seen[target] = set()  # an import cycle sees what is known so far
         module = _parse(target)
-        seen[target] = _models_of(module, target, depth, seen, looked) if module is not None else set()
+        seen[target] = of(module, target, depth, seen, looked) if module is not None else set()
     models = seen[target]
     if isinstance(node.names, cst.ImportStar):
         return {n for n in models if not n.startswith("_")}
@@ -159,3 +163,136 @@ def _parse(path: Path) -> Optional[cst.Module]:
         except Exception:  # not Python, not UTF-8: no facts from it
             _PARSED[key] = None
     return _PARSED[key]
+
+
+# --------------------------------------------------------------------------------------
+# A package port's program-wide fact: which names of a file construct, once ported, an NNX
+# module taking rngs (porter.packages computes it over the import closure; porter.program
+# hands it to the rules while each module is ported)
+# --------------------------------------------------------------------------------------
+def rngs_callables(ctx: FileContext) -> frozenset:
+    """The names of the file (``Stem``, ``L.Stem``) that refer to classes or factories of other
+    modules of the program whose ported constructors take ``rngs``: the package port's fact
+    (porter.program) when there is one, else the model classes and factories of the other
+    files that ``from ... import`` names (read from disk next to the file)."""
+    from porter import program  # the fact is set by porter.packages while it ports a module
+
+    facts = program.current()
+    if facts is not None:
+        return facts.rngs_callables
+    key = ("program.rngs_callables",)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    out: set[str] = set()
+    path = Path(ctx.path) if ctx.path and not ctx.path.startswith("<") else None
+    if path is not None and path.is_file():
+        for stmt in ctx.module.body:
+            for small in getattr(stmt, "body", ()) if isinstance(stmt, cst.SimpleStatementLine) else ():
+                if isinstance(small, cst.ImportFrom):
+                    out |= _names_from_files(small, path.parent, of=_constructors_of)
+    ctx.cache[key] = frozenset(out)
+    return ctx.cache[key]
+
+
+def _constructors_of(module: cst.Module, path: Path, depth: int, seen: dict, looked: Optional[list] = None) -> set:
+    """The classes and factories of a file whose ported constructors take rngs (the module rules'
+    plan of that file alone), and those it re-exports by import."""
+    from porter import program
+
+    from . import _nnx
+
+    with program.facts(program.ProgramFacts()):  # that file's own imports are not followed
+        plan = _nnx.RngsPlan(FileContext(module, str(path)))
+        names = {c for c, cls in plan.classes.items() if plan.class_takes_rngs(cls)}
+        names |= {f.name.value for f, cls in plan.functions.items() if cls is None}
+    for stmt in module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.ImportFrom):
+                    names |= _names_from(small, path.parent, depth + 1, seen, looked, of=_constructors_of)
+    return names
+
+
+_ROUNDS = 8  # cross-module chains (a factory of a class of a subclass of ...) settle in a few
+
+
+def package_rngs_callables(modules: dict) -> dict:
+    """``{module name: frozenset of the names it spells}`` for a package port: ``modules`` maps
+    each module of the closure to ``(cst.Module, is_package)``. Each module's own constructors
+    taking rngs are what the module rules' RngsPlan decides for it, given what its imports
+    bind; the plan of one module depends on the others' (a factory calling an imported class),
+    so the modules are planned again until nothing changes."""
+    from porter import program
+
+    from . import _nnx
+
+    bindings = {name: _bindings(mod, name, is_pkg) for name, (mod, is_pkg) in modules.items()}
+    own: dict[str, frozenset] = {name: frozenset() for name in modules}
+    spelled: dict[str, frozenset] = {name: frozenset() for name in modules}
+    for _ in range(_ROUNDS):
+        spelled = {name: _spellings(bindings[name], own, modules) for name in modules}
+        new = {}
+        for name, (mod, _is_pkg) in modules.items():
+            with program.facts(program.ProgramFacts(spelled[name])):
+                ctx = FileContext(mod, "<package>")
+                plan = _nnx.RngsPlan(ctx)
+                names = {c for c, cls in plan.classes.items() if plan.class_takes_rngs(cls)}
+                names |= {f.name.value for f, cls in plan.functions.items() if cls is None}
+            # re-exported names (`from .layers import Stem` in a package's __init__)
+            names |= {local for local in spelled[name] if "." not in local and local in bindings[name]}
+            new[name] = frozenset(names)
+        if new == own:
+            break
+        own = new
+    return spelled
+
+
+def _bindings(module: cst.Module, name: str, is_package: bool) -> dict:
+    """Top-level import bindings: local name -> the absolute dotted name it is bound to."""
+    from libcst.helpers import get_absolute_module_from_package_for_import
+
+    package = name if is_package else name.rpartition(".")[0]
+    out: dict[str, str] = {}
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if isinstance(small, cst.Import):
+                for alias in small.names:
+                    full = dotted_name(alias.name)
+                    if full is None:
+                        continue
+                    if alias.asname is not None:
+                        local = dotted_name(alias.asname.name)
+                        if local:
+                            out[local] = full
+                    else:
+                        out[full.split(".")[0]] = full.split(".")[0]
+            elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                if small.relative:
+                    base = get_absolute_module_from_package_for_import(package or None, small)
+                else:
+                    base = dotted_name(small.module) if small.module is not None else None
+                if not base:
+                    continue
+                for alias in small.names:
+                    n = dotted_name(alias.name)
+                    if n is None:
+                        continue
+                    local = dotted_name(alias.asname.name) if alias.asname else n
+                    if local:
+                        out[local] = f"{base}.{n}"
+    return out
+
+
+def _spellings(bindings: dict, own: dict, modules: dict) -> frozenset:
+    """The dotted names through which a module's bindings reach another module's constructors."""
+    found: set[str] = set()
+    for local, full in bindings.items():
+        mod, _, attr = full.rpartition(".")
+        if mod in own and attr in own[mod]:
+            found.add(local)  # from pkg.layers import Stem
+        for other, names in own.items():  # import pkg.layers as L; from . import layers; import pkg.layers
+            if names and (other == full or other.startswith(full + ".")):
+                found |= {f"{local}{other[len(full):]}.{n}" for n in names}
+    return frozenset(found)

@@ -12,10 +12,10 @@ HELPERS = {
     "TorchConvTranspose1d": ("_ntuple",), "TorchConvTranspose2d": ("_ntuple",), "TorchConvTranspose3d": ("_ntuple",),
     "TorchBatchNorm": (), "TorchGroupNorm": (),
     # pooling: the classes call the functions, which the op rules also use for F.max_pool2d ...
-    "pool_nd": ("_ntuple",), "adaptive_pool_nd": ("_ntuple",),
+    "pool_nd": ("_ntuple",), "adaptive_pool_nd": ("_ntuple",), "layer_norm_nd": (), "TorchLayerNormBase": ("layer_norm_nd",),
     **{f"Torch{kind}Pool{n}d": ("pool_nd", "_ntuple") for kind in ("Max", "Avg") for n in (1, 2, 3)},
     **{f"TorchAdaptive{kind}Pool{n}d": ("adaptive_pool_nd", "_ntuple") for kind in ("Max", "Avg") for n in (1, 2, 3)},
-    "TorchEmbedding": (), "TorchSequential": (),
+    "TorchEmbedding": (), "TorchSequential": (), "TorchStochasticDepth": (),
     # torch layer classes used as values (JX017): factories with torch's arguments
     "TorchLinear": (), "TorchLayerNorm": ("_ntuple",), "TorchDropout": (),
     **{f"Torch{name}": () for name in ("ReLU", "ReLU6", "SiLU", "Hardswish", "Tanh", "Sigmoid", "GELU",

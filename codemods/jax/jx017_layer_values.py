@@ -132,6 +132,9 @@ class NnxLayerValues(Rule):
             return
         if isinstance(node, cst.Name) and isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Param)):
             return
+        if isinstance(parent, cst.Arg) and len(self.ctx.ancestors) > 2 and isinstance(self.ctx.ancestors[-3], cst.ClassDef) \
+                and any(a is parent for a in self.ctx.ancestors[-3].bases):
+            return  # a base class: JX001 (the layers with an emitted base class) or JX090 (the others)
         call = self.ctx.enclosing(cst.Call)
         if call is not None and isinstance(call.func, cst.Name) and call.func.value in ("isinstance", "issubclass"):
             return  # JX012

@@ -12,10 +12,25 @@ from __future__ import annotations
 
 import copy
 import time
+from typing import Optional
 
 import numpy as np
 
 from porter.verify import sideproto
+
+
+# libraries' random layers that drop whole samples (stochastic depth): class -> its probability
+_DROP_PATHS = {("torchvision.ops.stochastic_depth", "StochasticDepth"): "p", ("timm.layers.drop", "DropPath"): "drop_prob"}
+
+
+def _drop_path_attribute(mod) -> Optional[str]:
+    """The probability attribute of a stochastic-depth layer (torchvision's StochasticDepth, timm's
+    DropPath, and subclasses) that is not zero, else None."""
+    for cls in type(mod).__mro__:
+        attr = _DROP_PATHS.get((cls.__module__, cls.__name__))
+        if attr is not None:
+            return attr if getattr(mod, attr, 0.0) else None
+    return None
 
 
 def _to_numpy(t):
@@ -113,6 +128,9 @@ def _run(request: dict) -> dict:
             dropouts.append(name)
         elif isinstance(mod, (torch.nn.RNNBase,)) and mod.dropout > 0:
             mod.dropout = 0.0
+            dropouts.append(name)
+        elif _drop_path_attribute(mod) is not None:
+            setattr(mod, _drop_path_attribute(mod), 0.0)
             dropouts.append(name)
     if dropouts:
         meta["notes"].append(f"dropout switched off for the comparison in: {', '.join(dropouts)}")
