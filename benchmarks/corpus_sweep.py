@@ -42,7 +42,9 @@ end by itself), and ``torch`` for the Gluon corpora.
     .venv/bin/python benchmarks/corpus_sweep.py --profile --corpora timm --targets jax --limit 60
 
 ``--limit N`` takes N files spread evenly over the sorted file list (always the same ones).
-The table goes to stdout, the JSON to benchmarks/results/corpus_sweep.json (``--out``).
+The table goes to stdout, the JSON to benchmarks/results/corpus_sweep.json (``--out``), rewritten
+after every row (``"complete": false`` until the last one), so a run stopped early keeps the rows it
+finished. ``--corpora`` also sets the order the corpora are swept in.
 A measurement, not a test (tests/test_corpus_sweep.py runs its checks on a small sample).
 """
 from __future__ import annotations
@@ -323,7 +325,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     for w in wanted:
         if w not in names:
             ap.error(f"unknown corpus {w!r}; choose from {', '.join(sorted(names))}")
-    chosen = [load(c, args.limit) for c in all_corpora if not wanted or c.name in wanted]
+    by_name = {c.name: c for c in all_corpora}
+    chosen = [load(by_name[w], args.limit) for w in dict.fromkeys(wanted)] if wanted else [load(c, args.limit) for c in all_corpora]
     host = machine()
 
     if args.profile:
@@ -346,6 +349,28 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
 
     rows: list[dict] = []
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+    def write(complete: bool) -> None:
+        """The JSON of the rows so far (after each row, so that a run stopped early keeps them)."""
+        totals = {k: sum(r[k] for r in rows) for k in COUNTS}
+        doc = {
+            "command": " ".join([Path(sys.executable).name, "benchmarks/corpus_sweep.py", *(argv if argv is not None else sys.argv[1:])]),
+            "when": started,
+            "complete": complete,
+            "machine": host,
+            "jobs": args.jobs,
+            "limit": args.limit,
+            "corpora": {c.name: {"roots": [str(r) for r in c.roots], "files": len(c.files), "note": c.note} for c in chosen},
+            "rows": rows,
+            "totals": totals,
+            "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_name(args.out.name + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=2) + "\n")
+        os.replace(tmp, args.out)
+
     for c in chosen:
         if not c.files:
             print(f"{c.name}: skipped ({c.note or 'no Python files'})", flush=True)
@@ -365,6 +390,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                        "x_bare": res["seconds"] / bw if bw else 0.0,
                        "x_bare_cpu": res["cpu_seconds"] / bc if bc else 0.0}
                 rows.append(row)
+                write(complete=False)
                 print(f"  {t:<9} {m:<6} {res['seconds']:7.1f} s = {row['x_bare']:5.2f}x bare "
                       f"({bw:.1f} s; cpu {row['x_bare_cpu']:.2f}x)  "
                       + "  ".join(f"{k}={res[k]}" for k in COUNTS), flush=True)
@@ -378,19 +404,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(table(rows))
     totals = {k: sum(r[k] for r in rows) for k in COUNTS}
     print("\ntotals: " + ", ".join(f"{k} {v}" for k, v in totals.items()))
-    doc = {
-        "command": " ".join([Path(sys.executable).name, "benchmarks/corpus_sweep.py", *(argv if argv is not None else sys.argv[1:])]),
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": host,
-        "jobs": args.jobs,
-        "limit": args.limit,
-        "corpora": {c.name: {"roots": [str(r) for r in c.roots], "files": len(c.files), "note": c.note} for c in chosen},
-        "rows": rows,
-        "totals": totals,
-        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    write(complete=True)
     print(f"wrote {args.out}")
     return 0
 

@@ -367,18 +367,21 @@ _KEPT = "__porter_kept_statements_"
 
 def _remove_in_statements(module: cst.Module, items: list[tuple[str, Optional[str], Optional[str]]]) -> cst.Module:
     """RemoveImportsVisitor(items) over ``module``, run on the top-level statements whose code
-    mentions a name the imports of ``items`` bind (the head of a dotted ``import a.b``): only
+    mentions a name the imports of ``items`` bind (the head of a dotted ``import a.b``), as a
+    whole word (not inside another identifier): only
     such a statement can read the name, rebind it, export it in ``__all__``, use it in a string
     annotation, or hold one of the imports, so the visitor's scope analysis decides every item
     the same way without the others. Each run of the other statements stands in the module as
     one line of a name of porter's own and is put back unchanged afterwards."""
     heads = {(alias or name or mod).split(".")[0] for mod, name, alias in items}
+    # a name in code is a whole word: `nn` in `nnx.Linear`, `F` in `False` is no mention
+    mention = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, sorted(heads))) + r")(?!\w)")
     body = list(module.body)
     kept: list[cst.BaseStatement] = []
     runs: list[list[cst.BaseStatement]] = []
     for stmt in body:
         text = module.code_for_node(stmt)
-        if any(h in text for h in heads):
+        if mention.search(text):
             kept.append(stmt)
         else:
             if not kept or not _is_stand_in(kept[-1]):

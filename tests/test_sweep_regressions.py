@@ -12,7 +12,7 @@ import textwrap
 import libcst as cst
 import pytest
 
-from porter import astutil, engine
+from porter import astutil, edits, engine
 from porter.runner import Settings, verify_output
 
 
@@ -225,7 +225,35 @@ REMOVAL_CASES_AROUND = [
     "import torch.nn.functional\nimport torch\n\nt = torch.zeros(1)\n\ndef f():\n    return 1\n",
     "import os\n\nif os.name:\n    import torch.nn.functional as F\nelse:\n    F = None\n\nq = 3\n",
     "import torch.nn.functional as F\n\n\ndef f(x):\n    return x\n\n\ndef g(x):\n    return x\n\n\nclass K:\n    pass\n",
+    # the name only inside other words (a statement that does not mention it), then as a word
+    "import torch.nn.functional as F\nFLAG = False\n\ndef Fx(F_):\n    return F_ or Fé\n\nclass FF:\n    pass\n",
+    "import torch.nn.functional as F\nFLAG = False\n\ndef f(x):\n    return f'{F.relu(x)}'\n",
+    "import torch.nn.functional as F\nok = False\n\ndef f(x):\n    return g(F=x)\n",
+    "import torch.nn.functional as F\nok = False\n\ndef f(x):\n    return x.F\n",
+    "import torch.nn.functional as F\nok = False\n\ndef f(x):\n    return(F)\n",
+    "import torch.nn.functional as F\nok = False\n\ndef f(x):\n    return[F.relu]\n",
 ]
+
+
+# `import torch.nn as nn` in a port whose statements read nnx.* (a longer name that holds it)
+REMOVAL_CASES_NN = [
+    "import torch.nn as nn\nfrom flax import nnx\n\nclass M(nnx.Module):\n    pass\n",
+    "import torch.nn as nn\nfrom flax import nnx\n\nclass M(nnx.Module):\n    act = nn.ReLU\n",
+    "import torch.nn as nn\nfrom flax import nnx\nnn_layers = [nnx.Linear]\n\ndef f():\n    return 'nn.Module'\n",
+    "import torch.nn as nn\nfrom flax import nnx\nx = nnx.Linear\n\ndef f(m: 'nn.Module'):\n    pass\n",
+    "import torch.nn as nn\nfrom flax import nnx\nx = nnx.Linear\n__all__ = ['nn']\n",
+]
+
+
+@pytest.mark.parametrize("source", REMOVAL_CASES_NN)
+def test_remove_imports_of_a_name_inside_longer_names_agrees_with_the_whole_module(source):
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import RemoveImportsVisitor
+
+    module = cst.parse_module(source + "\n\ndef tail():\n    return 0\n")
+    items = [("torch.nn", None, "nn")]
+    expected = RemoveImportsVisitor(CodemodContext(), items).transform_module(module).code
+    assert edits._remove_in_statements(module, items).code == expected
 
 
 @pytest.mark.parametrize("source", REMOVAL_CASES + REMOVAL_CASES_AROUND)
@@ -236,7 +264,7 @@ def test_remove_imports_with_other_statements_agrees_with_the_whole_module(sourc
     module = cst.parse_module(source + "\n\ndef tail():\n    return 0\n\n\nw = [1, 2]\n")
     items = [("torch.nn.functional", None, "F"), ("torch.nn", "functional", None), ("torch.nn.functional", None, None)]
     expected = RemoveImportsVisitor(CodemodContext(), items).transform_module(module).code
-    assert engine._remove_in_statements(module, items).code == expected
+    assert edits._remove_in_statements(module, items).code == expected
 
 
 # --------------------------------------------------------------------------------------

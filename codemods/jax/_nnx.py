@@ -312,6 +312,7 @@ class RngsPlan:
         from . import _layers  # circular at import time
 
         self.ctx = ctx
+        self._assign_cache: dict[cst.FunctionDef, list] = {}
         self.classes = module_classes(ctx)
         # constructors of the program's other modules that take rngs once ported
         self.imported = _program.rngs_callables(ctx)
@@ -324,6 +325,7 @@ class RngsPlan:
                 if isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__init__":
                     self.functions[stmt] = cls
         # fixed point: methods and factories that construct something taking rngs
+        body_calls: dict[cst.FunctionDef, list] = {}  # each round asks again of the same bodies
         changed = True
         while changed:
             changed = False
@@ -335,7 +337,10 @@ class RngsPlan:
                     continue
                 if func.name.value == "forward" or func.name.value == "__call__":
                     continue
-                if any(self.call_needs_rngs(c, func, cls, _layers) for c in astutil.calls_in(func.body)):
+                calls = body_calls.get(func)
+                if calls is None:
+                    calls = body_calls[func] = list(astutil.calls_in(func.body))
+                if any(self.call_needs_rngs(c, func, cls, _layers) for c in calls):
                     self.functions[func] = cls
                     changed = True
 
@@ -470,9 +475,8 @@ class RngsPlan:
                     return True
             if param.default is not None and self._layer_value(param.default):
                 return True
-        for stmt in astutil.walk(func.body):
-            if not isinstance(stmt, cst.Assign) or not any(
-                    isinstance(t.target, cst.Name) and t.target.value == name for t in stmt.targets):
+        for stmt in self._assigns(func):
+            if not any(isinstance(t.target, cst.Name) and t.target.value == name for t in stmt.targets):
                 continue
             value = stmt.value
             if self._layer_value(value):
@@ -488,14 +492,22 @@ class RngsPlan:
         init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
         if init is None:
             return False
-        for stmt in astutil.walk(init.body):
-            if isinstance(stmt, cst.Assign) and any(
+        for stmt in self._assigns(init):
+            if any(
                     isinstance(t.target, cst.Attribute) and isinstance(t.target.value, cst.Name)
                     and t.target.value.value == "self" and t.target.attr.value == attr for t in stmt.targets):
                 value = stmt.value
                 if self._layer_value(value) or (isinstance(value, cst.Name) and self.layer_factory(value.value, init, cls, depth + 1)):
                     return True
         return False
+
+    def _assigns(self, func: cst.FunctionDef) -> list:
+        """The assignments in ``func``'s body (not in nested scopes), in walk order; kept per
+        function: each call in a function asks for them again."""
+        found = self._assign_cache.get(func)
+        if found is None:
+            found = self._assign_cache[func] = [n for n in astutil.walk(func.body) if isinstance(n, cst.Assign)]
+        return found
 
     def _layer_value(self, value: cst.BaseExpression) -> bool:
         """A torch layer class as a value (or what JX017 made of it), a module class of the
