@@ -211,6 +211,25 @@ def original_is_mxnet(path: Path) -> bool:
     return "mxnet" in imported_modules(path.read_text(encoding="utf-8", errors="replace"))
 
 
+def _original_outcome(req: ScriptRequest, orig: dict, orig_ran: bool, side_o: SideReport, notes: list[str],
+                      settings: dict) -> Optional[Report]:
+    """The verification's end when the original did not run (its error and where it stopped);
+    else None, with a note (and ``side_o`` counted as having run) when the original failed only
+    after the steps that are compared."""
+    if not orig_ran:
+        where = _where_it_stopped(orig)
+        return Report("script", False, "side-failed",
+                      f"the original could not run: {side_o.error}" + (f" ({where})" if where else ""), side_o, None,
+                      notes=notes, settings=settings)
+    if orig.get("status") != "ok":
+        done = orig.get("num_steps", 0)
+        of = "" if done >= req.steps else f" (of the {req.steps} asked for; those are compared)"
+        notes.append(f"the original failed after its {done} optimizer step{'s' if done != 1 else ''}{of}: "
+                     f"{_error_line(orig)}; a failure after the compared steps is not part of the verification")
+        side_o.ok, side_o.error = True, ""
+    return None
+
+
 def verify_script(req: ScriptRequest) -> Report:
     if original_is_mxnet(req.original):
         return verify_mxnet_script(req)
@@ -291,17 +310,9 @@ def verify_script(req: ScriptRequest) -> Report:
     side_o = _side("original", req.original, backend, orig)
     notes += [n for n in orig.get("synthetic_datasets", []) if n not in notes]
     notes += [f"original: {n}" for n in orig.get("exported_weights", [])]
-    if not orig_ran:
-        where = _where_it_stopped(orig)
-        return Report("script", False, "side-failed",
-                      f"the original could not run: {side_o.error}" + (f" ({where})" if where else ""), side_o, None,
-                      notes=notes, settings=settings)
-    if orig.get("status") != "ok":
-        done = orig.get("num_steps", 0)
-        of = "" if done >= req.steps else f" (of the {req.steps} asked for; those are compared)"
-        notes.append(f"the original failed after its {done} optimizer step{'s' if done != 1 else ''}{of}: "
-                     f"{_error_line(orig)}; a failure after the compared steps is not part of the verification")
-        side_o.ok, side_o.error = True, ""
+    stopped = _original_outcome(req, orig, orig_ran, side_o, notes, settings)
+    if stopped is not None:
+        return stopped
     side_p = _side("port", req.port, port_label, port)
     notes += [n for n in port.get("synthetic_datasets", []) if n not in notes]
     notes += [f"port: {n}" for n in (port.get("jax") or {}).get("weights_loaded", [])]
@@ -418,17 +429,9 @@ def verify_mxnet_script(req: ScriptRequest) -> Report:
     side_o = _side("original", req.original, backend, orig)
     notes += [n for n in orig.get("notes", []) if n not in notes]
     notes += [f"original: {n}" for n in orig.get("exported_weights", [])]
-    if not orig_ran:
-        where = _where_it_stopped(orig)
-        return Report("script", False, "side-failed",
-                      f"the original could not run: {side_o.error}" + (f" ({where})" if where else ""), side_o, None,
-                      notes=notes, settings=settings)
-    if orig.get("status") != "ok":
-        done = orig.get("num_steps", 0)
-        of = "" if done >= req.steps else f" (of the {req.steps} asked for; those are compared)"
-        notes.append(f"the original failed after its {done} optimizer step{'s' if done != 1 else ''}{of}: "
-                     f"{_error_line(orig)}; a failure after the compared steps is not part of the verification")
-        side_o.ok, side_o.error = True, ""
+    stopped = _original_outcome(req, orig, orig_ran, side_o, notes, settings)
+    if stopped is not None:
+        return stopped
     side_p = _side("port", req.port, port_label, port)
     notes += _mxnet_alignment_notes(orig, port, jax_port)
     notes += [n for n in port.get("synthetic_datasets", []) if n not in notes]
