@@ -11,6 +11,7 @@ original still runs, and stops it when the original fails.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import struct
@@ -194,3 +195,19 @@ def watch(sides: Sequence[Side], on_end: Callable[[Side], None] = lambda side: N
         for side in sides:
             if not side.done:
                 side.kill("stopped: porter itself was interrupted")
+
+
+def traced_record(side: SideRun, target: Path, script: Any, timeout: float, memory_mb: float) -> dict:
+    """What a tracer side (porter.verify.trace / trace_mxnet) recorded in ``target``, with its
+    exit status, log tail and peak memory; a record of why there is none when the side ran out
+    of time or memory (killed by porter: no exit status of its own) or wrote nothing."""
+    base = {"returncode": side.returncode, "output": side.log, "script": str(script), "peak_mb": round(side.peak_mb, 1)}
+    if side.cause.startswith("timed out"):
+        return {**base, "returncode": None, "status": "timeout", "timeout_s": timeout, "cause": side.cause}
+    if side.cause.startswith("memory"):
+        return {**base, "returncode": None, "status": "memory", "memory_mb": memory_mb, "cause": side.cause}
+    if not target.exists():
+        return {**base, "status": "crashed", "cause": side.cause}
+    record = json.loads(target.read_text(encoding="utf-8"))
+    record.update(base)
+    return record

@@ -78,7 +78,7 @@ from typing import Any, Sequence
 import torch
 from torch.overrides import TorchFunctionMode
 
-from porter.verify.process import run_side
+from porter.verify.process import run_side, traced_record
 
 __all__ = ["trace_script", "compare_losses", "HostRandomMode", "main"]
 
@@ -865,18 +865,7 @@ def trace_script(
             command += ["--synthetic-image-size", f"{synthetic_image_size[0]}x{synthetic_image_size[1]}"]
         command += [str(Path(script).resolve()), "--", *map(str, args)]
         side = run_side(command, environment, Path(tmp) / "trace.log", timeout, memory_mb, cwd=cwd, tail_chars=4000)
-        text = side.log
-        base = {"returncode": side.returncode, "output": text, "script": str(script), "peak_mb": round(side.peak_mb, 1)}
-        if side.cause.startswith("timed out"):
-            # killed by porter: no exit status of its own
-            return {**base, "returncode": None, "status": "timeout", "timeout_s": timeout, "cause": side.cause}
-        if side.cause.startswith("memory"):
-            return {**base, "returncode": None, "status": "memory", "memory_mb": memory_mb, "cause": side.cause}
-        if not target.exists():
-            return {**base, "status": "crashed", "cause": side.cause}
-        record = json.loads(target.read_text(encoding="utf-8"))
-    record.update(base)
-    return record
+        return traced_record(side, target, script, timeout, memory_mb)
 
 
 def _flat_losses(losses: Any) -> list[list[float]]:

@@ -515,7 +515,7 @@ def trace_mxnet_script(script: "str | os.PathLike", args: Sequence[str] = (), *,
     import tempfile
 
     from porter.verify.mxnet_env import MXNetEnvError, mxnet_python
-    from porter.verify.process import run_side
+    from porter.verify.process import run_side, traced_record
 
     try:
         python = python or mxnet_python()
@@ -535,17 +535,7 @@ def trace_mxnet_script(script: "str | os.PathLike", args: Sequence[str] = (), *,
         command += ["--no-shuffle"] * no_shuffle
         command += [str(Path(script).resolve()), "--", *map(str, args)]
         side = run_side(command, environment, Path(tmp) / "trace.log", timeout, memory_mb, cwd=cwd, tail_chars=4000)
-        base = {"returncode": side.returncode, "output": side.log, "script": str(script),
-                "peak_mb": round(side.peak_mb, 1)}
-        if side.cause.startswith("timed out"):
-            return {**base, "returncode": None, "status": "timeout", "timeout_s": timeout, "cause": side.cause}
-        if side.cause.startswith("memory"):
-            return {**base, "returncode": None, "status": "memory", "memory_mb": memory_mb, "cause": side.cause}
-        if not target.exists():
-            return {**base, "status": "crashed", "cause": side.cause}
-        record = json.loads(target.read_text(encoding="utf-8"))
-    record.update(base)
-    return record
+        return traced_record(side, target, script, timeout, memory_mb)
 
 
 if __name__ == "__main__":
