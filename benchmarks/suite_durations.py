@@ -5,12 +5,18 @@
 Prints the sum of every test's setup + call + teardown time (what one process would take under
 the same load), each module's share, and the wall time pytest reported, whose ratio to the sum
 is what the workers bought. Results: docs/benchmarks.md ("Test suite time").
+
+    python benchmarks/suite_durations.py suite.log --write tests/durations.json
+
+also writes each module's seconds as JSON: tests/conftest.py starts the longest modules first.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import re
+from pathlib import Path
 
 LINE = re.compile(r"^\s*([\d.]+)s (call|setup|teardown)\s+(tests/[\w/.-]+\.py)")
 WALL = re.compile(r" in ([\d.]+)s(?: \(|$)")
@@ -20,6 +26,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("log", help="pytest output with --durations=0")
     parser.add_argument("--top", type=int, default=20)
+    parser.add_argument("--write", type=Path, metavar="JSON", help="write {module: seconds} here")
     args = parser.parse_args()
     seconds: collections.Counter = collections.Counter()
     tests: collections.Counter = collections.Counter()
@@ -38,6 +45,9 @@ def main() -> None:
     print("| module | tests | s | share |\n| --- | ---: | ---: | ---: |")
     for module, s in seconds.most_common(args.top):
         print(f"| {module} | {tests[module]} | {s:.0f} | {100 * s / total:.1f}% |")
+    if args.write:
+        table = {module: round(s, 1) for module, s in sorted(seconds.items())}
+        args.write.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

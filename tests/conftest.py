@@ -147,6 +147,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(mark)
         if marks:
             item.add_marker("framework")
+    _longest_modules_first(items)
     if _fast_lane():
         # the fast lane: no framework, and nothing that takes more than a few seconds
         dropped = [item for item in items if item.get_closest_marker("framework") or item.get_closest_marker("slow")]
@@ -154,6 +155,29 @@ def pytest_collection_modifyitems(config, items):
             config.hook.pytest_deselected(items=dropped)
             ids = {id(item) for item in dropped}
             items[:] = [item for item in items if id(item) not in ids]
+
+
+# Seconds each module took in the last measured full run (benchmarks/suite_durations.py
+# --write): the workers take modules longest first, so that no long module starts last and
+# leaves one worker running alone (scripts/test passes --no-loadscope-reorder, which keeps this
+# order; xdist's own reorder sorts by the number of tests). A module not in the table counts as
+# the table's median.
+DURATIONS = TESTS / "durations.json"
+
+
+def _longest_modules_first(items) -> None:
+    try:
+        seconds: dict[str, float] = json.loads(DURATIONS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if not seconds:
+        return
+    default = sorted(seconds.values())[len(seconds) // 2]
+    order = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        order.setdefault(module, (-seconds.get(module, default), len(order)))
+    items.sort(key=lambda item: order[item.nodeid.split("::", 1)[0]])
 
 
 @pytest.fixture(autouse=True)
