@@ -16,6 +16,7 @@ import jinja2
 import libcst as cst
 
 from porter import astutil
+from porter.astutil import code as code
 from porter._layout import templates_dir
 from porter.context import FileContext
 from porter.rules import Edit, Fix, Severity
@@ -40,13 +41,6 @@ GLUON_ONLY = frozenset({
     "BatchNormReLU", "SequentialRNNCell", "HybridSequentialRNNCell", "DropoutCell", "ZoneoutCell", "ResidualCell",
     "BidirectionalCell", "VariationalDropoutCell", "LSTMPCell", "HybridRecurrentCell", "RecurrentCell",
 })
-
-_EMPTY = cst.Module([])
-
-
-def code(node: cst.CSTNode) -> str:
-    return _EMPTY.code_for_node(node)
-
 
 def gluon_layer(node: cst.CSTNode, ctx: FileContext) -> Optional[str]:
     """``nn.Dense`` / ``gluon.nn.Dense`` / ``mx.gluon.rnn.LSTM`` (through the imports) ->

@@ -9,6 +9,7 @@ import jinja2
 import libcst as cst
 
 from porter import astutil
+from porter.astutil import code as code
 from porter._layout import templates_dir
 from porter.context import FileContext, dotted_name
 
@@ -38,10 +39,6 @@ def call_name(ctx: FileContext, node: cst.CSTNode) -> Optional[str]:
     if isinstance(node, cst.Call):
         return qualname(ctx, node.func)
     return None
-
-
-def code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
 
 
 def expr(text: str) -> cst.BaseExpression:

@@ -27,15 +27,12 @@ from typing import Iterable, Optional
 import libcst as cst
 
 from porter import astutil
+from porter.astutil import code as code
 from porter.context import FileContext, dotted_name
 from porter.rules import module_fact
 
 _BUILTINS = frozenset(dir(builtins))
 NNX = "flax.nnx"
-
-
-def code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
 
 
 def imports_torch(ctx: FileContext) -> bool:

@@ -12,6 +12,7 @@ import jinja2
 import libcst as cst
 
 from porter import astutil
+from porter.astutil import code as code
 from porter._layout import templates_dir
 from porter.context import FileContext, dotted_name
 from porter.rules import module_fact
@@ -28,13 +29,6 @@ TORCH_LAYER_BASES = {"torch.nn.LayerNorm": "TorchLayerNormBase", "torch.nn.modul
 TORCH_CONTAINER_BASES = {"torch.nn.Sequential": "TorchSequential", "torch.nn.modules.container.Sequential": "TorchSequential",
                          **TORCH_LAYER_BASES}
 NNX_MODULE = "flax.nnx.Module"
-_EMPTY = cst.Module([])
-
-
-def code(node: cst.CSTNode) -> str:
-    return _EMPTY.code_for_node(node)
-
-
 NOT_LITERAL = object()
 
 

@@ -24,6 +24,7 @@ from typing import Callable, Optional, Sequence, Union
 import libcst as cst
 
 from porter import astutil
+from porter.astutil import code as code
 from porter.context import FileContext
 from porter.rules import module_fact
 
@@ -35,16 +36,11 @@ class Manual(Exception):
 # --------------------------------------------------------------------------------------
 # Code helpers
 # --------------------------------------------------------------------------------------
-_EMPTY = cst.Module([])
 _ATOMS = (
     cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.Imaginary,
     cst.SimpleString, cst.ConcatenatedString, cst.FormattedString, cst.List, cst.Dict, cst.Set,
     cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.Ellipsis,
 )
-
-
-def code(node: cst.CSTNode) -> str:
-    return _EMPTY.code_for_node(node)
 
 
 def bare(node: cst.CSTNode) -> str:
