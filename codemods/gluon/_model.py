@@ -16,6 +16,7 @@ import jinja2
 import libcst as cst
 
 from porter import astutil
+from porter.astutil import NOT_LITERAL as NOT_LITERAL
 from porter.astutil import code as code
 from porter._layout import templates_dir
 from porter.context import FileContext
@@ -80,38 +81,10 @@ def torch_name(ctx: FileContext) -> tuple[str, tuple[str, ...]]:
 # --------------------------------------------------------------------------------------
 # Arguments
 # --------------------------------------------------------------------------------------
-class _NotLiteral:
-    def __repr__(self) -> str:  # pragma: no cover
-        return "<not a literal>"
-
-
-NOT_LITERAL = _NotLiteral()
-
-
 def literal(node: Optional[cst.CSTNode]):
-    if node is None:
-        return NOT_LITERAL
-    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)):
-        try:
-            return node.evaluated_value
-        except Exception:
-            return NOT_LITERAL
-    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
-        return {"True": True, "False": False, "None": None}[node.value]
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
-        v = literal(node.expression)
-        return -v if isinstance(v, (int, float)) and not isinstance(v, bool) else NOT_LITERAL
-    if isinstance(node, (cst.Tuple, cst.List)):
-        out = []
-        for el in node.elements:
-            if isinstance(el, cst.StarredElement):
-                return NOT_LITERAL
-            v = literal(el.value)
-            if v is NOT_LITERAL:
-                return NOT_LITERAL
-            out.append(v)
-        return tuple(out)
-    return NOT_LITERAL
+    """``astutil.literal`` as the Gluon rules read arguments: a list is a tuple (shapes and
+    axes are written either way), ``+1`` is not a literal."""
+    return astutil.literal(node, lists_as_tuples=True, unary_plus=False)
 
 
 @dataclass

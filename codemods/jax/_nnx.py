@@ -5,13 +5,13 @@ marker.
 """
 from __future__ import annotations
 
-import ast
 from typing import Iterable, Optional
 
 import jinja2
 import libcst as cst
 
 from porter import astutil
+from porter.astutil import NOT_LITERAL as NOT_LITERAL
 from porter.astutil import code as code
 from porter._layout import templates_dir
 from porter.context import FileContext, dotted_name
@@ -29,18 +29,7 @@ TORCH_LAYER_BASES = {"torch.nn.LayerNorm": "TorchLayerNormBase", "torch.nn.modul
 TORCH_CONTAINER_BASES = {"torch.nn.Sequential": "TorchSequential", "torch.nn.modules.container.Sequential": "TorchSequential",
                          **TORCH_LAYER_BASES}
 NNX_MODULE = "flax.nnx.Module"
-NOT_LITERAL = object()
-
-
-def literal(node: Optional[cst.CSTNode]):
-    """The Python value of a literal expression (``3``, ``(1, 2)``, ``'same'``, ``None``,
-    ``-1``, ``True``), else NOT_LITERAL."""
-    if node is None:
-        return NOT_LITERAL
-    try:
-        return ast.literal_eval(code(node))
-    except Exception:
-        return NOT_LITERAL
+literal = astutil.python_literal  # the NNX rules read any literal ast.literal_eval reads (dicts, sets too)
 
 
 def nnx_name(ctx: FileContext) -> str:

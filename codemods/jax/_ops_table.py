@@ -24,7 +24,9 @@ from typing import Callable, Optional, Sequence, Union
 import libcst as cst
 
 from porter import astutil
+from porter.astutil import NOT_LITERAL as NOT_LITERAL
 from porter.astutil import code as code
+from porter.astutil import literal as literal
 from porter.context import FileContext
 from porter.rules import module_fact
 
@@ -58,44 +60,6 @@ def atom(node: cst.CSTNode) -> str:
     if isinstance(node, cst.Tuple) and node.lpar:
         return text
     return f"({text})"
-
-
-class _NotLiteral:
-    def __repr__(self) -> str:  # pragma: no cover
-        return "<not a literal>"
-
-
-NOT_LITERAL = _NotLiteral()
-
-
-def literal(node: Optional[cst.CSTNode]):
-    """The Python value of a literal expression (numbers, strings, True/False/None, tuples
-    and lists of those, unary minus), else NOT_LITERAL."""
-    if node is None:
-        return NOT_LITERAL
-    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)):
-        try:
-            return node.evaluated_value
-        except Exception:
-            return NOT_LITERAL
-    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
-        return {"True": True, "False": False, "None": None}[node.value]
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
-        v = literal(node.expression)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return -v if isinstance(node.operator, cst.Minus) else v
-        return NOT_LITERAL
-    if isinstance(node, (cst.Tuple, cst.List)):
-        out = []
-        for el in node.elements:
-            if isinstance(el, cst.StarredElement):
-                return NOT_LITERAL
-            v = literal(el.value)
-            if v is NOT_LITERAL:
-                return NOT_LITERAL
-            out.append(v)
-        return tuple(out) if isinstance(node, cst.Tuple) else out
-    return NOT_LITERAL
 
 
 # torch dtype -> the JAX dtype the port uses. JAX runs with 64-bit types disabled by default
