@@ -584,3 +584,8 @@ def with_manual_line(stmt: cst.SimpleStatementLine, code_: str, reason: str) -> 
         if line.comment is not None and line.comment.value == text:
             return stmt
     return stmt.with_changes(leading_lines=[*stmt.leading_lines, cst.EmptyLine(comment=cst.Comment(text))])
+
+
+def has_param(func: cst.FunctionDef, name: str) -> bool:
+    """``func`` has a parameter called ``name`` (of any kind)."""
+    return any(p.name.value == name for p in params(func.params))

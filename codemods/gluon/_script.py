@@ -10,6 +10,7 @@ import libcst as cst
 
 from porter import astutil
 from porter.astutil import code as code
+from porter.astutil import kwarg as kwarg
 from porter._layout import templates_dir
 from porter.context import FileContext, dotted_name
 
@@ -43,11 +44,6 @@ def call_name(ctx: FileContext, node: cst.CSTNode) -> Optional[str]:
 
 def expr(text: str) -> cst.BaseExpression:
     return astutil.parse_expression(text)
-
-
-def kwarg(name: str, value: cst.BaseExpression) -> cst.Arg:
-    return cst.Arg(value, keyword=cst.Name(name),
-                   equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
 
 
 def torch_name(ctx: FileContext) -> str:

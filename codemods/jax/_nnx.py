@@ -13,6 +13,9 @@ import libcst as cst
 from porter import astutil
 from porter.astutil import NOT_LITERAL as NOT_LITERAL
 from porter.astutil import code as code
+from porter.astutil import has_kwarg as has_kwarg
+from porter.astutil import has_param as has_param
+from porter.astutil import kwarg as kwarg
 from porter._layout import templates_dir
 from porter.context import FileContext, dotted_name
 from porter.rules import module_fact
@@ -104,17 +107,6 @@ def top_level_defs(module: cst.Module) -> set[str]:
 # --------------------------------------------------------------------------------------
 # Calls and arguments
 # --------------------------------------------------------------------------------------
-def has_kwarg(call: cst.Call, name: str) -> bool:
-    return any(a.keyword is not None and a.keyword.value == name for a in call.args)
-
-
-def kwarg(name: str, value: cst.BaseExpression) -> cst.Arg:
-    return cst.Arg(
-        value, keyword=cst.Name(name),
-        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-    )
-
-
 def with_arg(call: cst.Call, arg: cst.Arg) -> cst.Call:
     """``call`` with one more argument at the end (keeping a multi-line call's layout)."""
     args = list(call.args)
@@ -597,16 +589,6 @@ def root_kind(cls: cst.ClassDef, ctx: FileContext, seen=None) -> Optional[str]:
         if name in _program.rngs_callables(ctx):
             return "torch"  # a torch module class of another module of the program (ported there)
     return None
-
-
-def has_param(func: cst.FunctionDef, name: str) -> bool:
-    p = func.params
-    every = [*p.posonly_params, *p.params, *p.kwonly_params]
-    if isinstance(p.star_arg, cst.Param):
-        every.append(p.star_arg)
-    if p.star_kwarg is not None:
-        every.append(p.star_kwarg)
-    return any(q.name.value == name for q in every)
 
 
 def add_rngs_param(nnx: str):

@@ -11,6 +11,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 import libcst as cst
 
+from porter import astutil
 from porter.astutil import children as _children
 from porter.astutil import target_names
 
@@ -33,15 +34,7 @@ def has_star(call: cst.Call) -> bool:
     return any(a.star for a in call.args)
 
 
-def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
-    """``name=value`` formatted like hand-written code."""
-    return cst.Arg(
-        value=value,
-        keyword=cst.Name(name),
-        equal=cst.AssignEqual(
-            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
-        ),
-    )
+keyword = astutil.kwarg  # ``name=value`` formatted like hand-written code
 
 
 def as_keyword(a: cst.Arg, name: str) -> cst.Arg:
@@ -317,10 +310,7 @@ def is_grad_scaler_call(ctx: FileContext, node: cst.CSTNode) -> bool:
     return True
 
 
-def _arg(call: cst.Call, name: str, pos: int) -> Optional[cst.Arg]:
-    from porter.astutil import arg
-
-    return arg(call, name, pos)
+_arg = astutil.arg
 
 
 @dataclass
