@@ -576,16 +576,6 @@ def report_manual(rule, node: cst.CSTNode, message: str) -> None:
     rule.report(node, f"manual port needed: {message}", fix, severity=Severity.ERROR)
 
 
-def with_manual_line(stmt: cst.SimpleStatementLine, code_: str, reason: str) -> cst.SimpleStatementLine:
-    """``stmt`` with a ``# porter: manual[CODE] reason`` comment line above it (once): the
-    marker on a line of its own, for a statement whose own line is rewritten."""
-    text = f"# {MANUAL}[{code_}] {reason}"
-    for line in stmt.leading_lines:
-        if line.comment is not None and line.comment.value == text:
-            return stmt
-    return stmt.with_changes(leading_lines=[*stmt.leading_lines, cst.EmptyLine(comment=cst.Comment(text))])
-
-
 def has_param(func: cst.FunctionDef, name: str) -> bool:
     """``func`` has a parameter called ``name`` (of any kind)."""
     return any(p.name.value == name for p in params(func.params))

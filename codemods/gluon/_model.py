@@ -9,6 +9,7 @@ rewritten.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
@@ -18,9 +19,10 @@ import libcst as cst
 from porter import astutil
 from porter.astutil import NOT_LITERAL as NOT_LITERAL
 from porter.astutil import code as code
+from porter.astutil import report_manual as report_manual
 from porter._layout import templates_dir
 from porter.context import FileContext
-from porter.rules import Edit, Fix, Severity
+from porter.rules import Edit
 
 GLUON_NN = "mxnet.gluon.nn"
 GLUON_RNN = "mxnet.gluon.rnn"
@@ -81,10 +83,9 @@ def torch_name(ctx: FileContext) -> tuple[str, tuple[str, ...]]:
 # --------------------------------------------------------------------------------------
 # Arguments
 # --------------------------------------------------------------------------------------
-def literal(node: Optional[cst.CSTNode]):
-    """``astutil.literal`` as the Gluon rules read arguments: a list is a tuple (shapes and
-    axes are written either way), ``+1`` is not a literal."""
-    return astutil.literal(node, lists_as_tuples=True, unary_plus=False)
+# astutil.literal as the Gluon rules read arguments: a list is a tuple (shapes and axes are
+# written either way), `+1` is not a literal
+literal = functools.partial(astutil.literal, lists_as_tuples=True, unary_plus=False)
 
 
 @dataclass
@@ -506,38 +507,6 @@ def render(names: Sequence[str], torch: str, nn: str) -> list[cst.BaseStatement]
 
 def defined_names(module: cst.Module) -> set[str]:
     return {s.name.value for s in module.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
-
-
-MANUAL_MARK = "porter: manual"
-
-
-def _manual_comment(stmt):
-    tw = stmt.trailing_whitespace
-    if tw.comment is not None and MANUAL_MARK in tw.comment.value:
-        return stmt
-    if tw.comment is not None:
-        return stmt.with_changes(trailing_whitespace=tw.with_changes(
-            comment=cst.Comment(f"{tw.comment.value}  # {MANUAL_MARK}")))
-    return stmt.with_changes(trailing_whitespace=tw.with_changes(
-        whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(f"# {MANUAL_MARK}")))
-
-
-def report_manual(rule, node: cst.CSTNode, message: str) -> None:
-    """Report ``node`` for a person; the fix only marks its statement's line
-    ``# porter: manual`` (nothing else changes)."""
-    stmt = None
-    for anc in reversed(rule.ctx.ancestors[:-1]):
-        if isinstance(anc, cst.SimpleStatementLine):
-            stmt = anc
-            break
-        if isinstance(anc, cst.BaseCompoundStatement):
-            break
-    fix = None
-    if stmt is not None:
-        tw = stmt.trailing_whitespace
-        if not (tw.comment is not None and MANUAL_MARK in tw.comment.value):
-            fix = Fix((Edit(stmt, _manual_comment),), description="mark the line # porter: manual")
-    rule.report(node, f"manual port needed: {message}", fix, severity=Severity.ERROR)
 
 
 def enclosing_forward(ctx: FileContext) -> Optional[cst.FunctionDef]:

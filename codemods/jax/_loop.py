@@ -21,6 +21,7 @@ Everything here reads the tree; the rule (jx301) builds the code.
 from __future__ import annotations
 
 import builtins
+import functools
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -503,26 +504,15 @@ def _model_dependent(domain: list[cst.BaseStatement], models: set[str], ctx: Fil
 # --------------------------------------------------------------------------------------
 # Small shared pieces of the other loop rules
 # --------------------------------------------------------------------------------------
-MANUAL = "porter: manual"
+MANUAL = astutil.MANUAL
 
 
-def has_manual_marker(stmt: cst.CSTNode) -> bool:
-    if isinstance(stmt, cst.SimpleStatementLine):
-        c = stmt.trailing_whitespace.comment
-        if c is not None and MANUAL in c.value:
-            return True
-    return any(line.comment is not None and MANUAL in line.comment.value
-               for line in getattr(stmt, "leading_lines", ()))
+# a marker at the end of a simple statement's line or on a comment line above any statement
+# (the loop rules mark a loop on the line above it; a header line does not count)
+has_manual_marker = functools.partial(astutil.has_manual_marker, header=False, leading_lines=True)
 
 
-def with_manual_comment(stmt: cst.SimpleStatementLine, code_: str, reason: str) -> cst.SimpleStatementLine:
-    """The statement with a trailing ``# porter: manual (CODE): reason`` comment."""
-    text = f"# {MANUAL} ({code_}): {reason}"
-    old = stmt.trailing_whitespace.comment
-    if old is not None:
-        text = f"{old.value}  {text}"
-    return stmt.with_changes(trailing_whitespace=stmt.trailing_whitespace.with_changes(
-        whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(text)))
+with_manual_comment = astutil.with_manual_comment  # (stmt, code, reason): `# porter: manual (CODE): reason`
 
 
 DEVICE_WORDS = ("device", "dev")

@@ -23,7 +23,7 @@ from porter.rules import module_fact
 from . import _program
 
 
-MANUAL = "porter: manual"
+MANUAL = astutil.MANUAL
 TORCH_MODULE = ("torch.nn.Module", "torch.nn.modules.module.Module")
 # torch containers a module class may derive from -> the port's base (emitted by JX011)
 # torch layers a module class may derive from (its own forward reading the layer's attributes,
@@ -149,36 +149,8 @@ def statement_of(ctx: FileContext) -> Optional[cst.CSTNode]:
     return None
 
 
-def _trailing(stmt) -> Optional[cst.TrailingWhitespace]:
-    if isinstance(stmt, cst.SimpleStatementLine):
-        return stmt.trailing_whitespace
-    body = getattr(stmt, "body", None)
-    return body.header if isinstance(body, cst.IndentedBlock) else None
-
-
-def has_manual_marker(stmt: Optional[cst.CSTNode]) -> bool:
-    trailing = _trailing(stmt) if stmt is not None else None
-    return trailing is not None and trailing.comment is not None and MANUAL in trailing.comment.value
-
-
-def manual_comment(code_: str, reason: str):
-    """An Edit replacement for a statement: the statement (or a compound statement's header
-    line) with a trailing ``# porter: manual (CODE): reason`` comment (after a comment it
-    already has)."""
-
-    def apply(stmt):
-        trailing = _trailing(stmt)
-        if trailing is None:
-            return stmt
-        text = f"# {MANUAL} ({code_}): {reason}"
-        if trailing.comment is not None:
-            text = f"{trailing.comment.value}  {text}"
-        new = trailing.with_changes(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(text))
-        if isinstance(stmt, cst.SimpleStatementLine):
-            return stmt.with_changes(trailing_whitespace=new)
-        return stmt.with_changes(body=stmt.body.with_changes(header=new))
-
-    return apply
+has_manual_marker = astutil.has_manual_marker  # (a compound statement's header line counts)
+manual_comment = astutil.manual_comment  # manual_comment(code, reason): `# porter: manual (CODE): reason`
 
 
 # --------------------------------------------------------------------------------------

@@ -2315,37 +2315,8 @@ def as_expression(text: str, parent: Optional[cst.CSTNode], original: cst.CSTNod
     return new
 
 
-MANUAL_MARK = "porter: manual"
-
-
-def manual_comment(stmt: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
-    tw = stmt.trailing_whitespace
-    if tw.comment is not None and MANUAL_MARK in tw.comment.value:
-        return stmt
-    if tw.comment is not None:
-        comment = cst.Comment(f"{tw.comment.value}  # {MANUAL_MARK}")
-        return stmt.with_changes(trailing_whitespace=tw.with_changes(comment=comment))
-    return stmt.with_changes(trailing_whitespace=tw.with_changes(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(f"# {MANUAL_MARK}")))
-
-
-def report_manual(rule, node: cst.CSTNode, message: str) -> None:
-    """Report ``node`` for manual porting; the fix only marks its line with ``# porter: manual``
-    (nothing else changes), so the marker is there once the rest of the file is ported."""
-    from porter.rules import Edit, Fix, Severity
-
-    stmt = None
-    for anc in reversed(rule.ctx.ancestors[:-1]):
-        if isinstance(anc, cst.SimpleStatementLine):
-            stmt = anc
-            break
-        if isinstance(anc, cst.BaseCompoundStatement):
-            break
-    fix = None
-    if stmt is not None:
-        tw = stmt.trailing_whitespace
-        if not (tw.comment is not None and MANUAL_MARK in tw.comment.value):
-            fix = Fix((Edit(stmt, manual_comment),), description="mark the line # porter: manual")
-    rule.report(node, f"manual port needed: {message}", fix, severity=Severity.ERROR)
+MANUAL_MARK = astutil.MANUAL
+report_manual = astutil.report_manual
 
 
 def port_call(rule, node: cst.Call, o: Op, receiver: Optional[cst.BaseExpression]) -> None:

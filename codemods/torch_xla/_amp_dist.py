@@ -171,14 +171,9 @@ def walk_scope(scope: cst.CSTNode, skip: Iterable[cst.CSTNode] = ()) -> Iterator
                 stack.append(child)
 
 
-def binds(fn: cst.CSTNode, name: str) -> bool:
+def binds_locally(fn: cst.CSTNode, name: str) -> bool:
     """Whether a function/lambda binds ``name`` locally (a parameter or an assignment)."""
-    params = fn.params  # type: ignore[attr-defined]
-    all_params = [*params.posonly_params, *params.params, *params.kwonly_params]
-    for star in (params.star_arg, params.star_kwarg):
-        if isinstance(star, cst.Param):
-            all_params.append(star)
-    if any(p.name.value == name for p in all_params):
+    if any(p.name.value == name for p in astutil.params(fn.params)):  # type: ignore[attr-defined]
         return True
     if isinstance(fn, cst.Lambda):
         return False
@@ -376,7 +371,7 @@ def _follow_name(parents: Parents, stmt, name: str, value: cst.Call) -> Scaler:
     # Nested functions that bind the name themselves are other variables.
     shadowing = [
         n for n in walk_scope(scope)
-        if n is not scope and isinstance(n, (cst.FunctionDef, cst.Lambda)) and binds(n, name)
+        if n is not scope and isinstance(n, (cst.FunctionDef, cst.Lambda)) and binds_locally(n, name)
     ]
     others = 0
     for node in walk_scope(scope.body if isinstance(scope, cst.FunctionDef) else scope, shadowing):
