@@ -298,8 +298,6 @@ class RngsPlan:
         if has_kwarg(call, "rngs"):
             return True
         qual = self.ctx.qualname(call.func)
-        from .jx012_weight_init import RANDOM_HELPERS, RANDOM_INITS  # circular at import time
-
         if qual in RANDOM_INITS or (isinstance(call.func, cst.Name) and call.func.value in RANDOM_HELPERS):
             return True  # torch.nn.init drawing random numbers: from the caller's rngs
         if qual and (qual.startswith("torch.nn.") or qual in _layers.LIBRARY_LAYERS):
@@ -651,3 +649,80 @@ def seed_in(scope, anchor, ctx: FileContext) -> str:
             if ctx.qualname(call.func) in ("torch.manual_seed", "torch.random.manual_seed") and call.args:
                 return code(call.args[0].value)
     return "0"
+
+
+# --------------------------------------------------------------------------------------
+# torch.nn.init and sampling calls the NNX rules port (JX012, JX014) and others read
+# --------------------------------------------------------------------------------------
+# torch.nn.init function -> (port function, draws random numbers)
+INITS = {
+    "uniform_": True, "normal_": True, "trunc_normal_": True, "constant_": False, "ones_": False, "zeros_": False,
+    "xavier_uniform_": True, "xavier_normal_": True, "kaiming_uniform_": True, "kaiming_normal_": True,
+}
+RANDOM_INITS = {f"torch.nn.init.{name}" for name, random in INITS.items() if random}
+# the port's init_* functions that draw random numbers (they take key=rngs.params())
+RANDOM_HELPERS = {f"init_{name}" for name, random in INITS.items() if random}
+
+
+def init_name(qual: Optional[str]) -> Optional[str]:
+    if qual and qual.startswith("torch.nn.init."):
+        return qual[len("torch.nn.init."):]
+    return None
+
+
+def handled_tree_walk(call: cst.Call, ctx) -> bool:
+    """``self.modules()`` as the iterable of ``for m in ...`` and ``next(self.parameters())``:
+    translated by JX012 (JX090 leaves them alone)."""
+    method = astutil.method_name(call)
+    parent = ctx.ancestors[-2] if len(ctx.ancestors) > 1 else None
+    if method == "modules" and not call.args:
+        return isinstance(parent, cst.For) and parent.iter is call and isinstance(parent.target, cst.Name)
+    if method == "parameters" and not call.args:
+        arg_parent = ctx.ancestors[-3] if len(ctx.ancestors) > 2 else None
+        return isinstance(parent, cst.Arg) and isinstance(arg_parent, cst.Call) \
+            and isinstance(arg_parent.func, cst.Name) and arg_parent.func.value == "next" and len(arg_parent.args) == 1
+    return False
+
+
+# torch sampling function -> (jax.random function, takes a shape (not a tensor to imitate))
+SAMPLERS = {
+    "torch.randn_like": ("normal", False),
+    "torch.rand_like": ("uniform", False),
+    "torch.randn": ("normal", True),
+    "torch.rand": ("uniform", True),
+}
+RNGS_STREAM = "rngs"  # the attribute holding the module's nnx.Rngs
+
+
+def module_method(ctx) -> Optional[tuple[cst.ClassDef, cst.FunctionDef]]:
+    """(module class, method) around the current node: a method other than __init__ of a
+    top-level module class (torch's or already ported)."""
+    func = None
+    for anc in reversed(ctx.ancestors[:-1]):
+        if isinstance(anc, cst.Lambda):
+            return None
+        if isinstance(anc, cst.FunctionDef):
+            if func is not None:
+                return None  # a nested function
+            func = anc
+        elif isinstance(anc, cst.ClassDef):
+            if func is None or func.name.value == "__init__":
+                return None
+            cls = module_classes(ctx).get(anc.name.value)
+            return (cls, func) if cls is anc and any(s is func for s in cls.body.body) else None
+    return None
+
+
+def sampler(call: cst.Call, ctx) -> Optional[tuple[str, bool]]:
+    """The translation of a torch sampling call JX014 ports inside a module method."""
+    spec = SAMPLERS.get(ctx.qualname(call.func) or "")
+    if spec is None or module_method(ctx) is None:
+        return None
+    if any(a.star or (a.keyword is not None and a.keyword.value not in ("dtype", "device", "requires_grad")) for a in call.args):
+        return None  # generator=, out=, layout=...: JX101 reports it
+    if spec[1]:
+        if not [a for a in call.args if a.keyword is None]:
+            return None
+    elif len([a for a in call.args if a.keyword is None]) != 1:
+        return None
+    return spec
