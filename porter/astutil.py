@@ -16,7 +16,7 @@ never imports another rule. docs/contributing.md shows a rule written with these
 from __future__ import annotations
 
 import ast
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 import libcst as cst
 
@@ -127,7 +127,7 @@ def loop_kind(loop: cst.CSTNode, ctx: Optional[FileContext] = None) -> Optional[
     return None
 
 
-def _loop_facts(loop: cst.CSTNode, ctx: Optional[FileContext]) -> tuple[bool, bool]:
+def _loop_facts(loop: Union[cst.For, cst.While], ctx: Optional[FileContext]) -> tuple[bool, bool]:
     """(the body calls .backward() outside nested loops, the body holds a no_grad block):
     the part of loop_kind that walks the body, computed once per loop and file."""
     cache = ctx.cache if ctx is not None else None
@@ -156,7 +156,9 @@ def _is_no_grad_item(item: cst.WithItem, ctx: Optional[FileContext]) -> bool:
     if isinstance(expr, cst.Call):
         expr = expr.func
     name = ctx.qualname(expr) if ctx else dotted_name(expr)
-    return bool(name) and (name in _NO_GRAD or name.endswith(("no_grad", "inference_mode")))
+    if not name:
+        return False
+    return name in _NO_GRAD or name.endswith(("no_grad", "inference_mode"))
 
 
 def _under_no_grad(loop: cst.CSTNode, ctx: Optional[FileContext]) -> bool:

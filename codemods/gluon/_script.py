@@ -153,7 +153,7 @@ def trainer_names(ctx) -> dict[str, str]:
     if key not in ctx.cache:
         out = {}
         for name, value, _ in assignments(ctx):
-            if call_name(ctx, value) in TRAINER:
+            if isinstance(value, cst.Call) and call_name(ctx, value) in TRAINER:
                 opt = astutil.arg(value, "optimizer", 1)
                 out[name] = (astutil.string_value(opt.value) or "").lower() if opt is not None else ""
         ctx.cache[key] = out

@@ -7,7 +7,7 @@ and the name tracking that finds every use of a GradScaler variable.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence, Union
 
 import libcst as cst
 
@@ -171,9 +171,9 @@ def walk_scope(scope: cst.CSTNode, skip: Iterable[cst.CSTNode] = ()) -> Iterator
                 stack.append(child)
 
 
-def binds_locally(fn: cst.CSTNode, name: str) -> bool:
+def binds_locally(fn: Union[cst.FunctionDef, cst.Lambda], name: str) -> bool:
     """Whether a function/lambda binds ``name`` locally (a parameter or an assignment)."""
-    if any(p.name.value == name for p in astutil.params(fn.params)):  # type: ignore[attr-defined]
+    if any(p.name.value == name for p in astutil.params(fn.params)):
         return True
     if isinstance(fn, cst.Lambda):
         return False
