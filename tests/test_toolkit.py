@@ -184,3 +184,24 @@ def test_no_rule_or_helper_redefines_a_toolkit_function():
             if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "NOT_LITERAL" for t in node.targets):
                 found.append(f"{path.relative_to(REPO)}:{node.lineno} NOT_LITERAL = ...")
     assert not found, "use porter.astutil's: " + "; ".join(found)
+
+
+# ----------------------------------------------------------------------------------------
+# import bindings (FileContext.add_import and the JAX program's module bindings)
+# ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("text, package, bindings", [
+    ("import torch", None, [("torch", "torch", "torch", "torch")]),
+    ("import os.path", None, [("os", "os", "os.path", "os.path")]),
+    ("import torch.nn as tnn, numpy as np", None, [("tnn", "torch.nn", "torch.nn", "tnn"), ("np", "numpy", "numpy", "np")]),
+    ("from torch.optim import SGD as S, Adam", None, [("S", "torch.optim.SGD", "torch.optim.SGD", "S"),
+                                                      ("Adam", "torch.optim.Adam", "torch.optim.Adam", "Adam")]),
+    ("from torch import *", None, []),
+    ("from .models import Net", None, []),
+    ("from .models import Net", "pkg.sub", [("Net", "pkg.sub.models.Net", "pkg.sub.models.Net", "Net")]),
+    ("from .. import utils as u", "pkg.sub", [("u", "pkg.utils", "pkg.utils", "u")]),
+])
+def test_import_bindings(text, package, bindings):
+    from porter.context import import_bindings
+
+    node = cst.parse_statement(text).body[0]
+    assert [tuple(b) for b in import_bindings(node, package)] == bindings
