@@ -205,3 +205,49 @@ def test_import_bindings(text, package, bindings):
 
     node = cst.parse_statement(text).body[0]
     assert [tuple(b) for b in import_bindings(node, package)] == bindings
+
+
+# ----------------------------------------------------------------------------------------
+# the worked examples of docs/contributing.md run as rules
+# ----------------------------------------------------------------------------------------
+def _contributing_rules():
+    import re
+    import textwrap
+
+    from porter.rules import Rule
+
+    text = (REPO / "docs" / "contributing.md").read_text(encoding="utf-8")
+    out = []
+    for block in re.findall(r"```python\n(.*?)```", text, flags=re.S):
+        first = block.splitlines()[0]
+        m = re.match(r"# codemods/(\w+)/(\w+)\.py$", first)
+        assert m, f"a rule example starts with its path: {first!r}"
+        target, stem = m.groups()
+        namespace = {"__name__": f"codemods.{target}.{stem}", "__package__": f"codemods.{target}"}
+        exec(compile(textwrap.dedent(block), f"docs/contributing.md:{stem}", "exec"), namespace)
+        rules = [v for v in namespace.values() if isinstance(v, type) and issubclass(v, Rule) and v is not Rule]
+        assert len(rules) == 1, stem
+        out.append(rules[0])
+    return out
+
+
+def test_contributing_examples_are_rules_that_pass_their_examples():
+    from porter import engine, registry
+
+    rules = _contributing_rules()
+    assert {r.target for r in rules} == {"torch-xla", "jax", "torch"}  # one per target directory
+    taken = {r.code for r in registry.all_rules()}
+    for rule in rules:
+        assert rule.code not in taken, f"{rule.code} is a real rule's code"
+        doc = rule.doc()
+        assert all(h in doc for h in ("## What it does", "## Why", "## Fix safety")), rule.code
+        for example in rule.examples:
+            ex = example.dedented()
+            only = engine.Options((rule,), unsafe_fixes=ex.unsafe)
+            assert any(f.code == rule.code for f in engine.check(ex.before, only).findings), rule.code
+            result = engine.fix(ex.before, only)
+            assert result.source == (ex.after if ex.after is not None else ex.before), rule.code
+            again = engine.fix(result.source, only)
+            assert not again.changed
+        for snippet in rule.valid:
+            assert not [f for f in engine.check(snippet, engine.Options((rule,))).findings if f.code == rule.code]
