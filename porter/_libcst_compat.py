@@ -53,7 +53,7 @@ def child_fields(kind: type) -> tuple[str, ...]:
     return fields
 
 
-_NODE_TYPES: dict[type, bool] = {}
+NODE_TYPES: dict[type, bool] = {}
 
 
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
@@ -73,9 +73,9 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
 def is_node_type(kind: type) -> bool:
     """``issubclass(kind, cst.CSTNode)``, memoized per type: ``isinstance`` against LibCST's
     abstract base class goes through ``ABCMeta.__instancecheck__``, most of a walk's own cost."""
-    found = _NODE_TYPES.get(kind)
+    found = NODE_TYPES.get(kind)
     if found is None:
-        found = _NODE_TYPES[kind] = issubclass(kind, cst.CSTNode)
+        found = NODE_TYPES[kind] = issubclass(kind, cst.CSTNode)
     return found
 
 

@@ -7,7 +7,7 @@ several times a parse: one pass over import statements, then a dictionary lookup
 from __future__ import annotations
 
 import builtins
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, NamedTuple, Optional
 
 import libcst as cst
 
@@ -41,6 +41,53 @@ def dotted_name(node: cst.CSTNode) -> Optional[str]:
     return None
 
 
+class ImportBinding(NamedTuple):
+    """One name an import statement binds."""
+
+    local: str  # the name bound in the file: `t` for `import torch as t`, `os` for `import os.path`
+    bound: str  # the dotted name it is bound to: `torch`, `os`
+    imported: str  # the dotted name imported: `torch`, `os.path`
+    spelled: str  # how the file reaches `imported`: `t`, `os.path`
+
+
+def import_bindings(node: cst.CSTNode, package: Optional[str] = None) -> Iterator[ImportBinding]:
+    """The names an ``import`` / ``from ... import`` statement binds, in order (none for a star
+    import). A relative import is resolved against ``package`` (the importing module's
+    package) when one is given, else it binds nothing that is followed."""
+    if isinstance(node, cst.Import):
+        for alias in node.names:
+            full = dotted_name(alias.name)
+            if full is None:
+                continue
+            if alias.asname is not None:
+                local = dotted_name(alias.asname.name)
+                if local:
+                    yield ImportBinding(local, full, full, local)
+            else:
+                top = full.split(".")[0]
+                yield ImportBinding(top, top, full, full)
+    elif isinstance(node, cst.ImportFrom):
+        if isinstance(node.names, cst.ImportStar):
+            return
+        if node.relative:
+            if package is None:
+                return
+            from libcst.helpers import get_absolute_module_from_package_for_import
+
+            mod = get_absolute_module_from_package_for_import(package or None, node)
+        else:
+            mod = dotted_name(node.module) if node.module is not None else None
+        if not mod:
+            return
+        for alias in node.names:
+            name = dotted_name(alias.name)
+            if name is None:
+                continue
+            local = dotted_name(alias.asname.name) if alias.asname else name
+            if local:
+                yield ImportBinding(local, f"{mod}.{name}", f"{mod}.{name}", local)
+
+
 class FileContext:
     def __init__(self, module: cst.Module, path: str = "<string>") -> None:
         self.module = module
@@ -58,34 +105,9 @@ class FileContext:
 
     # Imports -------------------------------------------------------------------------
     def add_import(self, node: cst.CSTNode) -> None:
-        if isinstance(node, cst.Import):
-            for alias in node.names:
-                full = dotted_name(alias.name)
-                if full is None:
-                    continue
-                if alias.asname is not None:
-                    local = dotted_name(alias.asname.name)
-                    if local:
-                        self.aliases[local] = full
-                        self.module_names.setdefault(full, local)
-                else:
-                    top = full.split(".")[0]
-                    self.aliases[top] = top
-                    self.module_names.setdefault(full, full)
-        elif isinstance(node, cst.ImportFrom):
-            if node.relative or node.module is None:
-                return
-            mod = dotted_name(node.module)
-            if mod is None or isinstance(node.names, cst.ImportStar):
-                return
-            for alias in node.names:
-                name = dotted_name(alias.name)
-                if name is None:
-                    continue
-                local = dotted_name(alias.asname.name) if alias.asname else name
-                if local:
-                    self.aliases[local] = f"{mod}.{name}"
-                    self.module_names.setdefault(f"{mod}.{name}", local)
+        for b in import_bindings(node):
+            self.aliases[b.local] = b.bound
+            self.module_names.setdefault(b.imported, b.spelled)
 
     def qualname(self, node: cst.CSTNode) -> Optional[str]:
         """The fully qualified name an expression refers to, through the file's imports.

@@ -178,7 +178,7 @@ def _syntax_message(source: str, exc: cst.ParserSyntaxError) -> str:
 # --------------------------------------------------------------------------------------
 # Traversal
 # --------------------------------------------------------------------------------------
-_FIELDS = _compat.FIELDS  # (porter.astutil reads it here)
+_FIELDS = _compat.FIELDS
 Handler = Callable[[cst.CSTNode], object]
 
 

@@ -50,7 +50,7 @@ from pygls.protocol import LanguageServerProtocol
 from porter import __version__, config, edits, engine, incremental, notebook, registry
 from porter._layout import REPO
 from porter.rules import Finding, Position, Safety, Severity
-from porter.runner import Settings, UsageError, _parse_error
+from porter.runner import Settings, UsageError, parse_error_message
 
 SOURCE = "porter"
 FIX_ALL_KIND = "source.fixAll.porter"
@@ -178,7 +178,7 @@ def analyze(text: str, settings: Optional[Settings], path: str = "<string>",
             an.module, an.findings = result.module, result.findings
             an.editor = edits.FixEditor(text, result.module, lines=an.lines)
     except engine.PorterError as exc:
-        an.error = _parse_error(exc, text)
+        an.error = parse_error_message(exc, text)
         m = _WHERE.search(an.error)
         if m:
             line = max(int(m.group(1)) - 1, 0)

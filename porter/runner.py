@@ -147,7 +147,7 @@ def memory_message(settings: "Settings") -> str:
             if settings.memory_mb else "out of memory; file left unchanged")
 
 
-def _parse_error(exc: engine.PorterError, text: str) -> str:
+def parse_error_message(exc: engine.PorterError, text: str) -> str:
     """The engine's message for a file LibCST cannot parse, with CPython's position and
     wording when CPython rejects it too (LibCST's native parser often points a line off)."""
     message = str(exc)
@@ -175,7 +175,7 @@ def check_file(path: Path, settings: Settings) -> FileOutcome:
         src = read_source(path)
         result = engine.check(src.text, settings.options(), name)
     except engine.PorterError as exc:
-        return FileOutcome(name, "failed", _parse_error(exc, src.text) if src else str(exc))
+        return FileOutcome(name, "failed", parse_error_message(exc, src.text) if src else str(exc))
     except MemoryError:
         return FileOutcome(name, "failed", memory_message(settings))
     except Exception as exc:  # a bug in porter outside the rules: report it against this file, go on
@@ -277,7 +277,7 @@ def migrate_file(path: Path, settings: Settings, mode: str, out: Optional[Path] 
         fixed = tuple(sorted(result.fixed.items()))
         return FileOutcome(name, "changed", diff=diff, findings=findings, fixed=fixed, out=out_name)
     except engine.PorterError as exc:
-        return FileOutcome(name, "failed", _parse_error(exc, src.text) if src else str(exc))
+        return FileOutcome(name, "failed", parse_error_message(exc, src.text) if src else str(exc))
     except OSError as exc:
         where = f" {display(Path(exc.filename))}" if exc.filename else ""
         return FileOutcome(name, "failed", f"cannot write{where}: {exc.strerror or exc}")

@@ -9,6 +9,7 @@ rewritten.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
@@ -16,9 +17,12 @@ import jinja2
 import libcst as cst
 
 from porter import astutil
+from porter.astutil import NOT_LITERAL as NOT_LITERAL
+from porter.astutil import code as code
+from porter.astutil import report_manual as report_manual
 from porter._layout import templates_dir
 from porter.context import FileContext
-from porter.rules import Edit, Fix, Severity
+from porter.rules import Edit
 
 GLUON_NN = "mxnet.gluon.nn"
 GLUON_RNN = "mxnet.gluon.rnn"
@@ -40,13 +44,6 @@ GLUON_ONLY = frozenset({
     "BatchNormReLU", "SequentialRNNCell", "HybridSequentialRNNCell", "DropoutCell", "ZoneoutCell", "ResidualCell",
     "BidirectionalCell", "VariationalDropoutCell", "LSTMPCell", "HybridRecurrentCell", "RecurrentCell",
 })
-
-_EMPTY = cst.Module([])
-
-
-def code(node: cst.CSTNode) -> str:
-    return _EMPTY.code_for_node(node)
-
 
 def gluon_layer(node: cst.CSTNode, ctx: FileContext) -> Optional[str]:
     """``nn.Dense`` / ``gluon.nn.Dense`` / ``mx.gluon.rnn.LSTM`` (through the imports) ->
@@ -86,38 +83,9 @@ def torch_name(ctx: FileContext) -> tuple[str, tuple[str, ...]]:
 # --------------------------------------------------------------------------------------
 # Arguments
 # --------------------------------------------------------------------------------------
-class _NotLiteral:
-    def __repr__(self) -> str:  # pragma: no cover
-        return "<not a literal>"
-
-
-NOT_LITERAL = _NotLiteral()
-
-
-def literal(node: Optional[cst.CSTNode]):
-    if node is None:
-        return NOT_LITERAL
-    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)):
-        try:
-            return node.evaluated_value
-        except Exception:
-            return NOT_LITERAL
-    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
-        return {"True": True, "False": False, "None": None}[node.value]
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
-        v = literal(node.expression)
-        return -v if isinstance(v, (int, float)) and not isinstance(v, bool) else NOT_LITERAL
-    if isinstance(node, (cst.Tuple, cst.List)):
-        out = []
-        for el in node.elements:
-            if isinstance(el, cst.StarredElement):
-                return NOT_LITERAL
-            v = literal(el.value)
-            if v is NOT_LITERAL:
-                return NOT_LITERAL
-            out.append(v)
-        return tuple(out)
-    return NOT_LITERAL
+# astutil.literal as the Gluon rules read arguments: a list is a tuple (shapes and axes are
+# written either way), `+1` is not a literal
+literal = functools.partial(astutil.literal, lists_as_tuples=True, unary_plus=False)
 
 
 @dataclass
@@ -539,38 +507,6 @@ def render(names: Sequence[str], torch: str, nn: str) -> list[cst.BaseStatement]
 
 def defined_names(module: cst.Module) -> set[str]:
     return {s.name.value for s in module.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
-
-
-MANUAL_MARK = "porter: manual"
-
-
-def _manual_comment(stmt):
-    tw = stmt.trailing_whitespace
-    if tw.comment is not None and MANUAL_MARK in tw.comment.value:
-        return stmt
-    if tw.comment is not None:
-        return stmt.with_changes(trailing_whitespace=tw.with_changes(
-            comment=cst.Comment(f"{tw.comment.value}  # {MANUAL_MARK}")))
-    return stmt.with_changes(trailing_whitespace=tw.with_changes(
-        whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(f"# {MANUAL_MARK}")))
-
-
-def report_manual(rule, node: cst.CSTNode, message: str) -> None:
-    """Report ``node`` for a person; the fix only marks its statement's line
-    ``# porter: manual`` (nothing else changes)."""
-    stmt = None
-    for anc in reversed(rule.ctx.ancestors[:-1]):
-        if isinstance(anc, cst.SimpleStatementLine):
-            stmt = anc
-            break
-        if isinstance(anc, cst.BaseCompoundStatement):
-            break
-    fix = None
-    if stmt is not None:
-        tw = stmt.trailing_whitespace
-        if not (tw.comment is not None and MANUAL_MARK in tw.comment.value):
-            fix = Fix((Edit(stmt, _manual_comment),), description="mark the line # porter: manual")
-    rule.report(node, f"manual port needed: {message}", fix, severity=Severity.ERROR)
 
 
 def enclosing_forward(ctx: FileContext) -> Optional[cst.FunctionDef]:

@@ -9,6 +9,8 @@ import jinja2
 import libcst as cst
 
 from porter import astutil
+from porter.astutil import code as code
+from porter.astutil import kwarg as kwarg
 from porter._layout import templates_dir
 from porter.context import FileContext, dotted_name
 
@@ -40,17 +42,8 @@ def call_name(ctx: FileContext, node: cst.CSTNode) -> Optional[str]:
     return None
 
 
-def code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
-
-
 def expr(text: str) -> cst.BaseExpression:
     return astutil.parse_expression(text)
-
-
-def kwarg(name: str, value: cst.BaseExpression) -> cst.Arg:
-    return cst.Arg(value, keyword=cst.Name(name),
-                   equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
 
 
 def torch_name(ctx: FileContext) -> str:
@@ -148,10 +141,63 @@ def insert_before_defs(statements: list[cst.BaseStatement]):
     return apply
 
 
-def manual_comment(stmt: cst.SimpleStatementLine, code_: str, reason: str) -> cst.SimpleStatementLine:
-    """``stmt`` with a ``# porter: manual[CODE] reason`` comment line above it (once)."""
-    text = f"# porter: manual[{code_}] {reason}"
-    for line in stmt.leading_lines:
-        if line.comment is not None and line.comment.value == text:
-            return stmt
-    return stmt.with_changes(leading_lines=[*stmt.leading_lines, cst.EmptyLine(comment=cst.Comment(text))])
+# --------------------------------------------------------------------------------------
+# Facts several rules read: trainers, contexts, dtypes
+# --------------------------------------------------------------------------------------
+TRAINER = ("mxnet.gluon.Trainer", "mxnet.gluon.trainer.Trainer")
+
+
+def trainer_names(ctx) -> dict[str, str]:
+    """Names bound to a gluon.Trainer -> the Gluon optimizer name (lower case) or ''."""
+    key = ("gluon.trainers", ctx.module)
+    if key not in ctx.cache:
+        out = {}
+        for name, value, _ in assignments(ctx):
+            if isinstance(value, cst.Call) and call_name(ctx, value) in TRAINER:
+                opt = astutil.arg(value, "optimizer", 1)
+                out[name] = (astutil.string_value(opt.value) or "").lower() if opt is not None else ""
+        ctx.cache[key] = out
+    return ctx.cache[key]
+
+
+GPU_CONTEXTS = ("mxnet.gpu", "mxnet.context.gpu")
+CPU_CONTEXTS = ("mxnet.cpu", "mxnet.context.cpu", "mxnet.cpu_pinned", "mxnet.context.cpu_pinned")
+_DEVICE_LIKE = ("device", "dev")
+
+
+def is_context(node: cst.CSTNode, ctx) -> bool:
+    """``mx.gpu()``, ``mx.cpu(0)``, ``mx.gpu() if c else mx.cpu()``."""
+    if isinstance(node, cst.IfExp):
+        return is_context(node.body, ctx) and is_context(node.orelse, ctx)
+    return call_name(ctx, node) in (*GPU_CONTEXTS, *CPU_CONTEXTS)
+
+
+def context_renames(ctx) -> dict[str, str]:
+    """Variables assigned a context (``ctx = mx.gpu() if ... else mx.cpu()``) -> ``device``."""
+    key = ("gluon.context_names", ctx.module)
+    if key not in ctx.cache:
+        out: dict[str, str] = {}
+        names = used_names(ctx)
+        for name, value, _ in assignments(ctx):
+            if "." in name or name.lower().endswith(_DEVICE_LIKE) or not is_context(value, ctx):
+                continue
+            if call_name(ctx, value) in CPU_CONTEXTS and name not in ("ctx", "context"):
+                continue  # `cpu = mx.cpu()`: a name of its own
+            if "device" not in names:
+                out[name] = "device"
+        if len(set(out)) > 1:  # two context variables: keep their names
+            out = {}
+        ctx.cache[key] = out
+    return ctx.cache[key]
+
+
+def dtype_expr(node: cst.BaseExpression, torch: str) -> cst.BaseExpression:
+    """A Gluon dtype argument (``'float32'``, ``np.float32``) -> ``torch.float32``; anything
+    else as it is."""
+    text = astutil.string_value(node)
+    if text is None:
+        dotted = code(node)
+        text = dotted.split(".")[-1] if dotted.startswith(("np.", "numpy.")) else None
+    if text is None:
+        return node
+    return expr(f"{torch}.{text}")

@@ -7,38 +7,11 @@ import libcst as cst
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _script as sc
+from ._script import CPU_CONTEXTS as _CPU
+from ._script import GPU_CONTEXTS as _GPU
+from ._script import context_renames as renamed
 
-_GPU = ("mxnet.gpu", "mxnet.context.gpu")
-_CPU = ("mxnet.cpu", "mxnet.context.cpu", "mxnet.cpu_pinned", "mxnet.context.cpu_pinned")
 _NUM_GPUS = ("mxnet.context.num_gpus", "mxnet.num_gpus", "mxnet.util.get_gpu_count")
-_DEVICE_LIKE = ("device", "dev")
-
-
-def _is_context(node: cst.CSTNode, ctx) -> bool:
-    if isinstance(node, cst.IfExp):
-        return _is_context(node.body, ctx) and _is_context(node.orelse, ctx)
-    return sc.call_name(ctx, node) in (*_GPU, *_CPU)
-
-
-def renamed(ctx) -> dict[str, str]:
-    """Variables assigned a context (``ctx = mx.gpu() if ... else mx.cpu()``) -> ``device``."""
-    key = ("gluon.context_names", ctx.module)
-    if key not in ctx.cache:
-        out: dict[str, str] = {}
-        names = sc.used_names(ctx)
-        for name, value, _ in sc.assignments(ctx):
-            if "." in name or name.lower().endswith(_DEVICE_LIKE) or not _is_context(value, ctx):
-                continue
-            if sc.call_name(ctx, value) in _CPU and name not in ("ctx", "context"):
-                continue  # `cpu = mx.cpu()`: a name of its own
-            if "device" not in names:
-                out[name] = "device"
-        if len(set(out)) > 1:  # two context variables: keep their names
-            out = {}
-        ctx.cache[key] = out
-    return ctx.cache[key]
-
-
 class MxnetContext(Rule):
     """
     ## What it does

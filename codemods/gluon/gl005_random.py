@@ -6,6 +6,7 @@ from porter import astutil
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _script as sc
+from ._script import dtype_expr as _dtype
 
 _SEED = ("mxnet.random.seed",)
 _NORMAL = ("mxnet.nd.random.normal", "mxnet.nd.random_normal", "mxnet.random.normal")
@@ -126,11 +127,3 @@ def _substitute(template: cst.BaseExpression, value: cst.BaseExpression) -> cst.
     return template.visit(Sub())
 
 
-def _dtype(node: cst.BaseExpression, torch: str) -> cst.BaseExpression:
-    text = astutil.string_value(node)
-    if text is None:
-        dotted = sc.code(node)
-        text = dotted.split(".")[-1] if dotted.startswith(("np.", "numpy.")) else None
-    if text is None:
-        return node
-    return sc.expr(f"{torch}.{text}")

@@ -6,7 +6,7 @@ from porter import astutil
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _script as sc
-from .gl005_random import _dtype
+from ._script import dtype_expr as _dtype
 
 # mx.nd factory -> (torch factory, the MXNet parameters in order after the first)
 _FACTORIES = {

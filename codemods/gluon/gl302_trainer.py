@@ -9,8 +9,8 @@ from porter.context import dotted_name
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _script as sc
+from ._script import TRAINER, trainer_names
 
-TRAINER = ("mxnet.gluon.Trainer", "mxnet.gluon.trainer.Trainer")
 # Gluon optimizer -> (torch.optim class, Gluon optimizer parameter -> torch keyword, fixed torch keywords)
 _OPTIMIZERS = {
     "sgd": ("SGD", {"learning_rate": "lr", "momentum": "momentum", "wd": "weight_decay"}, {}),
@@ -18,19 +18,6 @@ _OPTIMIZERS = {
     "adam": ("GluonAdam", {"learning_rate": "lr", "wd": "weight_decay", "epsilon": "eps"}, {}),
 }
 _IGNORED = ("lazy_update",)  # dense gradients: no effect
-
-
-def trainer_names(ctx) -> dict[str, str]:
-    """Names bound to a gluon.Trainer -> the Gluon optimizer name (lower case) or ''."""
-    key = ("gluon.trainers", ctx.module)
-    if key not in ctx.cache:
-        out = {}
-        for name, value, _ in sc.assignments(ctx):
-            if sc.call_name(ctx, value) in TRAINER:
-                opt = astutil.arg(value, "optimizer", 1)
-                out[name] = (astutil.string_value(opt.value) or "").lower() if opt is not None else ""
-        ctx.cache[key] = out
-    return ctx.cache[key]
 
 
 def _params_expr(node: cst.BaseExpression, ctx) -> Optional[cst.BaseExpression]:

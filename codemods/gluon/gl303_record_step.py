@@ -9,7 +9,7 @@ from porter.context import dotted_name
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _script as sc
-from .gl302_trainer import trainer_names
+from ._script import trainer_names
 
 _RECORD = ("mxnet.autograd.record",)
 

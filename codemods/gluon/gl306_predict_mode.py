@@ -7,7 +7,7 @@ from porter.context import dotted_name
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _script as sc
-from .gl302_trainer import TRAINER
+from ._script import TRAINER
 
 _RECORD = ("mxnet.autograd.record",)
 

@@ -6,7 +6,7 @@ from porter import astutil
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _script as sc
-from .gl002_context import renamed
+from ._script import context_renames as renamed
 
 
 def _converter() -> list[cst.BaseStatement]:

@@ -21,21 +21,19 @@ Everything here reads the tree; the rule (jx301) builds the code.
 from __future__ import annotations
 
 import builtins
+import functools
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Optional
 
 import libcst as cst
 
 from porter import astutil
+from porter.astutil import code as code
 from porter.context import FileContext, dotted_name
 from porter.rules import module_fact
 
 _BUILTINS = frozenset(dir(builtins))
 NNX = "flax.nnx"
-
-
-def code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
 
 
 def imports_torch(ctx: FileContext) -> bool:
@@ -50,171 +48,14 @@ def nnx_name(ctx: FileContext) -> str:
 # --------------------------------------------------------------------------------------
 # Names read and bound
 # --------------------------------------------------------------------------------------
-def reads(node: cst.CSTNode) -> list[str]:
-    """Names an expression or statement reads, in order of first appearance (attribute
-    names, keyword names and plain assignment targets are not reads)."""
-    out: dict[str, None] = {}
-    _reads(node, out)
-    return list(out)
-
-
-def _reads(node: cst.CSTNode, out: dict) -> None:
-    if isinstance(node, cst.Name):
-        out[node.value] = None
-    elif isinstance(node, cst.Attribute):
-        _reads(node.value, out)
-    elif isinstance(node, cst.Arg):
-        _reads(node.value, out)
-    elif isinstance(node, cst.Assign):
-        _reads(node.value, out)
-        for t in node.targets:
-            _target_reads(t.target, out)
-    elif isinstance(node, cst.AnnAssign):
-        if node.value is not None:
-            _reads(node.value, out)
-        _target_reads(node.target, out)
-    elif isinstance(node, cst.AugAssign):
-        _reads(node.target, out)
-        _reads(node.value, out)
-    elif isinstance(node, (cst.Param,)):
-        if node.default is not None:
-            _reads(node.default, out)
-    elif isinstance(node, (cst.Lambda, cst.FunctionDef)):
-        inner: dict = {}
-        for child in astutil.children(node):
-            _reads(child, inner)
-        params = {p.name.value for p in _params(node.params)}
-        for name in inner:
-            if name not in params:
-                out[name] = None
-    elif isinstance(node, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
-        inner = {}
-        for child in astutil.children(node):
-            _reads(child, inner)
-        bound: set[str] = set()
-        comp = node.for_in
-        while comp is not None:
-            bound.update(astutil.target_names(comp.target))
-            comp = comp.inner_for_in
-        for name in inner:
-            if name not in bound:
-                out[name] = None
-    elif isinstance(node, cst.CompFor):
-        _target_reads(node.target, out)
-        for child in (node.iter, *[i.test for i in node.ifs]):
-            _reads(child, out)
-        if node.inner_for_in is not None:
-            _reads(node.inner_for_in, out)
-    else:
-        for child in astutil.children(node):
-            _reads(child, out)
-
-
-def _target_reads(target: cst.CSTNode, out: dict) -> None:
-    """A target reads the objects it stores into (``a.b = ..`` and ``a[i] = ..`` read ``a``)."""
-    if isinstance(target, (cst.Tuple, cst.List)):
-        for e in target.elements:
-            _target_reads(e.value, out)
-    elif isinstance(target, cst.StarredElement):
-        _target_reads(target.value, out)
-    elif not isinstance(target, cst.Name):
-        _reads(target, out)
-
-
-def _params(params: cst.Parameters) -> Iterable[cst.Param]:
-    yield from params.posonly_params
-    yield from params.params
-    if isinstance(params.star_arg, cst.Param):
-        yield params.star_arg
-    yield from params.kwonly_params
-    if params.star_kwarg is not None:
-        yield params.star_kwarg
-
-
-def binds(stmt: cst.CSTNode) -> set[str]:
-    """Names a statement (re)binds, or mutates in place (``x.fill_(0)``, ``x[i] = 0``)."""
-    out: set[str] = set()
-    for small in _smalls(stmt):
-        if isinstance(small, cst.Assign):
-            for t in small.targets:
-                out.update(_bound_or_stored(t.target))
-        elif isinstance(small, (cst.AnnAssign, cst.AugAssign)):
-            out.update(_bound_or_stored(small.target))
-        elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-            m = astutil.method_name(small.value)
-            if m and m.endswith("_") and not m.startswith("_"):
-                root = _root_name(small.value.func.value)  # type: ignore[attr-defined]
-                if root:
-                    out.add(root)
-    if isinstance(stmt, cst.For):
-        out.update(astutil.target_names(stmt.target))
-    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-        out.add(stmt.name.value)
-    if isinstance(stmt, (cst.If, cst.With)):
-        # `if kind == "a": loss = f(out)` / `else: loss = g(out)`: what its blocks bind
-        if isinstance(stmt, cst.With):
-            for item in stmt.items:
-                if item.asname is not None:
-                    out.update(astutil.target_names(item.asname.name))
-        block = stmt
-        while block is not None:
-            if isinstance(block.body, cst.IndentedBlock):
-                for inner in block.body.body:
-                    out |= binds(inner)
-            block = getattr(block, "orelse", None)
-            if isinstance(block, cst.Else):
-                if isinstance(block.body, cst.IndentedBlock):
-                    for inner in block.body.body:
-                        out |= binds(inner)
-                block = None
-    return out
-
-
-def _bound_or_stored(target: cst.CSTNode) -> set[str]:
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return {n for e in target.elements for n in _bound_or_stored(e.value)}
-    if isinstance(target, cst.StarredElement):
-        return _bound_or_stored(target.value)
-    root = _root_name(target)
-    return {root} if root else set()
-
-
-def _root_name(expr: cst.CSTNode) -> Optional[str]:
-    while isinstance(expr, (cst.Attribute, cst.Subscript)):
-        expr = expr.value
-    return expr.value if isinstance(expr, cst.Name) else None
+reads, binds, function_locals = astutil.reads, astutil.binds, astutil.function_locals
+_params = astutil.params
 
 
 def _smalls(stmt: cst.CSTNode) -> list[cst.CSTNode]:
     if isinstance(stmt, cst.SimpleStatementLine):
         return list(stmt.body)
     return []
-
-
-def function_locals(fn: cst.FunctionDef) -> set[str]:
-    """Parameters and every name the function binds (not inside nested functions/classes)."""
-    key = ("jx.locals", fn)
-    names: set[str] = {p.name.value for p in _params(fn.params)}
-    for node in astutil.walk(fn.body):
-        if isinstance(node, cst.Assign):
-            for t in node.targets:
-                names.update(astutil.target_names(t.target))
-        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)) and isinstance(node.target, cst.Name):
-            names.add(node.target.value)
-        elif isinstance(node, (cst.For, cst.CompFor)):
-            names.update(astutil.target_names(node.target))
-        elif isinstance(node, cst.WithItem) and node.asname is not None:
-            names.update(astutil.target_names(node.asname.name))
-        elif isinstance(node, (cst.FunctionDef, cst.ClassDef)) and node is not fn:
-            names.add(node.name.value)
-        elif isinstance(node, (cst.Import, cst.ImportFrom)) and not isinstance(getattr(node, "names", None), cst.ImportStar):
-            for alias in node.names:  # type: ignore[union-attr]
-                local = alias.asname.name if alias.asname else alias.name
-                d = dotted_name(local)
-                if d:
-                    names.add(d.split(".")[0])
-    del key
-    return names
 
 
 # --------------------------------------------------------------------------------------
@@ -618,7 +459,7 @@ def if_test_reads(stmt: cst.If) -> list[str]:
     out: dict[str, None] = {}
     node = stmt
     while isinstance(node, cst.If):
-        _reads(node.test, out)
+        out.update(dict.fromkeys(reads(node.test)))
         node = node.orelse
     return list(out)
 
@@ -663,26 +504,15 @@ def _model_dependent(domain: list[cst.BaseStatement], models: set[str], ctx: Fil
 # --------------------------------------------------------------------------------------
 # Small shared pieces of the other loop rules
 # --------------------------------------------------------------------------------------
-MANUAL = "porter: manual"
+MANUAL = astutil.MANUAL
 
 
-def has_manual_marker(stmt: cst.CSTNode) -> bool:
-    if isinstance(stmt, cst.SimpleStatementLine):
-        c = stmt.trailing_whitespace.comment
-        if c is not None and MANUAL in c.value:
-            return True
-    return any(line.comment is not None and MANUAL in line.comment.value
-               for line in getattr(stmt, "leading_lines", ()))
+# a marker at the end of a simple statement's line or on a comment line above any statement
+# (the loop rules mark a loop on the line above it; a header line does not count)
+has_manual_marker = functools.partial(astutil.has_manual_marker, header=False, leading_lines=True)
 
 
-def with_manual_comment(stmt: cst.SimpleStatementLine, code_: str, reason: str) -> cst.SimpleStatementLine:
-    """The statement with a trailing ``# porter: manual (CODE): reason`` comment."""
-    text = f"# {MANUAL} ({code_}): {reason}"
-    old = stmt.trailing_whitespace.comment
-    if old is not None:
-        text = f"{old.value}  {text}"
-    return stmt.with_changes(trailing_whitespace=stmt.trailing_whitespace.with_changes(
-        whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(text)))
+with_manual_comment = astutil.with_manual_comment  # (stmt, code, reason): `# porter: manual (CODE): reason`
 
 
 DEVICE_WORDS = ("device", "dev")

@@ -5,13 +5,17 @@ marker.
 """
 from __future__ import annotations
 
-import ast
 from typing import Iterable, Optional
 
 import jinja2
 import libcst as cst
 
 from porter import astutil
+from porter.astutil import NOT_LITERAL as NOT_LITERAL
+from porter.astutil import code as code
+from porter.astutil import has_kwarg as has_kwarg
+from porter.astutil import has_param as has_param
+from porter.astutil import kwarg as kwarg
 from porter._layout import templates_dir
 from porter.context import FileContext, dotted_name
 from porter.rules import module_fact
@@ -19,7 +23,7 @@ from porter.rules import module_fact
 from . import _program
 
 
-MANUAL = "porter: manual"
+MANUAL = astutil.MANUAL
 TORCH_MODULE = ("torch.nn.Module", "torch.nn.modules.module.Module")
 # torch containers a module class may derive from -> the port's base (emitted by JX011)
 # torch layers a module class may derive from (its own forward reading the layer's attributes,
@@ -28,25 +32,7 @@ TORCH_LAYER_BASES = {"torch.nn.LayerNorm": "TorchLayerNormBase", "torch.nn.modul
 TORCH_CONTAINER_BASES = {"torch.nn.Sequential": "TorchSequential", "torch.nn.modules.container.Sequential": "TorchSequential",
                          **TORCH_LAYER_BASES}
 NNX_MODULE = "flax.nnx.Module"
-_EMPTY = cst.Module([])
-
-
-def code(node: cst.CSTNode) -> str:
-    return _EMPTY.code_for_node(node)
-
-
-NOT_LITERAL = object()
-
-
-def literal(node: Optional[cst.CSTNode]):
-    """The Python value of a literal expression (``3``, ``(1, 2)``, ``'same'``, ``None``,
-    ``-1``, ``True``), else NOT_LITERAL."""
-    if node is None:
-        return NOT_LITERAL
-    try:
-        return ast.literal_eval(code(node))
-    except Exception:
-        return NOT_LITERAL
+literal = astutil.python_literal  # the NNX rules read any literal ast.literal_eval reads (dicts, sets too)
 
 
 def nnx_name(ctx: FileContext) -> str:
@@ -121,17 +107,6 @@ def top_level_defs(module: cst.Module) -> set[str]:
 # --------------------------------------------------------------------------------------
 # Calls and arguments
 # --------------------------------------------------------------------------------------
-def has_kwarg(call: cst.Call, name: str) -> bool:
-    return any(a.keyword is not None and a.keyword.value == name for a in call.args)
-
-
-def kwarg(name: str, value: cst.BaseExpression) -> cst.Arg:
-    return cst.Arg(
-        value, keyword=cst.Name(name),
-        equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
-    )
-
-
 def with_arg(call: cst.Call, arg: cst.Arg) -> cst.Call:
     """``call`` with one more argument at the end (keeping a multi-line call's layout)."""
     args = list(call.args)
@@ -174,36 +149,8 @@ def statement_of(ctx: FileContext) -> Optional[cst.CSTNode]:
     return None
 
 
-def _trailing(stmt) -> Optional[cst.TrailingWhitespace]:
-    if isinstance(stmt, cst.SimpleStatementLine):
-        return stmt.trailing_whitespace
-    body = getattr(stmt, "body", None)
-    return body.header if isinstance(body, cst.IndentedBlock) else None
-
-
-def has_manual_marker(stmt: Optional[cst.CSTNode]) -> bool:
-    trailing = _trailing(stmt) if stmt is not None else None
-    return trailing is not None and trailing.comment is not None and MANUAL in trailing.comment.value
-
-
-def manual_comment(code_: str, reason: str):
-    """An Edit replacement for a statement: the statement (or a compound statement's header
-    line) with a trailing ``# porter: manual (CODE): reason`` comment (after a comment it
-    already has)."""
-
-    def apply(stmt):
-        trailing = _trailing(stmt)
-        if trailing is None:
-            return stmt
-        text = f"# {MANUAL} ({code_}): {reason}"
-        if trailing.comment is not None:
-            text = f"{trailing.comment.value}  {text}"
-        new = trailing.with_changes(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(text))
-        if isinstance(stmt, cst.SimpleStatementLine):
-            return stmt.with_changes(trailing_whitespace=new)
-        return stmt.with_changes(body=stmt.body.with_changes(header=new))
-
-    return apply
+has_manual_marker = astutil.has_manual_marker  # (a compound statement's header line counts)
+manual_comment = astutil.manual_comment  # manual_comment(code, reason): `# porter: manual (CODE): reason`
 
 
 # --------------------------------------------------------------------------------------
@@ -351,8 +298,6 @@ class RngsPlan:
         if has_kwarg(call, "rngs"):
             return True
         qual = self.ctx.qualname(call.func)
-        from .jx012_weight_init import RANDOM_HELPERS, RANDOM_INITS  # circular at import time
-
         if qual in RANDOM_INITS or (isinstance(call.func, cst.Name) and call.func.value in RANDOM_HELPERS):
             return True  # torch.nn.init drawing random numbers: from the caller's rngs
         if qual and (qual.startswith("torch.nn.") or qual in _layers.LIBRARY_LAYERS):
@@ -616,16 +561,6 @@ def root_kind(cls: cst.ClassDef, ctx: FileContext, seen=None) -> Optional[str]:
     return None
 
 
-def has_param(func: cst.FunctionDef, name: str) -> bool:
-    p = func.params
-    every = [*p.posonly_params, *p.params, *p.kwonly_params]
-    if isinstance(p.star_arg, cst.Param):
-        every.append(p.star_arg)
-    if p.star_kwarg is not None:
-        every.append(p.star_kwarg)
-    return any(q.name.value == name for q in every)
-
-
 def add_rngs_param(nnx: str):
     """An Edit replacement for a FunctionDef: a keyword-only ``rngs: nnx.Rngs`` parameter."""
 
@@ -714,3 +649,80 @@ def seed_in(scope, anchor, ctx: FileContext) -> str:
             if ctx.qualname(call.func) in ("torch.manual_seed", "torch.random.manual_seed") and call.args:
                 return code(call.args[0].value)
     return "0"
+
+
+# --------------------------------------------------------------------------------------
+# torch.nn.init and sampling calls the NNX rules port (JX012, JX014) and others read
+# --------------------------------------------------------------------------------------
+# torch.nn.init function -> (port function, draws random numbers)
+INITS = {
+    "uniform_": True, "normal_": True, "trunc_normal_": True, "constant_": False, "ones_": False, "zeros_": False,
+    "xavier_uniform_": True, "xavier_normal_": True, "kaiming_uniform_": True, "kaiming_normal_": True,
+}
+RANDOM_INITS = {f"torch.nn.init.{name}" for name, random in INITS.items() if random}
+# the port's init_* functions that draw random numbers (they take key=rngs.params())
+RANDOM_HELPERS = {f"init_{name}" for name, random in INITS.items() if random}
+
+
+def init_name(qual: Optional[str]) -> Optional[str]:
+    if qual and qual.startswith("torch.nn.init."):
+        return qual[len("torch.nn.init."):]
+    return None
+
+
+def handled_tree_walk(call: cst.Call, ctx) -> bool:
+    """``self.modules()`` as the iterable of ``for m in ...`` and ``next(self.parameters())``:
+    translated by JX012 (JX090 leaves them alone)."""
+    method = astutil.method_name(call)
+    parent = ctx.ancestors[-2] if len(ctx.ancestors) > 1 else None
+    if method == "modules" and not call.args:
+        return isinstance(parent, cst.For) and parent.iter is call and isinstance(parent.target, cst.Name)
+    if method == "parameters" and not call.args:
+        arg_parent = ctx.ancestors[-3] if len(ctx.ancestors) > 2 else None
+        return isinstance(parent, cst.Arg) and isinstance(arg_parent, cst.Call) \
+            and isinstance(arg_parent.func, cst.Name) and arg_parent.func.value == "next" and len(arg_parent.args) == 1
+    return False
+
+
+# torch sampling function -> (jax.random function, takes a shape (not a tensor to imitate))
+SAMPLERS = {
+    "torch.randn_like": ("normal", False),
+    "torch.rand_like": ("uniform", False),
+    "torch.randn": ("normal", True),
+    "torch.rand": ("uniform", True),
+}
+RNGS_STREAM = "rngs"  # the attribute holding the module's nnx.Rngs
+
+
+def module_method(ctx) -> Optional[tuple[cst.ClassDef, cst.FunctionDef]]:
+    """(module class, method) around the current node: a method other than __init__ of a
+    top-level module class (torch's or already ported)."""
+    func = None
+    for anc in reversed(ctx.ancestors[:-1]):
+        if isinstance(anc, cst.Lambda):
+            return None
+        if isinstance(anc, cst.FunctionDef):
+            if func is not None:
+                return None  # a nested function
+            func = anc
+        elif isinstance(anc, cst.ClassDef):
+            if func is None or func.name.value == "__init__":
+                return None
+            cls = module_classes(ctx).get(anc.name.value)
+            return (cls, func) if cls is anc and any(s is func for s in cls.body.body) else None
+    return None
+
+
+def sampler(call: cst.Call, ctx) -> Optional[tuple[str, bool]]:
+    """The translation of a torch sampling call JX014 ports inside a module method."""
+    spec = SAMPLERS.get(ctx.qualname(call.func) or "")
+    if spec is None or module_method(ctx) is None:
+        return None
+    if any(a.star or (a.keyword is not None and a.keyword.value not in ("dtype", "device", "requires_grad")) for a in call.args):
+        return None  # generator=, out=, layout=...: JX101 reports it
+    if spec[1]:
+        if not [a for a in call.args if a.keyword is None]:
+            return None
+    elif len([a for a in call.args if a.keyword is None]) != 1:
+        return None
+    return spec

@@ -24,6 +24,9 @@ from typing import Callable, Optional, Sequence, Union
 import libcst as cst
 
 from porter import astutil
+from porter.astutil import NOT_LITERAL as NOT_LITERAL
+from porter.astutil import code as code
+from porter.astutil import literal as literal
 from porter.context import FileContext
 from porter.rules import module_fact
 
@@ -35,16 +38,11 @@ class Manual(Exception):
 # --------------------------------------------------------------------------------------
 # Code helpers
 # --------------------------------------------------------------------------------------
-_EMPTY = cst.Module([])
 _ATOMS = (
     cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.Imaginary,
     cst.SimpleString, cst.ConcatenatedString, cst.FormattedString, cst.List, cst.Dict, cst.Set,
     cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.Ellipsis,
 )
-
-
-def code(node: cst.CSTNode) -> str:
-    return _EMPTY.code_for_node(node)
 
 
 def bare(node: cst.CSTNode) -> str:
@@ -62,44 +60,6 @@ def atom(node: cst.CSTNode) -> str:
     if isinstance(node, cst.Tuple) and node.lpar:
         return text
     return f"({text})"
-
-
-class _NotLiteral:
-    def __repr__(self) -> str:  # pragma: no cover
-        return "<not a literal>"
-
-
-NOT_LITERAL = _NotLiteral()
-
-
-def literal(node: Optional[cst.CSTNode]):
-    """The Python value of a literal expression (numbers, strings, True/False/None, tuples
-    and lists of those, unary minus), else NOT_LITERAL."""
-    if node is None:
-        return NOT_LITERAL
-    if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)):
-        try:
-            return node.evaluated_value
-        except Exception:
-            return NOT_LITERAL
-    if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
-        return {"True": True, "False": False, "None": None}[node.value]
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, (cst.Minus, cst.Plus)):
-        v = literal(node.expression)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return -v if isinstance(node.operator, cst.Minus) else v
-        return NOT_LITERAL
-    if isinstance(node, (cst.Tuple, cst.List)):
-        out = []
-        for el in node.elements:
-            if isinstance(el, cst.StarredElement):
-                return NOT_LITERAL
-            v = literal(el.value)
-            if v is NOT_LITERAL:
-                return NOT_LITERAL
-            out.append(v)
-        return tuple(out) if isinstance(node, cst.Tuple) else out
-    return NOT_LITERAL
 
 
 # torch dtype -> the JAX dtype the port uses. JAX runs with 64-bit types disabled by default
@@ -2355,37 +2315,8 @@ def as_expression(text: str, parent: Optional[cst.CSTNode], original: cst.CSTNod
     return new
 
 
-MANUAL_MARK = "porter: manual"
-
-
-def manual_comment(stmt: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
-    tw = stmt.trailing_whitespace
-    if tw.comment is not None and MANUAL_MARK in tw.comment.value:
-        return stmt
-    if tw.comment is not None:
-        comment = cst.Comment(f"{tw.comment.value}  # {MANUAL_MARK}")
-        return stmt.with_changes(trailing_whitespace=tw.with_changes(comment=comment))
-    return stmt.with_changes(trailing_whitespace=tw.with_changes(whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(f"# {MANUAL_MARK}")))
-
-
-def report_manual(rule, node: cst.CSTNode, message: str) -> None:
-    """Report ``node`` for manual porting; the fix only marks its line with ``# porter: manual``
-    (nothing else changes), so the marker is there once the rest of the file is ported."""
-    from porter.rules import Edit, Fix, Severity
-
-    stmt = None
-    for anc in reversed(rule.ctx.ancestors[:-1]):
-        if isinstance(anc, cst.SimpleStatementLine):
-            stmt = anc
-            break
-        if isinstance(anc, cst.BaseCompoundStatement):
-            break
-    fix = None
-    if stmt is not None:
-        tw = stmt.trailing_whitespace
-        if not (tw.comment is not None and MANUAL_MARK in tw.comment.value):
-            fix = Fix((Edit(stmt, manual_comment),), description="mark the line # porter: manual")
-    rule.report(node, f"manual port needed: {message}", fix, severity=Severity.ERROR)
+MANUAL_MARK = astutil.MANUAL
+report_manual = astutil.report_manual
 
 
 def port_call(rule, node: cst.Call, o: Op, receiver: Optional[cst.BaseExpression]) -> None:

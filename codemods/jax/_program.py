@@ -19,7 +19,7 @@ from typing import Optional
 import libcst as cst
 
 from porter import astutil
-from porter.context import FileContext, dotted_name
+from porter.context import FileContext, dotted_name, import_bindings
 
 from . import _loop as lp
 
@@ -249,39 +249,14 @@ def package_rngs_callables(modules: dict) -> dict:
 
 def _bindings(module: cst.Module, name: str, is_package: bool) -> dict:
     """Top-level import bindings: local name -> the absolute dotted name it is bound to."""
-    from libcst.helpers import get_absolute_module_from_package_for_import
-
     package = name if is_package else name.rpartition(".")[0]
     out: dict[str, str] = {}
     for stmt in module.body:
         if not isinstance(stmt, cst.SimpleStatementLine):
             continue
         for small in stmt.body:
-            if isinstance(small, cst.Import):
-                for alias in small.names:
-                    full = dotted_name(alias.name)
-                    if full is None:
-                        continue
-                    if alias.asname is not None:
-                        local = dotted_name(alias.asname.name)
-                        if local:
-                            out[local] = full
-                    else:
-                        out[full.split(".")[0]] = full.split(".")[0]
-            elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
-                if small.relative:
-                    base = get_absolute_module_from_package_for_import(package or None, small)
-                else:
-                    base = dotted_name(small.module) if small.module is not None else None
-                if not base:
-                    continue
-                for alias in small.names:
-                    n = dotted_name(alias.name)
-                    if n is None:
-                        continue
-                    local = dotted_name(alias.asname.name) if alias.asname else n
-                    if local:
-                        out[local] = f"{base}.{n}"
+            for b in import_bindings(small, package):
+                out[b.local] = b.bound
     return out
 
 

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from typing import Optional
 
 import libcst as cst
 
@@ -8,36 +7,8 @@ from porter import astutil
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _layers, _nnx
-
-# torch.nn.init function -> (port function, draws random numbers)
-INITS = {
-    "uniform_": True, "normal_": True, "trunc_normal_": True, "constant_": False, "ones_": False, "zeros_": False,
-    "xavier_uniform_": True, "xavier_normal_": True, "kaiming_uniform_": True, "kaiming_normal_": True,
-}
-RANDOM_INITS = {f"torch.nn.init.{name}" for name, random in INITS.items() if random}
-# the port's init_* functions that draw random numbers (they take key=rngs.params())
-RANDOM_HELPERS = {f"init_{name}" for name, random in INITS.items() if random}
-
-
-def _init_name(qual: Optional[str]) -> Optional[str]:
-    if qual and qual.startswith("torch.nn.init."):
-        return qual[len("torch.nn.init."):]
-    return None
-
-
-def handled_tree_walk(call: cst.Call, ctx) -> bool:
-    """``self.modules()`` as the iterable of ``for m in ...`` and ``next(self.parameters())``:
-    translated by this rule (JX090 leaves them alone)."""
-    method = astutil.method_name(call)
-    parent = ctx.ancestors[-2] if len(ctx.ancestors) > 1 else None
-    if method == "modules" and not call.args:
-        return isinstance(parent, cst.For) and parent.iter is call and isinstance(parent.target, cst.Name)
-    if method == "parameters" and not call.args:
-        arg_parent = ctx.ancestors[-3] if len(ctx.ancestors) > 2 else None
-        return isinstance(parent, cst.Arg) and isinstance(arg_parent, cst.Call) \
-            and isinstance(arg_parent.func, cst.Name) and arg_parent.func.value == "next" and len(arg_parent.args) == 1
-    return False
-
+from ._nnx import INITS, handled_tree_walk
+from ._nnx import init_name as _init_name
 
 class NnxWeightInit(Rule):
     """

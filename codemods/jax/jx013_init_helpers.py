@@ -5,7 +5,7 @@ import libcst as cst
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _nnx
-from .jx012_weight_init import INITS
+from ._nnx import INITS
 
 # the emitted helpers each init_* function needs
 _NEEDS = {

@@ -8,50 +8,9 @@ from porter import astutil
 from porter.rules import Edit, Example, Fix, Rule, Severity
 
 from . import _nnx
-
-# torch sampling function -> (jax.random function, takes a shape (not a tensor to imitate))
-SAMPLERS = {
-    "torch.randn_like": ("normal", False),
-    "torch.rand_like": ("uniform", False),
-    "torch.randn": ("normal", True),
-    "torch.rand": ("uniform", True),
-}
-STREAM = "rngs"  # the attribute holding the module's nnx.Rngs
-
-
-def _method(ctx) -> Optional[tuple[cst.ClassDef, cst.FunctionDef]]:
-    """(module class, method) around the current node: a method other than __init__ of a
-    top-level module class (torch's or already ported)."""
-    func = None
-    for anc in reversed(ctx.ancestors[:-1]):
-        if isinstance(anc, cst.Lambda):
-            return None
-        if isinstance(anc, cst.FunctionDef):
-            if func is not None:
-                return None  # a nested function
-            func = anc
-        elif isinstance(anc, cst.ClassDef):
-            if func is None or func.name.value == "__init__":
-                return None
-            cls = _nnx.module_classes(ctx).get(anc.name.value)
-            return (cls, func) if cls is anc and any(s is func for s in cls.body.body) else None
-    return None
-
-
-def sampler(call: cst.Call, ctx) -> Optional[tuple[str, bool]]:
-    """The translation of a torch sampling call this rule ports inside a module method."""
-    spec = SAMPLERS.get(ctx.qualname(call.func) or "")
-    if spec is None or _method(ctx) is None:
-        return None
-    if any(a.star or (a.keyword is not None and a.keyword.value not in ("dtype", "device", "requires_grad")) for a in call.args):
-        return None  # generator=, out=, layout=...: JX101 reports it
-    if spec[1]:
-        if not [a for a in call.args if a.keyword is None]:
-            return None
-    elif len([a for a in call.args if a.keyword is None]) != 1:
-        return None
-    return spec
-
+from ._nnx import RNGS_STREAM as STREAM
+from ._nnx import module_method as _method
+from ._nnx import sampler
 
 class NnxModuleRandom(Rule):
     """

@@ -5,6 +5,7 @@ from typing import Optional
 import libcst as cst
 
 from porter import astutil
+from porter.astutil import code as _code
 from porter.rules import Edit, Example, Fix, Rule, Safety, Severity
 
 from . import _nnx
@@ -245,10 +246,6 @@ class ApplyInit(Rule):
             return True
         params = func.params.params
         return bool(params) and root.value == params[0].name.value and func.name.value in _applied(self.ctx)
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
 
 
 def _assigns(scope: cst.CSTNode, name: str) -> bool:

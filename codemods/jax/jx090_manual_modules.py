@@ -8,7 +8,7 @@ from porter import astutil
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _layers, _nnx
-from .jx012_weight_init import handled_tree_walk
+from ._nnx import handled_tree_walk
 
 
 _TREE_METHODS = ("modules", "named_modules", "children", "named_children", "parameters", "named_parameters",

@@ -5,7 +5,7 @@ from porter.rules import Edit, Example, Fix, Rule, Severity, module_fact
 
 from . import _loop as lp
 from . import _ops_table as ops
-from .jx014_module_random import sampler
+from ._nnx import sampler
 
 
 class TorchFunction(Rule):

@@ -5,6 +5,7 @@ from typing import Optional
 import libcst as cst
 
 from porter import astutil
+from porter.astutil import code
 from porter.rules import Edit, Example, Fix, Rule, Safety, Severity
 
 from . import _ops_table as ops
@@ -172,10 +173,6 @@ class ManualSGD(Rule):
                 edits.append(Edit(n.func.value, cst.Name(name)))  # type: ignore[attr-defined]
         self.report(node, f"manual SGD update of {model}'s parameters -> torch.optim.SGD(lr={code(lr)}) and {name}.step() "
                           "(ported with the training step)", Fix(tuple(edits), Safety.SAFE, ("torch",)))
-
-
-def code(node: cst.CSTNode) -> str:
-    return ops.code(node)
 
 
 def _marked(node: cst.For) -> bool:

@@ -5,6 +5,7 @@ from typing import Optional
 import libcst as cst
 
 from porter import astutil
+from porter.astutil import code as _code
 from porter.rules import Edit, Example, Fix, Rule, Safety, Severity
 
 from . import _loop as lp
@@ -301,10 +302,6 @@ class TorchLeft(Rule):
 
 
 # ----------------------------------------------------------------------------------------
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
-
-
 def _scopes(root: cst.CSTNode, ctx):
     """The module and every function / class (each scope's own statements are read alone), not
     the input pipeline's classes (Dataset, Sampler subclasses) and what they hold."""

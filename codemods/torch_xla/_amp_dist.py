@@ -7,10 +7,11 @@ and the name tracking that finds every use of a GradScaler variable.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence, Union
 
 import libcst as cst
 
+from porter import astutil
 from porter.astutil import children as _children
 from porter.astutil import target_names
 
@@ -33,15 +34,7 @@ def has_star(call: cst.Call) -> bool:
     return any(a.star for a in call.args)
 
 
-def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
-    """``name=value`` formatted like hand-written code."""
-    return cst.Arg(
-        value=value,
-        keyword=cst.Name(name),
-        equal=cst.AssignEqual(
-            whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")
-        ),
-    )
+keyword = astutil.kwarg  # ``name=value`` formatted like hand-written code
 
 
 def as_keyword(a: cst.Arg, name: str) -> cst.Arg:
@@ -178,14 +171,9 @@ def walk_scope(scope: cst.CSTNode, skip: Iterable[cst.CSTNode] = ()) -> Iterator
                 stack.append(child)
 
 
-def binds(fn: cst.CSTNode, name: str) -> bool:
+def binds_locally(fn: Union[cst.FunctionDef, cst.Lambda], name: str) -> bool:
     """Whether a function/lambda binds ``name`` locally (a parameter or an assignment)."""
-    params = fn.params  # type: ignore[attr-defined]
-    all_params = [*params.posonly_params, *params.params, *params.kwonly_params]
-    for star in (params.star_arg, params.star_kwarg):
-        if isinstance(star, cst.Param):
-            all_params.append(star)
-    if any(p.name.value == name for p in all_params):
+    if any(p.name.value == name for p in astutil.params(fn.params)):
         return True
     if isinstance(fn, cst.Lambda):
         return False
@@ -317,10 +305,7 @@ def is_grad_scaler_call(ctx: FileContext, node: cst.CSTNode) -> bool:
     return True
 
 
-def _arg(call: cst.Call, name: str, pos: int) -> Optional[cst.Arg]:
-    from porter.astutil import arg
-
-    return arg(call, name, pos)
+_arg = astutil.arg
 
 
 @dataclass
@@ -386,7 +371,7 @@ def _follow_name(parents: Parents, stmt, name: str, value: cst.Call) -> Scaler:
     # Nested functions that bind the name themselves are other variables.
     shadowing = [
         n for n in walk_scope(scope)
-        if n is not scope and isinstance(n, (cst.FunctionDef, cst.Lambda)) and binds(n, name)
+        if n is not scope and isinstance(n, (cst.FunctionDef, cst.Lambda)) and binds_locally(n, name)
     ]
     others = 0
     for node in walk_scope(scope.body if isinstance(scope, cst.FunctionDef) else scope, shadowing):
