@@ -108,6 +108,62 @@ def defined_at_top(ctx: FileContext, name: str) -> bool:
 
 
 # ----------------------------------------------------------------------------------------
+# Contexts and context lists (Gluon's single-process data parallelism)
+# ----------------------------------------------------------------------------------------
+GPU = ("mxnet.gpu", "mxnet.context.gpu")
+CPU = ("mxnet.cpu", "mxnet.context.cpu", "mxnet.cpu_pinned", "mxnet.context.cpu_pinned")
+
+
+def is_context_call(ctx: FileContext, node: cst.CSTNode) -> bool:
+    return call_name(ctx, node) in (*GPU, *CPU)
+
+
+def is_context_list(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """A list of contexts: ``[mx.gpu(i) for i in range(n)]``, ``[mx.gpu(0), mx.gpu(1)]``,
+    ``[mx.cpu()]``, or a choice between such lists (``[...] if n > 0 else [mx.cpu()]``)."""
+    if isinstance(node, cst.IfExp):
+        return is_context_list(ctx, node.body) and is_context_list(ctx, node.orelse)
+    if isinstance(node, cst.ListComp):
+        return is_context_call(ctx, node.elt)
+    if isinstance(node, cst.List):
+        return bool(node.elements) and all(not isinstance(e, cst.StarredElement) and is_context_call(ctx, e.value)
+                                           for e in node.elements)
+    return False
+
+
+def context_list_names(ctx: FileContext) -> set[str]:
+    """Names the file binds to a list of contexts anywhere (``ctx = [mx.gpu(i) for ...]``),
+    or to a one-element list display (the usual ``if isinstance(ctx, mx.Context): ctx = [ctx]``).
+    Read where a context is expected (``ctx=`` of initialize, load_parameters): there such a
+    name holds a context list."""
+    key = ("gluon.context_lists", ctx.module)
+    if key not in ctx.cache:
+        out = set()
+        for name, value, _ in assignments(ctx):
+            if is_context_list(ctx, value) or (isinstance(value, cst.List) and len(value.elements) == 1
+                                               and isinstance(value.elements[0], cst.Element)):
+                out.add(name)
+        ctx.cache[key] = out
+    return ctx.cache[key]
+
+
+def one_device(ctx: FileContext, contexts: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """The device a port puts a model or a batch on where Gluon takes a context or a context
+    list (``ctx=``): a list display's first element, ``name[0]`` for a name bound to a context
+    list (the port keeps one device per process: the list has one device, see GL002), the
+    expression itself otherwise (one context)."""
+    if isinstance(contexts, (cst.List, cst.Tuple)):
+        if not contexts.elements or isinstance(contexts.elements[0], cst.StarredElement):
+            return None
+        return contexts.elements[0].value
+    if isinstance(contexts, cst.ListComp):
+        return None
+    if dotted_name(contexts) in context_list_names(ctx):
+        return cst.Subscript(contexts, [cst.SubscriptElement(cst.Index(cst.Integer("0")))])
+    return contexts
+
+
+# ----------------------------------------------------------------------------------------
 # Emitted code
 # ----------------------------------------------------------------------------------------
 _ENV = jinja2.Environment(

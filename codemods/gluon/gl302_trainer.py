@@ -20,6 +20,18 @@ _OPTIMIZERS = {
 _IGNORED = ("lazy_update",)  # dense gradients: no effect
 
 
+def optimizer_name(ctx, node: cst.BaseExpression) -> str:
+    """The Gluon optimizer's name (lower case) that ``node`` spells: a string, or a name the
+    file binds to one string only (``optimizer = 'nag'``, and no parameter of that name); else ''."""
+    text = astutil.string_value(node)
+    if text is None and isinstance(node, cst.Name) and not any(
+            isinstance(n, cst.Param) and n.name.value == node.value for n in astutil.walk(ctx.module, into_functions=True)):
+        values = {astutil.string_value(v) for name, v, _ in sc.assignments(ctx) if name == node.value}
+        if len(values) == 1:
+            text = values.pop()
+    return (text or "").lower()
+
+
 def trainer_names(ctx) -> dict[str, str]:
     """Names bound to a gluon.Trainer -> the Gluon optimizer name (lower case) or ''."""
     key = ("gluon.trainers", ctx.module)
@@ -28,7 +40,7 @@ def trainer_names(ctx) -> dict[str, str]:
         for name, value, _ in sc.assignments(ctx):
             if sc.call_name(ctx, value) in TRAINER:
                 opt = astutil.arg(value, "optimizer", 1)
-                out[name] = (astutil.string_value(opt.value) or "").lower() if opt is not None else ""
+                out[name] = optimizer_name(ctx, opt.value) if opt is not None else ""
         ctx.cache[key] = out
     return ctx.cache[key]
 
@@ -100,6 +112,22 @@ class GluonTrainer(Rule):
             """
             from mxnet import gluon
 
+            optimizer = "nag"
+            trainer = gluon.Trainer(net.collect_params(), optimizer, {"learning_rate": 0.1, "momentum": 0.9})
+            """,
+            """
+            from mxnet import gluon
+            import torch
+
+            optimizer = "nag"
+            trainer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, nesterov=True)
+            """,
+            title="the optimizer named by a variable bound to one string",
+        ),
+        Example(
+            """
+            from mxnet import gluon
+
             trainer = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": lr, "beta1": 0.5})
             """,
             """
@@ -155,7 +183,7 @@ class GluonTrainer(Rule):
 
     def _optimizer(self, node: cst.Call) -> Optional[str]:
         opt = astutil.arg(node, "optimizer", 1)
-        return (astutil.string_value(opt.value) or "").lower() if opt is not None else None
+        return optimizer_name(self.ctx, opt.value) if opt is not None else None
 
     def visit_Call(self, node: cst.Call) -> None:
         if sc.call_name(self.ctx, node) not in TRAINER:
