@@ -73,9 +73,10 @@ class GluonRecordStep(Rule):
 
     With a context list (Gluon's single-process data parallelism, one loss per shard; GL002
     and GL003 make it one device and one shard), `for l in loss: l.backward()` becomes
-    `for l in loss: (l.sum() / n).backward()` (torch adds the shards' gradients up, as Gluon's
-    trainer sums its contexts' gradients), and `autograd.backward(losses)` becomes
-    `(sum(part.sum() for part in losses) / n).backward()`.
+    `(sum(l.sum() for l in loss) / n).backward()` and `autograd.backward(losses)`
+    `(sum(part.sum() for part in losses) / n).backward()`: one backward pass of the shards'
+    summed loss, the gradients Gluon's trainer sums over its contexts (and one step for the
+    JAX rules to make a `value_and_grad` step of).
 
     Reported: a `record()` block without such a step (a step in another function, several
     backward passes, `backward` with a head gradient), `record(train_mode=False)`, and
@@ -153,8 +154,7 @@ class GluonRecordStep(Rule):
                 trainer.zero_grad()
                 output = [net(X) for X in data]
                 loss = [loss_fn(yhat, y) for yhat, y in zip(output, label)]
-                for l in loss:
-                    (l.sum() / batch_size).backward()
+                (sum(l.sum() for l in loss) / batch_size).backward()
                 trainer.step()
             for batch in train_data:
                 trainer.zero_grad()
@@ -197,7 +197,7 @@ class GluonRecordStep(Rule):
             self.report(node, f"autograd.record(): {plan}; translate by hand (zero_grad, forward, backward of the "
                         "loss summed and divided by trainer.step's n, step())")
             return
-        backward, step, trainer, n = plan
+        backward, step, trainer, n, loop = plan
         function_form = sc.call_name(self.ctx, backward) in _AUTOGRAD_BACKWARD
         zero = cst.parse_statement(f"{trainer}.zero_grad()")
 
@@ -216,7 +216,12 @@ class GluonRecordStep(Rule):
             div = cst.BinaryOperation(summed, cst.Divide(), _paren_if_binary(n), lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
             return u.with_changes(func=u.func.with_changes(value=div))
 
-        edits = (self.replace(node, unwrap), self.replace(backward, scaled),
+        def summed(u: cst.For) -> cst.BaseStatement:  # for l in loss: l.backward() -> one backward of the sum
+            part, losses = sc.code(u.target), sc.code(u.iter)
+            return cst.parse_statement(f"(sum({part}.sum() for {part} in {losses}) / {sc.code(_paren_if_binary(n))}).backward()\n"
+                                       ).with_changes(leading_lines=u.leading_lines)
+
+        edits = (self.replace(node, unwrap), self.replace(loop, summed) if loop is not None else self.replace(backward, scaled),
                  self.replace(step, lambda u: u.with_changes(args=[])))
         self.report(node, "autograd.record() + backward() + trainer.step(n) -> zero_grad(), (loss.sum() / n).backward(), step()",
                     Fix(edits))
@@ -253,7 +258,8 @@ class GluonRecordStep(Rule):
         if len(step.args) != 1 or step.args[0].keyword not in (None,) and step.args[0].keyword.value != "batch_size":
             return "trainer.step() with arguments other than the batch size"
         trainer = dotted_name(step.func.value)
-        return backward, step, trainer, step.args[0].value
+        loop = backwards[0] if isinstance(backwards[0], cst.For) else None
+        return backward, step, trainer, step.args[0].value, loop
 
 
 def _paren_if_binary(n: cst.BaseExpression) -> cst.BaseExpression:
