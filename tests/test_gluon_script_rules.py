@@ -331,3 +331,20 @@ def test_an_optimizer_variable_that_is_a_parameter_is_not_read_as_a_string():
     result = _to_torch(source)
     assert "gluon.Trainer" in result.source
     assert any(f.code == "GL302" for f in result.remaining)
+
+
+def test_optimizer_parameters_through_a_variable_and_when_they_are_not_followed():
+    base = ("from mxnet import gluon\n"
+            "optimizer = 'nag'\n"
+            "optimizer_params = {'learning_rate': 0.1, 'wd': 0.0001, 'momentum': 0.9}\n"
+            "EXTRA"
+            "trainer = gluon.Trainer(net.collect_params(), optimizer, optimizer_params)\n")
+    out = _to_torch(base.replace("EXTRA", "")).source
+    assert "trainer = torch.optim.SGD(net.parameters(), lr=0.1, weight_decay=0.0001, momentum=0.9, nesterov=True)" in out
+    # changed after it is made, or holding a value that is not a constant: reported, kept
+    for extra in ("optimizer_params['momentum'] = 0.5\n", "optimizer_params.update(wd=0.0)\n"):
+        result = _to_torch(base.replace("EXTRA", extra))
+        assert "gluon.Trainer" in result.source, extra
+        assert any(f.code == "GL302" and "dict literal" in f.message for f in result.remaining), extra
+    result = _to_torch(base.replace("'learning_rate': 0.1", "'learning_rate': lr").replace("EXTRA", ""))
+    assert "gluon.Trainer" in result.source
