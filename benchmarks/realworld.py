@@ -166,10 +166,13 @@ GLUON_REASONS = {
         "CIFAR-10 records",
     "gluon/gluon-cv/train_cifar10.py": "as dive_deep_cifar10: the port stops at its gluoncv import (get_model, "
         "TrainingHistory, gluoncv's transforms); the MXNet parts port",
-    "gluon/gluon-cv/train_mixup_cifar10.py": "as dive_deep_cifar10: the port stops at its gluoncv import; a JAX or "
-        "unsafe row measured before the context-list rules (its summary names mxnet) is not re-measured",
-    "gluon/gluon-cv/train_imagenet.py": "the port keeps mxnet and gluoncv imports: besides gluoncv's get_model and "
-        "LRScheduler, findings name what stays for a person (`mx.init.MSRAPrelu`, `lr_scheduler` in the optimizer "
+    "gluon/gluon-cv/train_mixup_cifar10.py": "the port keeps its mxnet imports: GL301 reports "
+        "`SoftmaxCrossEntropyLoss(sparse_label=False)` (mixup's soft labels) and GL402 `mx.metric.RMSE`, both left "
+        "for a person, and the port stops at `import mxnet`; the gluoncv imports come after; the context list, "
+        "split_and_load and the per-shard backward port; an unsafe row measured before the context-list rules "
+        "(its summary names mxnet too) is not re-measured",
+    "gluon/gluon-cv/train_imagenet.py": "the port keeps its mxnet imports (\"No module named 'mxnet'\") and "
+        "gluoncv's (get_model, LRScheduler): findings name what stays for a person (`mx.init.MSRAPrelu`, `lr_scheduler` in the optimizer "
         "parameters, `mx.metric.TopKAccuracy`/`RMSE`, RandomResizedCrop/ColorJitter/Lighting transforms); the "
         "original trains on the synthetic RecordIO files; a JAX or unsafe row measured before the context-list "
         "rules is not re-measured",
