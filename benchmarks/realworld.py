@@ -169,71 +169,13 @@ GLUON_REASONS = {
     "gluon/gluon-cv/train_mixup_cifar10.py": "the port keeps its mxnet imports: GL301 reports "
         "`SoftmaxCrossEntropyLoss(sparse_label=False)` (mixup's soft labels) and GL402 `mx.metric.RMSE`, both left "
         "for a person, and the port stops at `import mxnet`; the gluoncv imports come after; the context list, "
-        "split_and_load and the per-shard backward port; an unsafe row measured before the context-list rules "
-        "(its summary names mxnet too) is not re-measured",
+        "split_and_load and the per-shard backward port; the unsafe rows were measured before the context-list "
+        "rules and not re-measured",
     "gluon/gluon-cv/train_imagenet.py": "the port keeps its mxnet imports (\"No module named 'mxnet'\") and "
-        "gluoncv's (get_model, LRScheduler): findings name what stays for a person (`mx.init.MSRAPrelu`, `lr_scheduler` in the optimizer "
-        "parameters, `mx.metric.TopKAccuracy`/`RMSE`, RandomResizedCrop/ColorJitter/Lighting transforms); the "
-        "original trains on the synthetic RecordIO files; a JAX or unsafe row measured before the context-list "
-        "rules is not re-measured",
-    "gluon/gluon-cv/finetune_minc.py": (["--data", "minc", "--model", "resnet18_v1", "-j", "0", "--epochs", "1",
-                                         "-b", "2"], "minc-folder"),
-    "gluon/gluon-cv/transfer_learning_minc.py": ([], "minc-tiny-zip"),
-}
-# environment variables of both sides for a data layout (MXNet's datasets root: $MXNET_HOME/datasets)
-DATA_ENV = {"cifar10-bin": {"MXNET_HOME": ".mxnet"}}
-
-
-# Why a torch-xla row does not pass, as measured (rendered under the table; the finding that
-# predicts it where porter prints one)
-REASONS = {
-    "torch/nanoGPT/": "the port still moves to `device = 'cuda'`, a configuration string that configurator.py "
-                      "and `--device=` override: TX103 \"CUDA device string stored\" reports it and leaves it to a "
-                      "person (\"Found no NVIDIA driver\" on the port side)",
-    "torch/pytorch-tutorial/01-basics/": "CPU-only scripts (linear_regression, logistic_regression, pytorch_basics): "
-                                         "TX109 builds the trained model on torch_xla.device() and moves the tensors "
-                                         "its steps take; a row that still fails has the finding of TX109 that "
-                                         "says why it moved nothing",
-    "torch/timm-scripts/": "`--device` defaults to 'cuda' and timm's utils.init_distributed_device(args) asserts "
-                           "CUDA: TX103 reports the argparse default at train.py:173 (\"CUDA device string as a "
-                           "command-line default\"); the option is read by a library function porter does not "
-                           "follow, so it is not rewritten (the finding is from `porter check` at this commit; the row's findings are "
-                           "from the 18:07 run)",
-    "torch/pytorch-tutorial/02-intermediate/bidirectional_recurrent_neural_network/": "XLA:CPU compile time of the "
-        "unrolled nn.LSTM step: the sibling recurrent_neural_network's port, traced alone (float64, 2 steps), logged "
-        "one SyncTensorsGraph compile of 4 min 41 s (XLA's slow_operation_alarm) on the loaded 2-core machine; no "
-        "porter finding predicts it (the port is not wrong; the per-side limit is too short for that compile). "
-        "float32 is slow too: a 2-layer nn.LSTM(28, 128) step (sequence 28, batch 4, forward, backward, SGD) in "
-        "float32 on XLA:CPU, at a load average of ~50, had not finished after 420 s (its last output XLA's "
-        "slow_operation_alarm banner)",
-    "torch/pytorch-tutorial/02-intermediate/recurrent_neural_network/": "as the bidirectional one: one XLA:CPU "
-        "compile of the unrolled nn.LSTM graph took 4 min 41 s (measured alone), over the per-side limit",
-    "torch/pytorch-tutorial/02-intermediate/deep_residual_network/": "the port timed out at the per-side limit; "
-        "not traced alone, so the cause (a slow XLA:CPU compile, as for the LSTMs, is likely) is not measured",
-    "torch/pytorch-tutorial/02-intermediate/language_model/": "the port timed out at the per-side limit; not traced "
-        "alone, so the cause (a slow XLA:CPU compile of the LSTM, as for the tutorials' other LSTMs, is likely) is "
-        "not measured",
-    "torch/pytorch-cifar/": "the verifier's CUDA shim now builds nn.DataParallel as the single CPU module (it "
-                            "failed there before: \"module must have its parameters and buffers on device "
-                            "cuda:0\"); SimpleDLA at 32x32 is then too slow for the 300 s per side on the "
-                            "loaded machine (load average ~50): the original timed out in float64 in both "
-                            "modes and in float32 in safe mode; in unsafe mode it ran in float32 and the "
-                            "port timed out (its first XLA:CPU compile); no finding predicts it",
-}
-
-
-# Why a gluon row does not pass, as measured (rendered under the table)
-GLUON_REASONS = {
-    "gluon/gluon-cv/dive_deep_cifar10.py": "the port still imports mxnet: `split_and_load(batch, ctx_list=ctx)` over a "
-        "list of contexts is reported by GL003 (Gluon's single-process data parallelism; how to spread a batch over "
-        "XLA devices is the author's decision) and not ported, so the mxnet import stays and the port stops at it "
-        "(\"No module named 'mxnet'\" in porter's venv); the original trains on the synthetic CIFAR-10 records",
-    "gluon/gluon-cv/train_cifar10.py": "as dive_deep_cifar10: GL003's `split_and_load(..., ctx_list=ctx)` keeps the "
-        "mxnet import in the port",
-    "gluon/gluon-cv/train_mixup_cifar10.py": "as dive_deep_cifar10: GL003's `split_and_load(..., ctx_list=ctx)` keeps "
-        "the mxnet import in the port",
-    "gluon/gluon-cv/train_imagenet.py": "as dive_deep_cifar10: GL003's `split_and_load(..., ctx_list=ctx)` keeps the "
-        "mxnet import in the port; the original trains on the synthetic RecordIO files",
+        "gluoncv's (get_model, LRScheduler): findings name what stays for a person (`mx.init.MSRAPrelu`, "
+        "`lr_scheduler` in the optimizer parameters, `mx.metric.TopKAccuracy`/`RMSE`, "
+        "RandomResizedCrop/ColorJitter/Lighting transforms); the original trains on the synthetic RecordIO files; "
+        "the unsafe rows were measured before the context-list rules and not re-measured",
     "gluon/gluon-cv/finetune_minc.py": "the original cannot run offline: `get_model(name, pretrained=True)` downloads "
         "gluoncv's pretrained weights (ConnectionError); the verifier has no stand-in for gluoncv's model store",
     "gluon/gluon-cv/transfer_learning_minc.py": "the original cannot run offline: `get_model(name, pretrained=True)` "
