@@ -12,6 +12,11 @@ on real torch_xla or JAX, K optimizer steps each, losses compared step by step.
   ``DataLoader`` over an ``ArrayDataset``, BatchNorm, Adam) match their original on both
   targets (torch_xla: default mode; JAX: ``--unsafe-fixes``), starting from the original's
   weights;
+- Gluon's single-process data parallelism (tests/data/gluon_verify/data_parallel.py: a
+  context list of two CPU contexts, ``split_and_load(..., ctx_list=ctx, even_split=False)``,
+  a backward per shard, ``trainer.step(batch_size)``, NAG named by a variable): the torch_xla
+  port (default mode) keeps one device and the whole batch, and its steps match the original's,
+  whose batches MXNet really splits in two;
 - a wrong port (the MLP fixture's torch_xla port with twice the learning rate) matches at step 1
   (same weights, same data) and is reported diverged from step 2 on, exit status 1.
 """
@@ -156,6 +161,31 @@ def test_split_and_load_jax_port_matches_its_original(split_and_load_reports):
     assert report.status == "passed", (report.summary, report.notes, report.port and report.port.log[-3000:])
     assert len(report.steps) == 4
     assert any("weights loaded into the port's" in n for n in report.notes), report.notes
+
+
+DATA_PARALLEL_ARGS = ("--epochs", "1", "--batch-size", "16", "--num-samples", "96", "--num-val-samples", "32",
+                      "--log-interval", "2", "--num-devices", "2")
+
+
+@pytest.fixture(scope="module")
+def data_parallel_report(tmp_path_factory):
+    port = _port(DATA / "data_parallel.py", "torch-xla", tmp_path_factory.mktemp("port-data-parallel"))
+    text = port.read_text(encoding="utf-8")
+    report = verify_script(ScriptRequest(DATA / "data_parallel.py", port, 4, DATA_PARALLEL_ARGS, timeout=600))
+    return text, report
+
+
+@pytest.mark.xla
+def test_data_parallel_torch_xla_port_matches_its_split_original(data_parallel_report):
+    text, report = data_parallel_report
+    assert "split_and_load(" not in text and "import mxnet" not in text
+    assert "[torch_xla.device()]" in text
+    assert "(sum(l.sum() for l in loss) / batch_size).backward()" in text
+    assert report.status == "passed", (report.summary, report.notes, report.port and report.port.log[-3000:])
+    assert len(report.steps) == 4
+    assert any("weights loaded into the port's" in n for n in report.notes), report.notes
+    # the original took two backward passes a step (two contexts), compared by their sum
+    assert any("several backward passes" in n for n in report.notes), report.notes
 
 
 @pytest.mark.xla

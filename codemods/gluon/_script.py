@@ -101,6 +101,62 @@ def defined_at_top(ctx: FileContext, name: str) -> bool:
 
 
 # ----------------------------------------------------------------------------------------
+# Contexts and context lists (Gluon's single-process data parallelism)
+# ----------------------------------------------------------------------------------------
+GPU_CONTEXTS = ("mxnet.gpu", "mxnet.context.gpu")
+CPU_CONTEXTS = ("mxnet.cpu", "mxnet.context.cpu", "mxnet.cpu_pinned", "mxnet.context.cpu_pinned")
+
+
+def is_context_call(ctx: FileContext, node: cst.CSTNode) -> bool:
+    return call_name(ctx, node) in (*GPU_CONTEXTS, *CPU_CONTEXTS)
+
+
+def is_context_list(ctx: FileContext, node: cst.CSTNode) -> bool:
+    """A list of contexts: ``[mx.gpu(i) for i in range(n)]``, ``[mx.gpu(0), mx.gpu(1)]``,
+    ``[mx.cpu()]``, or a choice between such lists (``[...] if n > 0 else [mx.cpu()]``)."""
+    if isinstance(node, cst.IfExp):
+        return is_context_list(ctx, node.body) and is_context_list(ctx, node.orelse)
+    if isinstance(node, cst.ListComp):
+        return is_context_call(ctx, node.elt)
+    if isinstance(node, cst.List):
+        return bool(node.elements) and all(not isinstance(e, cst.StarredElement) and is_context_call(ctx, e.value)
+                                           for e in node.elements)
+    return False
+
+
+def context_list_names(ctx: FileContext) -> set[str]:
+    """Names the file binds to a list of contexts anywhere (``ctx = [mx.gpu(i) for ...]``),
+    or to a one-element list display (the usual ``if isinstance(ctx, mx.Context): ctx = [ctx]``).
+    Read where a context is expected (``ctx=`` of initialize, load_parameters): there such a
+    name holds a context list."""
+    key = ("gluon.context_lists", ctx.module)
+    if key not in ctx.cache:
+        out = set()
+        for name, value, _ in assignments(ctx):
+            if is_context_list(ctx, value) or (isinstance(value, cst.List) and len(value.elements) == 1
+                                               and isinstance(value.elements[0], cst.Element)):
+                out.add(name)
+        ctx.cache[key] = out
+    return ctx.cache[key]
+
+
+def one_device(ctx: FileContext, contexts: cst.BaseExpression) -> Optional[cst.BaseExpression]:
+    """The device a port puts a model or a batch on where Gluon takes a context or a context
+    list (``ctx=``): a list display's first element, ``name[0]`` for a name bound to a context
+    list (the port keeps one device per process: the list has one device, see GL002), the
+    expression itself otherwise (one context)."""
+    if isinstance(contexts, (cst.List, cst.Tuple)):
+        if not contexts.elements or isinstance(contexts.elements[0], cst.StarredElement):
+            return None
+        return contexts.elements[0].value
+    if isinstance(contexts, cst.ListComp):
+        return None
+    if dotted_name(contexts) in context_list_names(ctx):
+        return cst.Subscript(contexts, [cst.SubscriptElement(cst.Index(cst.Integer("0")))])
+    return contexts
+
+
+# ----------------------------------------------------------------------------------------
 # Emitted code
 # ----------------------------------------------------------------------------------------
 _ENV = jinja2.Environment(
@@ -147,6 +203,18 @@ def insert_before_defs(statements: list[cst.BaseStatement]):
 TRAINER = ("mxnet.gluon.Trainer", "mxnet.gluon.trainer.Trainer")
 
 
+def optimizer_name(ctx, node: cst.BaseExpression) -> str:
+    """The Gluon optimizer's name (lower case) that ``node`` spells: a string, or a name the
+    file binds to one string only (``optimizer = 'nag'``, and no parameter of that name); else ''."""
+    text = astutil.string_value(node)
+    if text is None and isinstance(node, cst.Name) and not any(
+            isinstance(n, cst.Param) and n.name.value == node.value for n in astutil.walk(ctx.module, into_functions=True)):
+        values = {astutil.string_value(v) for name, v, _ in assignments(ctx) if name == node.value}
+        if len(values) == 1:
+            text = values.pop()
+    return (text or "").lower()
+
+
 def trainer_names(ctx) -> dict[str, str]:
     """Names bound to a gluon.Trainer -> the Gluon optimizer name (lower case) or ''."""
     key = ("gluon.trainers", ctx.module)
@@ -155,13 +223,11 @@ def trainer_names(ctx) -> dict[str, str]:
         for name, value, _ in assignments(ctx):
             if isinstance(value, cst.Call) and call_name(ctx, value) in TRAINER:
                 opt = astutil.arg(value, "optimizer", 1)
-                out[name] = (astutil.string_value(opt.value) or "").lower() if opt is not None else ""
+                out[name] = optimizer_name(ctx, opt.value) if opt is not None else ""
         ctx.cache[key] = out
     return ctx.cache[key]
 
 
-GPU_CONTEXTS = ("mxnet.gpu", "mxnet.context.gpu")
-CPU_CONTEXTS = ("mxnet.cpu", "mxnet.context.cpu", "mxnet.cpu_pinned", "mxnet.context.cpu_pinned")
 _DEVICE_LIKE = ("device", "dev")
 
 

@@ -4,6 +4,7 @@ from porter import astutil
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _model
+from . import _script as sc
 
 INITIALIZERS = {"Xavier": "init_xavier", "Normal": "init_normal", "Uniform": "init_uniform",
                 "Constant": "init_constant", "Zero": "init_zero", "One": "init_one"}
@@ -31,8 +32,9 @@ class GluonInitialize(Rule):
     is initialized right after torch makes its parameters, before it computes: Gluon's
     deferred initialization.
 
-    Other initializers (`MSRAPrelu`, `Orthogonal`, `Mixed`...) and several contexts
-    (`ctx=[mx.gpu(0), mx.gpu(1)]`) are reported for a person.
+    A context list (`ctx=[mx.gpu(0), mx.gpu(1)]`, or a name bound to one) puts the model on
+    the process's one device (its first; GL002 makes the list one device). Other initializers
+    (`MSRAPrelu`, `Orthogonal`, `Mixed`...) are reported for a person.
 
     ## Why
     torch initializes each layer when it is built, with its own defaults (Kaiming uniform);
@@ -153,8 +155,9 @@ class GluonInitialize(Rule):
                 a.keyword is not None and a.keyword.value not in ("init", "ctx", "verbose", "force_reinit") for a in call.args):
             return
         ctx_arg = astutil.arg(call, "ctx", 1)
-        if ctx_arg is not None and isinstance(ctx_arg.value, (cst.List, cst.Tuple)):
-            _model.report_manual(self, call, "initialize on several contexts (data parallel): one device per process in torch")
+        if ctx_arg is not None and sc.one_device(self.ctx, ctx_arg.value) is None:
+            _model.report_manual(self, call, "initialize on this context list: one device per process in torch, "
+                                 "net.to(device)")
             return
         edit, imports = _model.helpers_edit(self.ctx, ["initialize"])
 
@@ -166,8 +169,9 @@ class GluonInitialize(Rule):
             args = owner + (f", {_model.code(init.value)}" if init is not None else "")
             lines = [stmt.with_changes(body=[cst.Expr(cst.parse_expression(f"initialize({args})"))])]
             if device is not None:
+                one = sc.one_device(self.ctx, device.value)  # a context list: its one device (GL002)
                 lines.append(cst.SimpleStatementLine([cst.Expr(cst.parse_expression(
-                    f"{owner}.to({_model.code(device.value)})"))]))
+                    f"{owner}.to({_model.code(one)})"))]))
             return cst.FlattenSentinel(lines)
 
         self.report(call, "Gluon's initialize: the emitted initialize() with Gluon's defaults", Fix(

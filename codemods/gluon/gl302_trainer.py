@@ -9,7 +9,7 @@ from porter.context import dotted_name
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _script as sc
-from ._script import TRAINER, trainer_names
+from ._script import TRAINER, optimizer_name, trainer_names
 
 # Gluon optimizer -> (torch.optim class, Gluon optimizer parameter -> torch keyword, fixed torch keywords)
 _OPTIMIZERS = {
@@ -18,6 +18,37 @@ _OPTIMIZERS = {
     "adam": ("GluonAdam", {"learning_rate": "lr", "wd": "weight_decay", "epsilon": "eps"}, {}),
 }
 _IGNORED = ("lazy_update",)  # dense gradients: no effect
+
+
+def _literal(node: cst.BaseExpression) -> bool:
+    if isinstance(node, cst.UnaryOperation):
+        node = node.expression
+    return isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)) or (
+        isinstance(node, cst.Name) and node.value in ("True", "False", "None"))
+
+
+def optimizer_params_dict(ctx, node: cst.BaseExpression) -> Optional[cst.Dict]:
+    """The optimizer parameters' dict: a dict literal, or a name the file binds once to a dict of
+    literal values (``optimizer_params = {'learning_rate': 0.1, 'wd': 1e-4}``), never a
+    parameter, never changed (``d[k] = v``, ``d.update(...)``); else None."""
+    if isinstance(node, cst.Dict):
+        return node
+    if not isinstance(node, cst.Name):
+        return None
+    name = node.value
+    values = [v for n, v, _ in sc.assignments(ctx) if n == name]
+    if len(values) != 1 or not isinstance(values[0], cst.Dict):
+        return None
+    for n in astutil.walk(ctx.module, into_functions=True):
+        if isinstance(n, cst.Param) and n.name.value == name:
+            return None
+        if isinstance(n, cst.Subscript) and isinstance(n.value, cst.Name) and n.value.value == name:
+            return None  # d[k] read or written: not followed
+        if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == name:
+            return None  # d.update(...), d.pop(...)
+    if not all(isinstance(el, cst.DictElement) and _literal(el.value) for el in values[0].elements):
+        return None
+    return values[0]
 
 
 def _params_expr(node: cst.BaseExpression, ctx) -> Optional[cst.BaseExpression]:
@@ -31,7 +62,8 @@ class GluonTrainer(Rule):
     """
     ## What it does
     Translates `gluon.Trainer(net.collect_params(), optimizer, {params})` into a torch
-    optimizer over `net.parameters()`:
+    optimizer over `net.parameters()` (the optimizer's name and its parameters also through a
+    variable the file binds once to a string, or to a dict of constants):
 
     | Gluon optimizer | PyTorch |
     | --- | --- |
@@ -82,6 +114,40 @@ class GluonTrainer(Rule):
 
             trainer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
             """,
+        ),
+        Example(
+            """
+            from mxnet import gluon
+
+            optimizer = "nag"
+            trainer = gluon.Trainer(net.collect_params(), optimizer, {"learning_rate": 0.1, "momentum": 0.9})
+            """,
+            """
+            from mxnet import gluon
+            import torch
+
+            optimizer = "nag"
+            trainer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, nesterov=True)
+            """,
+            title="the optimizer named by a variable bound to one string",
+        ),
+        Example(
+            """
+            from mxnet import gluon
+
+            optimizer = "nag"
+            optimizer_params = {"learning_rate": 0.1, "wd": 1e-4, "momentum": 0.9}
+            trainer = gluon.Trainer(net.collect_params(), optimizer, optimizer_params)
+            """,
+            """
+            from mxnet import gluon
+            import torch
+
+            optimizer = "nag"
+            optimizer_params = {"learning_rate": 0.1, "wd": 1e-4, "momentum": 0.9}
+            trainer = torch.optim.SGD(net.parameters(), lr=0.1, weight_decay=1e-4, momentum=0.9, nesterov=True)
+            """,
+            title="and its parameters by a variable bound to one dict of constants",
         ),
         Example(
             """
@@ -142,7 +208,7 @@ class GluonTrainer(Rule):
 
     def _optimizer(self, node: cst.Call) -> Optional[str]:
         opt = astutil.arg(node, "optimizer", 1)
-        return (astutil.string_value(opt.value) or "").lower() if opt is not None else None
+        return optimizer_name(self.ctx, opt.value) if opt is not None else None
 
     def visit_Call(self, node: cst.Call) -> None:
         if sc.call_name(self.ctx, node) not in TRAINER:
@@ -161,7 +227,7 @@ class GluonTrainer(Rule):
             op = astutil.arg(u, "optimizer_params", 2)
             values = {}
             if op is not None:
-                for el in op.value.elements:
+                for el in optimizer_params_dict(self.ctx, op.value).elements:
                     values[astutil.string_value(el.key)] = el.value
             betas = None
             for key, value in values.items():
@@ -200,10 +266,11 @@ class GluonTrainer(Rule):
         op = astutil.arg(node, "optimizer_params", 2)
         if op is None:
             return None
-        if not isinstance(op.value, cst.Dict):
+        params_dict = optimizer_params_dict(self.ctx, op.value)
+        if params_dict is None:
             return "optimizer parameters that are not a dict literal"
         allowed = set(_OPTIMIZERS[opt][1]) | set(_IGNORED) | ({"beta1", "beta2"} if opt == "adam" else set())
-        for el in op.value.elements:
+        for el in params_dict.elements:
             if not isinstance(el, cst.DictElement) or astutil.string_value(el.key) is None:
                 return "optimizer parameters that are not a dict literal"
             key = astutil.string_value(el.key)

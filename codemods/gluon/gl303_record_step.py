@@ -29,6 +29,27 @@ def _backward(stmt: cst.CSTNode) -> Optional[cst.Call]:
     return None
 
 
+_AUTOGRAD_BACKWARD = ("mxnet.autograd.backward",)
+
+
+def _backward_pass(ctx, stmt: cst.CSTNode) -> Optional[cst.Call]:
+    """The backward call of a statement that backpropagates the step's loss: ``loss.backward()``,
+    a loop over the per-shard losses of a context list (``for l in loss: l.backward()``), or
+    ``autograd.backward(losses)``."""
+    call = _backward(stmt)
+    if call is not None:
+        return call
+    if isinstance(stmt, cst.For) and isinstance(stmt.body, cst.IndentedBlock) and len(stmt.body.body) == 1 \
+            and stmt.orelse is None and isinstance(stmt.target, cst.Name):
+        inner = _backward(stmt.body.body[0])
+        if inner is not None and isinstance(inner.func.value, cst.Name) and inner.func.value.value == stmt.target.value:
+            return inner
+    call = _expr_call(stmt)
+    if call is not None and sc.call_name(ctx, call) in _AUTOGRAD_BACKWARD:
+        return call
+    return None
+
+
 class GluonRecordStep(Rule):
     """
     ## What it does
@@ -49,6 +70,13 @@ class GluonRecordStep(Rule):
     that a `trainer.step(n)` of a `gluon.Trainer` follows in the same body, with exactly one
     `backward()` (inside the block or after it) before that step; statements between the
     backward and the step (gradient clipping, GL304) stay where they are.
+
+    With a context list (Gluon's single-process data parallelism, one loss per shard; GL002
+    and GL003 make it one device and one shard), `for l in loss: l.backward()` becomes
+    `(sum(l.sum() for l in loss) / n).backward()` and `autograd.backward(losses)`
+    `(sum(part.sum() for part in losses) / n).backward()`: one backward pass of the shards'
+    summed loss, the gradients Gluon's trainer sums over its contexts (and one step for the
+    JAX rules to make a `value_and_grad` step of).
 
     Reported: a `record()` block without such a step (a step in another function, several
     backward passes, `backward` with a head gradient), `record(train_mode=False)`, and
@@ -98,6 +126,46 @@ class GluonRecordStep(Rule):
         ),
         Example(
             """
+            from mxnet import autograd as ag, gluon
+
+            trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+            for batch in train_data:
+                data = gluon.utils.split_and_load(batch[0], ctx_list=ctx)
+                label = gluon.utils.split_and_load(batch[1], ctx_list=ctx)
+                with ag.record():
+                    output = [net(X) for X in data]
+                    loss = [loss_fn(yhat, y) for yhat, y in zip(output, label)]
+                for l in loss:
+                    l.backward()
+                trainer.step(batch_size)
+            for batch in train_data:
+                with ag.record():
+                    losses = [loss_fn(net(X), y) for X, y in zip(*batch)]
+                    ag.backward(losses)
+                trainer.step(batch_size * 2)
+            """,
+            """
+            from mxnet import autograd as ag, gluon
+
+            trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+            for batch in train_data:
+                data = gluon.utils.split_and_load(batch[0], ctx_list=ctx)
+                label = gluon.utils.split_and_load(batch[1], ctx_list=ctx)
+                trainer.zero_grad()
+                output = [net(X) for X in data]
+                loss = [loss_fn(yhat, y) for yhat, y in zip(output, label)]
+                (sum(l.sum() for l in loss) / batch_size).backward()
+                trainer.step()
+            for batch in train_data:
+                trainer.zero_grad()
+                losses = [loss_fn(net(X), y) for X, y in zip(*batch)]
+                (sum(part.sum() for part in losses) / (batch_size * 2)).backward()
+                trainer.step()
+            """,
+            title="per-shard losses of a context list (split_and_load is GL003's)",
+        ),
+        Example(
+            """
             from mxnet import autograd
 
             def train_step(net, data):
@@ -129,14 +197,18 @@ class GluonRecordStep(Rule):
             self.report(node, f"autograd.record(): {plan}; translate by hand (zero_grad, forward, backward of the "
                         "loss summed and divided by trainer.step's n, step())")
             return
-        backward, step, trainer, n = plan
+        backward, step, trainer, n, loop = plan
+        function_form = sc.call_name(self.ctx, backward) in _AUTOGRAD_BACKWARD
         zero = cst.parse_statement(f"{trainer}.zero_grad()")
 
         def unwrap(u: cst.With) -> cst.FlattenSentinel:
             first = zero.with_changes(leading_lines=u.leading_lines)
             return cst.FlattenSentinel([first, *u.body.body])
 
-        def scaled(u: cst.Call) -> cst.Call:
+        def scaled(u: cst.Call) -> cst.BaseExpression:
+            if function_form:  # autograd.backward(losses)
+                losses = sc.code(u.args[0].value)
+                return sc.expr(f"(sum(part.sum() for part in {losses}) / {sc.code(_paren_if_binary(n))}).backward()")
             loss = u.func.value
             summed = cst.Call(cst.Attribute(loss if isinstance(loss, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
                                             else loss.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]),
@@ -144,7 +216,12 @@ class GluonRecordStep(Rule):
             div = cst.BinaryOperation(summed, cst.Divide(), _paren_if_binary(n), lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
             return u.with_changes(func=u.func.with_changes(value=div))
 
-        edits = (self.replace(node, unwrap), self.replace(backward, scaled),
+        def summed(u: cst.For) -> cst.BaseStatement:  # for l in loss: l.backward() -> one backward of the sum
+            part, losses = sc.code(u.target), sc.code(u.iter)
+            return cst.parse_statement(f"(sum({part}.sum() for {part} in {losses}) / {sc.code(_paren_if_binary(n))}).backward()\n"
+                                       ).with_changes(leading_lines=u.leading_lines)
+
+        edits = (self.replace(node, unwrap), self.replace(loop, summed) if loop is not None else self.replace(backward, scaled),
                  self.replace(step, lambda u: u.with_changes(args=[])))
         self.report(node, "autograd.record() + backward() + trainer.step(n) -> zero_grad(), (loss.sum() / n).backward(), step()",
                     Fix(edits))
@@ -155,7 +232,7 @@ class GluonRecordStep(Rule):
         if not isinstance(body, (list, tuple)) or node not in body:
             return "not in a block porter can read"
         after = list(body[list(body).index(node) + 1:])
-        inner = [s for s in node.body.body if _backward(s) is not None]
+        inner = [s for s in node.body.body if _backward_pass(self.ctx, s) is not None]
         backwards = list(inner)
         step = None
         trainers = trainer_names(self.ctx)
@@ -164,7 +241,7 @@ class GluonRecordStep(Rule):
             if call is not None and astutil.method_name(call) == "step" and dotted_name(call.func.value) in trainers:
                 step = call
                 break
-            if _backward(stmt) is not None:
+            if _backward_pass(self.ctx, stmt) is not None:
                 backwards.append(stmt)
             if isinstance(stmt, cst.With) and any(isinstance(i.item, cst.Call) and sc.call_name(self.ctx, i.item) in _RECORD for i in stmt.items):
                 break
@@ -172,13 +249,17 @@ class GluonRecordStep(Rule):
             return "no trainer.step(n) of a gluon.Trainer follows it in the same body"
         if len(backwards) != 1:
             return f"{len(backwards)} backward() calls before trainer.step()"
-        backward = _backward(backwards[0])
-        if backward.args:
+        backward = _backward_pass(self.ctx, backwards[0])
+        if sc.call_name(self.ctx, backward) in _AUTOGRAD_BACKWARD:
+            if len(backward.args) != 1 or backward.args[0].keyword is not None or backward.args[0].star:
+                return "autograd.backward() with a head gradient"
+        elif backward.args:
             return "backward() with a head gradient"
         if len(step.args) != 1 or step.args[0].keyword not in (None,) and step.args[0].keyword.value != "batch_size":
             return "trainer.step() with arguments other than the batch size"
         trainer = dotted_name(step.func.value)
-        return backward, step, trainer, step.args[0].value
+        loop = backwards[0] if isinstance(backwards[0], cst.For) else None
+        return backward, step, trainer, step.args[0].value, loop
 
 
 def _paren_if_binary(n: cst.BaseExpression) -> cst.BaseExpression:

@@ -42,6 +42,45 @@ def _target_position(target: cst.BaseExpression, name: str) -> Optional[int]:
     return None
 
 
+def _batch_item(loop: cst.For, value: cst.BaseExpression) -> Optional[int]:
+    """K for ``batch[K]`` where ``batch`` is the loop's batch (``for batch in loader``, ``for i,
+    batch in enumerate(loader)``)."""
+    target = loop.target
+    if isinstance(target, cst.Tuple) and len(target.elements) == 2:
+        target = target.elements[1].value
+    if not (isinstance(value, cst.Subscript) and isinstance(target, cst.Name) and isinstance(value.value, cst.Name)
+            and value.value.value == target.value and len(value.slice) == 1
+            and isinstance(value.slice[0].slice, cst.Index) and isinstance(value.slice[0].slice.value, cst.Integer)):
+        return None
+    return int(value.slice[0].slice.value.value)
+
+
+def _shard_position(loop: cst.For, name: str) -> Optional[int]:
+    """The model fed the shards of a context list (``data = split_and_load(batch[0], ctx)``,
+    or its port ``data = [batch[0].to(ctx[0])]``; ``[net(X) for X in data]``): the position
+    of ``data`` in the batch."""
+    for comp in astutil.walk(loop.body):
+        if not (isinstance(comp, cst.CompFor) and isinstance(comp.target, cst.Name) and comp.target.value == name
+                and isinstance(comp.iter, cst.Name)):
+            continue
+        shards = comp.iter.value
+        for n in astutil.walk(loop.body):
+            if not (isinstance(n, cst.Assign) and len(n.targets) == 1 and dotted_name(n.targets[0].target) == shards):
+                continue
+            value = n.value
+            if isinstance(value, cst.List) and len(value.elements) == 1 and isinstance(value.elements[0].value, cst.Call) \
+                    and astutil.method_name(value.elements[0].value) == "to":
+                moved = value.elements[0].value.func.value
+            elif isinstance(value, cst.Call) and (dotted_name(value.func) or "").endswith("split_and_load") and value.args:
+                moved = value.args[0].value
+            else:
+                continue
+            position = _batch_item(loop, moved)
+            if position is not None:
+                return position
+    return None
+
+
 class GluonDeferredShapes(Rule):
     """
     ## What it does
@@ -62,7 +101,9 @@ class GluonDeferredShapes(Rule):
     no random numbers, so the data order is unchanged; evaluation mode and `no_grad` leave
     BatchNorm's statistics, dropout's generator and the gradients alone. Applies where the
     port builds lazy modules (`nn.Lazy*`, the emitted `LazyDense`) and the model is moved with
-    a `net.to(device)` statement after its `initialize(net, ...)`. A model whose input is not
+    a `net.to(device)` statement after its `initialize(net, ...)`. The shards of a context
+    list (`data = split_and_load(batch[0], ctx)`, `[net(X) for X in data]`) are read as the
+    batch's item 0. A model whose input is not
     a batch of such a loader (a generator fed with noise drawn in the loop) is left as it is.
 
     ## Why
@@ -83,6 +124,45 @@ class GluonDeferredShapes(Rule):
     needs_text = _LAZY_WORDS
     needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
+        Example(
+            """
+            # an mxnet script after the front end's first pass (Rule.needs_document)
+            import torch
+
+            def get_net():
+                return torch.nn.Sequential(torch.nn.LazyConv2d(8, 3))
+
+            def train(net, train_data, ctx):
+                initialize(net)
+                net.to(ctx[0])
+                for i, batch in enumerate(train_data):
+                    data = [batch[0].to(ctx[0])]
+                    label = [batch[1].to(ctx[0])]
+                    output = [net(X) for X in data]
+            """,
+            """
+            # an mxnet script after the front end's first pass (Rule.needs_document)
+            import torch
+            import torch.utils.data
+
+            def get_net():
+                return torch.nn.Sequential(torch.nn.LazyConv2d(8, 3))
+
+            def train(net, train_data, ctx):
+                initialize(net)
+                # Gluon's deferred shapes: the lazy layers take theirs from one sample, on the CPU, before the move
+                with torch.no_grad():
+                    net.eval()
+                    net(torch.utils.data.default_collate([train_data.dataset[0]])[0])
+                    net.train()
+                net.to(ctx[0])
+                for i, batch in enumerate(train_data):
+                    data = [batch[0].to(ctx[0])]
+                    label = [batch[1].to(ctx[0])]
+                    output = [net(X) for X in data]
+            """,
+            title="the shards of a context list (split_and_load, GL003)",
+        ),
         Example(
             """
             # an mxnet script after the front end's first pass (Rule.needs_document)
@@ -211,6 +291,9 @@ class GluonDeferredShapes(Rule):
                         drawn = self._drawn(loop, name)
                         if drawn is not None:
                             return drawn
+                        shard = _shard_position(loop, name)
+                        if shard is not None:
+                            return loader, shard
         return None
 
     def _drawn(self, loop: cst.For, name: str) -> Optional[str]:

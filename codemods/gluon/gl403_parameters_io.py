@@ -134,7 +134,12 @@ class GluonParametersIO(Rule):
                 self.report(node, "load_parameters(..., ctx=) inside an expression: load with load_gluon_parameters(net, "
                             "path), then net.to(device)")
                 return
-            where = sc.code(device.value)
+            one = sc.one_device(self.ctx, device.value)  # a context list: its one device (GL002)
+            if one is None:
+                self.report(node, "load_parameters(..., ctx=) on this context list: load with load_gluon_parameters(net, "
+                            "path), then net.to(device)")
+                return
+            where = sc.code(one)
             where = renamed(self.ctx).get(where, where)  # the context variable is `device` now (GL002)
             move = cst.parse_statement(f"{sc.code(node.func.value)}.to({where})\n")
             edits.append(self.replace(stmt, lambda u: cst.FlattenSentinel([u, move])))
