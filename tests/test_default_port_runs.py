@@ -103,8 +103,9 @@ def _run(script: Path, args, cwd: Path, xla: bool) -> subprocess.CompletedProces
 
 def test_default_port_makes_the_configuration_string_xla(ports):
     for name in CONFIG_CPU:
-        text = ports[name].read_text(encoding="utf-8")
-        assert "device = 'xla'" in text and "'cuda'" not in text and "pin_memory()" not in text, name
+        text = ports[name].read_text(encoding="utf-8").split('"""', 2)[2]  # the code, not the docstring
+        assert "device = 'xla'" in text and "'xla' in device" in text and "startswith('xla')" in text, name
+        assert "'cuda' in device" not in text and "f'cuda:" not in text and "pin_memory()" not in text, name
 
 
 @pytest.mark.parametrize("name", ["device_chain", "cpu_flag_script", *CONFIG_CPU])
