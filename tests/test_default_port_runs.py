@@ -7,7 +7,8 @@ ported without --unsafe-fixes and run:
 - with the script's defaults the port trains on the XLA device (every traced step executes
   XLA graphs) and its losses equal the original's, step by step (`porter verify --script`);
 - with the user's force-CPU flag the port runs on the CPU (no XLA graph is executed) and ends
-  with the same final metric as the original run with that flag.
+  with the same final metric as the original run with that flag; for a device kept as a
+  configuration string (`device = 'cuda'`, set by `--device=cpu`) the same with that override.
 """
 import json
 import os
@@ -26,7 +27,9 @@ pytestmark = [pytest.mark.xla, pytest.mark.slow]
 CPU_FLAGS = {"mnist_cnn": "--no-cuda", "vae": "--no-cuda", "dcgan": "--no-cuda",
              "device_chain": "--no-cuda", "cpu_flag_script": "--cpu"}
 CPU_ONLY = ["cpu_only_regression"]  # places nothing on a device: the port must still train on XLA (TX109)
-FIXTURES = {fx.name: fx for fx in fixtures() if fx.name in CPU_FLAGS or fx.name in CPU_ONLY}
+# fixture -> the configuration override with which it stays on the CPU (its device is a string, TX103)
+CONFIG_CPU = {"device_string_config": "--device=cpu"}
+FIXTURES = {fx.name: fx for fx in fixtures() if fx.name in CPU_FLAGS or fx.name in CPU_ONLY or fx.name in CONFIG_CPU}
 VERIFIED = ["mnist_cnn", "vae", "dcgan", *CPU_ONLY]  # device_chain and cpu_flag_script: expected.py is the default port (test_fixture_verify)
 
 # Runs a script, then says how many XLA graphs were executed (0 when none).
@@ -56,12 +59,12 @@ def ports(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_the_fixtures_are_there():
-    assert sorted(FIXTURES) == sorted([*CPU_FLAGS, *CPU_ONLY])
+    assert sorted(FIXTURES) == sorted([*CPU_FLAGS, *CPU_ONLY, *CONFIG_CPU])
 
 
 def test_default_port_keeps_the_flag_and_drops_the_availability_tests(ports):
     for name, path in ports.items():
-        if name in CPU_ONLY:
+        if name not in CPU_FLAGS:
             continue
         text = path.read_text(encoding="utf-8")
         assert "is_available()" not in text, name
@@ -98,10 +101,17 @@ def _run(script: Path, args, cwd: Path, xla: bool) -> subprocess.CompletedProces
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("name", ["device_chain", "cpu_flag_script"])
+def test_default_port_makes_the_configuration_string_xla(ports):
+    for name in CONFIG_CPU:
+        text = ports[name].read_text(encoding="utf-8").split('"""', 2)[2]  # the code, not the docstring
+        assert "device = 'xla'" in text and "'xla' in device" in text and "startswith('xla')" in text, name
+        assert "'cuda' in device" not in text and "f'cuda:" not in text and "pin_memory()" not in text, name
+
+
+@pytest.mark.parametrize("name", ["device_chain", "cpu_flag_script", *CONFIG_CPU])
 def test_force_cpu_flag_keeps_the_port_on_the_cpu(name, ports, tmp_path):
     fx = FIXTURES[name]
-    args = ["--epochs", "1", "--dropout", "0", CPU_FLAGS[name]]
+    args = ["--epochs", "1", "--dropout", "0", {**CPU_FLAGS, **CONFIG_CPU}[name]]
     original = _run(fx.original, args, tmp_path, xla=False)
     port = _run(ports[name], args, tmp_path, xla=True)
     assert original.returncode == 0, original.stderr[-3000:]

@@ -35,7 +35,10 @@ GPU_FIXTURES = {
     "ddp_trainer": "eval accuracy",
     "device_type_autocast": "eval mse",
     "cpu_only_regression": "eval mse",
+    "device_string_config": "eval mse",
 }
+# fixtures whose device is a configuration string with no CPU fallback: the CPU run sets it
+CPU_OVERRIDES = {"device_string_config": ["--device=cpu"]}
 ALL_FIXTURES = [*GPU_FIXTURES, "xla_deprecated"]
 COMMON_FLAGS = {"--epochs", "--batch-size", "--lr", "--seed", "--log-interval", "--dropout",
                 "--num-samples", "--save-model"}
@@ -93,7 +96,8 @@ def test_fixture_follows_cli_conventions(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(GPU_FIXTURES))
 def test_gpu_fixture_runs_on_cpu(name, tmp_path):
-    proc = _run([str(FIXTURES / name / "train.py"), "--epochs", "1", "--dropout", "0", "--save-model"],
+    proc = _run([str(FIXTURES / name / "train.py"), "--epochs", "1", "--dropout", "0", "--save-model",
+                 *CPU_OVERRIDES.get(name, [])],
                 cwd=tmp_path, env_extra={"CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 0, proc.stderr[-4000:]
     metric, value = _final(proc.stdout)

@@ -180,7 +180,18 @@ def _name_is_xla(ctx: FileContext, name: str, functions: Sequence[cst.FunctionDe
                 return False
         elif value is None or not is_xla_device_expr(value, ctx):
             return False
+        elif fn is None and not isinstance(value, cst.Call) and module_fact(ctx, _rebinds_globals):
+            return False  # a configuration string (`device = 'cuda'`) that exec()/globals() may set
     return True
+
+
+def _rebinds_globals(ctx: FileContext) -> bool:
+    """The module calls exec() or globals(): a configurator (``exec(open('configurator.py').read())``,
+    ``globals()[key] = value``) may set any module-level name from the command line."""
+    for n in walk(ctx.module, into_functions=True):
+        if isinstance(n, cst.Call) and ctx.qualname(n.func) in ("builtins.exec", "builtins.globals"):
+            return True
+    return False
 
 
 def _callers_pass_xla(ctx: FileContext, fn: cst.FunctionDef, name: str, depth: int) -> bool:

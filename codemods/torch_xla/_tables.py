@@ -138,6 +138,9 @@ CUDA_QUERIES = {
     "torch.cuda.get_device_name": Replacement(
         XM, "xla_device_kind", "torch.cuda.get_device_name() -> xm.xla_device_kind() (the device kind string, "
         "e.g. 'TPU v4'; 'cpu' on the CPU backend)", keep_args=False),
+    "torch.cuda.is_bf16_supported": Replacement(
+        XR, "is_bf16_supported", "torch.cuda.is_bf16_supported() is False without CUDA: on XLA ask the XLA device "
+        "(torch_xla.runtime.is_bf16_supported(); TPUs compute in bfloat16)", keep_args=False),
     "torch.cuda.memory_allocated": Replacement(None, None, f"torch.cuda.memory_allocated() is CUDA-only: {_MEM}; use 'bytes_used'"),
     "torch.cuda.max_memory_allocated": Replacement(None, None, f"torch.cuda.max_memory_allocated() is CUDA-only: {_MEM}; use 'peak_bytes_used'"),
     "torch.cuda.memory_reserved": Replacement(None, None, f"torch.cuda.memory_reserved() is CUDA-only (no caching allocator on XLA): {_MEM}"),

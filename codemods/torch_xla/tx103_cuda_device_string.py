@@ -3,6 +3,7 @@ import libcst as cst
 from porter.astutil import arg
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
+from ._device_strings import DEVICE_TEST, DEVICE_VALUE, OTHER_USE, device_string_fact, xla_string
 from ._devices import PROVABLE, SPELLING, int_ordinal, placement_expr
 from ._tables import TORCH_XLA, imports_torch, is_cuda_string
 
@@ -16,9 +17,20 @@ class CudaDeviceString(Rule):
     Rewrites CUDA device strings where a device is passed: `.to('cuda')`, `.to('cuda:0')`,
     `.to(device='cuda')`, and `device='cuda'` in calls of torch functions
     (`torch.zeros/ones/randn/arange/tensor/empty/full/...`) and of tensor `new_*` methods,
-    to `torch_xla.device()`. Other CUDA strings (`DEVICE = 'cuda'`, a default parameter
-    `device='cuda'`, `device='cuda'` passed to a function of the program, a command-line default
-    `parser.add_argument('--device', default='cuda')`) are reported.
+    to `torch_xla.device()`.
+
+    A CUDA string stored in a variable (`device = 'cuda'`, a script's configuration value that
+    a configurator or `--device=` may override; `device = f'cuda:{local_rank}'`;
+    `device: str = 'cuda:0'`) becomes `'xla'` where every read of the variable in its scope is
+    a device use: `torch.device(device)`, `.to(device)`, `device=device` in a torch call or a
+    tensor's `new_*`/`.to`, `torch.load(map_location=device)`, `torch.cuda.set_device(device)`;
+    a device-type test (`'cuda' in device`, `device == 'cuda'`, `device in ('cuda', 'mps')`,
+    `device.startswith('cuda')`), whose CUDA literal becomes `'xla'` too, so the port takes the
+    accelerator path; or text (`print(device)`, `f'{device}'`). A variable read in any other way
+    (passed to a function of the program, stored, returned) keeps its string, and that read is
+    reported. Other CUDA strings (a default parameter `device='cuda'`, `device='cuda'` passed to
+    a function of the program, a command-line default `parser.add_argument('--device',
+    default='cuda')`) are reported.
 
     Integer devices are CUDA device numbers: `.to(0)`, `.to(local_rank)`, `device=rank`. A
     literal, or a plain name every binding of which in its scope is an integer literal or a
@@ -34,14 +46,20 @@ class CudaDeviceString(Rule):
     A TPU host has no CUDA device. The XLA device of the process is `torch_xla.device()`.
     `torch.Generator(device='cuda')` is reported: an XLA device cannot hold a Generator
     (measured: `RuntimeError: XLA device type not an accelerator`).
-    A string stored in a variable or a default parameter may also be compared or formatted
-    elsewhere (`device == 'cuda'`), and `torch_xla.device()` in a default parameter would
-    initialize the XLA runtime at import, so those are left to a person.
+    `'xla'` is a device string that `torch.device`, `.to` and the factories accept once torch_xla
+    is imported: the process's XLA device, as `torch_xla.device()` (each PJRT process owns one
+    device, so a CUDA ordinal has no counterpart). A string that is used as something else than
+    a device may mean something else than a device elsewhere, and `torch_xla.device()` in a
+    default parameter would initialize the XLA runtime at import, so those are left to a person.
 
     ## Fix safety
     Safe: the tensor is created on / moved to the XLA device (or the script's device variable,
     so the tensor meets the model wherever the user's flag put it) instead of the CUDA device.
-    Unsafe for an integer device known by its name's spelling only.
+    Unsafe for an integer device known by its name's spelling only. Safe for a stored string
+    read only as a device: the same code runs with 'xla' in place of 'cuda', the device-type
+    tests choose the accelerator path as they did on the GPU, and a device the user sets (a
+    configurator's `--device=cpu`) still applies (`'xla' in 'cpu'` is false as `'cuda' in 'cpu'`
+    was).
     """
 
     code = "TX103"
@@ -135,6 +153,58 @@ class CudaDeviceString(Rule):
             None,
             title="strings that may be used as strings are reported",
         ),
+        Example(
+            """
+            import os
+            import torch
+
+            device = 'cuda'  # overridden by --device=...
+            exec(open('configurator.py').read())
+            if int(os.environ.get('LOCAL_RANK', -1)) >= 0:
+                device = f'cuda:{os.environ["LOCAL_RANK"]}'
+            accelerated = 'cuda' in device and device != 'cpu'
+            model.to(torch.device(device))
+            x = torch.randint(50, (4, 8), device=device)
+            print(f"training on {device}")
+
+            def evaluate(model, batch):
+                dev: str = "cuda:0"
+                if dev.startswith("cuda") or dev in ("cuda", "mps"):
+                    batch = batch.to(dev, non_blocking=True)
+                return model(batch)
+            """,
+            """
+            import os
+            import torch
+
+            device = 'xla'  # overridden by --device=...
+            exec(open('configurator.py').read())
+            if int(os.environ.get('LOCAL_RANK', -1)) >= 0:
+                device = 'xla'
+            accelerated = 'xla' in device and device != 'cpu'
+            model.to(torch.device(device))
+            x = torch.randint(50, (4, 8), device=device)
+            print(f"training on {device}")
+
+            def evaluate(model, batch):
+                dev: str = "xla"
+                if dev.startswith("xla") or dev in ("xla", "mps"):
+                    batch = batch.to(dev, non_blocking=True)
+                return model(batch)
+            """,
+            title="a stored device string read only as a device becomes 'xla', its device-type tests test for 'xla'",
+        ),
+        Example(
+            """
+            import torch
+
+            device = "cuda"
+            model = build(device)
+            x = torch.zeros(3).to(device)
+            """,
+            None,
+            title="a stored device string also passed on is reported where it is passed",
+        ),
     ]
     valid = [
         "import torch\nx = torch.zeros(3, device='cpu')\n",
@@ -197,8 +267,34 @@ class CudaDeviceString(Rule):
         )
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        if is_cuda_string(node.value) and imports_torch(self.ctx):
-            self.report(node.value, "CUDA device string stored: on XLA the device is torch_xla.device() (call it where the device is used)")
+        self._stored(node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None and isinstance(node.target, cst.Name):
+            self._stored(node.value)
+
+    def _stored(self, value: cst.BaseExpression) -> None:
+        if not is_cuda_string(value) or not imports_torch(self.ctx):
+            return
+        if device_string_fact(self.ctx).get(value) == DEVICE_VALUE:
+            self.report(value, "CUDA device string stored, used only as a device (torch.device, .to, device=, "
+                        "device-type tests): on XLA it is 'xla' (a device the user passes still applies)",
+                        Fix((self.replace(value, xla_string(value)),)))
+            return
+        self.report(value, "CUDA device string stored: on XLA the device is torch_xla.device() (call it where the "
+                    "device is used); porter leaves it because the variable is also used as something else than "
+                    "a device (TX103 reports that use)")
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if device_string_fact(self.ctx).get(node) == DEVICE_TEST:
+            self.report(node, "device-type test of a device string that is 'xla' on XLA: test for 'xla', so that the "
+                        "port takes the accelerator path", Fix((self.replace(node, xla_string(node)),)))
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if device_string_fact(self.ctx).get(node) == OTHER_USE:
+            self.report(node, f"`{node.value}` holds a CUDA device string and is used here as something else than a "
+                        "device (passed on, stored, returned): porter cannot tell what this code does with 'xla', so "
+                        f"`{node.value}` stays 'cuda'; on XLA make it 'xla' (or torch_xla.device()) by hand")
 
     def visit_Param(self, node: cst.Param) -> None:
         if node.default is not None and is_cuda_string(node.default) and imports_torch(self.ctx):

@@ -9,7 +9,8 @@ class CudaQueries(Rule):
     """
     ## What it does
     Handles CUDA memory and device queries. `torch.cuda.get_device_name(...)` becomes
-    `xm.xla_device_kind()`; `memory_allocated`, `max_memory_allocated`, `memory_reserved`,
+    `xm.xla_device_kind()`, `torch.cuda.is_bf16_supported()` becomes
+    `torch_xla.runtime.is_bf16_supported()`; `memory_allocated`, `max_memory_allocated`, `memory_reserved`,
     `memory_stats`, `memory_summary`, `mem_get_info`, `get_device_properties`,
     `get_device_capability` and `utilization` are reported with their XLA counterpart.
 
@@ -23,14 +24,19 @@ class CudaQueries(Rule):
 
     ## Fix safety
     Safe for `get_device_name`: both return a descriptive string (used for logs); the device
-    argument is dropped (the current XLA device is described).
+    argument is dropped (the current XLA device is described). Safe for `is_bf16_supported`:
+    without CUDA `torch.cuda.is_bf16_supported()` answers False (torch 2.9: "If CUDA is not
+    available, than it does not support bf16 either"), so a script that picks its precision by
+    it (`dtype = 'bfloat16' if torch.cuda.is_bf16_supported() else 'float16'`) would choose
+    float16 on a TPU; the XLA query makes a bfloat16 tensor on the XLA device (it starts the
+    XLA runtime where it is called).
     """
 
     code = "TX805"
     local = True  # checked one top-level statement at a time where it keeps to it (porter.incremental)
     name = "cuda-queries"
     target = "torch-xla"
-    summary = "torch.cuda.get_device_name() -> xm.xla_device_kind(); report CUDA memory queries"
+    summary = "torch.cuda.get_device_name() -> xm.xla_device_kind(), is_bf16_supported() -> xr.is_bf16_supported(); report CUDA memory queries"
     severity = Severity.WARNING
     needs_text = ("cuda",)
     examples = [
@@ -39,12 +45,15 @@ class CudaQueries(Rule):
             import torch
 
             print("running on", torch.cuda.get_device_name(0))
+            dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
             """,
             """
             import torch
             import torch_xla.core.xla_model as xm
+            import torch_xla.runtime as xr
 
             print("running on", xm.xla_device_kind())
+            dtype = "bfloat16" if xr.is_bf16_supported() else "float16"
             """,
         ),
         Example(

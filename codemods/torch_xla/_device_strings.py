@@ -1,0 +1,272 @@
+"""Device strings kept in variables: ``device = 'cuda'`` (a script's configuration value that a
+configurator or ``--device=`` may override) and how the file reads each such variable.
+
+A variable is *a device string* when every binding of it in its scope is a CUDA device string
+(``'cuda'``, ``'cuda:0'``, ``f'cuda:{rank}'``) or ``'xla'``. Each read of it is one of:
+
+* a device use: the first argument of ``torch.device(...)``, ``.to(...)``,
+  ``torch.cuda.set_device(...)``, ``torch.cuda.device(...)``; ``device=`` of a torch function or
+  of a tensor's ``new_*``/``.to`` method; ``map_location=`` of ``torch.load``;
+* a device-type test: compared with string literals (``device == 'cuda'``, ``'cuda' in device``,
+  ``device in ('cuda', 'mps')``, ``device.startswith('cuda')``); its CUDA literals are the ones a
+  port tests as ``'xla'``;
+* text: an argument of ``print(...)`` or a value formatted into an f-string (only the printed
+  text changes with the value);
+* anything else (passed to a function of the program, stored in a structure, returned,
+  assigned on): porter cannot tell what it does with the string.
+
+The fact maps nodes to what they are, so that a rule asks about the node it visits:
+``DEVICE_VALUE`` for a binding's CUDA string of a variable all of whose reads are device uses,
+tests or text (and that the file reads at least once: a module-level name nobody reads here
+may be imported by another file); ``DEVICE_TEST`` for a CUDA literal in a device-type test of
+such a variable; ``OTHER_USE`` for a read of a device string variable (with a CUDA binding)
+that is none of those, the reason its binding stays.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import libcst as cst
+
+from porter.astutil import children, string_value, target_names
+from porter.context import FileContext
+from porter.rules import module_fact
+
+from ._tables import is_cuda_string, is_string
+
+DEVICE_VALUE = "value"
+DEVICE_TEST = "test"
+OTHER_USE = "other"
+
+# Tensor methods whose `device=` places the result (and `.to`).
+_PLACING_METHODS = ("to", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor")
+_FIRST_ARG_DEVICE = ("torch.device", "torch.cuda.set_device", "torch.cuda.device")
+_LOADERS = ("torch_xla.distributed.parallel_loader.MpDeviceLoader",)  # (loader, device)
+
+_Scope = Optional[cst.CSTNode]  # a FunctionDef, Lambda or ClassDef; None: the module
+
+
+def _walk(ctx: FileContext) -> dict:
+    bindings: dict[tuple[_Scope, str], list[Optional[cst.BaseExpression]]] = {}
+    reads: list[tuple[tuple, str, cst.Name, str, tuple]] = []
+
+    def bind(chain: tuple, name: Optional[str], value: Optional[cst.BaseExpression]) -> None:
+        if name is not None:
+            bindings.setdefault((chain[-1] if chain else None, name), []).append(value)
+
+    def unknown(chain: tuple, target: cst.CSTNode) -> None:
+        names = list(target_names(target))
+        for name in names:
+            bind(chain, name, None)
+        if not names or not isinstance(target, (cst.Name, cst.Tuple, cst.List, cst.StarredElement)):
+            visit(target, chain, [])
+
+    def visit(node: cst.CSTNode, chain: tuple, stack: list) -> None:
+        stack = [*stack[-3:], node]
+        n = node
+        if isinstance(n, cst.Name):
+            kind, literals = _classify(n, stack, ctx)
+            reads.append((chain, n.value, n, kind, literals))
+            return
+        if isinstance(n, cst.Assign):
+            for t in n.targets:
+                if isinstance(t.target, cst.Name):
+                    bind(chain, t.target.value, n.value)
+                else:
+                    unknown(chain, t.target)
+            visit(n.value, chain, stack)
+            return
+        if isinstance(n, cst.AnnAssign):
+            if isinstance(n.target, cst.Name):
+                bind(chain, n.target.value, n.value)
+            else:
+                visit(n.target, chain, stack)
+            visit(n.annotation, chain, stack)
+            if n.value is not None:
+                visit(n.value, chain, stack)
+            return
+        if isinstance(n, cst.AugAssign):
+            unknown(chain, n.target)
+            if isinstance(n.target, cst.Name):
+                reads.append((chain, n.target.value, n.target, OTHER_USE, ()))
+            visit(n.value, chain, stack)
+            return
+        if isinstance(n, (cst.For, cst.CompFor)):
+            unknown(chain, n.target)
+        elif isinstance(n, cst.WithItem) and n.asname is not None:
+            unknown(chain, n.asname.name)
+            visit(n.item, chain, stack)
+            return
+        elif isinstance(n, cst.NamedExpr):
+            unknown(chain, n.target)
+            visit(n.value, chain, stack)
+            return
+        elif isinstance(n, (cst.Global, cst.Nonlocal)):
+            for item in n.names:
+                bind(chain, item.name.value, None)
+                bind((), item.name.value, None)
+            return
+        elif isinstance(n, cst.Del):
+            unknown(chain, n.target)
+            return
+        elif isinstance(n, (cst.Import, cst.ImportFrom)):
+            if not isinstance(n.names, cst.ImportStar):
+                for alias in n.names:
+                    name = alias.asname.name if alias.asname is not None else alias.name
+                    while isinstance(name, cst.Attribute):
+                        name = name.value
+                    if isinstance(name, cst.Name):
+                        bind(chain, name.value, None)
+            return
+        elif isinstance(n, cst.ExceptHandler) and n.name is not None:
+            unknown(chain, n.name.name)
+            if n.type is not None:
+                visit(n.type, chain, stack)
+            visit(n.body, chain, stack)
+            return
+        elif isinstance(n, (cst.FunctionDef, cst.ClassDef)):
+            bind(chain, n.name.value, None)
+            for d in n.decorators:
+                visit(d, chain, stack)
+            inner = (*chain, n)
+            if isinstance(n, cst.FunctionDef):
+                _params(n.params, chain, inner, bind, visit, stack)
+                if n.returns is not None:
+                    visit(n.returns, chain, stack)
+            else:
+                for a in (*n.bases, *n.keywords):
+                    visit(a, chain, stack)
+            visit(n.body, inner, [])
+            return
+        elif isinstance(n, cst.Lambda):
+            inner = (*chain, n)
+            _params(n.params, chain, inner, bind, visit, stack)
+            visit(n.body, inner, [])
+            return
+        elif isinstance(n, cst.Attribute):
+            visit(n.value, chain, stack)
+            return
+        elif isinstance(n, cst.Arg):
+            visit(n.value, chain, stack)
+            return
+        for child in children(n):
+            visit(child, chain, stack)
+
+    visit(ctx.module, (), [])
+
+    def resolve(chain: tuple, name: str) -> tuple[_Scope, str]:
+        for i in range(len(chain) - 1, -1, -1):
+            scope = chain[i]
+            if isinstance(scope, cst.ClassDef) and i != len(chain) - 1:
+                continue  # a class body's names are not visible in its methods
+            if (scope, name) in bindings:
+                return scope, name
+        return None, name
+
+    uses: dict[tuple[_Scope, str], list[tuple[cst.Name, str, tuple]]] = {}
+    for chain, name, node, kind, literals in reads:
+        uses.setdefault(resolve(chain, name), []).append((node, kind, literals))
+    out: dict = {}
+    for key, values in bindings.items():
+        if not values or any(v is None or not (is_cuda_string(v) or is_string(v, "xla")) for v in values):
+            continue
+        read = uses.get(key, [])
+        ported = all(is_string(v, "xla") for v in values)  # (a test for 'cuda' of it is always false)
+        if read and (ported or all(kind != OTHER_USE for _, kind, _ in read)):
+            for v in values:
+                if is_cuda_string(v):
+                    out[v] = DEVICE_VALUE
+            for _, _, literals in read:
+                for lit in literals:
+                    out[lit] = DEVICE_TEST
+        elif any(is_cuda_string(v) for v in values):
+            for node, kind, _ in read:
+                if kind == OTHER_USE:
+                    out[node] = OTHER_USE
+    return out
+
+
+def _params(params: cst.Parameters, chain: tuple, inner: tuple, bind, visit, stack) -> None:
+    every = [*params.posonly_params, *params.params, *params.kwonly_params]
+    for star in (params.star_arg, params.star_kwarg):
+        if isinstance(star, cst.Param):
+            every.append(star)
+    for p in every:
+        bind(inner, p.name.value, None)
+        if p.default is not None:
+            visit(p.default, chain, stack)
+        if p.annotation is not None:
+            visit(p.annotation, chain, stack)
+
+
+def _classify(name: cst.Name, stack: list, ctx: FileContext) -> tuple[str, tuple]:
+    """What the read ``name`` (the last of ``stack``, its ancestors before it) does with the value."""
+    parent = stack[-2] if len(stack) >= 2 else None
+    grand = stack[-3] if len(stack) >= 3 else None
+    if isinstance(parent, cst.Arg) and parent.value is name and isinstance(grand, cst.Call):
+        call = grand
+        keyword = parent.keyword.value if parent.keyword is not None else None
+        qual = ctx.qualname(call.func) or ""
+        method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+        if keyword is None and call.args and call.args[0] is parent:
+            if qual in _FIRST_ARG_DEVICE or (method == "to" and not qual.startswith("torch.")):
+                return "device", ()
+        if keyword is None and len(call.args) > 1 and call.args[1] is parent and qual in _LOADERS:
+            return "device", ()
+        if keyword == "device" and (qual.startswith(("torch.", "torch_xla.")) or (method in _PLACING_METHODS and not qual)):
+            return "device", ()
+        if keyword == "map_location" and qual == "torch.load":
+            return "device", ()
+        if qual == "builtins.print":
+            return "text", ()
+        return OTHER_USE, ()
+    if isinstance(parent, cst.FormattedStringExpression) and parent.expression is name:
+        return "text", ()
+    comparison = parent if isinstance(parent, cst.Comparison) else grand if isinstance(parent, cst.ComparisonTarget) else None
+    if isinstance(comparison, cst.Comparison):
+        literals = _test_literals(comparison, name)
+        return ("test", literals) if literals is not None else (OTHER_USE, ())
+    if isinstance(parent, cst.Attribute) and parent.value is name and parent.attr.value in ("startswith", "endswith") \
+            and isinstance(grand, cst.Call) and grand.func is parent and len(grand.args) == 1 \
+            and grand.args[0].keyword is None and string_value(grand.args[0].value) is not None:
+        first = grand.args[0].value
+        return "test", ((first,) if is_cuda_string(first) or string_value(first) == "cuda" else ())
+    return OTHER_USE, ()
+
+
+def _test_literals(comparison: cst.Comparison, name: cst.Name) -> Optional[tuple]:
+    """The CUDA literals ``name`` is tested against in ``comparison`` (equality, membership in
+    a tuple of strings, a substring test), or None where it is compared with anything else."""
+    operands = [comparison.left, *(c.comparator for c in comparison.comparisons)]
+    ops = [c.operator for c in comparison.comparisons]
+    found: list = []
+    for i, op in enumerate(ops):
+        left, right = operands[i], operands[i + 1]
+        if left is not name and right is not name:
+            continue
+        other = right if left is name else left
+        if isinstance(op, (cst.Equal, cst.NotEqual)) or (isinstance(op, (cst.In, cst.NotIn)) and right is name):
+            strings = [other]
+        elif isinstance(op, (cst.In, cst.NotIn)) and isinstance(other, (cst.Tuple, cst.List, cst.Set)):
+            strings = [e.value for e in other.elements]
+        else:
+            return None
+        if not strings or any(string_value(s) is None for s in strings):
+            return None
+        found.extend(s for s in strings if is_cuda_string(s))
+    return tuple(found)
+
+
+def device_string_fact(ctx: FileContext) -> dict:
+    """Node -> DEVICE_VALUE / DEVICE_TEST / OTHER_USE (see the module's docstring)."""
+    return module_fact(ctx, _walk)
+
+
+def xla_string(like: cst.CSTNode) -> cst.SimpleString:
+    """``'xla'`` in the quotes of the string it replaces."""
+    quote = '"'
+    if isinstance(like, cst.SimpleString) and like.quote in ('"', "'"):
+        quote = like.quote
+    elif isinstance(like, cst.FormattedString) and like.end in ('"', "'"):
+        quote = like.end
+    return cst.SimpleString(f"{quote}xla{quote}")
