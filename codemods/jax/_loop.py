@@ -694,3 +694,56 @@ def host_draw(ctx: FileContext, node: cst.Call) -> bool:
         return False
     facts = file_facts(ctx)
     return id(stmt) not in _model_dependent(list(loop.body.body), facts.modules, ctx)
+
+
+# --------------------------------------------------------------------------------------
+# torch's arrays of a layer, as the NNX layer holds them (rules JX301, JX019)
+# --------------------------------------------------------------------------------------
+# torch layer -> {torch attribute: (NNX attribute, transposed)}: nnx.Linear's kernel is
+# (in, out), torch's weight (out, in)
+LAYER_ARRAYS = {
+    "Linear": {"weight": ("kernel", True), "bias": ("bias", False)},
+    "Embedding": {"weight": ("embedding", False)},
+    "LayerNorm": {"weight": ("scale", False), "bias": ("bias", False)},
+}
+_NNX_TO_TORCH = {"Linear": "Linear", "Embed": "Embedding", "LayerNorm": "LayerNorm"}
+
+
+def layer_kind(ctx: FileContext, name: str) -> Optional[str]:
+    """The torch layer (a key of LAYER_ARRAYS) that every assignment of the plain name
+    ``name`` in the file builds (`nn.Linear(...)`, or the `nnx.Linear(...)` of its port);
+    None where one builds something else or there is none."""
+    return module_fact(ctx, _layer_kinds).get(name)
+
+
+def _layer_kinds(ctx: FileContext) -> dict:
+    kinds: dict[str, Optional[str]] = {}
+    for node in astutil.walk(ctx.module, into_functions=True):
+        if isinstance(node, cst.Assign):
+            for t in node.targets:
+                for n in astutil.target_names(t.target) if not isinstance(t.target, cst.Name) else [t.target.value]:
+                    kind = None
+                    if isinstance(t.target, cst.Name) and isinstance(node.value, cst.Call):
+                        qual = ctx.qualname(node.value.func) or ""
+                        short = qual.rsplit(".", 1)[-1]
+                        if qual.startswith("torch.nn.") and short in LAYER_ARRAYS:
+                            kind = short
+                        elif qual.startswith("flax.nnx.") and short in _NNX_TO_TORCH:
+                            kind = _NNX_TO_TORCH[short]
+                    kinds[n] = kind if kinds.get(n, kind) == kind else None
+        elif isinstance(node, (cst.AugAssign, cst.AnnAssign, cst.For)):
+            target = node.target
+            for n in astutil.target_names(target) if not isinstance(target, cst.Name) else [target.value]:
+                kinds[n] = None
+    return kinds
+
+
+
+def layer_array(ctx: FileContext, attr: cst.Attribute) -> Optional[tuple[str, str, bool]]:
+    """``linear.weight`` (a plain name bound to a layer of LAYER_ARRAYS) -> (the layer's
+    name, the NNX attribute, whether torch's array is its transpose); None otherwise."""
+    if not isinstance(attr.value, cst.Name):
+        return None
+    kind = layer_kind(ctx, attr.value.value)
+    entry = LAYER_ARRAYS.get(kind or "", {}).get(attr.attr.value)
+    return (attr.value.value, *entry) if entry else None

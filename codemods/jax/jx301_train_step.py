@@ -59,6 +59,13 @@ class TrainStep(Rule):
     that a later forward statement rebinds is taken inside the step and returned, so the
     loop reads the value torch's loop reads.
 
+    One step written out without a loop (a tutorial's: the forward pass, `backward()`,
+    `step()` as statements of a script's top level or of a function) is rewritten the same
+    way, from the first statement of its forward pass to `optimizer.step()`; a step found in
+    a function is defined at module level. There `.grad` reads of the model's own arrays
+    between `backward()` and `step()` (`linear.weight.grad` of a layer bound to a name) read
+    the gradients the step returns (`grads["kernel"][...].T`, in torch's layout).
+
     In a method (a trainer class), the attributes the loop reads (`self.model`,
     `self.optimizer`, `self.criterion`, `self.args.clip`) are handled like local names: the
     step is still a module-level function and the loop passes it `self.model`, ...
@@ -463,6 +470,51 @@ class TrainStep(Rule):
             """,
             title="a loss chosen by an if on the settings: the branch moves into the step, its test's names static",
         ),
+        Example(
+            """
+            import torch
+            import torch.nn as nn
+
+            x = torch.randn(10, 3)
+            y = torch.randn(10, 2)
+            linear = nn.Linear(3, 2)
+            criterion = nn.MSELoss()
+            optimizer = torch.optim.SGD(linear.parameters(), lr=0.01)
+
+            pred = linear(x)
+            loss = criterion(pred, y)
+            print('loss: ', loss.item())
+            loss.backward()
+            print('dL/dw: ', linear.weight.grad)
+            optimizer.step()
+            """,
+            """
+            import torch
+            import torch.nn as nn
+            import flax.nnx as nnx
+
+            x = torch.randn(10, 3)
+            y = torch.randn(10, 2)
+            linear = nn.Linear(3, 2)
+            criterion = nn.MSELoss()
+            optimizer = torch.optim.SGD(linear.parameters(), lr=0.01)
+
+            @nnx.jit
+            def train_step(linear, optimizer):
+                def loss_fn(linear):
+                    pred = linear(x)
+                    loss = criterion(pred, y)
+                    return loss
+                loss, grads = nnx.value_and_grad(loss_fn)(linear)
+                optimizer.update(linear, grads)
+                return loss, grads
+
+            loss, grads = train_step(linear, optimizer)
+            print('loss: ', loss.item())
+            print('dL/dw: ', grads["kernel"][...].T)
+            """,
+            title="one step outside a loop (a tutorial's): the layer's weight.grad read from the step's gradients",
+        ),
     ]
     valid = [
         "import torch\nfor x in loader:\n    with torch.no_grad():\n        out = model(x)\n",
@@ -474,6 +526,99 @@ class TrainStep(Rule):
 
     def visit_While(self, node: cst.While) -> None:
         self._loop(node)
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._straight(list(node.body), None)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        if isinstance(node.body, cst.IndentedBlock):
+            self._straight(list(node.body.body), node)
+
+    # ----------------------------------------------------------------------------------
+    def _straight(self, stmts: list, fn) -> None:
+        """One training step written out in a block, not in a loop (a tutorial's single
+        step): the statements from the first of its forward pass to `optimizer.step()` are
+        analysed as a loop body would be, and replaced by the step's definition and call."""
+        if not lp.imports_torch(self.ctx):
+            return
+        pieces = [lp.classify(s, self.ctx) for s in stmts]
+        end = next((k for k, p in enumerate(pieces) if p.kind == "step"), None)
+        if end is None:
+            return
+        backs = [k for k in range(end) if pieces[k].kind == "backward"]
+        if not backs:
+            return
+        facts = lp.file_facts(self.ctx)
+        opt = lp.code(pieces[end].receiver)
+        model = facts.optimizers.get(opt)
+        if not model:
+            return
+        models = facts.modules | {model}
+        last = backs[-1]
+        domain = list(stmts[:last])
+        loss_reads = set(lp.reads(pieces[last].receiver))
+        forward = lp._backward_slice(domain, loss_reads) & lp._model_dependent(domain, models, self.ctx)
+        if not forward:
+            return
+        start = min(k for k, s in enumerate(domain) if id(s) in forward)
+        while start > 0 and pieces[start - 1].kind == "zero_grad":  # optimizer.zero_grad() first
+            start -= 1
+        # the window must not hold what builds the model or the optimizer, nor another
+        # backward (plain tensors' autograd before the step: JX313's)
+        window = list(stmts[start:end + 1])
+        if any(lp.binds(s) & {model, opt} for s in window):
+            return
+        if any(pieces[k].kind == "backward" and not (set(lp.reads(pieces[k].receiver)) & lp.bound_in(window[:k - start]))
+               for k in range(start, end)):
+            return
+        gname = None
+        grad_edits: dict[int, cst.BaseStatement] = {}
+        try:
+            for k in range(last + 1, end):
+                grad_reads = [n for n in astutil.walk(stmts[k], into_functions=True)
+                              if isinstance(n, cst.Attribute) and n.attr.value == "grad"]
+                if not grad_reads:
+                    continue
+                if gname is None:
+                    gname = _fresh("grads", set(lp.reads(self.ctx.module)) | facts.toplevel)
+                grad_edits[k] = stmts[k].visit(_GradReads(self.ctx, model, gname))
+            if grad_edits:
+                window = [grad_edits.get(start + j, s) for j, s in enumerate(window)]
+            window[0] = window[0].with_changes(leading_lines=[])  # its comments go above the definition
+            fake = cst.While(test=cst.Name("True"), body=cst.IndentedBlock(window))
+            later = set()
+            for s in stmts[end + 1:]:
+                later.update(lp.reads(s))
+            plan = lp.plan_steps(fake, self.ctx, later)
+            if len(plan.regions) != 1:
+                return
+            text, call = self._build(plan.regions[0], fn, fake, False, None, gname)
+        except lp.Unsupported as exc:
+            self.report(stmts[end], f"training step not rewritten: {exc}", severity=Severity.ERROR)
+            return
+        region = plan.regions[0]
+        part = [*region.before, call, *region.after, *plan.tail]
+        comments = [line for d in region.dropped for line in d.leading_lines if line.comment is not None]
+        lead = list(stmts[start].leading_lines)  # the window's first statement's comments
+        defs = list(cst.parse_module(text).body)
+        at = next(k for k, s in enumerate(part) if s is call)
+        part[at] = call.with_changes(leading_lines=[*call.leading_lines, *comments])
+        if fn is None:  # a script's top level: the definition where the step was
+            defs[0] = defs[0].with_changes(leading_lines=lead)
+            part[0] = part[0].with_changes(leading_lines=[cst.EmptyLine(), *part[0].leading_lines])
+        else:  # in a function: a module-level step, before the statement holding it
+            part[0] = part[0].with_changes(leading_lines=[*lead, *part[0].leading_lines])
+        if fn is None:
+            edits = [self.replace(stmts[start], cst.FlattenSentinel([*defs, *part]))]
+        else:
+            edits = [self.replace(stmts[start], cst.FlattenSentinel(part))]
+            holder = self.ctx.ancestors[1] if len(self.ctx.ancestors) > 1 else fn
+            edits.append(self.replace(holder, _insert_defs_before(defs)))
+        edits += [self.remove(s) for s in stmts[start + 1:end + 1]]
+        message = (f"PyTorch training step (backward/step) outside a loop: rewrite as {call_name(call)} "
+                   "(@nnx.jit, nnx.value_and_grad, optimizer.update)")
+        imports = ("flax.nnx",) + (("optax",) if region.clips else ())
+        self.report(stmts[end], message, Fix(tuple(edits), Safety.SAFE, imports))
 
     # ----------------------------------------------------------------------------------
     def _loop(self, loop) -> None:
@@ -572,7 +717,8 @@ class TrainStep(Rule):
         self.report(loop, f"training step not rewritten: {reason}", fix, severity=Severity.ERROR)
 
     # ----------------------------------------------------------------------------------
-    def _build(self, region: lp.Region, fn, loop, several: bool, aliases=None) -> tuple[str, cst.BaseStatement]:
+    def _build(self, region: lp.Region, fn, loop, several: bool, aliases=None,
+               grads_out: "str | None" = None) -> tuple[str, cst.BaseStatement]:
         ctx = self.ctx
         facts = lp.file_facts(ctx)
         nnx = lp.nnx_name(ctx)
@@ -693,12 +839,14 @@ class TrainStep(Rule):
                 lines.append(f"    grads, _ = optax.clip({lp.code(limit.value)}).update(grads, optax.EmptyState())")
         lines.append(f"    {opt}.update({model}, grads)")
         outs = [loss_var, *aux]
-        lines.append(f"    return {', '.join(outs)}")
+        # the gradients, where the code between backward() and step() reads them (`.grad`)
+        lines.append(f"    return {', '.join(outs + (['grads'] if grads_out else []))}")
         text = "\n".join(lines) + "\n"
         module = cst.parse_module(text)
         module = module.visit(_Splice(forward))
         args = [model, opt, *dynamic, *static_values]
-        call = cst.parse_statement(f"{', '.join(outs)} = {step}({', '.join(args)})\n")
+        targets = outs + ([grads_out] if grads_out else [])
+        call = cst.parse_statement(f"{', '.join(targets)} = {step}({', '.join(args)})\n")
         return module.code, call
 
 
@@ -711,6 +859,25 @@ def _fresh(base: str, taken: set[str]) -> str:
     while f"{base}_{i}" in taken:
         i += 1
     return f"{base}_{i}"
+
+
+class _GradReads(cst.CSTTransformer):
+    """`linear.weight.grad` (the model's own array, a layer of lp.LAYER_ARRAYS) ->
+    the step's gradient of it, in torch's layout: `grads["kernel"][...].T`."""
+
+    def __init__(self, ctx, model: str, grads: str) -> None:
+        super().__init__()
+        self.ctx, self.model, self.grads = ctx, model, grads
+
+    def leave_Attribute(self, original, updated):
+        if original.attr.value != "grad":
+            return updated
+        array = lp.layer_array(self.ctx, original.value) if isinstance(original.value, cst.Attribute) else None
+        if array is None or array[0] != self.model:
+            raise lp.Unsupported(f"`{lp.code(original)}` is not the gradient of an array porter can name in "
+                                 f"{self.model}'s gradients")
+        _, name, transposed = array
+        return cst.parse_expression(f'{self.grads}["{name}"][...]' + (".T" if transposed else ""))
 
 
 def call_name(stmt: cst.BaseStatement) -> str:

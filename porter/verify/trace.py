@@ -14,7 +14,9 @@ script's folder first on ``sys.path``; the working directory unchanged). The har
 * counts an optimizer step at every ``optimizer.step()``, through
   ``torch.optim.optimizer.register_optimizer_step_post_hook`` (``xm.optimizer_step`` calls
   ``optimizer.step()`` too). Each step gets the losses of the backward calls since the
-  previous step and the index (creation order) of the optimizer that stepped.
+  previous step (of a torch.optim step, those whose graph reaches the optimizer's
+  parameters: a backward of plain tensors before it is no part of it) and the index
+  (creation order) of the optimizer that stepped.
 * counts a manual optimizer step (``UpdateWatch``, a TorchFunctionMode) at the first in-place
   change, after a backward pass, of a parameter no torch.optim optimizer owns (``p.data.add_``,
   ``p -= lr * p.grad``, ``p.copy_``; the parameters are the leaves of the first backward passes'
@@ -253,6 +255,7 @@ class _Recorder:
     def __init__(self) -> None:
         self.t0 = time.perf_counter()
         self.pending: list[torch.Tensor] = []
+        self.pending_leaves: list[dict[int, weakref.ref]] = []  # the leaves of each pending tensor's graph
         self.steps: list[dict[str, Any]] = []
         self.optimizers: list[weakref.ref] = []
         self.met: Any = None
@@ -328,10 +331,13 @@ class _Recorder:
         for tensor in tensors:
             if isinstance(tensor, torch.Tensor):
                 self.pending.append(tensor.detach())
-                if self.backwards <= 3:  # the parameters a manual update may change
-                    self._track_leaves(tensor)
+                # the parameters a manual update may change: the first backward passes' leaves
+                self.pending_leaves.append(self._track_leaves(tensor, register=self.backwards <= 3))
 
-    def _track_leaves(self, tensor: torch.Tensor) -> None:
+    def _track_leaves(self, tensor: torch.Tensor, register: bool = True) -> dict[int, weakref.ref]:
+        """The leaves of the tensor's graph (id -> weak reference: a freed leaf's id is reused);
+        ``register``: also remembered as the parameters a manual update may change."""
+        leaves: dict[int, weakref.ref] = {}
         seen: dict[int, Any] = {}  # the nodes kept alive: a freed wrapper's id is reused
         todo = [tensor.grad_fn] if tensor.grad_fn is not None else []
         while todo:
@@ -341,8 +347,11 @@ class _Recorder:
             seen[id(node)] = node
             leaf = getattr(node, "variable", None)
             if isinstance(leaf, torch.Tensor):
-                self.params.setdefault(id(leaf), weakref.ref(leaf))
+                leaves[id(leaf)] = weakref.ref(leaf)
+                if register:
+                    self.params.setdefault(id(leaf), weakref.ref(leaf))
             todo.extend(n for n, _ in node.next_functions)
+        return leaves
 
     def tracked(self, tensor: Any) -> bool:
         """Whether TENSOR is a parameter (or its ``.data``) that no torch.optim optimizer owns."""
@@ -394,17 +403,33 @@ class _Recorder:
         self.optimizers.append(weakref.ref(optimizer))
         return len(self.optimizers) - 1
 
+    def _step_losses(self, optimizer: Any) -> list:
+        """The pending backward tensors that are this torch.optim optimizer's step: those whose
+        graph reaches one of its parameters (a backward of plain tensors before the step, as a
+        tutorial's autograd demonstration, gives them no gradient); all of them for a manual
+        update or a JAX step, or where none reaches the parameters."""
+        if optimizer is None or isinstance(optimizer, str) or not hasattr(optimizer, "param_groups"):
+            return self.pending
+        own = {id(p): p for group in optimizer.param_groups for p in group.get("params", ())}
+
+        def reaches(leaves: dict) -> bool:
+            return not leaves or any(key in own and ref() is own[key] for key, ref in leaves.items())
+
+        kept = [t for t, leaves in zip(self.pending, self.pending_leaves) if reaches(leaves)]
+        return kept or self.pending
+
     def on_step(self, optimizer: Any, args: Any, kwargs: Any, losses: list | None = None) -> None:
         self.close_open_step()  # no sync since the previous step: it ends here
         self.steps.append(
             {
                 "optimizer": self.optimizer_index(optimizer),
-                "losses": self.pending + list(losses or []),
+                "losses": self._step_losses(optimizer) + list(losses or []),
                 "time_s": time.perf_counter() - self.t0,
                 "xla": None,
             }
         )
         self.pending = []
+        self.pending_leaves = []
         if self.max_steps is not None and len(self.steps) > self.max_steps:
             self.steps.pop()  # the step after the last one asked for: not part of the record
             raise StopTrace(f"stopped after {self.max_steps} optimizer steps (--max-steps)")
