@@ -17,6 +17,16 @@ benchmarks/results/bench_migrate.json. Targets: migrate <= 2x bare; jobs=2 close
     .venv/bin/python benchmarks/bench_migrate.py --limit 200          # the first 200 files
     .venv/bin/python benchmarks/bench_migrate.py --profile migrate --limit 300   # cProfile
 
+With ``--targets``, the targets side by side instead (one process, the same files, jobs=1,
+diff mode): the bare parse+codegen floor, then ``porter migrate --to T`` for each target, then
+the floor again; each target's wall and CPU seconds as a ratio to the mean of the two floors.
+``--corpus`` picks the files: ``torch`` (default, with ``--subset``), ``timm`` / ``torchvision``
+(the installed packages), ``corpus-torch`` (``../shared/corpus/torch``); ``--sample N`` takes N
+files spread evenly over the sorted list. Targets: torch-xla <= 2x, jax <= 5x the floor.
+
+    .venv/bin/python benchmarks/bench_migrate.py --corpus timm --targets torch-xla,jax --sample 12
+    .venv/bin/python benchmarks/bench_migrate.py --corpus torchvision --targets torch-xla,jax --sample 12
+
 This is a measurement, not a test: it asserts nothing and never writes into the corpus.
 """
 from __future__ import annotations
@@ -63,6 +73,74 @@ def corpus(root: Path, subset: list[str], limit: int | None) -> list[Path]:
             sys.exit(f"bench_migrate: {r} is not a folder")
     files, _ = iter_python_files(roots)
     return files[:limit] if limit else files
+
+
+SHARED_CORPUS = REPO.parent / "shared" / "corpus"
+
+
+def corpus_root(name: str) -> Path:
+    """The folder of a --corpus name."""
+    if name == "torch":
+        return torch_root()
+    if name == "corpus-torch":
+        root = SHARED_CORPUS / "torch"
+    else:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            sys.exit(f"bench_migrate: {name} is not installed in this environment")
+        root = Path(list(spec.submodule_search_locations)[0])
+    if not root.is_dir():
+        sys.exit(f"bench_migrate: {root} is not a folder")
+    return root
+
+
+def spread(files: list[Path], n: int | None) -> list[Path]:
+    """``n`` files spread evenly over the sorted list (the same ones every run)."""
+    files = sorted(files)
+    if not n or n >= len(files):
+        return files
+    step = len(files) / n
+    return [files[int(i * step)] for i in range(n)]
+
+
+def compare_targets(files: list[Path], targets: list[str], name: str, out: Path, host: dict) -> None:
+    """The floor, each target's migrate, the floor again: ratios to the floors' mean."""
+    for t in targets:
+        Settings(target=t).options()  # import every rule before timing
+    phases: dict[str, dict] = {}
+    t, c, v = timed(bare, files)
+    phases["bare_before"] = {"seconds": t, "cpu_seconds": c, **v}
+    for target in targets:
+        t, c, v = timed(run, "migrate", files, Settings(target=target), mode="diff", jobs=1)
+        phases[target] = {"seconds": t, "cpu_seconds": c, **outcome_counts(v)}
+        print(f"  migrate --to {target:<10}{t:8.1f} s  (cpu {c:.1f} s)", flush=True)
+    t, c, v = timed(bare, files)
+    phases["bare_after"] = {"seconds": t, "cpu_seconds": c, **v}
+    wall = (phases["bare_before"]["seconds"] + phases["bare_after"]["seconds"]) / 2
+    cpu = (phases["bare_before"]["cpu_seconds"] + phases["bare_after"]["cpu_seconds"]) / 2
+    ratios = {}
+    print(f"\nfloor (bare parse+codegen, mean of before/after): wall {wall:.2f} s, cpu {cpu:.2f} s")
+    print(f"{'target':<12}{'wall s':>9}{'x floor':>9}{'cpu s':>9}{'x floor':>9}{'changed':>9}{'failed':>8}")
+    for target in targets:
+        ph = phases[target]
+        ratios[target] = {"wall": ph["seconds"] / wall, "cpu": ph["cpu_seconds"] / cpu}
+        print(f"{target:<12}{ph['seconds']:>9.2f}{ratios[target]['wall']:>9.2f}{ph['cpu_seconds']:>9.2f}"
+              f"{ratios[target]['cpu']:>9.2f}{ph['changed']:>9}{ph['failed']:>8}")
+    end_load = [round(x, 2) for x in os.getloadavg()]
+    print(f"load average at start {host['load_average_at_start']}, at end {end_load}")
+    doc = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": host,
+        "corpus": {"name": name, "files": [str(f) for f in files]},
+        "phases": phases,
+        "floor": {"seconds": wall, "cpu_seconds": cpu},
+        "ratios_to_floor": ratios,
+        "load_average_at_end": end_load,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"\nwrote {out}")
 
 
 def bare(files: list[Path]) -> dict:
@@ -155,10 +233,24 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="only the first N files (sorted)")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes for the parallel run")
     ap.add_argument("--profile", choices=["check", "migrate"], help="cProfile one phase instead of benchmarking")
-    ap.add_argument("--out", type=Path, default=RESULTS, help="where the JSON goes")
+    ap.add_argument("--out", type=Path, default=None, help="where the JSON goes")
+    ap.add_argument("--corpus", default="torch", choices=["torch", "timm", "torchvision", "corpus-torch"],
+                    help="which files (torch: the installed torch package)")
+    ap.add_argument("--targets", default="", help="comma-separated targets, side by side with the floor")
+    ap.add_argument("--sample", type=int, default=None, help="N files spread evenly (with --targets)")
     args = ap.parse_args()
 
     host = machine()
+    if args.targets:
+        root = corpus_root(args.corpus)
+        subset = [s for s in args.subset.split(",") if s]
+        files = spread(corpus(root, subset, None), args.sample)
+        n_lines = sum(f.read_bytes().count(b"\n") for f in files)  # also warms the page cache
+        print(f"corpus: {len(files)} files, {n_lines} lines under {root}", flush=True)
+        out = args.out or RESULTS.with_name(f"bench_migrate_targets_{args.corpus}.json")
+        compare_targets(files, [t for t in args.targets.split(",") if t], args.corpus, out, host)
+        return
+    args.out = args.out or RESULTS
     root = torch_root()
     subset = [s for s in args.subset.split(",") if s]
     files = corpus(root, subset, args.limit)

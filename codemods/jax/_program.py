@@ -50,11 +50,16 @@ def factories(ctx: FileContext) -> frozenset:
 
 def imported_models(ctx: FileContext) -> frozenset:
     """Names the file imports (``from m import A`` / ``from m import *``, relative or not) that
-    are model classes or model factories of another file of the same tree."""
+    are model classes or model factories of another file of the same tree, or whose port takes
+    ``rngs`` there (:func:`rngs_callables`: a function building a model in a local variable, or
+    calling another factory, gets a required ``rngs`` from that file's module rules). The
+    other file is read as it is on disk, ported or not: both readings give the same names (a
+    ported factory takes a required keyword-only ``rngs``), so a second migrate of the output
+    tree, which reads the ported files, finds what the first one found."""
     key = ("program.imported_models",)
     if key in ctx.cache:
         return ctx.cache[key]
-    out: set[str] = set()
+    out: set[str] = {n for n in rngs_callables(ctx) if "." not in n}
     path = Path(ctx.path) if ctx.path and not ctx.path.startswith("<") else None
     if path is not None and path.is_file():
         for stmt in ctx.module.body:
@@ -196,21 +201,24 @@ def rngs_callables(ctx: FileContext) -> frozenset:
 
 def _constructors_of(module: cst.Module, path: Path, depth: int, seen: dict, looked: Optional[list] = None) -> set:
     """The classes and factories of a file whose ported constructors take rngs (the module rules'
-    plan of that file alone), and those it re-exports by import."""
+    plan of that file, given the names its own imports bring that take rngs: a factory calling
+    a class of a third file takes rngs once ported, as the port of that file itself decides),
+    and those it imports (re-exports)."""
     from porter import program
 
     from . import _nnx
 
-    with program.facts(program.ProgramFacts()):  # that file's own imports are not followed
-        plan = _nnx.RngsPlan(FileContext(module, str(path)))
-        names = {c for c, cls in plan.classes.items() if plan.class_takes_rngs(cls)}
-        names |= {f.name.value for f, cls in plan.functions.items() if cls is None}
+    imported: set[str] = set()
     for stmt in module.body:
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
                 if isinstance(small, cst.ImportFrom):
-                    names |= _names_from(small, path.parent, depth + 1, seen, looked, of=_constructors_of)
-    return names
+                    imported |= _names_from(small, path.parent, depth + 1, seen, looked, of=_constructors_of)
+    with program.facts(program.ProgramFacts(frozenset(imported))):
+        plan = _nnx.RngsPlan(FileContext(module, str(path)))
+        names = {c for c, cls in plan.classes.items() if plan.class_takes_rngs(cls)}
+        names |= {f.name.value for f, cls in plan.functions.items() if cls is None}
+    return names | imported
 
 
 _ROUNDS = 8  # cross-module chains (a factory of a class of a subclass of ...) settle in a few
