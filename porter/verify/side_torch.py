@@ -119,6 +119,7 @@ def _run(request: dict) -> dict:
         raise RuntimeError(f"--model {request['model']!r} gave a {type(model).__name__}, not a torch.nn.Module")
 
     dropouts = []
+    drop_paths = []  # (module name, probability attribute): the port's side zeroes the same ones
     for name, mod in model.named_modules():
         if isinstance(mod, torch.nn.modules.dropout._DropoutNd) and mod.p > 0:
             mod.p = 0.0
@@ -130,12 +131,15 @@ def _run(request: dict) -> dict:
             mod.dropout = 0.0
             dropouts.append(name)
         elif _drop_path_attribute(mod) is not None:
-            setattr(mod, _drop_path_attribute(mod), 0.0)
+            drop_paths.append((name, _drop_path_attribute(mod)))
+            setattr(mod, drop_paths[-1][1], 0.0)
             dropouts.append(name)
     if dropouts:
         meta["notes"].append(f"dropout switched off for the comparison in: {', '.join(dropouts)}")
 
     tensors: dict[str, np.ndarray] = {}
+    if drop_paths:
+        tensors["drop_paths"] = np.array([f"{n}\t{a}" for n, a in drop_paths])
     shared = request.get("shared")
     if shared:
         data = np.load(shared)
