@@ -57,6 +57,8 @@ FRAMEWORK_TESTS: dict[str, tuple[str, ...]] = {
     "test_zoo.py": ("xla", "jax"),
     "test_zoo_torchvision.py": ("xla",),  # porter zoo on real torchvision builders, torch_xla
     "test_verify_reference.py": ("xla",),  # verify_model with the float64 reference, torch_xla ports
+    "test_verify_jax_reference.py": ("jax",),  # verify --reference, Flax NNX ports
+    "test_verify_jax_drop_paths.py": ("jax",),  # stochastic depth switched off on both sides
     # ports of fixtures/zoo run on XLA (torch_xla, JAX) beside the original
     "test_packages.py::test_torch_xla_port_*": ("xla",),
     "test_packages.py::test_jax_port_*": ("jax",),

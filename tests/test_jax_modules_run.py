@@ -1,7 +1,7 @@
 """Model definitions ported to Flax NNX compute what the originals compute (real torch, real JAX).
 
 For each model of tests/data/jax/models/ (MLP, LeNet-style CNN, ResNet-18, LSTM language
-model, Transformer classifier with padding masks, VAE, layer factories and builder functions, named children: nn.Sequential subclasses, OrderedDict, add_module): the source is ported with the jax
+model, Transformer classifier with padding masks, VAE, layer factories and builder functions, module classes reached through values, named children: nn.Sequential subclasses, OrderedDict, add_module): the source is ported with the jax
 rules (what `porter migrate --to jax` runs), the port is executed, the original's torch
 weights are converted with the port's own `load_torch_state_dict`, and then
 
@@ -63,6 +63,7 @@ CASES = [
     Case("transformer.py", "TransformerClassifier(50, 5, dropout=0.0)", _tokens),
     Case("factories.py", "small_net(num_classes=5)", _images((2, 3, 19, 23))),
     Case("named_children.py", "Net()", _images((2, 3, 16, 20))),
+    Case("block_values.py", "Net()", _images((2, 3, 16, 16))),
     Case("vae.py", "VAE()", lambda rng: (rng.random((4, 1, 28, 28), dtype=np.float32),
                                         rng.standard_normal((4, 20)).astype(np.float32))),
 ]
@@ -76,6 +77,7 @@ def port(source: str) -> str:
 def load(name: str, source: str) -> types.ModuleType:
     module = types.ModuleType(name)
     module.__file__ = name
+    sys.modules[name] = module  # dataclasses look their module up
     exec(compile(source, name, "exec"), module.__dict__)
     return module
 

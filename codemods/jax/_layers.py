@@ -378,6 +378,7 @@ LAYERS: dict[str, Layer] = {
         Layer("Tanh", (), "function", build=_fn("tanh")),
         Layer("Sigmoid", (), "function", build=_fn("sigmoid")),
         Layer("Hardswish", ("inplace",), "function", only=_INPLACE, build=_fn("hard_swish")),
+        Layer("Hardsigmoid", ("inplace",), "function", only=_INPLACE, build=_fn("hard_sigmoid")),
         Layer("GELU", ("approximate",), "function", build=_gelu),
         Layer("LeakyReLU", ("negative_slope", "inplace"), "function", only=_INPLACE,
               build=_fn("leaky_relu", negative_slope=("negative_slope", 0.01))),
@@ -437,7 +438,7 @@ MANUAL_LAYERS = {
 TAKES_RNGS = frozenset(f"Torch{kind}Pool{n}d" for kind in ("Max", "Avg", "AdaptiveAvg", "AdaptiveMax") for n in (1, 2, 3))
 # what the port names a torch layer class used as a value (JX017): emitted classes and factories
 VALUE_NAMES = frozenset({
-    *TAKES_RNGS, *(f"Torch{n}" for n in ("Linear", "LayerNorm", "Dropout", "ReLU", "ReLU6", "SiLU", "Hardswish", "Tanh",
+    *TAKES_RNGS, *(f"Torch{n}" for n in ("Linear", "LayerNorm", "Dropout", "ReLU", "ReLU6", "SiLU", "Hardswish", "Hardsigmoid", "Tanh",
                                          "Sigmoid", "GELU", "LeakyReLU", "ELU", "Identity")),
     *((layer.helper or f"Torch{layer.torch}") for layer in LAYERS.values() if layer.kind == "helper" and layer.rngs),
 })

@@ -326,6 +326,8 @@ class RngsPlan:
         if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value == "self" and cls is not None:
             name = f.attr.value
             return any(g.name.value == name and c is cls for g, c in self.functions.items())
+        if isinstance(f, cst.Attribute) and f.attr.value in self.factory_attributes():
+            return True  # a module class held by a value (`cnf.block(cnf, ...)`, `cfg.norm_layer(c)`)
         if (
             isinstance(f, cst.Attribute) and f.attr.value == "__init__" and isinstance(f.value, cst.Call)
             and isinstance(f.value.func, cst.Name) and f.value.func.value == "super"
@@ -334,6 +336,51 @@ class RngsPlan:
         ):
             return True  # the base's __init__ takes rngs (a class of the file, an emitted layer base)
         return False
+
+    def factory_attributes(self) -> frozenset:
+        """Attribute names that hold a module class or a layer factory wherever the file's
+        classes declare them: a field annotated as one (``block: Callable[..., nn.Module]``,
+        ``block: Type[Bottleneck]``, a dataclass's or a plain class's), or set in an ``__init__``
+        from one (``self.block = MBConv``, ``self.norm = norm_layer`` with ``norm_layer=nn.BatchNorm2d``).
+        A call of such an attribute of another object (``cnf.block(cnf, sd_prob)``) builds a
+        module that takes rngs."""
+        found = getattr(self, "_factory_attributes", None)
+        if found is not None:
+            return found
+        names: set = set()
+        for cls in (s for s in self.ctx.module.body if isinstance(s, cst.ClassDef)):
+            for stmt in cls.body.body:
+                for small in (stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ()):
+                    if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name) \
+                            and self._module_annotation(small.annotation.annotation):
+                        names.add(small.target.value)
+                if not (isinstance(stmt, cst.FunctionDef) and stmt.name.value == "__init__"):
+                    continue
+                for node in astutil.walk(stmt.body):
+                    if isinstance(node, cst.AnnAssign):
+                        targets, value = [node.target], node.value
+                        if self._module_annotation(node.annotation.annotation) and _self_attr(node.target):
+                            names.add(node.target.attr.value)
+                    elif isinstance(node, cst.Assign):
+                        targets, value = [t.target for t in node.targets], node.value
+                    else:
+                        continue
+                    if value is None:
+                        continue
+                    held = self._layer_value(value) or (isinstance(value, cst.Name) and (
+                        self.layer_factory(value.value, stmt, cls, 1) or self._module_parameter(value.value, stmt)))
+                    if held:
+                        names.update(t.attr.value for t in targets if _self_attr(t))
+        self._factory_attributes = frozenset(names)
+        return self._factory_attributes
+
+    def _module_annotation(self, annotation: cst.BaseExpression) -> bool:
+        """``Callable[..., nn.Module]`` or an annotation naming a module class of the file."""
+        text = code(annotation)
+        if "Callable" in text and "Module" in text:
+            return True
+        mentioned = {n.value for n in astutil.walk(annotation, into_functions=True) if isinstance(n, cst.Name)}
+        return bool(mentioned & set(self.classes))
 
     def class_takes_rngs(self, cls: cst.ClassDef, seen=None) -> bool:
         """A torch module class (its __init__ gets rngs), or an NNX one whose __init__, its own
@@ -507,6 +554,10 @@ class RngsPlan:
                     calls += [(c, None, None) for c in astutil.calls_in(stmt)]
             self._calls = calls
         return self._calls
+
+
+def _self_attr(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self"
 
 
 def rngs_plan(ctx: FileContext) -> RngsPlan:

@@ -28,7 +28,9 @@ class NnxModule(Rule):
       `rngs=rngs` as well: annotated as one (`block: Type[BasicBlock]`), or unannotated and
       given a module class (or such a parameter of the caller) at every call of its function
       in the file (`resnet18()` -> `ResNet(BasicBlock, ...)` -> `self._make_layer(block, ...)`
-      -> `block(...)`);
+      -> `block(...)`). So is an attribute of another object that the file's classes declare
+      as holding one (a config's field `block: Callable[..., nn.Module]`, or `self.block =
+      block` set from a module class in a config's `__init__`): `cfg.block(cfg, ...)`;
     - `super().__init__()` (and `super(Net, self).__init__()`, `nn.Module.__init__(self)`) is
       removed: `nnx.Module` needs no initialisation;
     - `forward` becomes `__call__` (`self.forward(...)` / `super().forward(...)` too).
@@ -118,6 +120,57 @@ class NnxModule(Rule):
                     return nn.Sequential(*[block(a, b, rngs=rngs) for a, b in zip(widths, widths[1:])])
             """,
             title="rngs through factory functions, helper methods and block classes",
+        ),
+        Example(
+            """
+            from dataclasses import dataclass
+            from typing import Callable
+            import torch.nn as nn
+
+            class Block(nn.Module):
+                def __init__(self, cfg):
+                    super().__init__()
+
+            @dataclass
+            class StageConfig:
+                width: int
+                block: Callable[..., nn.Module]
+
+            class OldConfig:
+                def __init__(self, width, block=Block):
+                    self.width = width
+                    self.block = block
+
+            class Net(nn.Module):
+                def __init__(self, configs):
+                    super().__init__()
+                    self.stages = nn.ModuleList([cfg.block(cfg) for cfg in configs])
+            """,
+            """
+            from dataclasses import dataclass
+            from typing import Callable
+            import torch.nn as nn
+            import flax.nnx as nnx
+
+            class Block(nnx.Module):
+                def __init__(self, cfg, *, rngs: nnx.Rngs):
+                    pass
+
+            @dataclass
+            class StageConfig:
+                width: int
+                block: Callable[..., nnx.Module]
+
+            class OldConfig:
+                def __init__(self, width, block=Block):
+                    self.width = width
+                    self.block = block
+
+            class Net(nnx.Module):
+                def __init__(self, configs, *, rngs: nnx.Rngs):
+                    self.stages = nn.ModuleList([cfg.block(cfg, rngs=rngs) for cfg in configs])
+            """,
+            title="a block class read from a config object",
         ),
     ]
     valid = [

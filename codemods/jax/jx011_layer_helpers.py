@@ -18,7 +18,7 @@ HELPERS = {
     "TorchEmbedding": (), "TorchSequential": (), "TorchStochasticDepth": (),
     # torch layer classes used as values (JX017): factories with torch's arguments
     "TorchLinear": (), "TorchLayerNorm": ("_ntuple",), "TorchDropout": (),
-    **{f"Torch{name}": () for name in ("ReLU", "ReLU6", "SiLU", "Hardswish", "Tanh", "Sigmoid", "GELU",
+    **{f"Torch{name}": () for name in ("ReLU", "ReLU6", "SiLU", "Hardswish", "Hardsigmoid", "Tanh", "Sigmoid", "GELU",
                                         "LeakyReLU", "ELU", "Identity")},
     "TorchLSTM": (), "TorchGRU": (), "TorchMultiheadAttention": (),
     "TorchTransformerEncoderLayer": ("TorchMultiheadAttention",), "TorchTransformerEncoder": (),

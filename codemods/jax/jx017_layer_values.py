@@ -11,7 +11,7 @@ from . import _layers
 # stateless and NNX-kind layers whose class, used as a value, becomes an emitted factory
 # (templates/jax_layers.py.j2) taking torch's arguments
 FACTORIES = frozenset({
-    "Linear", "LayerNorm", "Dropout", "ReLU", "ReLU6", "SiLU", "Hardswish", "Tanh", "Sigmoid", "GELU",
+    "Linear", "LayerNorm", "Dropout", "ReLU", "ReLU6", "SiLU", "Hardswish", "Hardsigmoid", "Tanh", "Sigmoid", "GELU",
     "LeakyReLU", "ELU", "Identity",
 })
 

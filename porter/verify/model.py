@@ -49,7 +49,7 @@ class ModelRequest:
     budgets: Budgets = Budgets()
     timeout: float = 600.0
     memory_mb: float = 8192.0
-    # the original's first forward and backward once more in float64 (torch originals): a
+    # the original's forward, backward and steps once more in float64 (torch originals): a
     # tensor outside the tolerance passes when the port is as near those values as the
     # original is (compare.compare_to_reference)
     reference: bool = False

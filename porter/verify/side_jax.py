@@ -118,6 +118,18 @@ def _host(a) -> np.ndarray:
     return np.array(a, copy=True)
 
 
+def _switch_off_drop_path(module, name: str, drop_paths: dict) -> bool:
+    """Set the probability of the port's module ``name`` to 0 where the original's side switched
+    off a stochastic-depth layer of that name (torchvision's StochasticDepth ``p``, timm's DropPath
+    ``drop_prob``) and the port's module keeps the attribute as a number."""
+    attr = drop_paths.get(name)
+    value = getattr(module, attr, None) if attr else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value:
+        return False
+    setattr(module, attr, 0.0)
+    return True
+
+
 def torch_names(model) -> dict[int, tuple[str, object]]:
     """id(module) -> (torch module name, module) for every callable submodule of an NNX model.
     Attribute names are kept by the port, so the NNX path is the torch name; the ``layers``
@@ -566,12 +578,17 @@ def run(request: dict) -> dict:
 
     model.train()
     names = torch_names(model)
+    # the stochastic-depth layers the original's side switched off, by torch name (their port
+    # is the package's own module, ported with it: same name, same probability attribute)
+    drop_paths = dict(str(e).split("\t", 1) for e in data["drop_paths"]) if "drop_paths" in data.files else {}
     dropouts = []
     for _, m in nnx.iter_modules(model):
         if isinstance(m, nnx.Dropout) and m.rate > 0:
             m.rate = 0.0
         elif isinstance(m, nnx.MultiHeadAttention) and m.dropout_rate > 0:
             m.dropout_rate = 0.0
+        elif id(m) in names and _switch_off_drop_path(m, names[id(m)][0], drop_paths):
+            pass
         else:
             continue
         dropouts.append(names[id(m)][0] if id(m) in names else type(m).__name__)

@@ -119,6 +119,7 @@ def _run(request: dict) -> dict:
         raise RuntimeError(f"--model {request['model']!r} gave a {type(model).__name__}, not a torch.nn.Module")
 
     dropouts = []
+    drop_paths = []  # (module name, probability attribute): the port's side zeroes the same ones
     for name, mod in model.named_modules():
         if isinstance(mod, torch.nn.modules.dropout._DropoutNd) and mod.p > 0:
             mod.p = 0.0
@@ -130,12 +131,15 @@ def _run(request: dict) -> dict:
             mod.dropout = 0.0
             dropouts.append(name)
         elif _drop_path_attribute(mod) is not None:
-            setattr(mod, _drop_path_attribute(mod), 0.0)
+            drop_paths.append((name, _drop_path_attribute(mod)))
+            setattr(mod, drop_paths[-1][1], 0.0)
             dropouts.append(name)
     if dropouts:
         meta["notes"].append(f"dropout switched off for the comparison in: {', '.join(dropouts)}")
 
     tensors: dict[str, np.ndarray] = {}
+    if drop_paths:
+        tensors["drop_paths"] = np.array([f"{n}\t{a}" for n, a in drop_paths])
     shared = request.get("shared")
     if shared:
         data = np.load(shared)
@@ -269,7 +273,8 @@ def _run(request: dict) -> dict:
     if reference is not None and projection is not None:
         t_ref = time.perf_counter()
         try:
-            tensors.update(_reference(reference, inputs_np, [_to_numpy(w) for w in projection]))
+            tensors.update(_reference(reference, inputs_np, [_to_numpy(w) for w in projection], request["steps"],
+                                      opt_name, request["lr"]))
             meta["reference_s"] = round(time.perf_counter() - t_ref, 3)
         except Exception as exc:  # noqa: BLE001 - a model that does not run in float64: no reference
             meta["notes"].append(f"no float64 reference: the model did not run in float64 ({type(exc).__name__}: {exc})")
@@ -286,11 +291,13 @@ def _run(request: dict) -> dict:
     return meta
 
 
-def _reference(model, inputs_np, projection_np) -> dict:
-    """The first forward and backward of the original again, in float64 on the CPU, from the
-    same weights, inputs and output projection: ``ref/<key>`` for every layer output, model
-    output and gradient the float32 run recorded. The comparison uses it to tell float32
-    rounding (the port as far from these values as the original is) from a real difference."""
+def _reference(model, inputs_np, projection_np, steps: int = 1, optimizer: str = "sgd", lr: float = 0.01) -> dict:
+    """The original's run again, in float64 on the CPU, from the same weights, inputs and output
+    projection: ``ref/<key>`` for every layer output, model output and gradient of the first
+    forward and backward, and for each of ``steps`` optimizer steps (the same optimizer) its loss,
+    parameters and floating-point buffers. The comparison uses it to tell float32 rounding (the
+    port as far from these values as the original is) from a real difference; over the steps
+    the rounding of every gradient adds up in the loss and the weights."""
     import torch
 
     model = model.double().train()
@@ -305,23 +312,39 @@ def _reference(model, inputs_np, projection_np) -> dict:
     hooks = [m.register_forward_hook(record) for m in model.modules() if id(m) in names]
     inputs = [torch.from_numpy(np.ascontiguousarray(x)) for x in inputs_np]
     inputs = [x.double() if x.is_floating_point() else x for x in inputs]
-    out = model(*inputs)
-    for h in hooks:
-        h.remove()
-    flat: list = []
-    _flatten(out, "", flat)
-    loss = sum((t.double() * torch.from_numpy(w).double()).sum() / max(t.numel(), 1)
-               for (_, t), w in zip(flat, projection_np) if t.is_floating_point())
-    loss.backward()
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if optimizer == "adam":
+        opt = torch.optim.Adam([p for _, p in params], lr=lr)
+    else:
+        opt = torch.optim.SGD([p for _, p in params], lr=lr, momentum=0.9)
+    projection = [torch.from_numpy(w).double() for w in projection_np]
     ref = {}
-    for name, sub in recorded:
-        for suffix, t in sub:
-            ref[f"ref/layer/{name}{'.' + suffix if suffix else ''}"] = t
-    for suffix, t in flat:
-        ref[f"ref/output/{suffix or '0'}"] = t
-    for n, p in model.named_parameters():
-        if p.requires_grad and p.grad is not None:
-            ref[f"ref/grad/{n}"] = p.grad
+    for step in range(1, steps + 1):
+        opt.zero_grad(set_to_none=True)
+        out = model(*inputs)
+        flat: list = []
+        _flatten(out, "", flat)
+        loss = sum((t.double() * w).sum() / max(t.numel(), 1)
+                   for (_, t), w in zip(flat, projection) if t.is_floating_point())
+        loss.backward()
+        if step == 1:
+            for h in hooks:
+                h.remove()
+            for name, sub in recorded:
+                for suffix, t in sub:
+                    ref[f"ref/layer/{name}{'.' + suffix if suffix else ''}"] = t
+            for suffix, t in flat:
+                ref[f"ref/output/{suffix or '0'}"] = t.detach().clone()
+            for n, p in params:
+                if p.grad is not None:
+                    ref[f"ref/grad/{n}"] = p.grad.detach().clone()
+        ref[f"ref/step{step}/loss"] = loss.detach().clone()
+        opt.step()
+        for n, p in model.named_parameters():
+            ref[f"ref/step{step}/param/{n}"] = p.detach().clone()
+        for n, b in model.named_buffers():
+            if b.is_floating_point():
+                ref[f"ref/step{step}/buffer/{n}"] = b.detach().clone()
     return {k: t.detach().numpy().copy() for k, t in ref.items() if t.is_floating_point()}
 
 
