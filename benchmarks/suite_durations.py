@@ -6,7 +6,11 @@ Prints the sum of every test's setup + call + teardown time (what one process wo
 the same load), each module's share, and the wall time pytest reported, whose ratio to the sum
 is what the workers bought. Results: docs/benchmarks.md ("Test suite time").
 
+    PORTER_TEST_DURATIONS=times.txt scripts/test; python benchmarks/suite_durations.py times.txt
     python benchmarks/suite_durations.py suite.log --write tests/durations.json
+
+(PORTER_TEST_DURATIONS: tests/conftest.py appends each test phase's line as it ends, so an
+interrupted run still tells where its time went)
 
 also writes each module's seconds as JSON: tests/conftest.py starts the longest modules first.
 """

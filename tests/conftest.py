@@ -183,6 +183,16 @@ def _longest_modules_first(items) -> None:
     items.sort(key=lambda item: order[item.nodeid.split("::", 1)[0]])
 
 
+def pytest_runtest_logreport(report):
+    """With PORTER_TEST_DURATIONS=FILE, every test phase's seconds are appended to FILE as it
+    ends (in the controller, not in the xdist workers), in ``--durations``' line format: an
+    interrupted run still says where its time went (benchmarks/suite_durations.py FILE)."""
+    path = os.environ.get("PORTER_TEST_DURATIONS")
+    if path and not os.environ.get("PYTEST_XDIST_WORKER"):
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(f"{report.duration:.2f}s {report.when} {report.nodeid}\n")
+
+
 @pytest.fixture(autouse=True)
 def _framework_tripwire(request, tmp_path_factory):
     """In the fast lane: fail a test during which a framework import was attempted anywhere,
