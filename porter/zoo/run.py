@@ -46,6 +46,7 @@ class ZooOptions:
     timeout: float = 600.0
     memory_mb: float = 8192.0
     atol: Optional[float] = None  # float32's absolute tolerance of the comparison (verify's default 1e-5)
+    image_size: Optional[int] = None  # one-image models at the smallest NxN they take (discover.py)
 
     def settings(self) -> dict:
         """What a cached result depends on besides the code."""
@@ -117,7 +118,8 @@ def discover(options: ZooOptions) -> dict:
     with tempfile.TemporaryDirectory(prefix="porter-zoo-") as tmp:
         req, out = Path(tmp) / "request.json", Path(tmp) / "found.json"
         req.write_text(json.dumps({"package": options.package, "models": models, "inputs": list(options.inputs),
-                                   "select": list(options.select), "out": str(out)}))
+                                   "select": list(options.select), "out": str(out),
+                                   "image_size": options.image_size}))
         from porter.verify.backends import BACKENDS
 
         env = BACKENDS["torch"].environment()
