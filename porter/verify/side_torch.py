@@ -284,7 +284,8 @@ def _run(request: dict) -> dict:
     if reference is not None and projection is not None:
         t_ref = time.perf_counter()
         try:
-            tensors.update(_reference(reference, inputs_np, [_to_numpy(w) for w in projection]))
+            tensors.update(_reference(reference, inputs_np, [_to_numpy(w) for w in projection], request["steps"],
+                                      opt_name, request["lr"]))
             meta["reference_s"] = round(time.perf_counter() - t_ref, 3)
         except Exception as exc:  # noqa: BLE001 - a model that does not run in float64: no reference
             meta["notes"].append(f"no float64 reference: the model did not run in float64 ({type(exc).__name__}: {exc})")
@@ -301,11 +302,14 @@ def _run(request: dict) -> dict:
     return meta
 
 
-def _reference(model, inputs_np, projection_np) -> dict:
-    """The first forward and backward of the original again, in float64 on the CPU, from the
-    same weights, inputs and output projection: ``ref/<key>`` for every layer output, model
-    output and gradient the float32 run recorded. The comparison uses it to tell float32
-    rounding (the port as far from these values as the original is) from a real difference."""
+def _reference(model, inputs_np, projection_np, steps: int = 1, optimizer: str = "sgd", lr: float = 0.01) -> dict:
+    """The original's optimizer steps again, in float64 on the CPU, from the same weights, inputs
+    and output projection: ``ref/<key>`` for every layer output, model output and gradient of
+    the first step, and every step's loss, parameters and floating-point buffers, as the float32
+    run recorded them. The comparison uses it to tell float32 rounding (the port as far from
+    these values as the original is) from a real difference; the steps' values too, because a
+    gradient's rounding (BatchNorm's backward over a few values per channel) is carried into
+    the parameters the next steps compare."""
     import torch
 
     model = model.double().train()
@@ -320,23 +324,36 @@ def _reference(model, inputs_np, projection_np) -> dict:
     hooks = [m.register_forward_hook(record) for m in model.modules() if id(m) in names]
     inputs = [torch.from_numpy(np.ascontiguousarray(x)) for x in inputs_np]
     inputs = [x.double() if x.is_floating_point() else x for x in inputs]
-    out = model(*inputs)
-    for h in hooks:
-        h.remove()
-    flat: list = []
-    _flatten(out, "", flat)
-    loss = sum((t.double() * torch.from_numpy(w).double()).sum() / max(t.numel(), 1)
-               for (_, t), w in zip(flat, projection_np) if t.is_floating_point())
-    loss.backward()
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    opt = (torch.optim.Adam([p for _, p in params], lr=lr) if optimizer == "adam"
+           else torch.optim.SGD([p for _, p in params], lr=lr, momentum=0.9))
     ref = {}
-    for name, sub in recorded:
-        for suffix, t in sub:
-            ref[f"ref/layer/{name}{'.' + suffix if suffix else ''}"] = t
-    for suffix, t in flat:
-        ref[f"ref/output/{suffix or '0'}"] = t
-    for n, p in model.named_parameters():
-        if p.requires_grad and p.grad is not None:
-            ref[f"ref/grad/{n}"] = p.grad
+    for step in range(1, steps + 1):
+        opt.zero_grad(set_to_none=True)
+        out = model(*inputs)
+        flat: list = []
+        _flatten(out, "", flat)
+        loss = sum((t.double() * torch.from_numpy(w).double()).sum() / max(t.numel(), 1)
+                   for (_, t), w in zip(flat, projection_np) if t.is_floating_point())
+        loss.backward()
+        if step == 1:
+            for h in hooks:
+                h.remove()
+            for name, sub in recorded:
+                for suffix, t in sub:
+                    ref[f"ref/layer/{name}{'.' + suffix if suffix else ''}"] = t
+            for suffix, t in flat:
+                ref[f"ref/output/{suffix or '0'}"] = t.detach().clone()
+            for n, p in params:
+                if p.grad is not None:
+                    ref[f"ref/grad/{n}"] = p.grad.detach().clone()
+        ref[f"ref/step{step}/loss"] = loss.detach().clone()
+        opt.step()
+        for n, p in model.named_parameters():
+            ref[f"ref/step{step}/param/{n}"] = p.detach().clone()
+        for n, b in model.named_buffers():
+            if b.is_floating_point():
+                ref[f"ref/step{step}/buffer/{n}"] = b.detach().clone()
     return {k: t.detach().numpy().copy() for k, t in ref.items() if t.is_floating_point()}
 
 
