@@ -95,7 +95,7 @@ def entry(module, expr, spec):
     ("OwnSizeOnly()", 96, 32, None),  # 32, 64 fail: its own 96
     ("OwnSizeOnly(image_size=64)", 224, 32, 64),  # 64 is its size, below the metadata's
     ("NeedsPixels()", 224, 32, 128),  # 32, 64 too small: 128
-    ("TensorWidths()", 224, 16, 16),  # built on the CPU, probed there
+    ("TensorWidths()", 224, 16, 16),  # its parameters put on the meta device as registered
     ("aux_in_training()", 299, 16, 64),  # the training-mode forward decides
 ])
 def test_smallest_image_the_model_runs_on(zoo_models, expr, own, size, used):
@@ -106,6 +106,12 @@ def test_smallest_image_the_model_runs_on(zoo_models, expr, own, size, used):
     else:
         assert e["inputs"] == [f"float32[2,3,{used},{used}]"]
         assert e["image_size"] == {"own": own, "used": used}
+
+
+def test_a_constructor_that_computes_with_tensors_gets_meta_weights(zoo_models):
+    model = discover._built_for_probe(entry(zoo_models, "TensorWidths()", "float32[2,3,32,32]"))
+    assert model.conv.out_channels == 6 and model.conv.weight.device.type == "meta"
+    assert torch.nn.Module.register_parameter.__name__ == "register_parameter"  # restored
 
 
 @pytest.mark.parametrize("spec", [
@@ -138,7 +144,7 @@ def test_discovery_request_applies_it_to_torchvision(tmp_path):
                                "image_size": 64})
     by = {m["name"]: m["inputs"] for m in found["models"]}
     assert by == {"resnet18": ["float32[2,3,64,64]"],  # global pooling
-                  "regnet_x_400mf": ["float32[2,3,64,64]"],  # widths computed with tensors: probed on the CPU
+                  "regnet_x_400mf": ["float32[2,3,64,64]"],  # widths computed with tensors
                   "inception_v3": ["float32[2,3,299,299]"],  # its auxiliary head needs the full size in training
                   "vit_b_32": ["float32[2,3,224,224]"]}  # a fixed patch grid
     again = discover.discover({"package": "torchvision.models", "models": [], "inputs": ["float32[2,3,32,32]"],

@@ -28,7 +28,7 @@ A smaller image (``image_size`` in the request, ``porter zoo --image-size N``): 
 whose input is one image (C x H x W) is verified at the smallest of N, 2N, 4N, ... below its
 own size on which a training-mode forward of batch 2 runs, else at its own size. The model is
 built and run on the meta device (shapes only: no memory, no arithmetic) where its constructor
-allows, else on the CPU, so a model that only takes its own size (a ViT's fixed patch grid,
+allows, else with its parameters and buffers put on the meta device as they are registered, so a model that only takes its own size (a ViT's fixed patch grid,
 maxvit's 7x7 windows) or needs more pixels (inception_v3's auxiliary head in training) keeps it. The model's layers are the same at any size; only the spatial
 extent of each activation changes.
 """
@@ -293,19 +293,35 @@ def _image_of(spec: str):
 
 
 def _built_for_probe(entry):
-    """The model built on the meta device (shapes only), else, where its constructor needs real
-    values (regnet computes its widths with tensors), on the CPU; None when it does not build."""
+    """The model built on the meta device (shapes only), else, where its constructor computes
+    with real tensors (regnet's widths), with only its parameters and buffers put on the meta
+    device as they are registered (each made on the CPU uninitialized, then dropped); None when
+    it does not build."""
     import torch
 
     try:
         with torch.device("meta"):
             return _build(entry)
-    except Exception:  # noqa: BLE001 - not on the meta device
+    except Exception:  # noqa: BLE001 - not with every tensor on the meta device
         pass
+    module = torch.nn.Module
+    register_parameter, register_buffer = module.register_parameter, module.register_buffer
+
+    def parameter(self, name, param):
+        if param is not None and param.device.type != "meta":
+            param = type(param)(param.detach().to("meta"), requires_grad=param.requires_grad)
+        return register_parameter(self, name, param)
+
+    def buffer(self, name, tensor, persistent=True):
+        return register_buffer(self, name, None if tensor is None else tensor.to("meta"), persistent)
+
+    module.register_parameter, module.register_buffer = parameter, buffer
     try:
         return _build(entry)
     except Exception:  # noqa: BLE001 - verify reports a model that does not build
         return None
+    finally:
+        module.register_parameter, module.register_buffer = register_parameter, register_buffer
 
 
 def _runs_at(model, channels: int, size: int) -> bool:

@@ -123,8 +123,13 @@ def discover(options: ZooOptions) -> dict:
         from porter.verify.backends import BACKENDS
 
         env = BACKENDS["torch"].environment()
-        proc = subprocess.run([python, "-m", "porter.zoo.discover", str(req)], env=env, capture_output=True,
-                              text=True, timeout=max(600.0, options.timeout))
+        limit = max(600.0, options.timeout)
+        try:
+            proc = subprocess.run([python, "-m", "porter.zoo.discover", str(req)], env=env, capture_output=True,
+                                  text=True, timeout=limit)
+        except subprocess.TimeoutExpired:
+            raise ZooError(f"finding the models of {options.package} took more than {limit:.0f} s (the larger of "
+                           "600 s and --timeout); --select fewer models, or give --model") from None
         try:
             found = json.loads(out.read_text())
         except (OSError, ValueError):
