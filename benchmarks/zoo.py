@@ -21,7 +21,10 @@ alternating, and the ratio of wall times is reported (target <= 1.3).
     PJRT_DEVICE=CPU .venv/bin/python benchmarks/zoo.py --slice gluon --target torch-xla --jobs 2 --atol 1e-3 --select resnet18_v1
 
 `--atol` is porter zoo's (the comparison's absolute tolerance; docs/zoo.md says why the Gluon
-runs at 224x224 use 1e-3).
+runs at 224x224 use 1e-3). `--image-size N` is porter zoo's: each image model at the smallest of
+N, 2N, ... pixels below its own size that it takes (the torchvision runs of docs/zoo.md: 64).
+
+    PJRT_DEVICE=CPU .venv/bin/python benchmarks/zoo.py --slice torchvision --target torch-xla --jobs 1 --image-size 64
 
 Writes the tables of docs/zoo.md's "Results" section to stdout (counts per status, top
 blockers). A measurement, not a test.
@@ -75,7 +78,7 @@ def zoo_cmd(package: str, target: str, out: Path, extra: list[str]) -> list[str]
 
 
 def run_slice(name: str, target: str, jobs: int, timeout: float, select: list[str], limit: int,
-              atol: float | None = None) -> dict:
+              atol: float | None = None, image_size: int | None = None) -> dict:
     package, sel = slices()[name]
     if sel == ["__timm__"]:
         sel = timm_sample()
@@ -85,6 +88,8 @@ def run_slice(name: str, target: str, jobs: int, timeout: float, select: list[st
              "--report", str(RESULTS / f"zoo-{name}-{target}.html")]
     if atol is not None:
         extra += ["--atol", str(atol)]
+    if image_size:
+        extra += ["--image-size", str(image_size)]
     for s in sel:
         extra += ["--select", s]
     env = dict(os.environ, PJRT_DEVICE=os.environ.get("PJRT_DEVICE", "CPU"))
@@ -196,6 +201,8 @@ def main(argv=None) -> int:
     ap.add_argument("--wall", type=float, default=0.0, help="with --collect-since: the interrupted run's wall time")
     ap.add_argument("--names", default="", help="with --collect-since: a file of the slice's model names, one a line")
     ap.add_argument("--atol", type=float, default=None, help="absolute tolerance of the comparison (porter zoo --atol)")
+    ap.add_argument("--image-size", type=int, default=None,
+                    help="porter zoo --image-size: image models at the smallest N, 2N, ... pixels they take")
     args = ap.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
     results = []
@@ -208,7 +215,7 @@ def main(argv=None) -> int:
         return 0
     for name in args.slice or sorted(slices()):
         for target in args.target or ("torch-xla", "jax"):
-            r = run_slice(name, target, args.jobs, args.timeout, args.select, args.limit, args.atol)
+            r = run_slice(name, target, args.jobs, args.timeout, args.select, args.limit, args.atol, args.image_size)
             results.append(r)
             print(f"{name} {target}: {r.get('summary', {}).get('counts', r.get('error'))} ({r['wall_s']} s)", file=sys.stderr)
     print(table(results))

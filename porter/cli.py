@@ -450,6 +450,7 @@ def zoo(
     timeout: float = typer.Option(600.0, "--timeout", help="Seconds each side of a model may run."),
     memory_mb: float = typer.Option(8192.0, "--memory-mb", help="Resident memory each side may use."),
     atol: Optional[float] = typer.Option(None, "--atol", help="Absolute tolerance of the comparison (default by dtype; float32: 1e-5)."),
+    image_size: Optional[int] = typer.Option(None, "--image-size", min=8, help="Image models: verify at the smallest of N, 2N, 4N, ... pixels below the model's own input size that it runs on (found on the meta device), else at its own size."),
     fmt: str = typer.Option("text", "--format", help="text, json or html (on stdout)."),
     report_file: Optional[Path] = typer.Option(None, "--report", help="Also write the HTML dashboard here."),
 ) -> None:
@@ -476,7 +477,7 @@ def zoo(
     except SpecError as exc:
         raise UsageError(str(exc)) from None
     options = ZooOptions(package, to, out.resolve(), tuple(models), tuple(select), tuple(inputs), steps, jobs,
-                         executor, resume, timeout, memory_mb, atol)
+                         executor, resume, timeout, memory_mb, atol, image_size)
     progress = None
     if sys.stderr.isatty() and fmt != "json":
         from rich.progress import TimeRemainingColumn

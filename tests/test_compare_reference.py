@@ -82,3 +82,43 @@ def test_no_reference_or_a_passing_tensor_is_unchanged():
     y = x.copy()
     y[0] = np.nan
     assert not _run(x, y, x.astype(np.float64)).ok
+
+
+def _bn_two_steps(port_noise: float, orig_noise: float, port_scale: float = 1.0):
+    """running_var of a BatchNorm (8 channels, n = 2 x 2 x 2 = 8 values per channel, momentum
+    0.1) over two steps: the float64 reference's batch variances v1, v2; the original's are
+    those plus ``orig_noise`` at step 2 (float32 rounding carried from step 1's parameters), the
+    port's plus ``port_noise``, updated with the biased variance (torch_xla), times
+    ``port_scale`` at step 2 (a real difference)."""
+    rng = np.random.default_rng(3)
+    n, m = 8, 0.1
+    x = rng.standard_normal((2, 8, 2, 2))
+    v1 = x.transpose(1, 0, 2, 3).reshape(8, -1).var(axis=1)
+    v2 = v1 * rng.uniform(0.8, 1.2, 8)
+    init = np.ones(8)
+    unbiased = n / (n - 1)
+    ref1 = (1 - m) * init + m * v1 * unbiased
+    ref2 = (1 - m) * ref1 + m * v2 * unbiased
+    o1, o2 = ref1, (1 - m) * ref1 + m * (v2 + orig_noise * rng.standard_normal(8)) * unbiased
+    p1 = (1 - m) * init + m * v1
+    p2 = ((1 - m) * p1 + m * (v2 + port_noise * rng.standard_normal(8))) * port_scale
+    k1, k2 = "step1/buffer/bn.running_var", "step2/buffer/bn.running_var"
+    original = {"init/bn.running_var": init.astype(np.float32), "layer/bn": x.astype(np.float32),
+                k1: o1.astype(np.float32), k2: o2.astype(np.float32), f"ref/{k1}": ref1, f"ref/{k2}": ref2}
+    port = {"layer/bn": x.astype(np.float32), k1: p1.astype(np.float32), k2: p2.astype(np.float32)}
+    return compare_all(["layer/bn", k1, k2], original, port, Tolerance())
+
+
+def test_later_steps_running_var_biased_and_rounded_passes_with_the_reference():
+    layer, step1, step2 = _bn_two_steps(port_noise=3e-3, orig_noise=1e-3)
+    assert layer.ok and step1.ok and step2.ok, step2
+    assert "biased batch variance" in step2.note and "float64 run" in step2.note
+
+
+@pytest.mark.parametrize("port_noise,orig_noise,port_scale", [
+    (3e-2, 1e-4, 1.0),  # the port's statistics 300x further from float64 than the original's
+    (1e-3, 1e-3, 1.05),  # a running variance 5% off
+])
+def test_later_steps_running_var_real_difference_still_fails(port_noise, orig_noise, port_scale):
+    _, step1, step2 = _bn_two_steps(port_noise, orig_noise, port_scale)
+    assert step1.ok and not step2.ok and step2.where == "buffer bn.running_var at step 2"

@@ -45,6 +45,9 @@ def test_matching_port_passes_with_health_in_json():
     report = json.loads(proc.stdout)
     assert proc.returncode == 0 and report["passed"], report["summary"]
     assert report["health"]["compiles_after_warmup"] == 0 and report["health"]["max_transfers_per_step"] == 0
+    # every step is the same graph (momentum buffers from the start, the same tensors copied in
+    # each step): one compilation, in the first step
+    assert [s["compiles"] for s in report["health"]["steps"]] == [1] + [0] * (report["settings"]["steps"] - 1)
     assert any("dropout switched off" in n for n in report["notes"])
 
 

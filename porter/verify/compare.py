@@ -145,7 +145,7 @@ def compare_running_var(key: str, original: Mapping[str, np.ndarray], port: Mapp
     predicted = (1 - m) * p[step - 1] + (o[step] - (1 - m) * o[step - 1]) * (n - 1) / n
     rtol, atol = tol.for_dtype(str(a.dtype))
     if not np.all(np.abs(p[step] - predicted) <= atol + rtol * np.abs(predicted)):
-        return plain
+        return _running_var_to_reference(plain, original, module, step, m, n, p) or plain
     return TensorResult(plain.key, plain.phase, plain.name, plain.step, plain.shape, plain.dtype, plain.max_abs,
                         plain.max_rel, True,
                         f"the port updates running_var with the biased batch variance (as torch_xla 2.9 and Flax "
@@ -182,6 +182,33 @@ def compare_to_reference(plain: TensorResult, a: np.ndarray, b: np.ndarray, ref:
                         plain.max_rel, True,
                         f"float32 rounding: {err_port / scale:.2g} of the largest value from a float64 run of the "
                         f"original, which is {err_orig / scale:.2g} from it itself")
+
+
+def _running_var_to_reference(plain: TensorResult, original: Mapping[str, np.ndarray], module: str, step: int,
+                              m: float, n: int, p: list) -> Optional[TensorResult]:
+    """A running variance after step K > 1, whose batch statistics at the later steps differ by
+    the float32 rounding of the earlier steps' parameters: the port's biased update predicted
+    from the float64 reference's running variances (``ref/stepK/buffer/...``, unbiased, as the
+    original's) must be within NOISE_FACTOR x the original's own distance from the reference
+    (``compare_to_reference``'s rule); None where there is no reference or it does not hold."""
+    refs = [original.get(f"ref/step{k}/buffer/{module}.running_var") for k in range(1, step + 1)]
+    if step < 2 or any(r is None or r.shape != p[0].shape for r in refs):
+        return None
+    r = [p[0]] + [x.astype(np.float64) for x in refs]
+    q = r[0]
+    for k in range(1, step + 1):
+        q = (1 - m) * q + (r[k] - (1 - m) * r[k - 1]) * (n - 1) / n  # biased, from the reference's statistics
+    scale = float(np.abs(r[step]).max())
+    err_port = float(np.abs(p[step] - q).max())
+    err_orig = float(np.abs(original[f"step{step}/buffer/{module}.running_var"].astype(np.float64) - r[step]).max())
+    if scale == 0.0 or not np.isfinite(err_port) or err_port > NOISE_FACTOR * err_orig + NOISE_FLOOR * scale:
+        return None
+    return TensorResult(plain.key, plain.phase, plain.name, plain.step, plain.shape, plain.dtype, plain.max_abs,
+                        plain.max_rel, True,
+                        f"the port updates running_var with the biased batch variance (n={n} values per channel, "
+                        f"momentum {m:.3g}), and its batch statistics carry the float32 rounding of the earlier "
+                        f"steps: {err_port / scale:.2g} of the largest value from the biased update of a float64 "
+                        f"run of the original, which is {err_orig / scale:.2g} from that run itself")
 
 
 def compare_all(order: Sequence[str], original: Mapping[str, np.ndarray], port: Mapping[str, np.ndarray],

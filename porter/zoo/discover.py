@@ -23,6 +23,14 @@ torchvision weights' ``transforms().crop_size``, Gluon names: CIFAR 32, Inceptio
 no gradients), smallest first (a model verifies faster on a small input): the width of its
 first Linear, its first Conv2d's channels at 32, 28, 224 and 299 pixels, then 3x32x32,
 1x28x28, 3x224x224, 3x299x299.
+
+A smaller image (``image_size`` in the request, ``porter zoo --image-size N``): a torch model
+whose input is one image (C x H x W) is verified at the smallest of N, 2N, 4N, ... below its
+own size on which a training-mode forward of batch 2 runs, else at its own size. The model is
+built and run on the meta device (shapes only: no memory, no arithmetic) where its constructor
+allows, else with its parameters and buffers put on the meta device as they are registered, so a model that only takes its own size (a ViT's fixed patch grid,
+maxvit's 7x7 windows) or needs more pixels (inception_v3's auxiliary head in training) keeps it. The model's layers are the same at any size; only the spatial
+extent of each activation changes.
 """
 from __future__ import annotations
 
@@ -275,6 +283,80 @@ def _probe(model) -> list:
     return []
 
 
+def _image_of(spec: str):
+    """(prefix, channels, size) of a ``float32[B,C,S,S]`` spec, else None."""
+    head, sep, dims = spec.partition("[")
+    parts = dims.rstrip("]").split(",") if sep else []
+    if len(parts) != 4 or parts[2] != parts[3] or not all(p.strip().isdigit() for p in parts):
+        return None
+    return head, int(parts[1]), int(parts[2])
+
+
+def _built_for_probe(entry):
+    """The model built on the meta device (shapes only), else, where its constructor computes
+    with real tensors (regnet's widths), with only its parameters and buffers put on the meta
+    device as they are registered (each made on the CPU uninitialized, then dropped); None when
+    it does not build."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            return _build(entry)
+    except Exception:  # noqa: BLE001 - not with every tensor on the meta device
+        pass
+    module = torch.nn.Module
+    register_parameter, register_buffer = module.register_parameter, module.register_buffer
+
+    def parameter(self, name, param):
+        if param is not None and param.device.type != "meta":
+            param = type(param)(param.detach().to("meta"), requires_grad=param.requires_grad)
+        return register_parameter(self, name, param)
+
+    def buffer(self, name, tensor, persistent=True):
+        return register_buffer(self, name, None if tensor is None else tensor.to("meta"), persistent)
+
+    module.register_parameter, module.register_buffer = parameter, buffer
+    try:
+        return _build(entry)
+    except Exception:  # noqa: BLE001 - verify reports a model that does not build
+        return None
+    finally:
+        module.register_parameter, module.register_buffer = register_parameter, register_buffer
+
+
+def _runs_at(model, channels: int, size: int) -> bool:
+    """Whether a training-mode forward of a batch of BATCH images of SIZE x SIZE runs."""
+    import torch
+
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    try:
+        with torch.no_grad(), torch.device(device):  # tensors the forward makes: on the model's device
+            model.train()
+            model(torch.zeros((BATCH, channels, size, size)))
+        return True
+    except Exception:  # noqa: BLE001 - not at this size
+        return False
+
+
+def _smaller_image(entry, size: int) -> None:
+    """Give a one-image torch model the smallest of SIZE, 2*SIZE, ... below its own size that it
+    runs on (docstring above); keep its own size where none does."""
+    if entry.get("framework") != "torch" or len(entry["inputs"]) != 1:
+        return
+    image = _image_of(entry["inputs"][0])
+    if image is None or size >= image[2]:
+        return
+    head, channels, own = image
+    model = _built_for_probe(entry)
+    s = size
+    while model is not None and s < own:
+        if _runs_at(model, channels, s):
+            entry["inputs"] = [f"{head}[{BATCH},{channels},{s},{s}]"]
+            entry["image_size"] = {"own": own, "used": s}
+            return
+        s *= 2
+
+
 def _chosen(name: str, globs) -> bool:
     return not globs or any(fnmatch.fnmatchcase(name, g) for g in globs)
 
@@ -324,6 +406,8 @@ def discover(request: dict) -> dict:
                 entry["inputs"] = _probe(_build(entry))
             except Exception as exc:  # noqa: BLE001 - the original fails to build: verify says so
                 entry["build_error"] = f"{type(exc).__name__}: {exc}"
+        if request.get("image_size") and not request.get("inputs") and entry["inputs"]:
+            _smaller_image(entry, int(request["image_size"]))
     result["models"] = models
     return result
 

@@ -46,6 +46,7 @@ class ZooOptions:
     timeout: float = 600.0
     memory_mb: float = 8192.0
     atol: Optional[float] = None  # float32's absolute tolerance of the comparison (verify's default 1e-5)
+    image_size: Optional[int] = None  # one-image models at the smallest NxN they take (discover.py)
 
     def settings(self) -> dict:
         """What a cached result depends on besides the code."""
@@ -117,12 +118,18 @@ def discover(options: ZooOptions) -> dict:
     with tempfile.TemporaryDirectory(prefix="porter-zoo-") as tmp:
         req, out = Path(tmp) / "request.json", Path(tmp) / "found.json"
         req.write_text(json.dumps({"package": options.package, "models": models, "inputs": list(options.inputs),
-                                   "select": list(options.select), "out": str(out)}))
+                                   "select": list(options.select), "out": str(out),
+                                   "image_size": options.image_size}))
         from porter.verify.backends import BACKENDS
 
         env = BACKENDS["torch"].environment()
-        proc = subprocess.run([python, "-m", "porter.zoo.discover", str(req)], env=env, capture_output=True,
-                              text=True, timeout=max(600.0, options.timeout))
+        limit = max(600.0, options.timeout)
+        try:
+            proc = subprocess.run([python, "-m", "porter.zoo.discover", str(req)], env=env, capture_output=True,
+                                  text=True, timeout=limit)
+        except subprocess.TimeoutExpired:
+            raise ZooError(f"finding the models of {options.package} took more than {limit:.0f} s (the larger of "
+                           "600 s and --timeout); --select fewer models, or give --model") from None
         try:
             found = json.loads(out.read_text())
         except (OSError, ValueError):
