@@ -13,7 +13,6 @@ fallback), so it cannot pass by never splicing.
 """
 from __future__ import annotations
 
-import os
 import random
 import re
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
+from lanes import fixture_slice
 from porter import engine, incremental
 from porter.rules import Rule
 from porter.runner import Settings
@@ -363,20 +363,14 @@ def test_adversarial_and_random_edits_mnist(target):
     assert checker.compare_fixes() >= 0
 
 
-def _fixture_slice(paths: list[Path]) -> list[Path]:
-    """Every fixture with PORTER_TEST_EVERY_FIXTURE=1; else every fourth (by name), the suite's
-    slice: the edits cost the same on every fixture, about 8 s each, and grow with their number."""
-    return paths if os.environ.get("PORTER_TEST_EVERY_FIXTURE") == "1" else paths[::4]
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("target,source", [("torch-xla", p) for p in _fixture_slice(TORCH_XLA)]
-                         + [("jax", p) for p in _fixture_slice(JAX)],
+@pytest.mark.parametrize("target,source", [("torch-xla", p) for p in fixture_slice(TORCH_XLA, 4)]
+                         + [("jax", p) for p in fixture_slice(JAX, 4)],
                          ids=lambda v: f"{v.parent.parent.name}/{v.parent.name}" if isinstance(v, Path) else v)
 def test_every_fixture(source, target):
     """Adversarial edits then random ones (20 on LF text, 8 on CRLF text), each fixture with
     the rules of the target it is written for (the MNIST test above crosses them); the suite
-    runs a slice of the fixtures (_fixture_slice)."""
+    runs every fourth fixture (tests/lanes.py; about 15 s each)."""
     for crlf in (False, True):
         checker = run_sequence(target, source.read_text(encoding="utf-8"), seed=len(source.parent.name) * 31 + crlf,
                                n_random=8 if crlf else 20, crlf=crlf)

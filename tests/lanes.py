@@ -1,0 +1,15 @@
+"""Slices of the fixture-wide tests for the suite: a test that repeats the same check over every
+fixture runs on every `step`-th one (in the fixtures' order), unless PORTER_TEST_EVERY_FIXTURE=1,
+which runs them all (before changing what such a test checks, and in benchmarks)."""
+from __future__ import annotations
+
+import os
+from typing import Sequence, TypeVar
+
+T = TypeVar("T")
+
+
+def fixture_slice(items: Sequence[T], step: int) -> list[T]:
+    if os.environ.get("PORTER_TEST_EVERY_FIXTURE") == "1":
+        return list(items)
+    return list(items[::step])
