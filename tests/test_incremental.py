@@ -370,7 +370,7 @@ def test_adversarial_and_random_edits_mnist(target):
 def test_every_fixture(source, target):
     """Adversarial edits then random ones (20 on LF text, 8 on CRLF text), each fixture with
     the rules of the target it is written for (the MNIST test above crosses them); the suite
-    runs every fourth fixture (tests/lanes.py; about 15 s each)."""
+    runs every fourth fixture (tests/lanes.py; about 30 s each in the full lane)."""
     for crlf in (False, True):
         checker = run_sequence(target, source.read_text(encoding="utf-8"), seed=len(source.parent.name) * 31 + crlf,
                                n_random=8 if crlf else 20, crlf=crlf)
