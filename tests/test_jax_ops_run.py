@@ -5,7 +5,6 @@ The cases come from the table itself (codemods/jax/_ops_table.py): adding an ent
 tests. Each case is a small module whose `forward` returns the torch expression; porter's JX1
 rules rewrite it; the original runs on torch tensors, the rewrite on JAX arrays.
 """
-import importlib
 import re
 import zlib
 
@@ -23,12 +22,13 @@ from porter import engine, registry  # noqa: E402
 from porter._layout import mapped_package  # noqa: E402
 
 mapped_package("porter.codemods", "codemods")
+from porter.codemods.jax import _nnx as nnx_helpers  # noqa: E402
 from porter.codemods.jax import _ops_table as ops  # noqa: E402
 
 # the op rules, and JX011 for the functions some rewrites call (pool_nd for F.max_pool2d ...)
 RULES = tuple(r for r in registry.rules_for("jax") if r.code.startswith("JX1")) + (registry.find("JX011"),)
 MODULE_RANDOM = registry.find("JX014")
-MODULE_SAMPLERS = vars(importlib.import_module(MODULE_RANDOM.__module__))["SAMPLERS"]  # torch samplers it takes
+MODULE_SAMPLERS = nnx_helpers.SAMPLERS  # the torch samplers JX014 takes
 def _code(o: ops.Op, c: ops.Case) -> str:
     """The rule that ports the case (test ids start with it: `pytest -k JX102`)."""
     if o in ops.LOSSES:
