@@ -49,6 +49,7 @@ FRAMEWORK_TESTS: dict[str, tuple[str, ...]] = {
     # script-level verify of Gluon originals: MXNet beside torch_xla and JAX ports
     "test_verify_script_mxnet.py": ("mxnet", "xla", "jax"),
     "test_gluon_zoo_blocks.py::test_port_matches_mxnet": ("mxnet", "xla"),
+    "test_gluon_zoo_blocks.py::test_convolutions_bound_at_run_time_match_mxnet*": ("mxnet", "xla", "jax"),
     # a port reading its data from a local Cloud Storage emulator trains under torch_xla
     "test_gcs_data.py::test_port_trains_*": ("xla",),
     # the Colab kit's TPU check run with the real frameworks on the CPU

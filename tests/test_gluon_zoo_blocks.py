@@ -83,3 +83,33 @@ def test_port_matches_mxnet(port):
     assert "grad/features.0.weight" not in grads and "grad/features.0.bias" not in grads
     assert "grad/features.1.weight" in grads
     assert report["health"]["within_budget"], report["health"]
+
+
+RUNTIME_CONV = REPO / "tests" / "data" / "gluon" / "conv_arguments.py"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["torch-xla", "jax"])
+def test_convolutions_bound_at_run_time_match_mxnet(target, tmp_path):
+    """`Conv2D(**kwargs)`, `Conv2D(c, k, *args, ...)`, `Conv2D(**dict(..., activation=))` ->
+    gluon_conv, in its torch form and in its JAX form (NNX layers with the caller's rngs, the
+    activation inside the layer): the port needs no person and computes what MXNet computes."""
+    os.environ.setdefault("PORTER_MXNET_PYTHON", mxnethelp.mxnet_python())
+    result = engine.fix(RUNTIME_CONV.read_text(encoding="utf-8"),
+                        engine.Options(registry.select(target), unsafe_fixes=target == "jax"))
+    assert not [f for f in result.remaining if f.severity.value == "error"], \
+        [(f.code, f.position, f.message) for f in result.remaining]
+    assert result.source.count("gluon_conv(2, ") == 3 and "porter: manual" not in result.source
+    if target == "jax":
+        assert "rngs: nnx.Rngs" in result.source.split("def gluon_conv(", 1)[1].split(")", 1)[0]
+        assert "register_forward_hook" not in result.source and "import torch" not in result.source
+    port = tmp_path / "conv_arguments.py"
+    port.write_text(result.source, encoding="utf-8")
+    args = [sys.executable, "-m", "porter", "verify", str(RUNTIME_CONV), str(port), "--model", "ArgsNet()",
+            "--input", "float32[2,3,16,16]", "--steps", "3", "--format", "json"]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=900, env={**os.environ, "PJRT_DEVICE": "CPU"})
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0 and report["passed"], report["summary"]
+    grads = {t["key"] for t in report["tensors"] if t["phase"] == "gradient"}
+    assert {"grad/a.0.weight", "grad/b.weight", "grad/b.bias", "grad/c.weight"} <= grads
+    assert max(t["max_abs"] for t in report["tensors"] if t["phase"] in ("layer", "output")) <= 1e-4

@@ -32,7 +32,7 @@ class GluonLayers(Rule):
     | `rnn.LSTM(h, layers, input_size=n)`, `rnn.GRU` | `nn.LSTM(n, h, layers)` (`layout="NTC"`: `batch_first=True`) |
     | `BatchNorm(scale=False, center=False)` | `frozen(nn.BatchNorm2d(C), "weight", "bias")`: gamma/beta kept under their names, not trained (Gluon's grad_req 'null'), and no running-statistics update when nothing the layer reads needs a gradient (MXNet updates them in the backward, which does not run then) |
     | `contrib.nn.Identity()` | `nn.Identity()` |
-    | `Conv2D(use_bias=False, **kwargs)` | `gluon_conv(2, use_bias=False, **kwargs)`: Gluon's signature bound when it runs (emitted) |
+    | `Conv2D(use_bias=False, **kwargs)`, `Conv2D(channels, *args)` | `gluon_conv(2, use_bias=False, **kwargs)`: Gluon's signature bound when it runs (emitted) |
 
     Gluon infers a layer's input size at the first forward (`in_units=0`, `in_channels=0`).
     The rule writes the size where the code shows it: an explicit `in_units`/`in_channels`;
@@ -324,8 +324,8 @@ class GluonLayers(Rule):
 
 
 def _runtime_kwargs(node: cst.Call) -> bool:
-    """Only keyword arguments, one of them ``**kwargs`` (no ``*args``)."""
-    return any(a.star == "**" for a in node.args) and all(a.keyword is not None or a.star == "**" for a in node.args)
+    """Arguments known only when it runs: ``**kwargs`` or ``*args``."""
+    return any(a.star for a in node.args)
 
 
 def _frozen_names(b) -> list:

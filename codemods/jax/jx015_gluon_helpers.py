@@ -12,7 +12,7 @@ from . import _nnx
 
 # the Gluon helpers (templates/gluon_layers.py.j2) that have a JAX form (templates/gluon_jax_layers.py.j2)
 TWINS = ("LazyDense", "init_xavier", "init_normal", "init_uniform", "init_constant", "init_zero", "init_one",
-         "with_init", "initialize", "begin_state", "with_activation")
+         "with_init", "initialize", "begin_state", "with_activation", "gluon_conv")
 # the modules each JAX form uses
 _IMPORTS = {
     "LazyDense": ("jax", "jax.numpy", "flax.nnx", "math"),
@@ -23,6 +23,7 @@ _IMPORTS = {
     "initialize": ("jax", "jax.numpy", "flax.nnx", "numpy", "functools"),
     "begin_state": ("jax.numpy",),
     "with_activation": ("functools",),
+    "gluon_conv": ("flax.nnx", "functools"),
 }
 _UNSAFE = Safety.UNSAFE
 # torch-only parts of the torch initialize(): the JAX form has its own
@@ -37,7 +38,7 @@ def _first_doc_line(stmt: cst.CSTNode) -> Optional[str]:
 
 @functools.lru_cache(maxsize=None)
 def _docs(template: str, **values) -> dict[str, str]:
-    text = _nnx._ENV.get_template(template).render(names=set(TWINS), **values)
+    text = _nnx._ENV.get_template(template).render(names=set(TWINS), gluon_conv_dims=(1, 2, 3), **values)
     return {s.name.value: _first_doc_line(s) for s in cst.parse_module(text).body
             if isinstance(s, (cst.FunctionDef, cst.ClassDef)) and _first_doc_line(s)}
 
@@ -52,9 +53,22 @@ def jax_docs() -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=None)
-def _twin_statements(name: str) -> tuple:
-    body = _nnx.render("gluon_jax_layers.py.j2", names={name})
+def _twin_statements(name: str, conv_dims: tuple = (1, 2, 3)) -> tuple:
+    body = _nnx.render("gluon_jax_layers.py.j2", names={name}, gluon_conv_dims=conv_dims)
     return tuple(_nnx.spaced(body))
+
+
+def _conv_dims(module: cst.Module) -> tuple:
+    """The ranks the file's `gluon_conv(dims, ...)` calls ask for (all three where one is not a literal)."""
+    dims = set()
+    for node in astutil.walk(module, into_functions=True):
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "gluon_conv":
+            first = node.args[0] if node.args else None
+            if first is None or first.keyword is not None or first.star or not (
+                    isinstance(first.value, cst.Integer) and first.value.value in ("1", "2", "3")):
+                return (1, 2, 3)
+            dims.add(int(first.value.value))
+    return tuple(sorted(dims)) or (2,)
 
 
 def gluon_helpers(ctx) -> dict[str, tuple[str, cst.CSTNode]]:
@@ -133,6 +147,10 @@ class GluonHelpersJax(Rule):
       the function's second model `jax.random.fold_in(jax.random.key(S), 1)`, ...);
     - `with_activation` (Gluon's `activation=` of a convolution): the layer's class becomes a
       subclass applying the activation to its output (no forward hooks in NNX);
+    - `gluon_conv(dims, *args, **kwargs)` (`Conv2D(**kwargs)`, Gluon's signature bound when it
+      runs): the same binding, then `TorchConv{n}d` / `TorchLazyConv{n}d` (JX011) with the
+      caller's `rngs`, for the ranks the file's calls give (all three for a rank not written
+      as a literal), its activation as `with_activation` applies it;
     - in a port of Gluon code (one with these helpers), `TorchBatchNorm` / `TorchLazyBatchNorm`
       -> `GluonBatchNorm` / `GluonLazyBatchNorm` (JX011): the running variance is updated with
       the biased batch variance, as MXNet's BatchNorm does (torch's with the unbiased one);
@@ -188,8 +206,13 @@ class GluonHelpersJax(Rule):
         torch_helpers = {n: s for n, (kind, s) in helpers.items() if kind == "torch"}
         if not torch_helpers:
             return
+        defined = {s.name.value for s in node.body if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
         for name, stmt in torch_helpers.items():
-            new = list(_twin_statements(name))
+            new = list(_twin_statements(name, _conv_dims(node) if name == "gluon_conv" else (1, 2, 3)))
+            # a part two JAX forms share (_gluon_activated_class) is written once
+            new = [s for s in new if not (isinstance(s, (cst.FunctionDef, cst.ClassDef))
+                                          and s.name.value != name and s.name.value in defined)]
+            defined |= {s.name.value for s in new if isinstance(s, (cst.FunctionDef, cst.ClassDef))}
             new[0] = new[0].with_changes(leading_lines=stmt.leading_lines)
             self.report(
                 stmt,

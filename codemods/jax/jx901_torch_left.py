@@ -171,6 +171,8 @@ class TorchLeft(Rule):
         "import torch\nimport numpy as np\nloader = torch.utils.data.DataLoader(ds, batch_size=4)\ntorch.manual_seed(0)\n"
         "for x, y in loader:\n    x = x.numpy()\n    print(np.asarray(x).sum())\n",
         "import torch\nclass Data(torch.utils.data.Dataset):\n    def __getitem__(self, i):\n        return torch.tensor([i]).float()\n",
+        # `nn` of `jax.nn.relu` is an attribute, not the file's torch `nn`
+        "import jax\nfrom torch import nn\n\n\ndef act(x):\n    return jax.nn.relu(x) + jax.nn.sigmoid(x)\n",
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -273,6 +275,8 @@ class TorchLeft(Rule):
                         self.report(e, f"isinstance(..., {_code(e)}): the port's tensors are JAX arrays",
                                     Fix((Edit(e, cst.parse_expression(f"{jax_alias}.Array")),), safety=Safety.UNSAFE,
                                         imports=("jax",)))
+            if isinstance(n, cst.Attribute):
+                reported.add(id(n.attr))  # `jax.nn`'s `nn` is no free name (a file's own `nn` may be torch's)
             if isinstance(n, (cst.Attribute, cst.Name)):
                 qual = ctx.qualname(n)
                 if qual and qual.startswith(_HOST):
