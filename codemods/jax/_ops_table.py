@@ -991,8 +991,9 @@ def _split(b: Bound) -> str:
             total += v
             cuts.append(str(total))
         return f"{b.jnp}.split({x}, [{', '.join(cuts)}], axis={axis})"
-    raise Manual("torch.split takes chunk sizes (an int or a list of sizes), jnp.split takes indices: "
-                 "the sizes must be literals for porter to convert them")
+    # sizes known only when the code runs (`x.split(self.n_embd, dim=2)`): the port's torch_split
+    # (JX011 emits it) turns them into jnp.split's indices then
+    return f"torch_split({x}, {b['split_size_or_sections']}, {axis})"
 
 
 op(["torch.split", ".split"], "input, split_size_or_sections, dim", _split, "jnp.split(x, indices, axis=dim)",
