@@ -40,6 +40,8 @@ FRAMEWORK_TESTS: dict[str, tuple[str, ...]] = {
     "test_jax_optim.py": ("jax",),
     "test_jax_straight_line.py": ("jax",),  # JAX ports of autograd outside a loop, run and verified
     "test_jax_apply_init.py": ("jax",),
+    "test_jax_tied_weights.py": ("jax",),  # tied embeddings ported and run against torch
+    "test_jax_split_sizes.py": ("jax",),  # torch.split with run-time sizes, against torch
     "test_gluon_jax_models.py": ("jax",),
     "test_host_sync_run.py": ("xla",),
     "test_loop_rules_run.py": ("xla",),

@@ -740,10 +740,57 @@ def _layer_kinds(ctx: FileContext) -> dict:
 
 
 def layer_array(ctx: FileContext, attr: cst.Attribute) -> Optional[tuple[str, str, bool]]:
-    """``linear.weight`` (a plain name bound to a layer of LAYER_ARRAYS) -> (the layer's
-    name, the NNX attribute, whether torch's array is its transpose); None otherwise."""
-    if not isinstance(attr.value, cst.Name):
-        return None
-    kind = layer_kind(ctx, attr.value.value)
+    """``linear.weight`` (a plain name bound to a layer of LAYER_ARRAYS), or ``self.fc.weight``
+    (an NNX layer of the enclosing module class, self_layer_kinds) -> (the layer's expression,
+    the NNX attribute, whether torch's array is its transpose); None otherwise."""
+    if isinstance(attr.value, cst.Name):
+        name, kind = attr.value.value, layer_kind(ctx, attr.value.value)
+    else:
+        # `self.fc.weight` / `self.transformer.wte.weight`: a layer of the enclosing module class
+        name = dotted_name(attr.value) or ""
+        cls = next((a for a in reversed(ctx.ancestors) if isinstance(a, cst.ClassDef)), None)
+        if not name.startswith("self.") or cls is None:
+            return None
+        kind = _NNX_TO_TORCH.get(self_layer_kinds(cls, ctx).get(name) or "")
     entry = LAYER_ARRAYS.get(kind or "", {}).get(attr.attr.value)
-    return (attr.value.value, *entry) if entry else None
+    return (name, *entry) if entry else None
+
+
+# NNX layers whose arrays self_layer_kinds reports (their torch names: jx901's _NNX_NAMES)
+_SELF_LAYERS = frozenset({"Linear", "Conv", "ConvTranspose", "Embed", "LayerNorm", "BatchNorm", "GroupNorm", "RMSNorm"})
+
+
+def self_layer_kinds(cls: cst.ClassDef, ctx: FileContext) -> dict:
+    """``self.fc`` / ``self.transformer.wte`` -> the NNX layer (``Linear``, ``Embed``...) that the
+    methods of the class assign to it (directly, or as an entry of ``nnx.Dict(dict(wte=...))``);
+    None for a path also assigned something else (a tied ``TorchTiedLinear``, another layer)
+    than None."""
+    out: dict = {}
+
+    def kind(call) -> Optional[str]:
+        qual = ctx.qualname(call.func) if isinstance(call, cst.Call) else None
+        if qual and qual.startswith("flax.nnx.") and qual[len("flax.nnx."):] in _SELF_LAYERS:
+            return qual[len("flax.nnx."):]
+        return None
+
+    def put(path: str, k: Optional[str]) -> None:
+        out[path] = k if out.get(path, k) == k else None
+
+    for n in astutil.walk(cls, into_functions=True):
+        if not isinstance(n, cst.Assign) or len(n.targets) != 1:
+            continue
+        path = dotted_name(n.targets[0].target)
+        if not path or not path.startswith("self."):
+            continue
+        value = n.value
+        if code(value) in ("None", "nnx.data(None)"):
+            continue  # an optional layer (JX018)
+        if isinstance(value, cst.Call) and (ctx.qualname(value.func) or "") == "flax.nnx.Dict" and value.args:
+            inner = value.args[0].value
+            dict_call = isinstance(inner, cst.Call) and code(inner.func) == "dict"
+            for a in inner.args if dict_call else value.args:
+                if a.keyword is not None:
+                    put(f"{path}.{a.keyword.value}", kind(a.value))
+            continue
+        put(path, kind(value))
+    return out

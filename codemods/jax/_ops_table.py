@@ -991,8 +991,9 @@ def _split(b: Bound) -> str:
             total += v
             cuts.append(str(total))
         return f"{b.jnp}.split({x}, [{', '.join(cuts)}], axis={axis})"
-    raise Manual("torch.split takes chunk sizes (an int or a list of sizes), jnp.split takes indices: "
-                 "the sizes must be literals for porter to convert them")
+    # sizes known only when the code runs (`x.split(self.n_embd, dim=2)`): the port's torch_split
+    # (JX011 emits it) turns them into jnp.split's indices then
+    return f"torch_split({x}, {b['split_size_or_sections']}, {axis})"
 
 
 op(["torch.split", ".split"], "input, split_size_or_sections, dim", _split, "jnp.split(x, indices, axis=dim)",
@@ -2151,6 +2152,17 @@ def is_tensor(node: cst.CSTNode, ctx: FileContext) -> bool:
     return _is_tensor(node, ctx, names, ctx.cache.get(("ops.in_forward", _scope(ctx)), False))
 
 
+def _nnx_array_value(node: cst.Subscript) -> bool:
+    """``layer.kernel[...]`` / ``self.emb.embedding[...]``: an NNX layer's array read whole (JX021's
+    port of ``.weight``), a jax array."""
+    return (isinstance(node.value, cst.Attribute) and node.value.attr.value in _NNX_ARRAYS
+            and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index)
+            and isinstance(node.slice[0].slice.value, cst.Ellipsis))
+
+
+_NNX_ARRAYS = frozenset({"kernel", "embedding", "scale", "bias"})
+
+
 def _is_tensor(node: cst.CSTNode, ctx: FileContext, names, in_forward: bool) -> bool:
     if isinstance(node, cst.Name):
         return node.value in names
@@ -2176,6 +2188,8 @@ def _is_tensor(node: cst.CSTNode, ctx: FileContext, names, in_forward: bool) -> 
     if isinstance(node, cst.Attribute):
         return node.attr.value in _TENSOR_ATTRS and _is_tensor(node.value, ctx, names, in_forward)
     if isinstance(node, cst.Subscript):
+        if _nnx_array_value(node):
+            return True
         return _is_tensor(node.value, ctx, names, in_forward)
     if isinstance(node, cst.BinaryOperation):
         return _is_tensor(node.left, ctx, names, in_forward) or _is_tensor(node.right, ctx, names, in_forward)

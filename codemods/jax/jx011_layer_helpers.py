@@ -12,10 +12,10 @@ HELPERS = {
     "TorchConvTranspose1d": ("_ntuple",), "TorchConvTranspose2d": ("_ntuple",), "TorchConvTranspose3d": ("_ntuple",),
     "TorchBatchNorm": (), "TorchGroupNorm": (),
     # pooling: the classes call the functions, which the op rules also use for F.max_pool2d ...
-    "pool_nd": ("_ntuple",), "adaptive_pool_nd": ("_ntuple",), "layer_norm_nd": (), "TorchLayerNormBase": ("layer_norm_nd",),
+    "pool_nd": ("_ntuple",), "adaptive_pool_nd": ("_ntuple",), "layer_norm_nd": (), "torch_split": (), "TorchLayerNormBase": ("layer_norm_nd",),
     **{f"Torch{kind}Pool{n}d": ("pool_nd", "_ntuple") for kind in ("Max", "Avg") for n in (1, 2, 3)},
     **{f"TorchAdaptive{kind}Pool{n}d": ("adaptive_pool_nd", "_ntuple") for kind in ("Max", "Avg") for n in (1, 2, 3)},
-    "TorchEmbedding": (), "TorchSequential": (), "TorchStochasticDepth": (),
+    "TorchEmbedding": (), "TorchTiedLinear": (), "TorchSequential": (), "TorchStochasticDepth": (),
     # torch layer classes used as values (JX017): factories with torch's arguments
     "TorchLinear": (), "TorchLayerNorm": ("_ntuple",), "TorchDropout": (),
     **{f"Torch{name}": () for name in ("ReLU", "ReLU6", "SiLU", "Hardswish", "Hardsigmoid", "Tanh", "Sigmoid", "GELU",
@@ -75,6 +75,9 @@ class TorchLayerHelpers(Rule):
       and `adaptive_pool_nd` (torch's windows floor(i * L / out) .. ceil((i + 1) * L / out),
       overlapping where the output size does not divide the input's).
     - `TorchEmbedding`: `nnx.Embed` whose `padding_idx` row gets no gradient.
+    - `torch_split`: torch.split's chunk sizes (an int, or a list of sizes), known only when the
+      code runs, as jnp.split's cut indices.
+    - `TorchTiedLinear`: a Linear whose weight is an embedding's array (weight tying, JX019).
     - `TorchLSTM`, `TorchGRU`: torch's parameters (`weight_ih_l0`, `bias_hh_l0`, gate order
       i, f, g, o / r, z, n) and return values, `batch_first`, `num_layers`, inter-layer
       dropout; a `jax.lax.scan` over time.

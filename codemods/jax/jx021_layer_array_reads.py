@@ -18,12 +18,15 @@ class LayerArrayReads(Rule):
     layout: `linear.weight` -> `linear.kernel[...].T` (nnx.Linear keeps the transpose),
     `emb.weight` -> `emb.embedding[...]`, `norm.weight` -> `norm.scale[...]`. The name must
     be bound to that layer everywhere in the file (`linear = nn.Linear(3, 2)`, or its port
-    `nnx.Linear(...)`); `linear.bias` keeps its name.
+    `nnx.Linear(...)`); `linear.bias` keeps its name. A layer of the model read through
+    attributes (`self.fc.weight`, `self.transformer.wpe.weight`) is read the same way where every
+    assignment of that attribute in the class is the one NNX layer (`self.fc = nnx.Linear(...)`,
+    or an entry of `nnx.Dict(dict(wpe=nnx.Embed(...)))`).
 
     Left alone: a write (`linear.weight = ...`, a weight shared with another layer), an
     in-place use (`.data`, `.grad`, `.requires_grad_()`, `.copy_()` and the other in-place
-    methods, `nn.init.*_(linear.weight)`), the array given to an optimizer, and layers'
-    arrays read through attributes of a model (`self.fc.weight`), whose names JX901 reports.
+    methods, `nn.init.*_(linear.weight)`), the array given to an optimizer; JX901 reports
+    the attribute reads left.
 
     ## Why
     NNX layers name their arrays after their own conventions (`kernel`, `embedding`,
@@ -63,6 +66,37 @@ class LayerArrayReads(Rule):
             table = emb.embedding[...]
             """,
             title="reads of a Linear's and an Embedding's weight",
+        ),
+        Example(
+            """
+            import flax.nnx as nnx
+
+            class LM(nnx.Module):
+                def __init__(self, *, rngs: nnx.Rngs):
+                    self.transformer = nnx.Dict(dict(wpe=nnx.Embed(32, 8, rngs=rngs)))
+                    self.head = nnx.Linear(8, 4, rngs=rngs)
+
+                def num_position_params(self):
+                    return self.transformer.wpe.weight.size
+
+                def head_shape(self):
+                    return self.head.weight.shape
+            """,
+            """
+            import flax.nnx as nnx
+
+            class LM(nnx.Module):
+                def __init__(self, *, rngs: nnx.Rngs):
+                    self.transformer = nnx.Dict(dict(wpe=nnx.Embed(32, 8, rngs=rngs)))
+                    self.head = nnx.Linear(8, 4, rngs=rngs)
+
+                def num_position_params(self):
+                    return self.transformer.wpe.embedding[...].size
+
+                def head_shape(self):
+                    return self.head.kernel[...].T.shape
+            """,
+            title="a model's layers read through attributes (an nnx.Dict entry, an attribute)",
         ),
     ]
     valid = [

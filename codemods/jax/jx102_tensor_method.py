@@ -118,9 +118,9 @@ class TensorMethod(Rule):
             import torch
 
             def f(x: torch.Tensor, sizes):
-                return x.split(sizes, dim=1)  # porter: manual
+                return torch_split(x, sizes, 1)
             """,
-            title="split sizes that are not literals: marked for a manual port",
+            title="split sizes known only at run time: the port's torch_split (JX011 defines it)",
         ),
         Example(
             """

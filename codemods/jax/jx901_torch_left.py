@@ -191,7 +191,7 @@ class TorchLeft(Rule):
         for cls in module.body:
             if not isinstance(cls, cst.ClassDef):
                 continue
-            layers = _nnx_layer_attributes(cls, self.ctx)
+            layers = lp.self_layer_kinds(cls, self.ctx)
             if not layers:
                 continue
             for n in astutil.walk(cls, into_functions=True):
@@ -199,6 +199,7 @@ class TorchLeft(Rule):
                     continue
                 path = lp.dotted_name(n.value)
                 kind = layers.get(path or "")
+                kind = kind if kind in _NNX_NAMES else None
                 new = _NNX_NAMES.get(kind, {}).get(n.attr.value) if kind else None
                 if new is None or new == n.attr.value:
                     continue
@@ -437,39 +438,6 @@ _NNX_NAMES = {
     "Embed": {"weight": "embedding", "bias": None}, "LayerNorm": {"weight": "scale"}, "BatchNorm": {"weight": "scale"},
     "GroupNorm": {"weight": "scale"}, "RMSNorm": {"weight": "scale"},
 }
-
-
-def _nnx_layer_attributes(cls: cst.ClassDef, ctx) -> dict:
-    """``self.fc`` / ``self.transformer.wte`` -> the NNX layer kind (``Linear``) that a method
-    of the class assigns to it (directly, or as an entry of ``nnx.Dict(dict(wte=...))``)."""
-    out: dict = {}
-
-    def kind(call) -> Optional[str]:
-        qual = ctx.qualname(call.func) if isinstance(call, cst.Call) else None
-        if qual and qual.startswith("flax.nnx.") and qual[len("flax.nnx."):] in _NNX_NAMES:
-            return qual[len("flax.nnx."):]
-        return None
-
-    for n in astutil.walk(cls, into_functions=True):
-        if not isinstance(n, cst.Assign) or len(n.targets) != 1:
-            continue
-        path = lp.dotted_name(n.targets[0].target)
-        if not path or not path.startswith("self."):
-            continue
-        k = kind(n.value)
-        if k:
-            out[path] = k
-            continue
-        value = n.value
-        if isinstance(value, cst.Call) and (ctx.qualname(value.func) or "") == "flax.nnx.Dict" and value.args:
-            inner = value.args[0].value
-            entries = value.args if not (isinstance(inner, cst.Call) and _code(inner.func) == "dict") else inner.args
-            for a in entries:
-                if a.keyword is not None:
-                    k = kind(a.value)
-                    if k:
-                        out[f"{path}.{a.keyword.value}"] = k
-    return out
 
 
 def _torch_source(stmt: cst.CSTNode, model: cst.CSTNode, ctx) -> Optional[str]:
