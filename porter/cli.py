@@ -389,7 +389,6 @@ def verify(
     from porter.verify import render
     from porter.verify.compare import Tolerance
     from porter.verify.model import Budgets, ModelRequest, verify_model
-    from porter.verify.script import ScriptRequest, verify_script
     from porter.verify.specs import InputSpec, SpecError
 
     if fmt not in ("text", "json", "html"):
@@ -407,7 +406,7 @@ def verify(
     if script:
         if dtype not in ("auto", "float32", "float64"):
             raise UsageError(f"unknown dtype {dtype!r} (auto, float32, float64)")
-        from porter.verify.script import original_is_mxnet
+        from porter.verify.script import ScriptRequest, original_is_mxnet, verify_script  # imports torch
 
         if dtype == "float64" and original_is_mxnet(original):
             raise UsageError("--dtype float64: an MXNet original runs in float32 (Gluon's default); use auto or float32")

@@ -30,7 +30,7 @@ CPU_ONLY = ["cpu_only_regression"]  # places nothing on a device: the port must 
 # fixture -> the configuration override with which it stays on the CPU (its device is a string, TX103)
 CONFIG_CPU = {"device_string_config": "--device=cpu"}
 FIXTURES = {fx.name: fx for fx in fixtures() if fx.name in CPU_FLAGS or fx.name in CPU_ONLY or fx.name in CONFIG_CPU}
-VERIFIED = ["mnist_cnn", "vae", "dcgan", *CPU_ONLY]  # device_chain and cpu_flag_script: expected.py is the default port (test_fixture_verify)
+VERIFIED = ["mnist_cnn", "vae", "dcgan", *CPU_ONLY]  # device_chain and cpu_flag_script: expected.py is the default port (test_fixture_ports)
 
 # Runs a script, then says how many XLA graphs were executed (0 when none).
 RUNNER = """

@@ -3,10 +3,13 @@ and a real run of original and port side by side.
 
 The run: the original on the CPU (its CUDA calls served by the CPU) and the port on
 torch_xla (PJRT_DEVICE=CPU), one epoch with dropout off, random numbers drawn on the host in
-the same order on both sides. Then: at least 12 optimizer steps, the losses of every common
-step within 1e-5, no compilation after the warm-up steps, and device-to-host transfers only
-in steps that log.
+the same order on both sides, in float64 through `porter verify --script`. Then: the verifier
+passes, at least 12 optimizer steps, the losses of every common step within 1e-5, and in the
+port's float32 run no compilation after the warm-up steps and device-to-host transfers only in
+steps that log.
 """
+import json
+import os
 import subprocess
 import sys
 
@@ -15,10 +18,12 @@ import pytest
 
 from porter import engine, registry
 from porter.fixtures import fixtures
+from porter.verify.datasets import DEFAULT_SIZE
 from porter.verify.trace import compare_losses, trace_script
 
 FIXTURES = fixtures()
 IDS = [f.name for f in FIXTURES]
+WHOLE_RUN = 100_000  # optimizer steps: more than any fixture's epoch
 
 
 def test_there_are_eight_fixtures():
@@ -65,41 +70,56 @@ def test_port_runs_on_xla_and_matches_the_original(fx, tmp_path):
     docs/verification.md), which says nothing about the port. In float64 the same scripts
     agree to ~1e-10. XLA health is measured on the float32 run the user would make.
 
+    The float64 run of both sides is the user's `porter verify --script` (its report read
+    back: the verifier's script level on every fixture, on the whole epoch), so each side runs
+    once in float64; the losses of its steps are compared again here.
+
     Where an unsafe fix deliberately changes what is computed (port.toml's reference_rules:
     drop_last shortens the epoch a schedule is built from; SparseAdam becomes Adam), the
     reference is the original with only those fixes applied, so every other rewrite must
     still be exact."""
-    runs = {}
     reference_script = fx.original
     if fx.reference_rules:  # the original with only the accepted semantic changes applied
         reference_script = tmp_path / "reference" / "train.py"
         reference_script.parent.mkdir()
         reference_script.write_text(fx.reference(), encoding="utf-8")
-    if fx.original_runs_on == "xla-legacy":  # already torch_xla code, on names removed since 2.6
-        reference = {"legacy_xla": True, "env": {"PJRT_DEVICE": "CPU"}}
-    else:  # GPU code, its CUDA calls served by the CPU
-        reference = {"cuda_shim": True, "env": {"CUDA_VISIBLE_DEVICES": ""}}
-    _run_sides(fx, reference_script, reference, runs, tmp_path)
-    original, port, port32 = runs["original"], runs["port"], runs["port32"]
     k = fx.optimizer_steps_per_iteration
-    n = min(original["num_steps"], port["num_steps"])
-    assert n >= 12 * k, (original["num_steps"], port["num_steps"])
-    first = compare_losses(original["losses"][:n], port["losses"][:n], rtol=1e-5, atol=1e-5)
-    assert first is None, f"step {first}: original {original['losses'][first]} port {port['losses'][first]}"
+    warmup = fx.warmup_iterations * k
+    code, report = _verify_script(reference_script, fx.expected, warmup, fx.run)
+    assert code == 0 and report["passed"], report["summary"]
+    steps = report["steps"]
+    assert [s["step"] for s in steps] == list(range(1, len(steps) + 1)) and all(s["ok"] for s in steps)
+    assert report["settings"]["dtype"] == "float64"
+    # both scripts ran to their end (the verifier passes a side that fails after the compared steps, with a note)
+    assert not [note for note in report["notes"] if " failed after its " in note], report["notes"]
+    health = report["health"]
+    assert health["within_budget"] and health["compiles_after_warmup"] == 0, health["problems"]
+    if fx.original_runs_on == "xla-legacy":
+        assert any("already imports torch_xla" in n for n in report["notes"])
+    n = len(steps)
+    assert n >= 12 * k, n
+    original, port = [s["original"] for s in steps], [s["port"] for s in steps]
+    first = compare_losses(original, port, rtol=1e-5, atol=1e-5)
+    assert first is None, f"step {first + 1}: original {original[first]} port {port[first]}"
 
-    # every step but the last (whose record also holds evaluation and the script's end)
+    # the float32 run: every step but the last (whose record also holds evaluation and the script's end)
+    (tmp_path / "port32").mkdir()
+    port32 = trace_script(fx.expected, fx.run, host_random=True, cwd=tmp_path / "port32", timeout=900,
+                          env={"PJRT_DEVICE": "CPU"})
+    assert port32.get("status") == "ok", (port32.get("exception"), port32.get("output"))
     compiles = port32["compiles_per_step"][:-1]
     transfers = port32["transfers_per_step"][:-1]
-    assert sum(compiles[fx.warmup_iterations * k:]) == 0, f"compilations after warm-up: {compiles}"
+    assert sum(compiles[warmup:]) == 0, f"compilations after warm-up: {compiles}"
     quiet = [s for s, t in enumerate(transfers) if t and not _logging_iteration(s // k, fx.log_interval)]
     assert not quiet, f"device-to-host transfers in steps that do not log: {quiet} (per step: {transfers})"
 
 
-def _run_sides(fx, reference_script, reference, runs, tmp_path):
-    for side, script, extra in (("original", reference_script, reference),
-                                ("port", fx.expected, {"env": {"PJRT_DEVICE": "CPU"}}),
-                                ("port32", fx.expected, {"env": {"PJRT_DEVICE": "CPU"}})):
-        (tmp_path / side).mkdir()
-        dtype = None if side == "port32" else "float64"
-        runs[side] = trace_script(script, fx.run, host_random=True, dtype=dtype, cwd=tmp_path / side, timeout=900, **extra)
-        assert runs[side].get("status") == "ok", (side, runs[side].get("exception"), runs[side].get("output"))
+def _verify_script(reference, port, warmup: int, args) -> tuple[int, dict]:
+    """`porter verify --script` in float64 over the whole run: a step limit no epoch reaches,
+    and the synthetic datasets of the size a run without a step limit gets."""
+    proc = subprocess.run([sys.executable, "-m", "porter", "verify", "--format", "json", "--script", str(reference),
+                           str(port), "--dtype", "float64", "--steps", str(WHOLE_RUN),
+                           "--synthetic-size", str(DEFAULT_SIZE), "--warmup-steps", str(warmup), "--", *args],
+                          capture_output=True, text=True, timeout=1900, env={**os.environ, "PJRT_DEVICE": "CPU"})
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    return proc.returncode, json.loads(proc.stdout)

@@ -1,13 +1,14 @@
 """Every torch_xla fixture's port verified the way a user verifies it: `porter verify` on the
-command line, at model level (port.toml's `model` and `inputs`) and at script level (port.toml's
-`run` arguments), the JSON report read back.
+command line at model level (port.toml's `model` and `inputs`), the JSON report read back. The
+script level (port.toml's `run` arguments) is test_fixture_ports.py's run of original and port
+side by side, which is `porter verify --script` over the whole epoch.
 
 Where an unsafe fix deliberately changes what is computed (port.toml's `reference_rules`:
 drop_last, SparseAdam -> Adam, dense embeddings), the port is verified against the reference:
 the original with only those fixes applied (Fixture.reference()), written next to nothing else
 in a temporary folder (every fixture is self-contained).
 
-The runs are kept short: 3 model-level steps; script level the warm-up iterations and two more.
+The runs are kept short: 3 model-level steps.
 """
 import json
 import os
@@ -17,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from lanes import fixture_slice
 from porter.fixtures import fixtures
 
 FIXTURES = fixtures()
@@ -62,21 +62,3 @@ def test_model_level(fx, tmp_path):
     phases = {t["phase"] for t in report["tensors"]}
     assert {"layer", "gradient", "loss", "parameter"} <= phases, phases
     assert sum(t["phase"] == "loss" for t in report["tensors"]) == 3
-
-
-# every other fixture: test_fixture_ports.py runs each fixture's original and port side by side
-# already; this checks the verifier's script level on them (tests/lanes.py)
-@pytest.mark.parametrize("fx", fixture_slice(FIXTURES, 2), ids=fixture_slice(IDS, 2))
-def test_script_level(fx, tmp_path):
-    k = fx.optimizer_steps_per_iteration
-    warmup = fx.warmup_iterations * k
-    steps = warmup + 2 * k
-    code, report = verify("--script", reference_of(fx, tmp_path), fx.expected, "--steps", steps,
-                          "--warmup-steps", warmup, "--", *fx.run)
-    assert code == 0 and report["passed"], report["summary"]
-    assert [s["step"] for s in report["steps"]] == list(range(1, steps + 1))
-    assert all(s["ok"] for s in report["steps"])
-    health = report["health"]
-    assert health["within_budget"] and health["compiles_after_warmup"] == 0, health["problems"]
-    if fx.original_runs_on == "xla-legacy":
-        assert any("already imports torch_xla" in n for n in report["notes"])

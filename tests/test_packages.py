@@ -482,7 +482,7 @@ def test_jax_port_matches_the_original(jax_port, tmp_path):
 # porter migrate --package
 # ------------------------------------------------------------------------------------------
 def test_migrate_package_command(tmp_path):
-    from clihelp import run_porter
+    from clihelp import cli, run_porter
 
     src = _zoo_copy(tmp_path)
     (src / "minizoo" / "broken.py").write_text("def f(:\n")
@@ -498,10 +498,11 @@ def test_migrate_package_command(tmp_path):
     assert second.code == 0, second.err
     again = run_porter("migrate", str(src / "minizoo"), "--package", "--to", "torch-xla", "--out", str(tmp_path / "out2"), cwd=tmp_path, env=env)
     assert again.code == 0 and "(13 unchanged since the last run, not rewritten)" in again.err, again.err
+    # the usage errors in this process (the same parsing and exit codes, no interpreter start-up)
     for args in (("--write",), ()):
-        bad = run_porter("migrate", "minizoo", "--package", *args, cwd=tmp_path, env=env)
+        bad = cli("migrate", "minizoo", "--package", *args, cwd=tmp_path)
         assert bad.code == 2 and "--package needs one package" in bad.err
-    missing = run_porter("migrate", "no_such_zoo_xyz", "--package", "--out", str(tmp_path / "o"), cwd=tmp_path, env=env)
+    missing = cli("migrate", "no_such_zoo_xyz", "--package", "--out", str(tmp_path / "o"), cwd=tmp_path)
     assert missing.code == 2 and "cannot find the package 'no_such_zoo_xyz'" in missing.err
 
 
