@@ -46,6 +46,7 @@ FRAMEWORK_TESTS: dict[str, tuple[str, ...]] = {
     "test_host_sync_run.py": ("xla",),
     "test_loop_rules_run.py": ("xla",),
     "test_static_shape_run.py": ("xla",),
+    "test_scan_lstm_run.py": ("xla",),
     "test_precision_dist_run.py": ("xla",),
     "test_verify_mxnet.py": ("mxnet", "xla"),
     # script-level verify of Gluon originals: MXNet beside torch_xla and JAX ports

@@ -7,6 +7,7 @@ from porter.context import dotted_name
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
 from ._availability import fold
+from ._device_strings import xla_string
 from ._devices import PROVABLE, int_ordinal, used_as_device_type
 from ._tables import (TORCH_XLA, choice_replacement, device_choice, is_cuda_string, side_effect_free, string_node,
                       xla_device_expr)
@@ -22,6 +23,8 @@ class CudaDevice(Rule):
     two strings) becomes `torch_xla.device()`; when the condition also holds a user's choice
     (`'cuda' if use_cuda else 'cpu'`) the choice is kept:
     `torch_xla.device() if use_cuda else torch.device('cpu')`.
+
+    A CUDA `torch.device(...)` that is a parameter's default value becomes `torch.device('xla')`.
 
     ## Why
     There is no CUDA device on a TPU host; the port must run on the XLA device. Under PJRT
@@ -52,7 +55,9 @@ class CudaDevice(Rule):
     Safe. Code that only chose between CUDA and CPU by availability now always takes the XLA
     device (on a host without TPU that is XLA:CPU). A choice that includes a user flag is kept.
     Note that `torch_xla.device()` initializes the XLA runtime: at module level of a script that
-    later calls `torch_xla.launch`, move the device line into the launched function.
+    later calls `torch_xla.launch`, move the device line into the launched function. A default
+    value runs when the `def` does, at import: `torch.device('xla')` there is the same device as
+    `torch_xla.device()` once torch_xla is imported, without starting the runtime.
     """
 
     code = "TX101"
@@ -63,6 +68,21 @@ class CudaDevice(Rule):
     severity = Severity.ERROR
     needs_text = ("cuda", "device(")
     examples = [
+        Example(
+            """
+            import torch
+
+            def train_one_epoch(model, loader, device=torch.device("cuda"), eval_device=torch.device("cuda:0")):
+                return model, loader, device, eval_device
+            """,
+            """
+            import torch
+
+            def train_one_epoch(model, loader, device=torch.device("xla"), eval_device=torch.device("xla")):
+                return model, loader, device, eval_device
+            """,
+            title="a default parameter keeps a device object",
+        ),
         Example(
             """
             import torch
@@ -204,6 +224,11 @@ class CudaDevice(Rule):
         parent = self.ctx.parent
         if isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "map_location":
             return  # TX105: torch.load cannot map onto an XLA device
+        if is_cuda_string(first.value) and isinstance(parent, cst.Param) and parent.default is node:
+            # a default value is evaluated at import: torch_xla.device() there would start the XLA runtime
+            self.report(node, "CUDA device on XLA: a default parameter's torch.device('xla') is the process's XLA "
+                        "device, without starting the runtime at import", Fix((self.replace(first.value, xla_string(first.value)),)))
+            return
         if is_cuda_string(first.value):
             self.report(
                 node,

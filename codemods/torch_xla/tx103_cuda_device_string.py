@@ -30,7 +30,7 @@ class CudaDeviceString(Rule):
     (passed to a function of the program, stored, returned) keeps its string, and that read is
     reported. Other CUDA strings (a default parameter `device='cuda'`, `device='cuda'` passed to
     a function of the program, a command-line default `parser.add_argument('--device',
-    default='cuda')`) are reported.
+    default='cuda')`) are reported; the command-line default has an unsafe fix to `'xla'`.
 
     Integer devices are CUDA device numbers: `.to(0)`, `.to(local_rank)`, `device=rank`. A
     literal, or a plain name every binding of which in its scope is an integer literal or a
@@ -59,7 +59,11 @@ class CudaDeviceString(Rule):
     read only as a device: the same code runs with 'xla' in place of 'cuda', the device-type
     tests choose the accelerator path as they did on the GPU, and a device the user sets (a
     configurator's `--device=cpu`) still applies (`'xla' in 'cpu'` is false as `'cuda' in 'cpu'`
-    was).
+    was). Unsafe for a command-line default: the parsed option may be read where porter does
+    not look (a library function given the whole namespace, as timm's
+    `utils.init_distributed_device(args)`, which asserts CUDA for 'cuda' and returns
+    `torch.device('xla')` for 'xla'; a test of the option for 'cuda' elsewhere), and each such
+    read now sees 'xla'; a `--device` the user passes still applies.
     """
 
     code = "TX103"
@@ -155,6 +159,30 @@ class CudaDeviceString(Rule):
         ),
         Example(
             """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--device", default="cuda", help="device to train on")
+            parser.add_argument("--eval-device", type=str, default=f"cuda:{0}")
+            args = parser.parse_args()
+            setup_distributed(args)
+            """,
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--device", default="xla", help="device to train on")
+            parser.add_argument("--eval-device", type=str, default="xla")
+            args = parser.parse_args()
+            setup_distributed(args)
+            """,
+            unsafe=True,
+            title="a command-line default becomes 'xla' (unsafe: what reads the parsed option is not checked)",
+        ),
+        Example(
+            """
             import os
             import torch
 
@@ -238,7 +266,10 @@ class CudaDeviceString(Rule):
                         and is_cuda_string(default.value):
                     self.report(default.value, "CUDA device string as a command-line default: the port runs with it "
                                 "unless the user passes another device; on XLA default to 'xla' where every use of "
-                                "the option is a device use (torch.device(...), .to(...)), or pass --device xla")
+                                "the option is a device use (torch.device(...), .to(...)), or pass --device xla "
+                                "(unsafe fix: the default becomes 'xla', and code that tests the option for 'cuda' "
+                                "or a library given the parsed arguments reads that)",
+                                Fix((self.replace(default.value, xla_string(default.value)),), Safety.UNSAFE))
             return
         if target is None:
             return

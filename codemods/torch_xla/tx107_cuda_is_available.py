@@ -352,7 +352,7 @@ class CudaIsAvailable(Rule):
             else:
                 suite = updated.body
             head, chosen, foot = _suite_parts(suite)
-            if not chosen:
+            if all(_is_pass(s) for s in chosen):  # nothing left to keep (another rule's edits may leave `pass`)
                 if alone and not isinstance(owner, cst.Module):
                     return cst.SimpleStatementLine([cst.Pass()], leading_lines=updated.leading_lines)
                 carried.extend(updated.leading_lines)
@@ -433,6 +433,10 @@ def _suite_parts(suite: Optional[cst.BaseSuite]) -> tuple[list[cst.EmptyLine], l
     if suite.header.comment is not None:
         head.append(cst.EmptyLine(indent=True, comment=suite.header.comment))
     return head, list(suite.body), list(suite.footer)
+
+
+def _is_pass(stmt: cst.CSTNode) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, cst.Pass) for s in stmt.body)
 
 
 def _keep_parens(old: cst.BaseExpression, new: cst.BaseExpression) -> cst.BaseExpression:
