@@ -1,9 +1,11 @@
 """Layers built with star arguments: a conv block forwarding `**kwargs` to `nn.Conv2d`
 (kernel size, stride, padding, groups given by keyword at each call), a block forwarding
 `*args` (positional kernel size and stride), pooling from a dict of keyword arguments; local
-annotations naming `Tensor` and a namedtuple's `__annotations__` holding `Tensor` values."""
+annotations naming `Tensor` and a namedtuple's `__annotations__` holding `Tensor` values; the
+block classes given as a list (a parameter annotated `Optional[list[Callable[..., nn.Module]]]`
+defaulting to a list literal, a tuple literal) and taken out by index."""
 from collections import namedtuple
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.nn as nn
@@ -33,13 +35,18 @@ class PosConv(nn.Module):
 
 
 class Net(nn.Module):
-    def __init__(self, num_classes: int = 5) -> None:
+    def __init__(self, num_classes: int = 5, blocks: Optional[list[Callable[..., nn.Module]]] = None) -> None:
         super().__init__()
+        if blocks is None:
+            blocks = [ConvBN, PosConv]
+        conv_block = blocks[0]
         pool = {"kernel_size": 3, "stride": 2, "ceil_mode": True}
-        self.stem = ConvBN(3, 8, kernel_size=3, stride=2, padding=1)
+        self.stem = conv_block(3, 8, kernel_size=3, stride=2, padding=1)
         self.pool = nn.MaxPool2d(**pool)
-        self.branch = ConvBN(8, 8, kernel_size=(1, 3), padding=(0, 1), groups=2)
-        self.mix = PosConv(16, 12, 3, 1, 1)
+        pair = (ConvBN, PosConv)
+        self.branch = pair[0](8, 8, kernel_size=(1, 3), padding=(0, 1), groups=2)
+        mix_block = pair[1]
+        self.mix = mix_block(16, 12, 3, 1, 1)
         self.avg = nn.AvgPool2d(**{"kernel_size": 2, "count_include_pad": False, "padding": 1})
         self.fc = nn.Linear(12, num_classes)
 
