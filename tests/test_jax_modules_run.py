@@ -1,7 +1,7 @@
 """Model definitions ported to Flax NNX compute what the originals compute (real torch, real JAX).
 
 For each model of tests/data/jax/models/ (MLP, LeNet-style CNN, ResNet-18, LSTM language
-model, Transformer classifier with padding masks, VAE, layer factories and builder functions, module classes reached through values, named children: nn.Sequential subclasses, OrderedDict, add_module): the source is ported with the jax
+model, Transformer classifier with padding masks, VAE, layer factories and builder functions, module classes reached through values, named children: nn.Sequential subclasses, OrderedDict, add_module, layers built with *args / **kwargs): the source is ported with the jax
 rules (what `porter migrate --to jax` runs), the port is executed, the original's torch
 weights are converted with the port's own `load_torch_state_dict`, and then
 
@@ -64,6 +64,7 @@ CASES = [
     Case("factories.py", "small_net(num_classes=5)", _images((2, 3, 19, 23))),
     Case("named_children.py", "Net()", _images((2, 3, 16, 20))),
     Case("block_values.py", "Net()", _images((2, 3, 16, 16))),
+    Case("star_args.py", "Net()", _images((2, 3, 17, 15))),
     Case("vae.py", "VAE()", lambda rng: (rng.random((4, 1, 28, 28), dtype=np.float32),
                                         rng.standard_normal((4, 20)).astype(np.float32))),
 ]

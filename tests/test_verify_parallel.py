@@ -62,3 +62,36 @@ def test_a_failing_original_stops_the_waiting_port():
     assert report["summary"].startswith("the original could not run: RuntimeError: the original's forward pass is broken")
     assert "the port, started alongside the original, was stopped when the original failed" in report["notes"]
     assert time.monotonic() - t0 < 400  # not left waiting until its 500 s timeout
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "exit"])
+def test_porter_stopped_kills_its_running_sides(tmp_path, how):
+    """A side runs in its own session (a signal to porter's process group does not reach it):
+    porter ended by SIGTERM / SIGHUP or exiting while a side runs leaves no side behind."""
+    import psutil
+
+    script = (
+        "import os, sys, time\n"
+        "from pathlib import Path\n"
+        "from porter.verify.process import Side\n"
+        f"side = Side([sys.executable, '-c', 'import time; time.sleep(120)'], dict(os.environ), Path({str(tmp_path / 's.log')!r}), 300, 4096)\n"
+        "print(side.proc.pid, flush=True)\n"
+        f"sys.exit(0) if {how == 'exit'!r} else time.sleep(120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    assert psutil.pid_exists(child)
+    if how != "exit":
+        parent.send_signal(getattr(__import__("signal"), how))
+    assert parent.wait(timeout=30) != 0 or how == "exit"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(child).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, 9)
+        pytest.fail(f"the side {child} outlived porter ({how})")

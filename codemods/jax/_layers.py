@@ -60,11 +60,22 @@ class Layer:
     build: Optional[Callable[[Bound, FileContext], tuple[str, tuple[str, ...]]]] = None
 
 
+def passes_star(layer: Layer) -> bool:
+    """Whether ``*args`` / ``**kwargs`` of a construction can go to the emitted class as they are:
+    it takes torch's signature, and every parameter porter accepts only at some values is one
+    the class receives and checks at run time (`keep`; an unknown padding mode or
+    ``return_indices=True`` raises there)."""
+    return layer.kind == "helper" and set(layer.only) | set(layer.forbid) <= set(layer.keep)
+
+
 def bind(call: cst.Call, layer: Layer) -> Bound:
     bound: Bound = {}
     positional = 0
     for a in call.args:
         if a.star:
+            if passes_star(layer):
+                bound[f"{a.star}{code(a.value)}"] = a
+                continue
             raise Manual(f"nn.{layer.torch} called with {a.star}args: porter cannot see its arguments")
         if a.keyword is None:
             if positional >= len(layer.params):

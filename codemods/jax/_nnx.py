@@ -328,6 +328,8 @@ class RngsPlan:
             return any(g.name.value == name and c is cls for g, c in self.functions.items())
         if isinstance(f, cst.Attribute) and f.attr.value in self.factory_attributes():
             return True  # a module class held by a value (`cnf.block(cnf, ...)`, `cfg.norm_layer(c)`)
+        if isinstance(f, cst.Subscript) and isinstance(f.value, cst.Name) and self._factory_sequence(f.value.value, func):
+            return True  # an element of a sequence of module classes (`blocks[0](c, ...)`)
         if (
             isinstance(f, cst.Attribute) and f.attr.value == "__init__" and isinstance(f.value, cst.Call)
             and isinstance(f.value.func, cst.Name) and f.value.func.value == "super"
@@ -473,10 +475,31 @@ class RngsPlan:
             value = stmt.value
             if self._layer_value(value):
                 return True
+            if isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name) \
+                    and self._factory_sequence(value.value.value, func):
+                return True  # an element of a sequence of them (`conv_block = blocks[0]`)
             if (cls is not None and depth < 2 and isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name)
                     and value.value.value == "self"):
                 if self._attribute_factory(value.attr.value, cls, depth):
                     return True
+        return False
+
+    def _factory_sequence(self, name: str, func: cst.FunctionDef) -> bool:
+        """``name`` holds a list or tuple of module classes / layer factories in ``func``: a
+        parameter annotated as one (``Optional[list[Callable[..., nn.Module]]]``) or assigned a
+        list or tuple literal of them (``blocks = [BasicConv2d, Inception]``)."""
+        params = [*func.params.posonly_params, *func.params.params, *func.params.kwonly_params]
+        param = next((p for p in params if p.name.value == name), None)
+        if param is not None and param.annotation is not None:
+            text = code(param.annotation.annotation)
+            if "Callable" in text and "Module" in text and ("list" in text.lower() or "tuple" in text.lower()
+                                                            or "Sequence" in text):
+                return True
+        for stmt in self._assigns(func):
+            if any(isinstance(t.target, cst.Name) and t.target.value == name for t in stmt.targets) \
+                    and isinstance(stmt.value, (cst.List, cst.Tuple)) and stmt.value.elements \
+                    and all(self._layer_value(e.value) for e in stmt.value.elements):
+                return True
         return False
 
     def _attribute_factory(self, attr: str, cls: cst.ClassDef, depth: int) -> bool:

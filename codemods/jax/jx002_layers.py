@@ -45,6 +45,11 @@ class NnxLayer(Rule):
     first such statement of the scope, seeded with the scope's `torch.manual_seed` argument
     (else 0).
 
+    `*args` / `**kwargs` of a construction (`nn.Conv2d(cin, cout, bias=False, **kwargs)`) go
+    as they are to an emitted class whose parameters are torch's and which raises at run time
+    on the values it does not translate (a padding mode, `return_indices=True`); the other
+    layers with star arguments are reported by JX090.
+
     Layers and arguments without a faithful translation (`return_indices=True`, a bidirectional
     LSTM, grouped transposed convolutions...) are left alone and reported by JX090.
 
@@ -142,6 +147,28 @@ class NnxLayer(Rule):
         model = nn.Sequential(nnx.Linear(784, 128, rngs=rngs), nnx.relu, nnx.Linear(128, 10, rngs=rngs))
         """,
         title="layers built by script code: a local nnx.Rngs from the script's seed",
+    ), Example(
+        """
+        import torch.nn as nn
+
+        class ConvBN(nn.Module):
+            def __init__(self, cin, cout, *args, **kwargs):
+                super().__init__()
+                self.conv = nn.Conv2d(cin, cout, *args, bias=False, **kwargs)
+                self.pool = nn.AvgPool2d(**kwargs)
+                self.bn = nn.BatchNorm2d(cout, **kwargs)
+        """,
+        """
+        import torch.nn as nn
+
+        class ConvBN(nn.Module):
+            def __init__(self, cin, cout, *args, **kwargs):
+                super().__init__()
+                self.conv = TorchConv2d(cin, cout, *args, bias=False, **kwargs, rngs=rngs)
+                self.pool = TorchAvgPool2d(**kwargs)
+                self.bn = nn.BatchNorm2d(cout, **kwargs)
+        """,
+        title="*args / **kwargs go to an emitted class that takes torch's arguments and checks the values it does not translate (not to BatchNorm, whose momentum=None would pass unseen)",
     )]
     valid = [
         "import flax.nnx as nnx\nfc = nnx.Linear(2, 3, rngs=nnx.Rngs(0))\n",

@@ -43,6 +43,7 @@ class TorchLeft(Rule):
 
     - a `torch.*` / `torchvision.*` name still used (a function with no JAX translation,
       `isinstance(h, torch.Tensor)`, `torchvision.utils.save_image(...)` on a JAX array);
+      type hints are not (`y: Optional[torch.Tensor]`, `Out.__annotations__ = {"a": Tensor}`);
       the host-side input pipeline (`torch.utils.data`, `torchvision.datasets` /
       `transforms`, `torch.manual_seed`, device checks) is not reported: its batches
       cross into the jitted step as numpy arrays;
@@ -173,6 +174,10 @@ class TorchLeft(Rule):
         "import torch\nclass Data(torch.utils.data.Dataset):\n    def __getitem__(self, i):\n        return torch.tensor([i]).float()\n",
         # `nn` of `jax.nn.relu` is an attribute, not the file's torch `nn`
         "import jax\nfrom torch import nn\n\n\ndef act(x):\n    return jax.nn.relu(x) + jax.nn.sigmoid(x)\n",
+        # type hints are not computed on
+        "import jax\nfrom typing import Optional\nfrom collections import namedtuple\nimport torch\nfrom torch import Tensor\n"
+        "Out = namedtuple('Out', ['a', 'b'])\nOut.__annotations__ = {'a': torch.Tensor, 'b': Optional[Tensor]}\n"
+        "def f(x):\n    y: Optional[Tensor] = jax.numpy.exp(x)\n    return y\n",
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -253,7 +258,7 @@ class TorchLeft(Rule):
 
     def _check_statement(self, stmt: cst.CSTNode, jax_names: set, jitted: set, models: set) -> None:
         ctx = self.ctx
-        reported: set[int] = set()
+        reported: set[int] = _type_hints(stmt)
         for n in _own_nodes(stmt):
             if isinstance(n, (cst.Import, cst.ImportFrom)):
                 return
@@ -361,6 +366,20 @@ def _own_nodes(stmt: cst.CSTNode):
             yield from astutil.walk(h, into_functions=True)
         return
     yield from astutil.walk(stmt, into_functions=True)
+
+
+def _type_hints(stmt: cst.CSTNode) -> set[int]:
+    """The nodes of a statement that are type hints, never computed on: annotations
+    (`y: Optional[Tensor] = ...`) and the value given to a class's `__annotations__`
+    (`Out.__annotations__ = {"logits": Tensor}`, a namedtuple's field types)."""
+    hints: set[int] = set()
+    for n in _own_nodes(stmt):
+        if isinstance(n, cst.Annotation):
+            hints.update(id(m) for m in astutil.walk(n.annotation))
+        elif isinstance(n, cst.Assign) and any(
+                isinstance(t.target, cst.Attribute) and t.target.attr.value == "__annotations__" for t in n.targets):
+            hints.update(id(m) for m in astutil.walk(n.value))
+    return hints
 
 
 def _marked(stmt: cst.CSTNode) -> bool:

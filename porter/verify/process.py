@@ -11,12 +11,15 @@ original still runs, and stops it when the original fails.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
 import struct
 import subprocess
+import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -86,6 +89,36 @@ def _kill_tree(pid: int) -> None:
         pass
 
 
+# the sides still running, killed when porter exits: each runs in its own session (so that its
+# whole tree can be killed), so a signal to porter's process group does not reach it
+_LIVE: "weakref.WeakSet[Side]" = weakref.WeakSet()
+_GUARDED = {"exit": False, "signals": False}
+
+
+def _stop_live_sides() -> None:
+    for side in list(_LIVE):
+        side.kill("stopped: porter itself was stopped")
+
+
+def _exit_on_signal(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _guard() -> None:
+    """Once per process: at exit the sides still running are killed with their trees, and
+    SIGTERM / SIGHUP (whose default ends porter at once, no cleanup run) end it through
+    SystemExit where nothing else handles them (set from the main thread: a zoo run whose
+    sides start in worker threads calls this from its main thread first)."""
+    if not _GUARDED["exit"]:
+        _GUARDED["exit"] = True
+        atexit.register(_stop_live_sides)
+    if not _GUARDED["signals"] and threading.current_thread() is threading.main_thread():
+        _GUARDED["signals"] = True  # (signal handlers can only be set from the main thread)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) is signal.SIG_DFL:
+                signal.signal(sig, _exit_on_signal)
+
+
 class Side:
     """One side's process (its own session, so its whole tree can be killed), watched by
     ``poll()``: past ``timeout`` seconds of its clock or ``memory_mb`` of resident memory it is
@@ -116,6 +149,8 @@ class Side:
         finally:
             _close(stdin)
         self._watcher = psutil.Process(self.proc.pid)
+        _guard()
+        _LIVE.add(self)
 
     def restart_clock(self) -> None:
         self.clock = time.monotonic()
@@ -151,6 +186,7 @@ class Side:
         _close(self._terminal)
         self._terminal = None
         self.done = True
+        _LIVE.discard(self)
 
     def wait(self) -> "SideRun":
         while not self.poll():
