@@ -89,9 +89,10 @@ def import_bindings(node: cst.CSTNode, package: Optional[str] = None) -> Iterato
 
 
 class FileContext:
-    def __init__(self, module: cst.Module, path: str = "<string>") -> None:
+    def __init__(self, module: cst.Module, path: str = "<string>", text: Optional[str] = None) -> None:
         self.module = module
         self.path = path
+        self._text = text  # the code the module was parsed from, when the caller has it
         # local name -> fully qualified name it is bound to by an import
         self.aliases: dict[str, str] = {}
         # fully qualified module -> local name it is imported as (``import a.b as c`` -> c)
@@ -102,6 +103,14 @@ class FileContext:
         self.cache: dict = {}
         for stmt in _top_level_statements(module.body):
             self.add_import(stmt)
+
+    @property
+    def text(self) -> str:
+        """The module's code: the text it was parsed from (LibCST gives it back byte for byte),
+        or its codegen, made once, when the caller did not pass the text."""
+        if self._text is None:
+            self._text = self.module.code
+        return self._text
 
     # Imports -------------------------------------------------------------------------
     def add_import(self, node: cst.CSTNode) -> None:

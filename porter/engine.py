@@ -294,13 +294,14 @@ def applicable_rules(rules: Iterable[type[Rule]], source: str, document: Optiona
 
 
 def run_rules(module: cst.Module, rules: Sequence[type[Rule]], path: str = "<string>",
-              ctx: Optional[FileContext] = None) -> list[Finding]:
+              ctx: Optional[FileContext] = None, text: Optional[str] = None) -> list[Finding]:
     """Every rule of ``rules`` over ``module`` in one walk. ``ctx``: a fresh FileContext of
-    this module to use (porter.incremental shares the module facts it computed with it)."""
+    this module to use (porter.incremental shares the module facts it computed with it);
+    ``text``: the code ``module`` was parsed from (``FileContext.text`` without a codegen)."""
     if not rules:
         return []
     if ctx is None:
-        ctx = FileContext(module, path)
+        ctx = FileContext(module, path, text)
     instances = []
     crashed_init = []
     for rule in rules:
@@ -564,7 +565,7 @@ def _fix(source: str, options: Options, path: str) -> FixResult:
     for _ in range(MAX_PASSES):
         # the text pre-filter reads this pass's text: a rule may act on another rule's output;
         # the document gate (Rule.needs_document) reads the text the migrate began with
-        findings = run_rules(module, applicable_rules(rules, current, source), path)
+        findings = run_rules(module, applicable_rules(rules, current, source), path, text=current)
         suppressions = _SUPPRESS.search(current) is not None  # (not "porter: manual" marks)
         if suppressions:
             attach_positions(module, findings)

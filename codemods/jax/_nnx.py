@@ -162,9 +162,22 @@ _ENV = jinja2.Environment(
 )
 
 
+_RENDERED: dict[tuple, tuple[cst.BaseStatement, ...]] = {}
+
+
 def render(template: str, **values) -> list[cst.BaseStatement]:
-    text = _ENV.get_template(template).render(**values)
-    return list(cst.parse_module(text).body)
+    """The template's statements with ``values``; parsed once per process when the values are
+    hashable (the nodes are immutable, and every use puts them into a new tree)."""
+    key: Optional[tuple] = (template, tuple(sorted(values.items())))
+    try:
+        statements = _RENDERED.get(key)  # type: ignore[arg-type]
+    except TypeError:  # a set or list among the values: rendered each time
+        key, statements = None, None
+    if statements is None:
+        statements = tuple(cst.parse_module(_ENV.get_template(template).render(**values)).body)
+        if key is not None:
+            _RENDERED[key] = statements
+    return list(statements)
 
 
 def insert_statements(statements: list[cst.BaseStatement], where: str, used_by: frozenset = frozenset()):

@@ -1938,11 +1938,19 @@ def _data_facts(ctx: FileContext) -> tuple[frozenset, frozenset]:
 
 
 def _data_facts_of(ctx: FileContext) -> tuple[frozenset, frozenset]:
-
-    functions = {n.name.value for n in astutil.walk(ctx.module, into_functions=True) if isinstance(n, cst.FunctionDef)}
+    defs: list[cst.FunctionDef] = []
+    any_data = False  # a file without a TensorDataset/DataLoader call has no data facts: one walk
+    for n in astutil.walk(ctx.module, into_functions=True):
+        if isinstance(n, cst.FunctionDef):
+            defs.append(n)
+        elif not any_data and isinstance(n, cst.Call) and (ctx.qualname(n.func) or "") in _DATA_CALLS:
+            any_data = True
+    if not any_data:
+        return (frozenset(), frozenset())
+    functions = {n.name.value for n in defs}
     data_functions: set[str] = set()
     data_nodes: set[int] = set()
-    scopes = [ctx.module] + [n for n in astutil.walk(ctx.module, into_functions=True) if isinstance(n, cst.FunctionDef)]
+    scopes = [ctx.module, *defs]
     for scope in scopes:
         read: set[str] = set()
         for n in astutil.walk(scope.body if isinstance(scope, cst.FunctionDef) else scope):
@@ -2063,7 +2071,7 @@ def _call_site_tensors_of(ctx: FileContext) -> dict:
             return
         if isinstance(node, cst.FunctionDef):
             chain = [*chain, node]
-        for child in node.children:
+        for child in astutil.children(node):
             visit(child, chain)
 
     visit(ctx.module, [])

@@ -157,7 +157,7 @@ class TorchWeightConverter(Rule):
             return
         if not builds_layers(self.ctx):
             return
-        lazy = bool(_LAZY.search(node.code))
+        lazy = bool(_LAZY.search(self.ctx.text))
         statements = _nnx.spaced(_nnx.render("jax_weights.py.j2", lazy=lazy))
         self.report(
             node,

@@ -269,12 +269,17 @@ class _Scope:
         self.edits: dict[tuple[int, str], Edit] = {}
         self.models: list[str] = []
         self.device: set[int] = set()  # bindings (their nodes) whose value is on the device
+        self._binds: dict[str, list[tuple[int, cst.CSTNode, Optional[cst.BaseExpression]]]] = {}
+        self._loss_names: Optional[set[str]] = None
 
     # -- what the scope binds -------------------------------------------------------------
     def _bindings(self, name: str) -> list[tuple[int, cst.CSTNode, Optional[cst.BaseExpression]]]:
         """(position, binding node, value) of every binding of ``name`` in the scope; the value is
-        None for a loop target, a tuple element or a parameter."""
-        found = []
+        None for a loop target, a tuple element or a parameter. (The scope's nodes never change:
+        kept per name.)"""
+        if name in self._binds:
+            return self._binds[name]
+        found: list[tuple[int, cst.CSTNode, Optional[cst.BaseExpression]]] = []
         for n in self.nodes:
             if isinstance(n, cst.Assign):
                 for t in n.targets:
@@ -294,6 +299,7 @@ class _Scope:
             for p in tr._all_params(self.scope.params):
                 if p.name.value == name:
                     found.append((-1, p, None))
+        self._binds[name] = found
         return found
 
     def _reaching(self, name: str, at: cst.CSTNode):
@@ -417,13 +423,16 @@ class _Scope:
 
     def _losses(self) -> set[str]:
         """Names bound (anywhere in the file, only) to a torch.nn module: the loss modules."""
+        if self._loss_names is not None:
+            return self._loss_names
         found: dict[str, bool] = {}
         for n in walk(self.module, into_functions=True):
             if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
                 name = n.targets[0].target.value
                 ok = isinstance(n.value, cst.Call) and (self.ctx.qualname(n.value.func) or "").startswith("torch.nn.")
                 found[name] = found.get(name, True) and ok
-        return {k for k, v in found.items() if v}
+        self._loss_names = {k for k, v in found.items() if v}
+        return self._loss_names
 
     def _consumers(self) -> None:
         losses = self._losses()
