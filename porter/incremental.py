@@ -30,12 +30,15 @@ Rules. A rule runs in one of two ways:
   imports are those the full traversal would have at that statement (``FileContext``'s
   aliases from the module's imports, then every import met earlier in the walk). Its findings
   for a statement are cached per (statement object, import state) and reused while both are
-  unchanged. The declaration is checked on every run, and a rule that does not keep it is run
-  module-wide for that version: reading ``ctx.module`` or anything of the module node (the
-  first ancestor) stops the rule at once; so does keeping state from one statement to the
-  next (the instance's attributes must be back to their initial values, compared as plain
-  data, after each statement), a ``visit_Module``/``leave_Module`` method, a finding or edit
-  on the module node, or an exception.
+  unchanged. The declaration is checked on every run: reading ``ctx.module`` or anything of
+  the module node (the first ancestor) stops the rule at once; so does keeping state from one
+  statement to the next (the instance's attributes must be back to their initial values,
+  compared as plain data, after each statement), a ``visit_Module``/``leave_Module`` method, a
+  finding or edit on the module node, or an exception. A statement where the rule stopped is
+  run again with the module (``ctx.module`` and the module node as the first ancestor, as
+  the full walk has them), on every version as a module-wide rule is, while the rule's
+  findings elsewhere stay cached; where that run too does not keep to the statement, the rule
+  is run module-wide for that version.
 
 Module facts. A local rule may read facts of the whole module through
 ``porter.rules.module_fact`` (the training-loop rules' index of assignments and calls, the
@@ -80,6 +83,7 @@ from porter.rules import StatementFact, computed_module_fact
 
 _BREAK = re.compile(r"\r\n?|\n")  # LibCST's line breaks (position_provider.NEWLINE_RE)
 _MISSING = object()
+_WITH_MODULE = object()  # a statement's result for a rule that reads the module there: run again each version
 
 
 class _NotLocal(BaseException):
@@ -109,7 +113,8 @@ class _LocalContext(FileContext):
     through recording views, when the document has them (``facts``)."""
 
     def __init__(self, path: str, aliases: dict, module_names: dict, ancestors: list,
-                 facts: Optional["_Facts"] = None, reads: Optional[list] = None) -> None:  # noqa: D401
+                 facts: Optional["_Facts"] = None, reads: Optional[list] = None,
+                 module: Optional[cst.Module] = None) -> None:  # noqa: D401
         self.path = path
         self.aliases = aliases
         self.module_names = module_names
@@ -117,14 +122,19 @@ class _LocalContext(FileContext):
         self.cache = {}
         self.facts = facts
         self.reads = reads if reads is not None else []
+        self._module = module
 
     @property
     def module(self):
-        raise _NotLocal("module")
+        if self._module is None:
+            raise _NotLocal("module")
+        return self._module
 
     def provide_fact(self, compute):
         if self.facts is None:
             raise _NotLocal("module fact")
+        if self._module is not None:  # run with the module: nothing to record
+            return self.facts.value(compute)
         return _view(self.facts.value(compute), compute, (), self.reads)
 
 
@@ -402,12 +412,15 @@ def _module_handlers(rule: type[Rule]) -> bool:
 
 
 def run_statement(stmt: cst.BaseStatement, rules: Sequence[type[Rule]], aliases: dict, module_names: dict,
-                  path: str, facts: Optional[_Facts] = None, reads: Optional[dict] = None) -> dict:
+                  path: str, facts: Optional[_Facts] = None, reads: Optional[dict] = None,
+                  module: Optional[cst.Module] = None) -> dict:
     """Each rule run on ``stmt`` alone (see the module docstring): rule -> its findings, or
     None when the rule did not keep to the statement. With ``facts`` (the module facts of the
     version) a rule may read module facts; ``reads`` then receives, for each rule that kept
-    to the statement, the lookups it made in them (see _still)."""
-    ancestors: list = [_WATCHED]
+    to the statement, the lookups it made in them (see _still). With ``module`` (the version's
+    module, whose statement ``stmt`` is) the rule may read the module too, as the full walk's
+    rule at that statement does."""
+    ancestors: list = [_WATCHED if module is None else module]
     aliases, module_names = dict(aliases), dict(module_names)
     out: dict = {}
     live: dict[int, tuple[type[Rule], Rule, Any, list]] = {}
@@ -419,7 +432,7 @@ def run_statement(stmt: cst.BaseStatement, rules: Sequence[type[Rule]], aliases:
             continue
         log: list = []
         try:
-            inst = rule(_LocalContext(path, aliases, module_names, ancestors, facts, log))
+            inst = rule(_LocalContext(path, aliases, module_names, ancestors, facts, log, module))
             snapshot = _state(inst)
         except (_NotLocal, Exception):
             out[rule] = None
@@ -474,7 +487,7 @@ def run_statement(stmt: cst.BaseStatement, rules: Sequence[type[Rule]], aliases:
             same = _state(inst) == snapshot
         except (_Unfreezable, _NotLocal, Exception):
             same = False
-        if not same or any(_touches_module(f) for f in inst.findings):
+        if not same or any(_touches_module(f, ancestors[0]) for f in inst.findings):
             out[rule] = None
         else:
             out[rule] = list(inst.findings)
@@ -483,10 +496,10 @@ def run_statement(stmt: cst.BaseStatement, rules: Sequence[type[Rule]], aliases:
     return out
 
 
-def _touches_module(f: Finding) -> bool:
-    if f.node is _WATCHED:
+def _touches_module(f: Finding, module: cst.CSTNode) -> bool:
+    if f.node is module:
         return True
-    return f.fix is not None and any(e.target is _WATCHED for e in f.fix.edits)
+    return f.fix is not None and any(e.target is module for e in f.fix.edits)
 
 
 # --------------------------------------------------------------------------------------
@@ -749,7 +762,7 @@ class Document:
             try:
                 chunk = cst.parse_module(region if eof else region + "pass" + module.default_newline)
                 break
-            except Exception:
+            except cst.ParserSyntaxError:
                 # the region's end may need the next statement (a decorator typed above a
                 # function): one or two more; then the full parse decides (a syntax error)
                 tries += 1
@@ -870,6 +883,7 @@ class Document:
             wide.update(r for r in local if got.get(r, _MISSING) is None)  # a rule known not to keep to it
         local = [r for r in local if r not in wide]
         runs = 0
+        with_module: dict[int, dict] = {}
         for k, s in enumerate(stmts):
             if not local:
                 break
@@ -885,10 +899,21 @@ class Document:
                 runs += 1
                 got.update(run_statement(s.node, missing, states[k][1], states[k][2], self.path, facts,
                                          s.reads.setdefault(states[k][0], {})))
-                dropped = [r for r in missing if got[r] is None]
+                for r in missing:
+                    if got[r] is None:
+                        got[r] = _WITH_MODULE
+            again = [r for r in local if got[r] is _WITH_MODULE]
+            if again:
+                # rules that read the module at this statement: run there with the module, on
+                # every version (as module-wide rules are), and per statement everywhere else
+                ran = run_statement(s.node, again, states[k][1], states[k][2], self.path, facts, None, module)
+                dropped = [r for r in again if ran[r] is None]
                 if dropped:
+                    for r in dropped:
+                        got[r] = None
                     wide.update(dropped)
                     local = [r for r in local if r not in wide]
+                with_module[k] = {r: found for r, found in ran.items() if found is not None}
         by_code: dict[str, list[Finding]] = {}
         wide_rules = [r for r in rules if r in wide]
         for f in engine.run_rules(module, wide_rules, self.path, shared):
@@ -902,7 +927,8 @@ class Document:
                 where.extend([None] * len(got_wide))
             else:
                 for k, s in enumerate(stmts):
-                    for f in s.results[states[k][0]][r]:
+                    got = s.results[states[k][0]][r]
+                    for f in with_module[k][r] if got is _WITH_MODULE else got:
                         findings.append(copy.copy(f))
                         where.append(k)
         self._position(findings, positions, where)

@@ -390,8 +390,10 @@ def test_bench_document(target, lines):
 
 
 def test_local_rules_are_verified():
-    """A rule declared local that reads the module is run over the whole file: the
-    declaration is a claim the checker tests, not a promise it trusts."""
+    """A rule declared local is checked, not trusted: one that reads the module is run with
+    the module at the statements where it does, on every version (a name defined in another
+    statement changes its findings there), and per statement elsewhere; one that keeps state
+    from one statement to the next is run over the whole file."""
     from porter.rules import Rule, Severity
 
     class ReadsModule(Rule):
@@ -426,17 +428,19 @@ def test_local_rules_are_verified():
             if self.seen == 3:
                 self.report(node, "third call of the file")
 
-    text = "import torch\n\n\ndef a():\n    g()\n\n\ndef b():\n    h()\n\n\ndef c():\n    a()\n"
+    text = "import torch\n\n\ndef a():\n    g()\n\n\ndef b():\n    h()\n\n\ndef c():\n    a()\n\n\nx = 1\n"
     options = engine.Options((ReadsModule, KeepsState))
     doc = incremental.Document(options.rules)
     steps = [text, text.replace("def b():", "def g():"), text.replace("    a()", "    a()\n    b()"),
-             text.replace("def a():\n    g()\n", "def a():\n    pass\n")]
+             text.replace("def a():\n    g()\n", "def a():\n    pass\n"), text.replace("x = 1", "x = f()")]
     for t in steps:
         got = doc.check(t)
         want = engine.check(t, options)
         assert [key(f) for f in got.findings] == [key(f) for f in want.findings]
-        assert got.rules_local == 0 and got.rules_module_wide == 2
-    assert doc.stats["incremental"] == 3
+        assert got.rules_local == 1 and got.rules_module_wide == 1
+    assert doc.stats["incremental"] == 4
+    assert [f.message for f in got.findings if f.code == "ZZ901"] == [
+        "g is not defined in this file", "h is not defined in this file", "f is not defined in this file"]
 
 
 def test_a_failing_rule_fails_as_in_engine_check():
@@ -832,3 +836,41 @@ def test_the_module_nodes_range_without_its_codegen(text):
         assert got.reparsed is not None  # spliced (a file of lone CRs is parsed again: LibCST drops its last one)
     want = engine.check(edited, engine.Options((_OnTheModule,)))
     assert [f.position for f in got.findings] == [f.position for f in want.findings]
+
+
+MODULE_DATA_DOCUMENT = '''import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def make():
+    return torch.randn(8, 4)
+
+
+def labels(n):
+    return torch.randint(0, 2, (n,))
+
+
+x = make()
+y = labels(8)
+loader = DataLoader(TensorDataset(x, y), batch_size=2)
+'''
+
+
+@pytest.mark.parametrize("old, new", [
+    ("TensorDataset(x, y)", "TensorDataset(y)"),  # a name the loader reads: make() leaves the pipeline
+    ("loader = DataLoader(TensorDataset(x, y), batch_size=2)\n", "loader = None\n"),  # no loader at all
+    ("y = labels(8)\n", "y = torch.ones(8)\n"),  # the assignment of a name it reads: labels() leaves it
+    ("x = make()\n", "x, z = make(), 1\n"),  # an assignment of another shape: not followed
+])
+def test_jax_data_pipeline_across_module_level_statements(old, new):
+    """The data pipeline fact at module level is one scope over many top-level statements
+    (the loader in one, the assignments of the names it reads in others, the functions they
+    call in others again): an edit in one changes the JX101 findings in another, and the
+    undo gives them back, equal to engine.check each time."""
+    checker = Checker("jax", MODULE_DATA_DOCUMENT)
+    base = [x for x in _codes_at(checker.result[0]) if x[0] == "JX101"]
+    checker.apply(MODULE_DATA_DOCUMENT.replace(old, new))
+    assert checker.result[0].reparsed is not None
+    assert [x for x in _codes_at(checker.result[0]) if x[0] == "JX101"] != base
+    checker.apply(MODULE_DATA_DOCUMENT)
+    assert [x for x in _codes_at(checker.result[0]) if x[0] == "JX101"] == base

@@ -28,7 +28,7 @@ from porter.astutil import NOT_LITERAL as NOT_LITERAL
 from porter.astutil import code as code
 from porter.astutil import literal as literal
 from porter.context import FileContext
-from porter.rules import module_fact
+from porter.rules import StatementFact, module_fact
 
 
 class Manual(Exception):
@@ -1937,43 +1937,84 @@ def _data_facts(ctx: FileContext) -> tuple[frozenset, frozenset]:
     return module_fact(ctx, _data_facts_of)
 
 
-def _data_facts_of(ctx: FileContext) -> tuple[frozenset, frozenset]:
-    defs: list[cst.FunctionDef] = []
-    any_data = False  # a file without a TensorDataset/DataLoader call has no data facts: one walk
-    for n in astutil.walk(ctx.module, into_functions=True):
-        if isinstance(n, cst.FunctionDef):
-            defs.append(n)
-        elif not any_data and isinstance(n, cst.Call) and (ctx.qualname(n.func) or "") in _DATA_CALLS:
-            any_data = True
-    if not any_data:
-        return (frozenset(), frozenset())
-    functions = {n.name.value for n in defs}
+def _function_names_part(ctx: FileContext, stmt: cst.CSTNode, pre) -> frozenset:
+    return frozenset(n.name.value for n in astutil.walk(stmt, into_functions=True) if isinstance(n, cst.FunctionDef))
+
+
+def _function_names_combine(ctx: FileContext, parts: list, pre) -> frozenset:
+    return frozenset().union(*parts)
+
+
+# the names of every function of the file, nested ones too
+_function_names = StatementFact(_function_names_part, _function_names_combine, name="_function_names")
+
+
+def _data_reads(ctx: FileContext, nodes, functions: frozenset, data_functions: set, data_nodes: set) -> set:
+    """The names the TensorDataset/DataLoader calls among ``nodes`` read (their arguments
+    added to ``data_nodes``, the file's functions they call to ``data_functions``)."""
+    read: set[str] = set()
+    for n in nodes:
+        if isinstance(n, cst.Call) and (ctx.qualname(n.func) or "") in _DATA_CALLS:
+            for a in n.args:
+                data_nodes.add(id(a))
+                for m in astutil.walk(a.value):
+                    if isinstance(m, cst.Name):
+                        read.add(m.value)
+                    if isinstance(m, cst.Call) and isinstance(m.func, cst.Name) and m.func.value in functions:
+                        data_functions.add(m.func.value)
+    return read
+
+
+def _data_assigns(nodes, functions: frozenset) -> list:
+    """(id, names assigned, the file's function called or None) of each one-assignment line."""
+    out = []
+    for n in nodes:
+        if isinstance(n, cst.SimpleStatementLine) and len(n.body) == 1 and isinstance(n.body[0], cst.Assign):
+            a = n.body[0]
+            v = a.value
+            called = v.func.value if isinstance(v, cst.Call) and isinstance(v.func, cst.Name) and v.func.value in functions else None
+            out.append((id(n), frozenset(t for target in a.targets for t in astutil.target_names(target.target)), called))
+    return out
+
+
+def _data_facts_part(ctx: FileContext, stmt: cst.CSTNode, functions: frozenset) -> tuple:
+    """One top-level statement's part of _data_facts_of: its functions' data facts, whole, and
+    its module-level data reads and assignments (the module is one scope: combined below)."""
     data_functions: set[str] = set()
     data_nodes: set[int] = set()
-    scopes = [ctx.module, *defs]
-    for scope in scopes:
-        read: set[str] = set()
-        for n in astutil.walk(scope.body if isinstance(scope, cst.FunctionDef) else scope):
-            if isinstance(n, cst.Call) and (ctx.qualname(n.func) or "") in _DATA_CALLS:
-                for a in n.args:
-                    data_nodes.add(id(a))
-                    for m in astutil.walk(a.value):
-                        if isinstance(m, cst.Name):
-                            read.add(m.value)
-                        if isinstance(m, cst.Call) and isinstance(m.func, cst.Name) and m.func.value in functions:
-                            data_functions.add(m.func.value)
-        if not read:
-            continue
-        for n in astutil.walk(scope.body if isinstance(scope, cst.FunctionDef) else scope):
-            if isinstance(n, cst.SimpleStatementLine) and len(n.body) == 1 and isinstance(n.body[0], cst.Assign):
-                a = n.body[0]
-                names = {t for target in a.targets for t in astutil.target_names(target.target)}
+    for fn in (n for n in astutil.walk(stmt, into_functions=True) if isinstance(n, cst.FunctionDef)):
+        read = _data_reads(ctx, astutil.walk(fn.body), functions, data_functions, data_nodes)
+        for node_id, names, called in _data_assigns(astutil.walk(fn.body), functions) if read else ():
+            if names & read:
+                data_nodes.add(node_id)
+                if called is not None:
+                    data_functions.add(called)
+    module_level = () if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) else list(astutil.walk(stmt))
+    read = _data_reads(ctx, module_level, functions, data_functions, data_nodes)
+    return data_functions, data_nodes, read, _data_assigns(module_level, functions)
+
+
+def _data_facts_combine(ctx: FileContext, parts: list, functions: frozenset) -> tuple[frozenset, frozenset]:
+    data_functions: set[str] = set()
+    data_nodes: set[int] = set()
+    read: set[str] = set()
+    for part_functions, part_nodes, part_read, _ in parts:
+        data_functions |= part_functions
+        data_nodes |= part_nodes
+        read |= part_read
+    if read:
+        for *_, assigns in parts:
+            for node_id, names, called in assigns:
                 if names & read:
-                    data_nodes.add(id(n))
-                    v = a.value
-                    if isinstance(v, cst.Call) and isinstance(v.func, cst.Name) and v.func.value in functions:
-                        data_functions.add(v.func.value)
+                    data_nodes.add(node_id)
+                    if called is not None:
+                        data_functions.add(called)
     return (frozenset(data_functions), frozenset(data_nodes))
+
+
+# built statement by statement (porter.rules.StatementFact): `porter lsp` reads again only the
+# statements an edit changed
+_data_facts_of = StatementFact(_data_facts_part, _data_facts_combine, _function_names, name="_data_facts_of")
 
 
 def _scope(ctx: FileContext) -> cst.CSTNode:
@@ -2057,16 +2098,28 @@ def _call_site_tensors(ctx: FileContext, fn: cst.FunctionDef) -> set:
     return module_fact(ctx, _call_site_tensors_of).get(fn, frozenset())
 
 
-def _call_site_tensors_of(ctx: FileContext) -> dict:
-    """_call_site_tensors of every top-level function (node -> frozenset), a module fact
-    (porter.rules.module_fact): the call sites of all of them found in one walk."""
-    functions = [s for s in ctx.module.body if isinstance(s, cst.FunctionDef)]
-    wanted = {f.name.value for f in functions}
-    sites: dict = {}
+def _params(fn: cst.FunctionDef) -> tuple:
+    return tuple(p.name.value for p in (*fn.params.posonly_params, *fn.params.params))
+
+
+def _call_site_signatures(ctx: FileContext) -> tuple:
+    """What a call site's reading depends on outside its statement: the top-level functions'
+    (name, positional parameters), and the jitted ones (_is_tensor reads them)."""
+    return (tuple((s.name.value, _params(s)) for s in ctx.module.body if isinstance(s, cst.FunctionDef)),
+            _jitted_functions(ctx))
+
+
+def _call_sites_part(ctx: FileContext, stmt: cst.CSTNode, pre: tuple) -> list:
+    """The calls of top-level functions in one top-level statement, in walk order: (name,
+    None) for a call whose arguments cannot be read (``*args``, or outside any function),
+    else (name, {parameters: the parameters given a tensor}) for each signature of that name."""
+    signatures = pre[0]
+    wanted = {name for name, _ in signatures}
+    sites: list = []
 
     def visit(node, chain):
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in wanted:
-            sites.setdefault(node.func.value, []).append((node, chain))
+            sites.append((node.func.value, node, chain))
         if isinstance(node, (cst.ClassDef, cst.Lambda)):
             return
         if isinstance(node, cst.FunctionDef):
@@ -2074,34 +2127,58 @@ def _call_site_tensors_of(ctx: FileContext) -> dict:
         for child in astutil.children(node):
             visit(child, chain)
 
-    visit(ctx.module, [])
+    visit(stmt, [])
     caller_names: dict = {}  # the callers' tensors, by chain of functions (the same for every callee)
+    out: list = []
+    for name, call, chain in sites:
+        if any(a.star for a in call.args) or not chain:
+            out.append((name, None))
+            continue
+        chain_key = tuple(id(f) for f in chain)
+        names = caller_names.get(chain_key)
+        if names is None:
+            names = set()
+            for outer in chain:
+                names |= _param_tensors(outer, False)
+            _assigned_tensors(ctx, chain[-1], names, False)
+            caller_names[chain_key] = names
+        positional = [a for a in call.args if a.keyword is None]
+        given = {}
+        for params in {p for n, p in signatures if n == name}:
+            here = set()
+            for i, param in enumerate(params):
+                arg = positional[i] if i < len(positional) else next(
+                    (a for a in call.args if a.keyword is not None and a.keyword.value == param), None)
+                if arg is not None and _is_tensor(arg.value, ctx, names, False):
+                    here.add(param)
+            given[params] = frozenset(here)
+        out.append((name, given))
+    return out
+
+
+def _call_site_combine(ctx: FileContext, parts: list, pre: tuple) -> dict:
+    sites: dict = {}
+    for part in parts:
+        for name, given in part:
+            sites.setdefault(name, []).append(given)
     out: dict = {}
-    for fn in functions:
-        params = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
-        found: "set | None" = None
-        for call, chain in sites.get(fn.name.value, ()):
-            if any(a.star for a in call.args) or not chain:
+    for fn in (s for s in ctx.module.body if isinstance(s, cst.FunctionDef)):
+        params = _params(fn)
+        found: "frozenset | None" = None
+        for given in sites.get(fn.name.value, ()):
+            if given is None:
                 found = None
                 break
-            chain_key = tuple(id(f) for f in chain)
-            names = caller_names.get(chain_key)
-            if names is None:
-                names = set()
-                for outer in chain:
-                    names |= _param_tensors(outer, False)
-                _assigned_tensors(ctx, chain[-1], names, False)
-                caller_names[chain_key] = names
-            here = set()
-            positional = [a for a in call.args if a.keyword is None]
-            for i, name in enumerate(params):
-                arg = positional[i] if i < len(positional) else next(
-                    (a for a in call.args if a.keyword is not None and a.keyword.value == name), None)
-                if arg is not None and _is_tensor(arg.value, ctx, names, False):
-                    here.add(name)
-            found = here if found is None else found & here
+            found = given[params] if found is None else found & given[params]
         out[fn] = frozenset(found or ())
     return out
+
+
+# _call_site_tensors of every top-level function (node -> frozenset), a module fact built
+# statement by statement (porter.rules.StatementFact): `porter lsp` reads again only the call
+# sites of the statements an edit changed
+_call_site_tensors_of = StatementFact(_call_sites_part, _call_site_combine, _call_site_signatures,
+                                      name="_call_site_tensors_of")
 
 
 def _nnx_call(cls: cst.ClassDef, fn: cst.FunctionDef, ctx: FileContext) -> bool:

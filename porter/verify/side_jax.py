@@ -1,8 +1,8 @@
 """The JAX side of a model-level verification, run in its own interpreter:
 ``python -m porter.verify.side_jax REQUEST.json``.
 
-It reads and writes the protocol of ``side_torch`` (an .npz of arrays plus a JSON of
-metadata), for a port written in Flax NNX to the JAX target's contract:
+It reads and writes the protocol of every side (``porter.verify.sidenpz``: an .npz of
+arrays plus a JSON of metadata), for a port written in Flax NNX to the JAX target's contract:
 
 - the model is built from ``--model`` with ``rngs=nnx.Rngs(0)`` added;
 - the original's initial weights go in through the port's own
@@ -54,7 +54,7 @@ import time
 
 import numpy as np
 
-from porter.verify import sideproto
+from porter.verify import sidenpz, sideproto
 
 
 # primitives that leave the compiled program for the host while it runs
@@ -323,7 +323,7 @@ class LayerRecorder:
             sub: list = []
             _flatten(value, "", sub)
             for suffix, t in sub:
-                key = f"layer/{name}{'.' + suffix if suffix else ''}"
+                key = sidenpz.layer_key(name, suffix)
                 a = _host(t)
                 want = self.torch_layers.get(key)
                 if id(t) in layout:
@@ -363,17 +363,10 @@ def host_callbacks(jaxpr) -> dict[str, int]:
 
 def _mismatch(own: dict, state: dict):
     """side_torch's mismatch record, or None when the names and shapes fit."""
-    state_keys = {k for k in state if not k.endswith("num_batches_tracked")}
-    own = {k: v for k, v in own.items() if not k.endswith("num_batches_tracked")}
-    missing = sorted(set(own) - state_keys)
-    extra = sorted(state_keys - set(own))
-    if missing or extra:
-        return {"missing": missing, "unexpected": extra}
     # a lazy layer's parameter has no shape yet (None): loading the state dict gives it one
-    bad = [k for k in own if own[k] is not None and tuple(np.shape(own[k])) != tuple(np.shape(state[k]))]
-    if bad:
-        return {"shape": {k: [list(np.shape(state[k])), list(np.shape(own[k]))] for k in bad}}
-    return None
+    return sidenpz.mismatch(
+        {k: None if v is None else np.shape(v) for k, v in own.items() if not k.endswith("num_batches_tracked")},
+        {k: np.shape(v) for k, v in state.items() if not k.endswith("num_batches_tracked")})
 
 
 def _mismatch_from_error(exc: Exception, own: dict, state: dict) -> dict:
@@ -540,8 +533,8 @@ def run(request: dict) -> dict:
     shared = request.get("shared")
     if not shared:
         raise PortError("the JAX side runs ports only: it needs the original's weights and inputs (shared)")
-    data = np.load(shared)
-    state = {k[len("init/"):]: data[k] for k in data.files if k.startswith("init/")}
+    data = sidenpz.Shared(shared)
+    state = data.state()
     # None: a parameter of a lazy layer with no shape yet (load_torch_state_dict materializes it)
     own = {k: None if v is None else np.asarray(v) for k, v in torch_state_dict(model).items()}
     mm = _mismatch(own, state)
@@ -563,8 +556,7 @@ def run(request: dict) -> dict:
     # inputs: JAX runs with 32-bit types here (jax_enable_x64 off)
     inputs = []
     narrowed = []
-    for i in range(int(data["n_inputs"])):
-        x = data[f"input/{i}"]
+    for i, x in enumerate(data.inputs()):
         if x.dtype == np.int64:
             x, _ = x.astype(np.int32), narrowed.append(f"input {i} int64 -> int32")
         elif x.dtype == np.float64:
@@ -572,8 +564,7 @@ def run(request: dict) -> dict:
         inputs.append(jnp.asarray(x))
     if narrowed:
         meta["notes"].append("jax_enable_x64 is off: " + ", ".join(narrowed))
-    n_proj = sum(1 for k in data.files if k.startswith("projection/"))
-    projection = [jnp.asarray(data[f"projection/{i}"]) for i in range(n_proj)]
+    projection = [jnp.asarray(p) for p in data.projection()]
     torch_layers = {k: tuple(data[k].shape) for k in data.files if k.startswith("layer/")}
 
     model.train()
@@ -595,13 +586,10 @@ def run(request: dict) -> dict:
     if dropouts:
         meta["notes"].append(f"dropout switched off for the comparison in: {', '.join(dropouts)}")
 
-    tensors: dict[str, np.ndarray] = {}
-    order: list[str] = []
+    arrays = sidenpz.Arrays()
 
     def keep(key, value):
-        tensors[key] = value if isinstance(value, np.ndarray) else _host(value)
-        if key not in order:
-            order.append(key)
+        arrays.keep(key, value if isinstance(value, np.ndarray) else _host(value))
 
     # random numbers drawn in the forward: found by an eager pass on a clone, then fed torch's
     feed = NoiseFeed()
@@ -653,11 +641,10 @@ def run(request: dict) -> dict:
         for key, a in layer_arrays:
             keep(key, a)
         for suffix, t in flat_first:
-            keep(f"output/{suffix or '0'}", t)
+            keep(sidenpz.output_key(suffix), t)
         meta["notes"].append(f"the port's model returned arrays of shapes {shapes}, the original's "
                              f"{[list(p.shape) for p in projection]}: no training step was run")
-        meta["order"] = order
-        np.savez(request["out"], **tensors)
+        arrays.save(request["out"], meta)
         return meta
 
     if request["optimizer"] == "adam":
@@ -738,7 +725,7 @@ def run(request: dict) -> dict:
     flat: list = []
     _flatten(out, "", flat)
     for suffix, t in flat:
-        keep(f"output/{suffix or '0'}", t)
+        keep(sidenpz.output_key(suffix), t)
     final = {k: np.asarray(v) for k, v in torch_state_dict(model).items()}
     bumped = nnx.clone(model)
     nnx.update(bumped, jax.tree.map(lambda v: v + 1, nnx.state(bumped, nnx.Param)))
@@ -757,11 +744,10 @@ def run(request: dict) -> dict:
             keep(f"step{step}/param/{n}", np.asarray(sd[n]))
         for n in buffer_names:
             keep(f"step{step}/buffer/{n}", np.asarray(sd[n]))
-    meta["order"] = order
     meta["seconds"] = elapsed
     meta["health"] = {"steps": health_steps, "jit_cache_size": cache_size,
                       "host_callbacks": callbacks, "problems": problems}
-    np.savez(request["out"], **tensors)
+    arrays.save(request["out"], meta)
     return meta
 
 

@@ -1,15 +1,15 @@
 """One side of a model-level verification for an MXNet/Gluon file, run in the MXNet venv
 (``porter.verify.mxnet_env``): ``<mxnet python> -m porter.verify.side_mxnet REQUEST.json``.
 
-It speaks the .npz + JSON protocol of ``side_torch``: the file is loaded as a module (its
-``__main__`` block does not run), the model is built from the request's expression, and the
-side writes ``init/<name>``, ``input/<i>``, ``n_inputs``, ``projection/<i>`` (or, with
-``shared``, loads them from the other side's file), then ``layer/<block>`` (every block's
-output of the first forward, in execution order), ``output/<i>``, ``grad/<name>``, and per
-optimizer step ``step<k>/loss``, ``step<k>/param/<name>``, ``step<k>/buffer/<name>``; the
-meta JSON has ``order`` (the recording order) and ``notes``. Its imports are the standard
-library, numpy and mxnet (and ``porter.verify.specs``, numpy only): the MXNet venv has
-numpy 1.23.5 and no torch, jax, typer or rich.
+It speaks the .npz + JSON protocol of every side (``porter.verify.sidenpz``): the file is
+loaded as a module (its ``__main__`` block does not run), the model is built from the
+request's expression, and the side writes the weights, inputs and projection (or, with
+``shared``, loads them from the other side's file), then every block's output of the first
+forward (``layer/<block>``, in execution order), the outputs, gradients, and per optimizer
+step the loss, parameters and buffers; the meta JSON has ``order`` (the recording order) and
+``notes``. Its imports are the standard library, numpy and mxnet (and porter's
+``sideproto``, ``sidenpz`` and ``specs``, numpy only): the MXNet venv has numpy 1.23.5 and no
+torch, jax, typer or rich.
 
 Names: the torch names a port keeps
 -----------------------------------
@@ -88,7 +88,7 @@ import time
 
 import numpy as np
 
-from porter.verify import sideproto
+from porter.verify import sidenpz, sideproto
 
 _RNN_PARAM = re.compile(r"^(l|r)(\d+)_(i2h|h2h|h2r)_(weight|bias)$")
 _CELL_PARAM = re.compile(r"^(i2h|h2h|h2r)_(weight|bias)$")
@@ -210,21 +210,13 @@ def run(request: dict) -> dict:
         meta["notes"].append("the original's uninitialized parameters got Gluon's default initialization")
     model.collect_params().reset_ctx(ctx)  # an expression may have initialized on mx.gpu()
 
-    tensors: dict[str, np.ndarray] = {}
-    shared = request.get("shared")
-    if shared:
-        data = np.load(shared)
-        inputs_np = [data[f"input/{i}"] for i in range(int(data["n_inputs"]))]
-    elif request.get("inputs"):
-        from porter.verify.specs import InputSpec
-
-        rng = np.random.default_rng(seed)
-        inputs_np = [InputSpec.parse(s).generate(rng) for s in request["inputs"]]
-    elif callable(ns.get("example_inputs")):
-        inputs_np = [x.asnumpy() if isinstance(x, mx.nd.NDArray) else np.asarray(x)
-                     for x in sideproto.as_tuple(ns["example_inputs"]())]
+    arrays = sidenpz.Arrays()
+    shared = sidenpz.Shared(request["shared"]) if request.get("shared") else None
+    if shared is not None:
+        inputs_np = shared.inputs()
     else:
-        raise RuntimeError("no --input given and the original defines no example_inputs()")
+        inputs_np = sidenpz.request_inputs(
+            request, ns, lambda x: x.asnumpy() if isinstance(x, mx.nd.NDArray) else np.asarray(x))
     for x in inputs_np:
         if x.dtype.kind not in "fiu":
             raise RuntimeError(f"input of dtype {x.dtype} is not supported by the MXNet side (use float or int)")
@@ -241,29 +233,21 @@ def run(request: dict) -> dict:
 
     named = torch_style_names(model)
     batchnorms = [name for name, blk in blocks if isinstance(blk, nn.BatchNorm)]
-    if shared:
-        state = {k[len("init/"):]: data[k] for k in data.files
-                 if k.startswith("init/") and not k.endswith(".num_batches_tracked")}
+    if shared is not None:
+        state = {k: v for k, v in shared.state().items() if not k.endswith(".num_batches_tracked")}
         own = {n: p for n, p, _ in named}
-        missing = sorted(set(own) - set(state))
-        extra = sorted(set(state) - set(own))
-        if missing or extra:
-            meta["mismatch"] = {"missing": missing, "unexpected": extra}
-            return meta
-        bad = [k for k in own if tuple(own[k].shape) != tuple(state[k].shape)]
-        if bad:
-            meta["mismatch"] = {"shape": {k: [list(state[k].shape), list(own[k].shape)] for k in bad}}
+        mm = sidenpz.mismatch({k: tuple(p.shape) for k, p in own.items()}, {k: v.shape for k, v in state.items()})
+        if mm:
+            meta["mismatch"] = mm
             return meta
         for k, p in own.items():
             p.set_data(mx.nd.array(state[k], dtype=p.dtype, ctx=ctx))
     else:
         for n, p, _ in named:
-            tensors[f"init/{n}"] = _numpy(p.data(ctx))
+            arrays.put(f"init/{n}", _numpy(p.data(ctx)))
         for name in batchnorms:
-            tensors[f"init/{name}.num_batches_tracked"] = np.array(0, dtype=np.int64)
-        for i, x in enumerate(inputs_np):
-            tensors[f"input/{i}"] = x
-        tensors["n_inputs"] = np.array(len(inputs_np))
+            arrays.put(f"init/{name}.num_batches_tracked", np.array(0, dtype=np.int64))
+        arrays.put_inputs(inputs_np)
 
     # every block's output of the first forward, in execution order (hooks run after forward)
     layer_out: list[tuple[str, object]] = []
@@ -304,13 +288,8 @@ def run(request: dict) -> dict:
             if not any(_is_float(t) for _, t in flat):
                 raise RuntimeError("the model returned no floating-point NDArray")
             if projection is None:
-                if shared:
-                    projection_np = [data[f"projection/{i}"] for i in range(len(flat))]
-                else:
-                    rng = np.random.default_rng(seed + 1)
-                    projection_np = [rng.standard_normal(tuple(t.shape)).astype("float32") for _, t in flat]
-                    for i, w in enumerate(projection_np):
-                        tensors[f"projection/{i}"] = w
+                projection_np = (shared.projection(len(flat)) if shared is not None
+                                 else arrays.put_projection((tuple(t.shape) for _, t in flat), seed))
                 projection = [mx.nd.array(w, dtype="float32", ctx=ctx) for w in projection_np]
             # a fixed random projection of every output, so every output element gets a gradient
             loss = sum((t.astype("float32") * w).sum() / max(t.size, 1)
@@ -323,9 +302,9 @@ def run(request: dict) -> dict:
                 sub: list = []
                 _flatten(o, "", sub)
                 for suffix, t in sub:
-                    kept.append((f"layer/{name}{'.' + suffix if suffix else ''}", _numpy(t)))
+                    kept.append((sidenpz.layer_key(name, suffix), _numpy(t)))
             for suffix, t in flat:
-                kept.append((f"output/{suffix or '0'}", _numpy(t)))
+                kept.append((sidenpz.output_key(suffix), _numpy(t)))
             for n, p in unique:
                 # the flag is on the data array: set by a backward that wrote the gradient (the
                 # parameter took part in the forward), cleared by the trainer's update
@@ -344,13 +323,10 @@ def run(request: dict) -> dict:
                 kept.append((f"step{step}/buffer/{n}", _numpy(p.data(ctx))))
     mx.nd.waitall()
     elapsed = time.perf_counter() - t0
-    order = []
     for key, a in kept:
-        tensors[key] = a
-        order.append(key)
-    meta["order"] = order
+        arrays.keep(key, a)
     meta["seconds"] = elapsed
-    np.savez(request["out"], **tensors)
+    arrays.save(request["out"], meta)
     return meta
 
 

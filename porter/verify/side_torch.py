@@ -16,7 +16,7 @@ from typing import Optional
 
 import numpy as np
 
-from porter.verify import sideproto
+from porter.verify import sidenpz, sideproto
 
 
 # libraries' random layers that drop whole samples (stochastic depth): class -> its probability
@@ -137,49 +137,35 @@ def _run(request: dict) -> dict:
     if dropouts:
         meta["notes"].append(f"dropout switched off for the comparison in: {', '.join(dropouts)}")
 
-    tensors: dict[str, np.ndarray] = {}
+    arrays = sidenpz.Arrays()
     if drop_paths:
-        tensors["drop_paths"] = np.array([f"{n}\t{a}" for n, a in drop_paths])
-    shared = request.get("shared")
-    if shared:
-        data = np.load(shared)
-        state = {k[len("init/"):]: torch.from_numpy(data[k]) for k in data.files if k.startswith("init/")}
+        arrays.put("drop_paths", np.array([f"{n}\t{a}" for n, a in drop_paths]))
+    shared = sidenpz.Shared(request["shared"]) if request.get("shared") else None
+    if shared is not None:
+        state = {k: torch.from_numpy(v) for k, v in shared.state().items()}
         own = model.state_dict()
-        missing = sorted(set(own) - set(state))
-        extra = sorted(set(state) - set(own))
-        if missing or extra:
-            meta["mismatch"] = {"missing": missing, "unexpected": extra}
-            return meta
         # a lazy layer (nn.LazyLinear, a port's Gluon layer with a deferred input size) takes
         # its shape from the loaded tensor, as load_state_dict materializes it
-        bad = [k for k in own if not _uninitialized(own[k]) and tuple(own[k].shape) != tuple(state[k].shape)]
-        if bad:
-            meta["mismatch"] = {"shape": {k: [list(state[k].shape), list(own[k].shape)] for k in bad}}
+        mm = sidenpz.mismatch({k: None if _uninitialized(v) else tuple(v.shape) for k, v in own.items()},
+                              {k: tuple(v.shape) for k, v in state.items()})
+        if mm:
+            meta["mismatch"] = mm
             return meta
         model.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()})
-        inputs_np = [data[f"input/{i}"] for i in range(int(data["n_inputs"]))]
+        inputs_np = shared.inputs()
     else:
-        if request.get("inputs"):
-            from porter.verify.specs import InputSpec
-
-            rng = np.random.default_rng(request["seed"])
-            inputs_np = [InputSpec.parse(s).generate(rng) for s in request["inputs"]]
-        elif callable(ns.get("example_inputs")):
-            inputs_np = [_to_numpy(t) if isinstance(t, torch.Tensor) else np.asarray(t) for t in sideproto.as_tuple(ns["example_inputs"]())]
-        else:
-            raise RuntimeError("no --input given and the original defines no example_inputs()")
-        for i, x in enumerate(inputs_np):
-            tensors[f"input/{i}"] = x
-        tensors["n_inputs"] = np.array(len(inputs_np))
+        inputs_np = sidenpz.request_inputs(
+            request, ns, lambda t: _to_numpy(t) if isinstance(t, torch.Tensor) else np.asarray(t))
+        arrays.put_inputs(inputs_np)
         if any(_uninitialized(v) for v in model.state_dict().values()):
             _materialize(model, inputs_np)
             meta["notes"].append("lazy layers given their shapes by one forward of the inputs (in eval mode, on the host) before the comparison")
         for k, v in model.state_dict().items():
-            tensors[f"init/{k}"] = _to_numpy(v)
+            arrays.put(f"init/{k}", _to_numpy(v))
 
     # the same model and inputs in float64, run once more at the end: the exact values the
     # float32 sides are both an approximation of (see ``_reference``)
-    reference = copy.deepcopy(model) if request.get("reference") and not shared and device_kind == "cpu" else None
+    reference = copy.deepcopy(model) if request.get("reference") and shared is None and device_kind == "cpu" else None
     model = model.to(device)
     model.train()
     inputs = [torch.from_numpy(np.ascontiguousarray(x)).to(device) for x in inputs_np]
@@ -244,14 +230,9 @@ def _run(request: dict) -> dict:
         if not any(t.is_floating_point() for _, t in flat):
             raise RuntimeError("the model returned no floating-point tensor")
         if projection is None:
-            if shared:
-                projection = [torch.from_numpy(data[f"projection/{i}"]).to(device) for i in range(len(flat))]
-            else:
-                rng = np.random.default_rng(request["seed"] + 1)
-                projection_np = [rng.standard_normal(tuple(t.shape)).astype("float32") for _, t in flat]
-                for i, p in enumerate(projection_np):
-                    tensors[f"projection/{i}"] = p
-                projection = [torch.from_numpy(p).to(device) for p in projection_np]
+            projection_np = (shared.projection(len(flat)) if shared is not None
+                             else arrays.put_projection((tuple(t.shape) for _, t in flat), request["seed"]))
+            projection = [torch.from_numpy(p).to(device) for p in projection_np]
         # a fixed random projection of every output, so every output element gets a gradient
         loss = sum((t.float() * w).sum() / max(t.numel(), 1) for (_, t), w in zip(flat, projection) if t.is_floating_point())
         loss.backward()
@@ -260,10 +241,10 @@ def _run(request: dict) -> dict:
         first = []
         for name, sub in layer_out:
             for suffix, t in sub:
-                first.append((f"layer/{name}{'.' + suffix if suffix else ''}", t))
+                first.append((sidenpz.layer_key(name, suffix), t))
         layer_out.clear()
         for suffix, t in flat:
-            first.append((f"output/{suffix or '0'}", t.detach().clone()))
+            first.append((sidenpz.output_key(suffix), t.detach().clone()))
         for n, p in params:
             if p.grad is not None:
                 first.append((f"grad/{n}", p.grad.detach().clone()))
@@ -288,21 +269,18 @@ def _run(request: dict) -> dict:
     if reference is not None and projection is not None:
         t_ref = time.perf_counter()
         try:
-            tensors.update(_reference(reference, inputs_np, [_to_numpy(w) for w in projection], request["steps"],
+            arrays.arrays.update(_reference(reference, inputs_np, [_to_numpy(w) for w in projection], request["steps"],
                                       opt_name, request["lr"]))
             meta["reference_s"] = round(time.perf_counter() - t_ref, 3)
         except Exception as exc:  # noqa: BLE001 - a model that does not run in float64: no reference
             meta["notes"].append(f"no float64 reference: the model did not run in float64 ({type(exc).__name__}: {exc})")
         del reference
-    order = []
     for key, t in kept:
-        tensors[key] = _to_numpy(t)
-        order.append(key)
-    meta["order"] = order
+        arrays.keep(key, _to_numpy(t))
     meta["seconds"] = elapsed
     if met is not None:
         meta["health"] = {"steps": health_steps}
-    np.savez(request["out"], **tensors)
+    arrays.save(request["out"], meta)
     return meta
 
 
@@ -347,9 +325,9 @@ def _reference(model, inputs_np, projection_np, steps: int = 1, optimizer: str =
                 h.remove()
             for name, sub in recorded:
                 for suffix, t in sub:
-                    ref[f"ref/layer/{name}{'.' + suffix if suffix else ''}"] = t
+                    ref["ref/" + sidenpz.layer_key(name, suffix)] = t
             for suffix, t in flat:
-                ref[f"ref/output/{suffix or '0'}"] = t.detach().clone()
+                ref["ref/" + sidenpz.output_key(suffix)] = t.detach().clone()
             for n, p in params:
                 if p.grad is not None:
                     ref[f"ref/grad/{n}"] = p.grad.detach().clone()
