@@ -307,3 +307,31 @@ def test_state_carried_across_steps():
         opt.step()
         want.append(loss.item())
     np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+# a plain copy of the loss (or of a forward value) written between the last backward and the
+# step: it is not a forward statement, so it stays after the step call and reads the step's
+# returned value (the planner used to look it up among the forward candidates: KeyError)
+ALIAS_BETWEEN = {
+    "loss copy": "    total = loss\n",
+    "two names": "    total, last = loss, out\n",
+    "after clip": "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n    total = loss\n",
+}
+
+
+@pytest.mark.parametrize("between", ALIAS_BETWEEN.values(), ids=ALIAS_BETWEEN)
+def test_plain_alias_between_backward_and_step(between):
+    source = (
+        "import torch\nimport torch.nn as nn\n\n"
+        "model = nn.Linear(4, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "data = [(torch.randn(8, 4), torch.randn(8, 1)) for _ in range(3)]\n"
+        "for x, y in data:\n    opt.zero_grad()\n    out = model(x)\n    loss = ((out - y) ** 2).mean()\n"
+        "    loss.backward()\n" + between + "    opt.step()\n    print(total.item())\n"
+    )
+    options = engine.Options(registry.select("jax"), unsafe_fixes=True)
+    found = [f.message for f in engine.check(source, options).findings]
+    assert any("train_step" in m for m in found) and not any("internal error" in m for m in found), found
+    result = engine.fix(source, options)
+    assert "def train_step(" in result.source
+    step, loop = result.source.split("for x, y in data:")
+    assert "total" not in step and "total" in loop

@@ -380,8 +380,10 @@ def _pull_aliases(domain, forward, after, in_window):
     for s in after:
         if id(s) not in in_window or not _plain_alias(s):
             continue
+        at = position.get(id(s))
+        if at is None:  # between the last backward and the step: no forward statement follows it
+            continue
         names = set(reads(s))
-        at = position[id(s)]
         if any(position.get(id(f), -1) > at and binds(f) & names for f in forward):
             pulled.append(s)
     if not pulled:
