@@ -124,3 +124,88 @@ def test_module_init_weights_method_with_tensor_initialisers():
 def test_apply_of_a_lambda_is_reported():
     result = engine.fix(NET + "net = G()\nnet.apply(lambda m: print(type(m)))\n", JAX)
     assert any(f.code == "JX016" and "no apply()" in f.message for f in result.remaining), result.remaining
+
+
+# `self.apply(fn)` from a module's constructor (GPT-style `_init_weights`): a method, a
+# module-level def and a staticmethod, called from __init__ or from a method __init__ calls.
+# Each original builds LM(); the test compares the port's arrays with torch's on their statistics.
+OWN_APPLY = {
+    "method-isinstance-nn-init": '''
+        class LM(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = nn.Embedding(1000, 256)
+                self.fc = nn.Linear(256, 512)
+                self.apply(self._init_weights)
+
+            def _init_weights(self, module):
+                if isinstance(module, nn.Linear):
+                    torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+                    if module.bias is not None:
+                        torch.nn.init.zeros_(module.bias)
+                elif isinstance(module, nn.Embedding):
+                    torch.nn.init.normal_(module.weight, mean=0.0, std=0.1)
+
+            def forward(self, idx):
+                return self.fc(self.emb(idx))
+    ''',
+    "def-data-methods-from-init-weights": '''
+        def _init(m):
+            if isinstance(m, nn.Linear):
+                m.weight.data.normal_(0.0, 0.02)
+                m.bias.data.zero_()
+            elif isinstance(m, nn.Embedding):
+                m.weight.data.uniform_(-0.1, 0.1)
+
+        class LM(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = nn.Embedding(1000, 256)
+                self.fc = nn.Linear(256, 512)
+                self.init_weights()
+
+            def init_weights(self):
+                self.apply(_init)
+
+            def forward(self, idx):
+                return self.fc(self.emb(idx))
+    ''',
+    "staticmethod-classname": '''
+        class LM(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = nn.Embedding(1000, 256)
+                self.fc = nn.Linear(256, 512)
+                self.apply(self._init)
+
+            @staticmethod
+            def _init(m):
+                name = m.__class__.__name__
+                if name.find('Linear') != -1:
+                    nn.init.normal_(m.weight, 0.0, 0.02)
+                    m.bias.data.fill_(0)
+                elif name.find('Embed') != -1:
+                    nn.init.normal_(m.weight, std=0.1)
+
+            def forward(self, idx):
+                return self.fc(self.emb(idx))
+    ''',
+}
+
+
+@pytest.mark.parametrize("name", list(OWN_APPLY))
+def test_self_apply_in_the_constructor_draws_torchs_distributions(name):
+    body = textwrap.dedent(OWN_APPLY[name])
+    torch_ns: dict = {"__name__": "original"}
+    exec(compile(NET + body + "\ntorch.manual_seed(0)\nlm = LM()\n", "<original>", "exec"), torch_ns)
+    original = torch_ns["lm"]
+    ns = _port_and_run(body + "\nlm = LM()\n")
+    lm = ns["lm"]
+    pairs = [(original.fc.weight.detach().numpy().T, np.asarray(lm.fc.kernel[...])),
+             (original.emb.weight.detach().numpy(), np.asarray(lm.emb.embedding[...]))]
+    for want, got in pairs:
+        assert want.shape == got.shape
+        assert abs(got.mean() - want.mean()) < 0.003 and abs(got.std() - want.std()) < 0.003 * want.std() / 0.02
+        assert abs(np.abs(got).max() - np.abs(want).max()) < 2 * want.std()  # same family: uniform's bound, normal's tail
+    assert np.all(np.asarray(lm.fc.bias[...]) == 0) and np.all(original.fc.bias.detach().numpy() == 0)
+    assert lm(jax.numpy.ones((2, 3), dtype=jax.numpy.int32)).shape == (2, 3, 512)

@@ -91,6 +91,40 @@ def enclosing_module_class(ctx: FileContext) -> Optional[cst.ClassDef]:
     return None
 
 
+def _one_module_param(func: cst.FunctionDef, skip: int) -> bool:
+    """``func`` takes one positional parameter after ``skip`` leading ones (``self``), and maybe a
+    keyword-only ``rngs``."""
+    p = func.params
+    return len(p.params) == skip + 1 and not p.posonly_params and p.star_kwarg is None \
+        and not isinstance(p.star_arg, cst.Param) and all(q.name.value == "rngs" for q in p.kwonly_params)
+
+
+def _static(func: cst.FunctionDef) -> bool:
+    return any(isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod" for d in func.decorators)
+
+
+def apply_init_target(ctx: FileContext, fn: cst.CSTNode) -> Optional[tuple[cst.FunctionDef, int]]:
+    """The function ``model.apply(fn)`` calls on every submodule, when porter can see it: a
+    module-level def of the file taking the module, or (``fn`` is ``self.name``, inside a module
+    class) a method of that class taking ``(self, module)`` or a staticmethod taking ``(module)``.
+    Returns the def and the index of its module parameter."""
+    if isinstance(fn, cst.Name):
+        for stmt in ctx.module.body:
+            if isinstance(stmt, cst.FunctionDef) and stmt.name.value == fn.value and _one_module_param(stmt, 0):
+                return stmt, 0
+        return None
+    if not (isinstance(fn, cst.Attribute) and isinstance(fn.value, cst.Name) and fn.value.value == "self"):
+        return None
+    cls = enclosing_module_class(ctx)
+    if cls is None:
+        return None
+    for stmt in cls.body.body:
+        if isinstance(stmt, cst.FunctionDef) and stmt.name.value == fn.attr.value:
+            skip = 0 if _static(stmt) else 1
+            return (stmt, skip) if _one_module_param(stmt, skip) else None
+    return None
+
+
 def top_level_defs(module: cst.Module) -> set[str]:
     names: set[str] = set()
     for stmt in module.body:

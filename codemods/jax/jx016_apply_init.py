@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from typing import Optional
 
 import libcst as cst
 
@@ -12,6 +11,8 @@ from . import _nnx
 
 # tensor methods that initialise in place -> (nn.init function, how many positional arguments it takes after the tensor)
 _METHODS = {"normal_": ("normal_", 2), "uniform_": ("uniform_", 2), "fill_": ("constant_", 1), "zero_": ("zeros_", 0)}
+# their keywords -> nn.init's (`from` cannot be written as a keyword)
+_KEYWORDS = {"normal_": {"mean": "mean", "std": "std"}, "uniform_": {"to": "b"}, "fill_": {"value": "val"}, "zero_": {}}
 
 
 class ApplyInit(Rule):
@@ -32,8 +33,13 @@ class ApplyInit(Rule):
       key=rngs.params())`). The class tests stay: `classname.find('Conv')` still finds
       `TorchConv2d`, `isinstance(m, nn.Conv2d)` becomes `isinstance(m, TorchConv2d)` (JX012).
 
-    A `.apply(f)` whose function is not a one-parameter def of the file (a lambda, an
-    imported function) is reported at its line.
+    - `self.apply(self._init_weights)` in a module's `__init__` or a method it calls (a method
+      taking `(self, module)`, a staticmethod taking `(module)`; `self.apply(fn)` of a def of the
+      file) -> `for _, module in nnx.iter_modules(self): self._init_weights(module)`; the rngs
+      plan (JX001) gives the method, and this call, the constructor's `rngs` when it draws.
+
+    A `.apply(f)` whose function is not a one-parameter def of the file or such a method (a
+    lambda, an imported function) is reported at its line.
 
     ## Why
     `Module.apply` is torch's: NNX modules have none, and a JAX port that keeps
@@ -41,7 +47,8 @@ class ApplyInit(Rule):
     JAX counterpart (arrays are immutable, random numbers need a key).
 
     ## Fix safety
-    Safe: `t.data.normal_(a, b)` and `nn.init.normal_(t, a, b)` draw from the same
+    Safe: `t.data.normal_(a, b)` and `nn.init.normal_(t, a, b)` (keywords: `mean=`, `std=`; `to=`
+    -> `b=`; `value=` -> `val=`) draw from the same
     distribution in place without autograd (likewise for uniform_, fill_ / constant_,
     zero_ / zeros_); torch's `apply` and `nnx.iter_modules` call the function once per
     module. The values are drawn by JAX's generator, not torch's (the tests load the
@@ -128,6 +135,45 @@ class ApplyInit(Rule):
             """
             import torch.nn as nn
 
+            class GPT(nn.Module):
+                def __init__(self, vocab, d):
+                    super().__init__()
+                    self.wte = nn.Embedding(vocab, d)
+                    self.head = nn.Linear(d, vocab)
+                    self.apply(self._init_weights)
+
+                def _init_weights(self, module):
+                    if isinstance(module, nn.Linear):
+                        module.weight.data.normal_(mean=0.0, std=0.02)
+                        module.bias.data.zero_()
+                    elif isinstance(module, nn.Embedding):
+                        nn.init.normal_(module.weight, std=0.02)
+            """,
+            """
+            import torch.nn as nn
+            import flax.nnx as nnx
+
+            class GPT(nn.Module):
+                def __init__(self, vocab, d):
+                    super().__init__()
+                    self.wte = nn.Embedding(vocab, d)
+                    self.head = nn.Linear(d, vocab)
+                    for _, module in nnx.iter_modules(self):
+                        self._init_weights(module)
+
+                def _init_weights(self, module):
+                    if isinstance(module, nn.Linear):
+                        nn.init.normal_(module.weight, mean=0.0, std=0.02)
+                        nn.init.zeros_(module.bias)
+                    elif isinstance(module, nn.Embedding):
+                        nn.init.normal_(module.weight, std=0.02)
+            """,
+            title="self.apply(self._init_weights) in a constructor: a loop over the module's submodules (JX001 passes the rngs)",
+        ),
+        Example(
+            """
+            import torch.nn as nn
+
             class Net(nn.Module):
                 def forward(self, x):
                     return x
@@ -155,17 +201,24 @@ class ApplyInit(Rule):
             return
         fn = call.args[0].value
         model = call.func.value  # type: ignore[attr-defined]
-        init = _init_function(self.ctx, fn)
-        if init is None:
-            if _is_model(self.ctx, model):
+        own = _code(model) == "self" and _nnx.enclosing_module_class(self.ctx) is not None
+        target = _nnx.apply_init_target(self.ctx, fn)
+        if target is None:
+            if own or _is_model(self.ctx, model):
                 self.report(call, f"{_code(model)}.apply({_code(fn)}): NNX modules have no apply(); porter ports "
-                                  "apply() of a one-parameter def of the file: write `for _, m in nnx.iter_modules(model): ...`")
+                                  "apply() of a one-parameter def of the file or a method of the class: write "
+                                  "`for _, m in nnx.iter_modules(model): ...`")
             return
-        if not (_is_model(self.ctx, model) or _initialises(init)):
+        init = target[0]
+        if not (own or _is_model(self.ctx, model) or _initialises(init)):
             return
         nnx = _nnx.nnx_name(self.ctx)
-        if _nnx.in_rngs_scope(self.ctx):
-            pre, rngs = [], "rngs"
+        if isinstance(fn, cst.Attribute):
+            # a method of the class: the rngs plan (JX001) gives it, and this call, rngs if it draws
+            pre, args = [], "module"
+        elif own or _nnx.in_rngs_scope(self.ctx):
+            # a module's method: its rngs (the plan gives the method one for the call's rngs=)
+            pre, args = [], "module, rngs=rngs"
         else:
             where = _nnx.scope_statement(self.ctx) or (_nnx.enclosing_function(self.ctx) or self.ctx.module, node)
             made = self.ctx.cache.setdefault(("jx016.init_rngs",), set())
@@ -174,14 +227,14 @@ class ApplyInit(Rule):
             else:
                 made.add(id(where[0]))
                 pre = [cst.parse_statement(f"init_rngs = {nnx}.Rngs({_nnx.seed_in(*where, self.ctx)})")]
-            rngs = "init_rngs"
-        loop = cst.parse_statement(f"for _, module in {nnx}.iter_modules({_code(model)}):\n    {init.name.value}(module, rngs={rngs})\n")
+            args = "module, rngs=init_rngs"
+        loop = cst.parse_statement(f"for _, module in {nnx}.iter_modules({_code(model)}):\n    {_code(fn)}({args})\n")
         new = [*pre, loop]
         new[0] = new[0].with_changes(leading_lines=node.leading_lines)
         edits = [Edit(node, cst.FlattenSentinel(new))]
-        if not _nnx.has_param(init, "rngs"):
+        if "rngs=" in args and not _nnx.has_param(init, "rngs"):
             edits.append(Edit(init, _nnx.add_rngs_param(nnx)))
-        self.report(call, f"{_code(model)}.apply({init.name.value}): NNX modules have no apply() -> nnx.iter_modules",
+        self.report(call, f"{_code(model)}.apply({_code(fn)}): NNX modules have no apply() -> nnx.iter_modules",
                     Fix(tuple(edits), Safety.SAFE, ("flax.nnx",)))
 
     def leave_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
@@ -221,10 +274,12 @@ class ApplyInit(Rule):
             return
         name, nargs = _METHODS[method]
         args = list(node.args)
-        if any(a.keyword is not None or a.star for a in args) or len(args) > nargs:
+        keywords = _KEYWORDS[method]
+        if any(a.star or (a.keyword is not None and a.keyword.value not in keywords) for a in args) or len(args) > nargs:
             return
         nn = self.ctx.module_alias("torch.nn")
-        text = f"{nn}.init.{name}({', '.join([_code(tensor), *(_code(a.value) for a in args)])})"
+        texts = [_code(a.value) if a.keyword is None else f"{keywords[a.keyword.value]}={_code(a.value)}" for a in args]
+        text = f"{nn}.init.{name}({', '.join([_code(tensor), *texts])})"
         self.report(node, f"{_code(node.func)}(...) initialises in place: {nn}.init.{name} (ported with the module's rngs)",
                     Fix((Edit(node, cst.parse_expression(text)),), Safety.SAFE, ("torch.nn",)))
 
@@ -245,7 +300,9 @@ class ApplyInit(Rule):
         if cls is not None and root.value == "self":
             return True
         params = func.params.params
-        return bool(params) and root.value == params[0].name.value and func.name.value in _applied(self.ctx)
+        # the module parameter of a def or method the file applies: (module) or (self, module)
+        at = 1 if cls is not None and params and params[0].name.value == "self" else 0
+        return len(params) > at and root.value == params[at].name.value and func.name.value in _applied(self.ctx)
 
 
 def _assigns(scope: cst.CSTNode, name: str) -> bool:
@@ -260,29 +317,23 @@ def _applied(ctx) -> frozenset:
     if key not in ctx.cache:
         names = set()
         for c in astutil.walk(ctx.module, into_functions=True):
-            if isinstance(c, cst.Call) and astutil.method_name(c) == "apply" and len(c.args) == 1 \
-                    and isinstance(c.args[0].value, cst.Name):
-                names.add(c.args[0].value.value)
+            if isinstance(c, cst.Call) and astutil.method_name(c) == "apply" and len(c.args) == 1:
+                names.update(_callee(c.args[0].value))
             # this rule's port of apply(): for _, module in nnx.iter_modules(net): fn(module, rngs=...)
             if isinstance(c, cst.For) and isinstance(c.iter, cst.Call) and astutil.method_name(c.iter) == "iter_modules":
                 for inner in astutil.calls_in(c.body):
-                    if isinstance(inner.func, cst.Name):
-                        names.add(inner.func.value)
+                    names.update(_callee(inner.func))
         ctx.cache[key] = frozenset(names)
     return ctx.cache[key]
 
 
-def _init_function(ctx, fn: cst.CSTNode) -> Optional[cst.FunctionDef]:
-    """The module-level def ``fn`` names, taking one positional parameter (and maybe rngs)."""
-    if not isinstance(fn, cst.Name):
-        return None
-    for stmt in ctx.module.body:
-        if isinstance(stmt, cst.FunctionDef) and stmt.name.value == fn.value:
-            p = stmt.params
-            if len(p.params) == 1 and not p.posonly_params and p.star_kwarg is None \
-                    and all(q.name.value == "rngs" for q in p.kwonly_params):
-                return stmt
-    return None
+def _callee(fn: cst.CSTNode) -> tuple:
+    """The name of the def (``fn``) or method (``self.fn``) a call or apply() names."""
+    if isinstance(fn, cst.Name):
+        return (fn.value,)
+    if isinstance(fn, cst.Attribute) and isinstance(fn.value, cst.Name) and fn.value.value == "self":
+        return (fn.attr.value,)
+    return ()
 
 
 def _initialises(func: cst.FunctionDef) -> bool:

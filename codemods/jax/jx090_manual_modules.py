@@ -30,7 +30,8 @@ class ManualModule(Rule):
       new parameters on every call);
     - `register_buffer` with a computed name or a `None` tensor, forward/backward hooks;
     - `self.named_parameters()`, `self.apply(fn)` and the other tree walks inside a module
-      class (`for m in self.modules():` loops and `next(self.parameters())` are JX012's): NNX
+      class (`for m in self.modules():` loops and `next(self.parameters())` are JX012's,
+      `self.apply(init_fn)` of a def or method porter sees JX016's): NNX
       has `nnx.iter_modules` / `nnx.state`, but what the loop does needs a person;
     - classes deriving from a torch.nn layer other than `nn.Module` and `nn.Sequential`
       (`class MyConv(nn.Conv2d)`).
@@ -126,6 +127,7 @@ class ManualModule(Rule):
         elif (
             method in _TREE_METHODS and isinstance(node.func.value, cst.Name) and node.func.value.value == "self"  # type: ignore[attr-defined]
             and _nnx.enclosing_module_class(self.ctx) is not None and not handled_tree_walk(node, self.ctx)
+            and not (method == "apply" and len(node.args) == 1 and _nnx.apply_init_target(self.ctx, node.args[0].value))
         ):
             self._manual(node, f"self.{method}(): nn.Module's tree walks have no NNX method of that name "
                                "(nnx.iter_modules(self) / nnx.state(self, nnx.Param)); a weight-init loop over torch "
