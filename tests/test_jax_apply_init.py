@@ -209,3 +209,76 @@ def test_self_apply_in_the_constructor_draws_torchs_distributions(name):
         assert abs(np.abs(got).max() - np.abs(want).max()) < 2 * want.std()  # same family: uniform's bound, normal's tail
     assert np.all(np.asarray(lm.fc.bias[...]) == 0) and np.all(original.fc.bias.detach().numpy() == 0)
     assert lm(jax.numpy.ones((2, 3), dtype=jax.numpy.int32)).shape == (2, 3, 512)
+
+
+# `for name, p in self.named_parameters(): if <test of name>: nn.init.*(p, ...)`: torch's names
+# (a Sequential's 0, 1, ..., a ModuleList's index) select the same parameters in the port.
+NAMED = '''
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Linear(128, 512), nn.GELU(), nn.Linear(512, 128))
+        self.c_proj = nn.Linear(128, 128)
+
+    def forward(self, x):
+        return self.c_proj(self.mlp(x))
+
+
+class LM(nn.Module):
+    def __init__(self, n_layer):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block() for _ in range(n_layer)])
+        self.apply(self._init_weights)
+        {loop}
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            torch.nn.init.zeros_(module.bias)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x
+'''
+LOOPS = {
+    "endswith-normal": '''for pn, p in self.named_parameters():
+            if pn.endswith('c_proj.weight'):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))''',
+    "in-and-index-constant": '''for name, param in self.named_parameters():
+            if "mlp.2" in name and name.endswith("bias"):
+                nn.init.constant_(param, 0.5)
+            elif name.startswith("blocks.1.c_proj.w"):
+                nn.init.normal_(param, std=0.1)''',
+    "split-suffix-uniform": '''for n, w in self.named_parameters():
+            if n.split(".")[-2:] == ["c_proj", "weight"]:
+                nn.init.uniform_(w, a=-0.01, b=0.01)''',
+}
+
+
+@pytest.mark.parametrize("name", list(LOOPS))
+def test_named_parameters_init_loop_selects_torchs_names(name):
+    body = "import math\n" + NAMED.replace("{loop}", LOOPS[name])
+    torch_ns: dict = {"__name__": "original"}
+    exec(compile(NET + body + "\ntorch.manual_seed(0)\nlm = LM(3)\n", "<original>", "exec"), torch_ns)
+    original = dict(torch_ns["lm"].named_parameters())
+    ns = _port_and_run(body + "\nlm = LM(3)\n")
+    lm = ns["lm"]
+    ported = {k: np.asarray(v[0][...]) for k, v in ns["_torch_names"](lm).items()}
+    assert sorted(ported) == sorted(original)
+    for key, tensor in original.items():
+        want, got = tensor.detach().numpy(), ported[key]
+        want = want.T if want.ndim == 2 else want  # a Linear's kernel is weight.T
+        assert want.shape == got.shape, key
+        if want.std() == 0:
+            assert np.all(got == want), key  # zeros_ / constant_: exactly
+        else:
+            assert abs(got.std() - want.std()) < 0.1 * want.std() and abs(got.mean()) < 0.1 * want.std(), key
+    assert lm(jax.numpy.ones((2, 128))).shape == (2, 128)
+
+
+def test_named_parameters_loop_using_the_tensor_otherwise_is_reported():
+    body = NAMED.replace("{loop}", '''for pn, p in self.named_parameters():
+            p.requires_grad = False''')
+    result = engine.fix(NET + body + "\nlm = LM(2)\n", JAX)
+    assert any(f.code == "JX090" and "named_parameters" in f.message for f in result.remaining), result.remaining

@@ -798,11 +798,32 @@ def handled_tree_walk(call: cst.Call, ctx) -> bool:
     parent = ctx.ancestors[-2] if len(ctx.ancestors) > 1 else None
     if method == "modules" and not call.args:
         return isinstance(parent, cst.For) and parent.iter is call and isinstance(parent.target, cst.Name)
+    if method == "named_parameters" and not call.args:
+        return isinstance(parent, cst.For) and parent.iter is call and named_parameters_handle(parent, ctx) is not None
     if method == "parameters" and not call.args:
         arg_parent = ctx.ancestors[-3] if len(ctx.ancestors) > 2 else None
         return isinstance(parent, cst.Arg) and isinstance(arg_parent, cst.Call) \
             and isinstance(arg_parent.func, cst.Name) and arg_parent.func.value == "next" and len(arg_parent.args) == 1
     return False
+
+
+def named_parameters_handle(loop: cst.For, ctx) -> Optional[str]:
+    """``for name, p in self.named_parameters():`` (or its port, ``torch_named_parameters(self)``)
+    whose body uses ``p`` only as the tensor of translated ``nn.init`` calls: ``p``'s name (the
+    port's ``p`` is the (module, torch name) pair the init_* functions take)."""
+    target = loop.target
+    if not (isinstance(target, cst.Tuple) and len(target.elements) == 2
+            and all(isinstance(e.value, cst.Name) for e in target.elements)):
+        return None
+    handle = target.elements[1].value.value  # type: ignore[attr-defined]
+    inits = 0
+    for node in astutil.walk(loop.body, into_functions=True):
+        if isinstance(node, cst.Call) and init_name(ctx.qualname(node.func)) in INITS and node.args \
+                and node.args[0].keyword is None and isinstance(node.args[0].value, cst.Name) \
+                and node.args[0].value.value == handle:
+            inits += 1
+    uses = sum(isinstance(n, cst.Name) and n.value == handle for n in astutil.walk(loop.body, into_functions=True))
+    return handle if inits and uses == inits else None
 
 
 # torch sampling function -> (jax.random function, takes a shape (not a tensor to imitate))

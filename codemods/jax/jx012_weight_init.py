@@ -4,6 +4,7 @@ from __future__ import annotations
 import libcst as cst
 
 from porter import astutil
+from porter.astutil import code as _code
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _layers, _nnx
@@ -29,12 +30,19 @@ class NnxWeightInit(Rule):
     - `for m in self.modules():` -> `for _, m in nnx.iter_modules(self):` and
       `isinstance(m, nn.Conv2d)` -> `isinstance(m, TorchConv2d)` (the class the layer becomes:
       `nn.Linear` -> `nnx.Linear`, `nn.BatchNorm2d` -> `TorchBatchNorm`...).
+    - `for pn, p in self.named_parameters(): if pn.endswith("c_proj.weight"): nn.init.normal_(p, ...)`
+      (GPT-style: `p` used only as the tensor of `nn.init` calls) ->
+      `for pn, p in torch_named_parameters(self): ... init_normal_(*p, ..., key=rngs.params())`:
+      `torch_named_parameters` (emitted by JX013) yields torch's parameter names (as in the
+      original's `state_dict()`) with the (layer, torch parameter name) pair the init_*
+      functions take.
     - `next(self.parameters())` (a parameter to read a dtype from) ->
       `jax.tree.leaves(nnx.state(self, nnx.Param))[0]`.
 
     Left for a manual port, marked `# porter: manual (JX012)`: other `nn.init` functions
     (`orthogonal_`, `eye_`, `dirac_`, `sparse_`), a tensor that is not an attribute of a
-    module (`for p in self.parameters(): nn.init.normal_(p)`), a random init where no `rngs`
+    module (`for p in self.parameters(): nn.init.normal_(p)`, a named_parameters() loop that
+    uses the tensor otherwise: JX090), a random init where no `rngs`
     is in scope, `isinstance` against a layer that becomes a function (`nn.ReLU`), and
     `isinstance(m, nn.BatchNorm2d)` in a file that also builds BatchNorm layers of another
     dimension (all become `TorchBatchNorm`).
@@ -86,6 +94,33 @@ class NnxWeightInit(Rule):
             """,
             title="an init loop and an init call (JX013 defines the init_* functions in the port)",
         ),
+        Example(
+            """
+            import math
+            import torch.nn as nn
+            import flax.nnx as nnx
+
+            class GPT(nnx.Module):
+                def __init__(self, n_layer, *, rngs: nnx.Rngs):
+                    self.c_proj = nnx.Linear(8, 8, rngs=rngs)
+                    for pn, p in self.named_parameters():
+                        if pn.endswith("c_proj.weight"):
+                            nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer))
+            """,
+            """
+            import math
+            import torch.nn as nn
+            import flax.nnx as nnx
+
+            class GPT(nnx.Module):
+                def __init__(self, n_layer, *, rngs: nnx.Rngs):
+                    self.c_proj = nnx.Linear(8, 8, rngs=rngs)
+                    for pn, p in torch_named_parameters(self):
+                        if pn.endswith("c_proj.weight"):
+                            init_normal_(*p, mean=0.0, std=0.02 / math.sqrt(2 * n_layer), key=rngs.params())
+            """,
+            title="a named_parameters() loop selecting parameters by their torch names (JX013 defines torch_named_parameters)",
+        ),
     ]
     valid = [
         "import torch.nn as nn\nclass Net(nn.Module):\n    def __init__(self):\n        self.fc = nn.Linear(2, 2)\n",
@@ -134,6 +169,10 @@ class NnxWeightInit(Rule):
                              self.replace(loop.target, cst.Tuple([cst.Element(cst.Name("_")), cst.Element(loop.target)],
                                                                  lpar=[], rpar=[]))),
                             imports=("flax.nnx",)))
+        elif method == "named_parameters":
+            self.report(node, "self.named_parameters() -> torch_named_parameters(self): (torch name, (module, "
+                              "torch parameter name)) pairs for the init_* functions",
+                        Fix((self.replace(node, cst.parse_expression("torch_named_parameters(self)")),)))
         else:
             outer = self.ctx.ancestors[-3]
             self.report(outer, "next(self.parameters()) -> the first nnx.Param array of the module",
@@ -157,6 +196,9 @@ class NnxWeightInit(Rule):
         tensor = args[at].value
         if isinstance(tensor, cst.Attribute) and tensor.attr.value == "data":
             tensor = tensor.value
+        if isinstance(tensor, cst.Name) and at == 0 and self._parameter_handle(tensor.value):
+            self._init_handle(node, name, tensor.value)
+            return
         if not isinstance(tensor, cst.Attribute) or tensor.attr.value in ("data",):
             self._manual(node, f"nn.init.{name} on {_nnx.code(tensor)}: porter ports it on a layer's parameter "
                                "(`m.weight`); set the NNX variable by hand")
@@ -178,6 +220,33 @@ class NnxWeightInit(Rule):
         self.report(node, f"nn.init.{name}({_nnx.code(tensor)}) -> init_{name}({_nnx.code(tensor.value)}, "
                           f"\"{tensor.attr.value}\", ...) on the NNX layer's variable, in torch's layout",
                     Fix((self.replace(node, new),)))
+
+    def _parameter_handle(self, name: str) -> bool:
+        """``name`` is the parameter of a ``for pn, p in self.named_parameters():`` around the node
+        that JX012 ports (``torch_named_parameters(self)``)."""
+        for anc in reversed(self.ctx.ancestors[:-1]):
+            if isinstance(anc, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return False
+            if isinstance(anc, cst.For) and isinstance(anc.iter, cst.Call) and _code(anc.iter) in (
+                    "self.named_parameters()", "torch_named_parameters(self)"):
+                return _nnx.named_parameters_handle(anc, self.ctx) == name
+        return False
+
+    def _init_handle(self, node: cst.Call, name: str, handle: str) -> None:
+        """nn.init.normal_(p, ...) on a parameter of self.named_parameters() -> init_normal_(*p, ...)."""
+        random = INITS[name]
+        if random and not _nnx.in_rngs_scope(self.ctx):
+            self._manual(node, f"nn.init.{name} draws random numbers and no `rngs` is in scope here: pass an "
+                               f"nnx.Rngs and use init_{name}(*{handle}, ..., key=rngs.params())")
+            return
+        args = [cst.Arg(cst.Name(handle), star="*"), *node.args[1:]]
+        if random:
+            args.append(_nnx.kwarg("key", cst.parse_expression("rngs.params()")))
+        args = [a.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))) if i < len(args) - 1
+                else a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for i, a in enumerate(args)]
+        self.report(node, f"nn.init.{name}({handle}) on a parameter of self.named_parameters() -> "
+                          f"init_{name}(*{handle}, ...) on the NNX layer's variable, in torch's layout",
+                    Fix((self.replace(node, cst.Call(cst.Name(f"init_{name}"), args)),)))
 
     def _isinstance(self, node: cst.Call) -> None:
         classes = node.args[1].value

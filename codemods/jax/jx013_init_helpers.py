@@ -12,7 +12,7 @@ _NEEDS = {
     "init_xavier_uniform_": ("_torch_fans",), "init_xavier_normal_": ("_torch_fans",),
     "init_kaiming_uniform_": ("_torch_fans", "_torch_gain"), "init_kaiming_normal_": ("_torch_fans", "_torch_gain"),
 }
-HELPERS = ("init_torch_param_", *(f"init_{n}" for n in INITS))
+HELPERS = ("init_torch_param_", "torch_named_parameters", *(f"init_{n}" for n in INITS))
 
 
 class NnxInitHelpers(Rule):
@@ -25,7 +25,8 @@ class NnxInitHelpers(Rule):
     torch's layout (fan_in / fan_out as `torch.nn.init` computes them, `calculate_gain`'s
     gains) and stores the values in the NNX layout with `init_torch_param_`, which finds the
     NNX variable holding torch's parameter through the weight converter's `_torch_layout`
-    (JX010).
+    (JX010). `torch_named_parameters(model)` (JX012's port of a `self.named_parameters()`
+    init loop) yields torch's parameter names with the (layer, torch parameter name) pairs.
 
     ## Why
     The same distributions as torch's, written once in the port instead of at every call.
@@ -105,5 +106,5 @@ class NnxInitHelpers(Rule):
             node,
             f"the port uses {', '.join(sorted(wanted))}: torch.nn.init on NNX layers, defined in the file",
             Fix((self.replace(node, _nnx.insert_statements(statements, "after_classes")),),
-                imports=("math", "jax", "jax.numpy", "numpy")),
+                imports=("math", "jax", "jax.numpy", "numpy", *(("flax.nnx",) if "torch_named_parameters" in names else ()))),
         )
