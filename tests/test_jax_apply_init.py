@@ -282,3 +282,11 @@ def test_named_parameters_loop_using_the_tensor_otherwise_is_reported():
             p.requires_grad = False''')
     result = engine.fix(NET + body + "\nlm = LM(2)\n", JAX)
     assert any(f.code == "JX090" and "named_parameters" in f.message for f in result.remaining), result.remaining
+
+
+def test_self_apply_in_forward_is_reported():
+    body = NET.replace("    def forward(self, x):\n", "    def _init(self, m):\n        nn.init.normal_(m.weight)\n\n"
+                       "    def forward(self, x):\n        self.apply(self._init)\n")
+    result = engine.fix(body + "net = G()\n", JAX)
+    assert "self.apply(self._init)" in result.source
+    assert any(f.code == "JX016" and "forward has no rngs" in f.message for f in result.remaining), result.remaining

@@ -212,6 +212,11 @@ class ApplyInit(Rule):
         init = target[0]
         if not (own or _is_model(self.ctx, model) or _initialises(init)):
             return
+        func = _nnx.enclosing_function(self.ctx)
+        if own and func is not None and func.name.value in ("forward", "__call__"):
+            self.report(call, f"self.apply({_code(fn)}) in {func.name.value}: the port's forward has no rngs to draw "
+                              "initial values from; initialise in __init__ (torch re-initialises on every call)")
+            return
         nnx = _nnx.nnx_name(self.ctx)
         if isinstance(fn, cst.Attribute):
             # a method of the class: the rngs plan (JX001) gives it, and this call, rngs if it draws
