@@ -1,6 +1,7 @@
-"""JX016 in whole ports, run under JAX: `net.apply(weights_init)` in several spellings (class-name
+"""JX016 / JX012 in whole ports, run under JAX: `net.apply(weights_init)` in several spellings (class-name
 tests, isinstance tests, tensor-method and nn.init initialisers) and a module's own
-`init_weights` with `.data.uniform_` / `.zero_()`; the ported initialisation runs and draws
+`init_weights` with `.data.uniform_` / `.zero_()`, `self.apply(...)` from a constructor and GPT-style
+`self.named_parameters()` init loops; the ported initialisation runs and draws
 what torch's draws (checked on the statistics of the initialised parameters)."""
 import textwrap
 
@@ -9,7 +10,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 
-pytestmark = pytest.mark.slow  # ports and runs three initialisations under JAX (~1 minute)
+pytestmark = pytest.mark.slow  # ports and runs nine initialisations under JAX (~1 minute on a loaded 2-core machine)
 
 from porter import engine, registry  # noqa: E402
 

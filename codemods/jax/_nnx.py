@@ -103,15 +103,14 @@ def _static(func: cst.FunctionDef) -> bool:
     return any(isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod" for d in func.decorators)
 
 
-def apply_init_target(ctx: FileContext, fn: cst.CSTNode) -> Optional[tuple[cst.FunctionDef, int]]:
+def apply_init_target(ctx: FileContext, fn: cst.CSTNode) -> Optional[cst.FunctionDef]:
     """The function ``model.apply(fn)`` calls on every submodule, when porter can see it: a
     module-level def of the file taking the module, or (``fn`` is ``self.name``, inside a module
-    class) a method of that class taking ``(self, module)`` or a staticmethod taking ``(module)``.
-    Returns the def and the index of its module parameter."""
+    class) a method of that class taking ``(self, module)`` or a staticmethod taking ``(module)``."""
     if isinstance(fn, cst.Name):
         for stmt in ctx.module.body:
             if isinstance(stmt, cst.FunctionDef) and stmt.name.value == fn.value and _one_module_param(stmt, 0):
-                return stmt, 0
+                return stmt
         return None
     if not (isinstance(fn, cst.Attribute) and isinstance(fn.value, cst.Name) and fn.value.value == "self"):
         return None
@@ -120,8 +119,7 @@ def apply_init_target(ctx: FileContext, fn: cst.CSTNode) -> Optional[tuple[cst.F
         return None
     for stmt in cls.body.body:
         if isinstance(stmt, cst.FunctionDef) and stmt.name.value == fn.attr.value:
-            skip = 0 if _static(stmt) else 1
-            return (stmt, skip) if _one_module_param(stmt, skip) else None
+            return stmt if _one_module_param(stmt, 0 if _static(stmt) else 1) else None
     return None
 
 

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-
 import libcst as cst
 
 from porter import astutil
@@ -37,6 +36,8 @@ class ApplyInit(Rule):
       taking `(self, module)`, a staticmethod taking `(module)`; `self.apply(fn)` of a def of the
       file) -> `for _, module in nnx.iter_modules(self): self._init_weights(module)`; the rngs
       plan (JX001) gives the method, and this call, the constructor's `rngs` when it draws.
+      `self.apply(...)` in `forward` is reported (no rngs there; torch re-initialises on
+      every call).
 
     A `.apply(f)` whose function is not a one-parameter def of the file or such a method (a
     lambda, an imported function) is reported at its line.
@@ -202,14 +203,13 @@ class ApplyInit(Rule):
         fn = call.args[0].value
         model = call.func.value  # type: ignore[attr-defined]
         own = _code(model) == "self" and _nnx.enclosing_module_class(self.ctx) is not None
-        target = _nnx.apply_init_target(self.ctx, fn)
-        if target is None:
+        init = _nnx.apply_init_target(self.ctx, fn)
+        if init is None:
             if own or _is_model(self.ctx, model):
                 self.report(call, f"{_code(model)}.apply({_code(fn)}): NNX modules have no apply(); porter ports "
                                   "apply() of a one-parameter def of the file or a method of the class: write "
                                   "`for _, m in nnx.iter_modules(model): ...`")
             return
-        init = target[0]
         if not (own or _is_model(self.ctx, model) or _initialises(init)):
             return
         func = _nnx.enclosing_function(self.ctx)
