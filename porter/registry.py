@@ -37,6 +37,13 @@ def rules_for(target: str) -> tuple[type[Rule], ...]:
 
 
 @lru_cache(maxsize=None)
+def front_end_rules(target: str) -> tuple[type[Rule], ...]:
+    """The rules of ``target``'s front ends alone (an MXNet/Gluon source -> PyTorch): what a
+    source is translated with before ``target``'s own rules read it."""
+    return tuple(sorted((r for front in _FRONT_ENDS.get(target, ()) for r in own_rules(front)), key=lambda r: r.code))
+
+
+@lru_cache(maxsize=None)
 def own_rules(target: str) -> tuple[type[Rule], ...]:
     """The rules defined under ``codemods/<target's package>/``."""
     if target not in _PACKAGES:
