@@ -32,8 +32,7 @@ class RegistryError(Exception):
 @lru_cache(maxsize=None)
 def rules_for(target: str) -> tuple[type[Rule], ...]:
     """Every rule a run for ``target`` uses: its own and those of its front ends."""
-    rules = own_rules(target) + tuple(r for front in _FRONT_ENDS.get(target, ()) for r in own_rules(front))
-    return tuple(sorted(rules, key=lambda r: r.code))
+    return tuple(sorted(own_rules(target) + front_end_rules(target), key=lambda r: r.code))
 
 
 @lru_cache(maxsize=None)
