@@ -252,3 +252,21 @@ def test_gluon_first_run_gives_every_imported_construction_rngs(gluon_twice):
     _, _, net = gluon_twice
     for text in GLUON_BUILT:
         assert text in net, net
+
+
+def test_gluon_package_port_facts_read_the_modules_as_translated():
+    """The package port's program fact (porter.packages) reads each module through the front
+    end too: the net module's imported Gluon blocks and factory construct models taking rngs."""
+    import libcst as cst
+
+    from porter._layout import mapped_package
+
+    mapped_package("porter.codemods", "codemods")
+    from porter.codemods.jax import _program
+
+    files = GLUON_PACKAGES["gluon-relative"]
+    modules = {name[:-3].replace("/__init__", "").replace("/", "."):
+               (cst.parse_module(textwrap.dedent(text).lstrip("\n")), name.endswith("__init__.py"))
+               for name, text in files.items()}
+    spelled = _program.package_rngs_callables(modules)
+    assert spelled["seg.net"] == {"Trunk", "Head", "Gate", "conv3"}
