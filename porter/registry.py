@@ -32,8 +32,14 @@ class RegistryError(Exception):
 @lru_cache(maxsize=None)
 def rules_for(target: str) -> tuple[type[Rule], ...]:
     """Every rule a run for ``target`` uses: its own and those of its front ends."""
-    rules = own_rules(target) + tuple(r for front in _FRONT_ENDS.get(target, ()) for r in own_rules(front))
-    return tuple(sorted(rules, key=lambda r: r.code))
+    return tuple(sorted(own_rules(target) + front_end_rules(target), key=lambda r: r.code))
+
+
+@lru_cache(maxsize=None)
+def front_end_rules(target: str) -> tuple[type[Rule], ...]:
+    """The rules of ``target``'s front ends alone (an MXNet/Gluon source -> PyTorch): what a
+    source is translated with before ``target``'s own rules read it."""
+    return tuple(sorted((r for front in _FRONT_ENDS.get(target, ()) for r in own_rules(front)), key=lambda r: r.code))
 
 
 @lru_cache(maxsize=None)

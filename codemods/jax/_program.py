@@ -157,6 +157,8 @@ def _resolve(node: cst.ImportFrom, folder: Path, looked: Optional[list] = None) 
 
 
 def _parse(path: Path) -> Optional[cst.Module]:
+    """The file as the JAX rules see it when it is ported: an MXNet/Gluon source through the
+    front end's translation (:func:`as_ported_by_front_end`)."""
     try:
         st = os.stat(path)
     except OSError:
@@ -164,10 +166,30 @@ def _parse(path: Path) -> Optional[cst.Module]:
     key = (str(path), st.st_size, st.st_mtime_ns)
     if key not in _PARSED:
         try:
-            _PARSED[key] = cst.parse_module(path.read_text(encoding="utf-8"))
+            module = cst.parse_module(path.read_text(encoding="utf-8"))
         except Exception:  # not Python, not UTF-8: no facts from it
-            _PARSED[key] = None
+            module = None
+        _PARSED[key] = as_ported_by_front_end(module, str(path)) if module is not None else None
     return _PARSED[key]
+
+
+def as_ported_by_front_end(module: cst.Module, path: str = "<string>") -> cst.Module:
+    """``module`` as the JAX rules read it when the file itself is ported: a file importing
+    MXNet is first translated to PyTorch by the front end (porter.registry), in the same run,
+    so its facts (a ``HybridBlock`` subclass is a model class, a function returning a
+    ``nn.Conv2D`` a factory taking ``rngs``) are those of that translation. Read from the
+    original, the Gluon classes are no model classes; read from the port, they are: a file
+    importing them would come out differently from a second migrate. Any other file, or one
+    the front end cannot port, is read as it is."""
+    if not any(v == "mxnet" or v.startswith("mxnet.") for v in FileContext(module, path).aliases.values()):
+        return module
+    from porter import engine, registry
+
+    try:
+        fixed = engine.fix(module.code, engine.Options(rules=registry.front_end_rules("jax")), path)
+    except (engine.PorterError, RecursionError):
+        return module
+    return cst.parse_module(fixed.source) if fixed.changed else module
 
 
 # --------------------------------------------------------------------------------------
@@ -234,6 +256,7 @@ def package_rngs_callables(modules: dict) -> dict:
 
     from . import _nnx
 
+    modules = {name: (as_ported_by_front_end(mod), is_pkg) for name, (mod, is_pkg) in modules.items()}
     bindings = {name: _bindings(mod, name, is_pkg) for name, (mod, is_pkg) in modules.items()}
     own: dict[str, frozenset] = {name: frozenset() for name in modules}
     spelled: dict[str, frozenset] = {name: frozenset() for name in modules}

@@ -52,7 +52,9 @@ class NnxModule(Rule):
     target = "jax"
     summary = "nn.Module subclass -> nnx.Module (rngs, forward -> __call__, no super().__init__())"
     severity = Severity.ERROR
-    needs_text = ("Module", "nn.")  # a factory function building layers has no module class
+    # a factory function building layers has no module class; "import": a class deriving only
+    # from a model class of another file of the program names no `nn.` (`class Net(Trunk)`)
+    needs_text = ("Module", "nn.", "import")
     examples = [
         Example(
             """
