@@ -441,6 +441,9 @@ def test_ctrl_c_stops_the_batch_and_leaves_only_whole_files(tmp_path):
         [*porter_exe(), "migrate", "proj", "--write", "--jobs", "2"], cwd=tmp_path,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
         start_new_session=True,
+        # Ctrl-C as porter hears it on a terminal, also when this suite runs as a background
+        # job (which starts with SIGINT ignored: Python then installs no KeyboardInterrupt)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     # interrupt once the batch is under way: the first file replaced (atomic writes give it a
     # new inode), not after a fixed delay that a loaded machine may not reach porter's main in

@@ -71,17 +71,23 @@ def test_porter_stopped_kills_its_running_sides(tmp_path, how):
     import psutil
 
     script = (
-        "import os, sys, time\n"
+        "import os, signal, sys, time\n"
         "from pathlib import Path\n"
+        # a terminal's dispositions, also when this suite runs under nohup or as a background job
+        "signal.signal(signal.SIGHUP, signal.SIG_DFL); signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
         "from porter.verify.process import Side\n"
         f"side = Side([sys.executable, '-c', 'import time; time.sleep(120)'], dict(os.environ), Path({str(tmp_path / 's.log')!r}), 300, 4096)\n"
         "print(side.proc.pid, flush=True)\n"
-        f"sys.exit(0) if {how == 'exit'!r} else time.sleep(120)\n"
+        # 'exit': once told to (the side seen running first), else wait for the signal
+        f"(sys.stdin.readline(), sys.exit(0)) if {how == 'exit'!r} else time.sleep(120)\n"
     )
-    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     child = int(parent.stdout.readline())
     assert psutil.pid_exists(child)
-    if how != "exit":
+    if how == "exit":
+        parent.stdin.write("\n")
+        parent.stdin.flush()
+    else:
         parent.send_signal(getattr(__import__("signal"), how))
     assert parent.wait(timeout=30) != 0 or how == "exit"
     deadline = time.monotonic() + 10
