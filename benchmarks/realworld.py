@@ -412,7 +412,8 @@ def render(result: dict) -> str:
         "",
         "Columns: migrate (ok, or the first error line), findings left in the ported script by rule code, "
         "verify status and its summary (the first error line or divergence), and the port's health: "
-        "`c` compilations after the warm-up steps, `t` the most device-to-host transfers in a step that logs "
+        "`c` compilations after verify's 2 warm-up steps (with 3 steps, in step 3 alone; a row whose "
+        "script compared 2 steps judges none), `t` the most device-to-host transfers in a step that logs "
         "nothing; for JAX `jit` the jit cache size of each step function and `cb` the host callbacks traced "
         "into them.",
         "",

@@ -671,6 +671,7 @@ def run(
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(script))
     status, exit_code, exception = "ok", 0, None
+    stopped = False
     start = time.perf_counter()
     recorder.t0 = start
     streams = sys.stdout, sys.stderr
@@ -678,7 +679,7 @@ def run(
     try:
         runpy.run_path(script, run_name="__main__")
     except StopTrace:
-        status, exit_code = "ok", 0
+        status, exit_code, stopped = "ok", 0, True
     except SystemExit as error:
         code = error.code
         if code is None or code == 0:
@@ -705,6 +706,7 @@ def run(
             "status": status,
             "exit_code": exit_code,
             "exception": exception,
+            "stopped_after_max_steps": stopped,
             "wall_time_s": wall,
             "torch_xla_imported": sys.modules.get("torch_xla") is not None,
         }
