@@ -1353,6 +1353,10 @@ for _n in (1, 2, 3):
        "(the last window starts inside the input or its left padding), dilation",
        [Case(f"F.max_pool{_n}d(a, 2)", a=_x), Case(f"F.max_pool{_n}d(a, 3, stride=2, padding=1, ceil_mode=True)", a=_x),
         Case(f"F.max_pool{_n}d(a, 2, 1, 0, 2)", a=_x), Case(f"F.max_pool{_n}d(a, 2, 3, 1, ceil_mode=True)", a=_x)])
+    # torch's own namespace spells the same op (no return_indices)
+    op(f"torch.max_pool{_n}d", "input, kernel_size, stride, padding, dilation, ceil_mode", _pool("max", _n, _MAX),
+       f"pool_nd(x, 'max', {_n}, kernel_size=..., ...)", f"as F.max_pool{_n}d",
+       [Case(f"torch.max_pool{_n}d(a, 2)", a=_x), Case(f"torch.max_pool{_n}d(a, 3, 2, 1, 1, True)", a=_x)])
     op(f"F.avg_pool{_n}d",
        "input, kernel_size, stride, padding, ceil_mode, count_include_pad" + (", divisor_override" if _n > 1 else ""),
        _pool("avg", _n, _AVG if _n > 1 else _AVG[:-1]), f"pool_nd(x, 'avg', {_n}, kernel_size=..., ...)",
@@ -1927,6 +1931,17 @@ def in_data_pipeline(ctx: FileContext) -> bool:
     return False
 
 
+def data_function_names(ctx: FileContext) -> frozenset:
+    """The file's functions the input pipeline calls or is given (a DataLoader's collate_fn)."""
+    return _data_facts(ctx)[0]
+
+
+def data_node_ids(ctx: FileContext) -> frozenset:
+    """The ids of the input pipeline's own nodes (kept torch): the arguments of the file's
+    TensorDataset/DataLoader calls and the statements assigning the names they read."""
+    return _data_facts(ctx)[1]
+
+
 _DATA_CALLS = ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset",
                "torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
 
@@ -1960,8 +1975,8 @@ def _data_reads(ctx: FileContext, nodes, functions: frozenset, data_functions: s
                 for m in astutil.walk(a.value):
                     if isinstance(m, cst.Name):
                         read.add(m.value)
-                    if isinstance(m, cst.Call) and isinstance(m.func, cst.Name) and m.func.value in functions:
-                        data_functions.add(m.func.value)
+                        if m.value in functions:  # called (`TensorDataset(*make())`) or given (`collate_fn=pad`)
+                            data_functions.add(m.value)
     return read
 
 
