@@ -518,21 +518,26 @@ with_manual_comment = astutil.with_manual_comment  # (stmt, code, reason): `# po
 
 
 DEVICE_WORDS = ("device", "dev")
+# names of a CUDA device number: `.to(gpu_id)`, `.to(self.local_rank)` (an int given to .to()
+# is a CUDA device; a dtype is never spelled so)
+ORDINAL_WORDS = ("gpu", "gpu_id", "device_id", "device_idx", "local_rank", "rank", "cuda_id")
 
 
 def is_device_expr(expr: cst.CSTNode, ctx: FileContext) -> bool:
     """``device``, ``args.device``, ``self.device``, ``x.device``, ``"cuda"``, ``"cuda:0"``,
-    ``"cpu"``, ``torch.device(...)``."""
+    ``"cpu"``, ``torch.device(...)``, and device numbers: ``0``, ``gpu_id``, ``args.local_rank``."""
     if isinstance(expr, cst.SimpleString):
         value = astutil.string_value(expr) or ""
         return value.split(":")[0] in ("cuda", "cpu")
+    if isinstance(expr, cst.Integer):
+        return True
     if isinstance(expr, cst.Call):
         return ctx.qualname(expr.func) == "torch.device"
     name = dotted_name(expr)
     if name is None:
         return False
     last = name.split(".")[-1].lower()
-    return last in DEVICE_WORDS or last.endswith("device") or last == "gpu"
+    return last in DEVICE_WORDS or last.endswith("device") or last in ORDINAL_WORDS
 
 
 def device_move(call: cst.CSTNode, ctx: FileContext) -> Optional[cst.CSTNode]:

@@ -6,6 +6,7 @@ from porter import astutil
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
 from . import _loop as lp
+from . import _ops_table as ops
 
 
 class DevicePlacement(Rule):
@@ -240,6 +241,15 @@ class DevicePlacement(Rule):
         if batch:
             new = cst.Call(cst.Attribute(receiver, cst.Name("numpy")))
             message = "a batch from the loader: JAX places arrays itself; hand the step a NumPy array"
+        elif self._moved_together():
+            # `x, y = x.to(self.rank), y.to(self.rank)` outside model code: a batch handed in
+            # (a trainer's `train_step(self, batch)`): a NumPy array for the jitted step, whatever
+            # it was (np.asarray takes torch CPU tensors, NumPy and JAX arrays alike)
+            np_ = self.ctx.module_alias("numpy")
+            self.report(node, "data moved to the device: JAX places arrays itself; hand the step a NumPy array",
+                        Fix((self.replace(node, cst.parse_expression(f"{np_}.asarray({lp.code(receiver)})")),),
+                            Safety.SAFE, imports=("numpy",)))
+            return
         else:
             new = receiver
             message = "JAX places arrays and modules itself: no explicit device move"
@@ -310,6 +320,21 @@ class DevicePlacement(Rule):
                         severity=Severity.INFO)
             return
         self.report(node, "JAX places arrays itself: no device object", Fix((self.remove(node),), Safety.SAFE))
+
+    def _moved_together(self) -> bool:
+        """The call is one of several names' moves in one statement (``x, y = x.cuda(), y.cuda()``),
+        none of them a model, outside a module class: data."""
+        anc = self.ctx.ancestors
+        if len(anc) < 4 or not isinstance(anc[-3], cst.Tuple) or not isinstance(anc[-4], cst.Assign):
+            return False
+        assign = anc[-4]
+        if assign.value is not anc[-3] or len(anc[-3].elements) < 2 or not lp.placement_only(assign, self.ctx):
+            return False
+        modules = lp.file_facts(self.ctx).modules
+        if any(lp.code(e.value) in modules for e in assign.targets[0].target.elements):
+            return False
+        cls = self.ctx.enclosing(cst.ClassDef)
+        return cls is None or not ops.is_module_class(cls, self.ctx)
 
     def _batch(self, receiver) -> bool:
         """A batch a for loop around the node reads from its iterable (not a model)."""
