@@ -29,8 +29,12 @@ CPU_FLAGS = {"mnist_cnn": "--no-cuda", "vae": "--no-cuda", "dcgan": "--no-cuda",
 CPU_ONLY = ["cpu_only_regression"]  # places nothing on a device: the port must still train on XLA (TX109)
 # fixture -> the configuration override with which it stays on the CPU (its device is a string, TX103)
 CONFIG_CPU = {"device_string_config": "--device=cpu"}
-FIXTURES = {fx.name: fx for fx in fixtures() if fx.name in CPU_FLAGS or fx.name in CPU_ONLY or fx.name in CONFIG_CPU}
-VERIFIED = ["mnist_cnn", "vae", "dcgan", *CPU_ONLY]  # device_chain and cpu_flag_script: expected.py is the default port (test_fixture_ports)
+# fixture -> the command-line options with which it stays on the CPU (they default to CUDA strings, TX103)
+OPTION_CPU = {"device_option_default": ["--device", "cpu", "--eval-device", "cpu"]}
+FIXTURES = {fx.name: fx for fx in fixtures()
+            if fx.name in CPU_FLAGS or fx.name in CPU_ONLY or fx.name in CONFIG_CPU or fx.name in OPTION_CPU}
+# device_chain and cpu_flag_script: expected.py is the default port (test_fixture_ports)
+VERIFIED = ["mnist_cnn", "vae", "dcgan", *CPU_ONLY, *OPTION_CPU]
 
 # Runs a script, then says how many XLA graphs were executed (0 when none).
 RUNNER = """
@@ -59,7 +63,7 @@ def ports(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_the_fixtures_are_there():
-    assert sorted(FIXTURES) == sorted([*CPU_FLAGS, *CPU_ONLY, *CONFIG_CPU])
+    assert sorted(FIXTURES) == sorted([*CPU_FLAGS, *CPU_ONLY, *CONFIG_CPU, *OPTION_CPU])
 
 
 def test_default_port_keeps_the_flag_and_drops_the_availability_tests(ports):
@@ -108,10 +112,18 @@ def test_default_port_makes_the_configuration_string_xla(ports):
         assert "'cuda' in device" not in text and "f'cuda:" not in text and "pin_memory()" not in text, name
 
 
-@pytest.mark.parametrize("name", ["device_chain", "cpu_flag_script", *CONFIG_CPU])
+def test_default_port_makes_the_device_options_default_to_xla(ports):
+    for name in OPTION_CPU:
+        text = ports[name].read_text(encoding="utf-8")
+        assert "default='xla'" in text and 'default="xla"' in text, name
+        assert "'cuda" not in text.split('"""', 2)[2].replace("('cuda', 'cuda:1', 'cpu', ...)", ""), name
+
+
+@pytest.mark.parametrize("name", ["device_chain", "cpu_flag_script", *CONFIG_CPU, *OPTION_CPU])
 def test_force_cpu_flag_keeps_the_port_on_the_cpu(name, ports, tmp_path):
     fx = FIXTURES[name]
-    args = ["--epochs", "1", "--dropout", "0", {**CPU_FLAGS, **CONFIG_CPU}[name]]
+    flags = {**CPU_FLAGS, **CONFIG_CPU, **OPTION_CPU}[name]
+    args = ["--epochs", "1", "--dropout", "0", *([flags] if isinstance(flags, str) else flags)]
     original = _run(fx.original, args, tmp_path, xla=False)
     port = _run(ports[name], args, tmp_path, xla=True)
     assert original.returncode == 0, original.stderr[-3000:]

@@ -1,8 +1,10 @@
 """A CUDA device string kept in a variable (codemods/torch_xla/_device_strings.py, TX103): it
 becomes 'xla' with its device-type tests where every read is a device use, through the whole
 torch-xla rule set in default mode; any other read keeps it and is reported at its line."""
+import argparse
 import textwrap
 
+import libcst as cst
 import pytest
 
 from porter import engine, registry
@@ -164,3 +166,156 @@ def test_strings_porter_cannot_follow_stay(source):
     result = port(source)
     assert "'cuda'" in text(result, source)
 
+
+
+# A command-line option whose default is a CUDA device string (TX103 with
+# _device_strings.option_default_fact): 'xla' in default mode where every read of the option
+# is a device use or text and every use of the namespace is followed or known.
+OPTION_SPELLINGS = {
+    "module-level parser, device uses and text": """
+        import argparse
+        import torch
+        parser = argparse.ArgumentParser()
+        parser.add_argument('--device', default='cuda', help='device to train on')
+        parser.add_argument('--lr', type=float, default=0.1)
+        args = parser.parse_args()
+        device = torch.device(args.device)
+        model = Net().to(args.device)
+        x = torch.zeros(3, device=args.device)
+        print(f"training on {args.device} with lr {args.lr}", args.device)
+    """,
+    "an argument group, the namespace returned by a function": """
+        import argparse
+        import torch
+
+        def get_args():
+            parser = argparse.ArgumentParser()
+            group = parser.add_argument_group('Device parameters')
+            group.add_argument("--device", type=str, default="cuda:0")
+            return parser.parse_args()
+
+        def main():
+            opt = get_args()
+            model = Net().to(device=opt.device)
+            batch = torch.ones(2).to(opt.device, non_blocking=True)
+    """,
+    "dest=, a short option, the namespace passed to the program's functions": """
+        import argparse
+        import torch
+
+        def train(cfg, model, *args, steps=1):
+            for x in loader:
+                x = x.to(cfg.device)
+                noise = torch.randn(2, device=cfg.device)
+
+        def evaluate(model, *, options):
+            return model.to(torch.device(options.device))
+
+        if __name__ == '__main__':
+            p = argparse.ArgumentParser()
+            p.add_argument('-d', dest='device', default=f'cuda:{0}')
+            settings, unknown = p.parse_known_args()
+            train(settings, Net())
+            evaluate(Net(), options=settings)
+    """,
+    "timm's train.py class: a device setup, records and functions that read other options": """
+        import argparse
+        import torch
+        import yaml
+        from timm import utils
+        from timm.data import resolve_data_config
+        from timm.optim import optimizer_kwargs
+
+        parser = argparse.ArgumentParser()
+        group = parser.add_argument_group('Device parameters')
+        group.add_argument('--device', default='cuda', type=str, help='Device (accelerator) to use.')
+
+        def _parse_args():
+            args = parser.parse_args()
+            args_text = yaml.safe_dump(args.__dict__, default_flow_style=False)
+            return args, args_text
+
+        def main():
+            args, args_text = _parse_args()
+            device = utils.init_distributed_device(args)
+            if utils.is_primary(args):
+                print(f'Training on 1 device ({args.device}).')
+            data_config = resolve_data_config(vars(args), verbose=utils.is_primary(args))
+            kwargs = optimizer_kwargs(cfg=args)
+            if hasattr(args, 'model_ema') or getattr(args, 'lr', None):
+                pass
+    """,
+}
+
+
+@pytest.mark.parametrize("name", list(OPTION_SPELLINGS))
+def test_a_device_option_read_only_as_a_device_defaults_to_xla(name):
+    source = OPTION_SPELLINGS[name]
+    result = port(source)
+    out = text(result, source)
+    assert "'cuda" not in out and '"cuda' not in out and "f'cuda" not in out, out
+    assert "default='xla'" in out or 'default="xla"' in out, out
+    found = messages(result)
+    assert not any("command-line default" in m for _, m in found), found
+
+
+# option reads that are not provably placement: the default stays 'cuda' in default mode, and
+# the finding at the option quotes what stops it
+OPTION_NOT_PROVABLE = {
+    "a device-type test": ("if args.device == 'cuda':\n    print('on the GPU')", "args.device == 'cuda'"),
+    "a prefix test": ("on_gpu = args.device.startswith('cuda')", "on_gpu = args.device.startswith('cuda')"),
+    "getattr of the option": ("dev = getattr(args, 'device')", "getattr(args, 'device')"),
+    "vars() spread into a function porter does not know": ("model = build(**vars(args))", "build(**vars(args))"),
+    "the namespace passed to a library function porter does not know": ("setup_distributed(args)", "setup_distributed(args)"),
+    "the namespace stored": ("trainer.args = args", "trainer.args = args"),
+    "the option copied to a variable": ("device = args.device", "device = args.device"),
+    "the namespace passed to a method": ("trainer.fit(args)", "trainer.fit(args)"),
+}
+
+
+@pytest.mark.parametrize("name", list(OPTION_NOT_PROVABLE))
+def test_an_option_read_otherwise_keeps_its_default_and_says_why(name):
+    line, quoted = OPTION_NOT_PROVABLE[name]
+    source = ("import argparse\nimport torch\nparser = argparse.ArgumentParser()\n"
+              "parser.add_argument('--device', default='cuda')\nargs = parser.parse_args()\n"
+              "model = Net().to(args.device)\n" + line + "\n")
+    result = engine.fix(source, SAFE, "train.py")
+    out = result.source if result.changed else source
+    assert "default='cuda'" in out, out
+    found = [m for _, m in messages(result) if "command-line default" in m]
+    assert len(found) == 1 and f"not provable here: `{quoted}`" in found[0], found
+    unsafe = engine.fix(source, engine.Options(registry.select("torch-xla"), unsafe_fixes=True), "train.py")
+    assert "default='xla'" in unsafe.source  # the unsafe fix is still offered
+
+
+@pytest.mark.parametrize("source, quoted", [
+    # the parser is built here and parsed elsewhere (another file reads the options)
+    ("import argparse\nimport torch\ndef get_parser():\n    p = argparse.ArgumentParser()\n"
+     "    p.add_argument('--device', default='cuda')\n    return p\n", "no `parse_args()` in this file"),
+    # choices that do not list 'xla'
+    ("import argparse\nimport torch\np = argparse.ArgumentParser()\n"
+     "p.add_argument('--device', default='cuda', choices=['cuda', 'cpu'])\nargs = p.parse_args()\n"
+     "model = Net().to(args.device)\n", "`choices=['cuda', 'cpu']` has no 'xla'"),
+    # a parsed namespace handed on without a name porter follows
+    ("import argparse\nimport torch\np = argparse.ArgumentParser()\np.add_argument('--device', default='cuda')\n"
+     "run(p.parse_args())\n", "run(p.parse_args())"),
+])
+def test_an_option_porter_cannot_follow_keeps_its_default(source, quoted):
+    result = engine.fix(source, SAFE, "train.py")
+    out = result.source if result.changed else source
+    assert "default='cuda'" in out, out
+    found = [m for _, m in messages(result) if "command-line default" in m]
+    assert len(found) == 1 and quoted in found[0], found
+
+
+def test_a_device_the_user_passes_still_applies():
+    # the port of an option read only as a device: argparse gives the user's --device, and the
+    # default only where none is passed
+    source = textwrap.dedent(OPTION_SPELLINGS["module-level parser, device uses and text"])
+    out = port(source).source
+    tree = cst.parse_module(out)
+    calls = [n for n in tree.body if "add_argument('--device'" in cst.Module([n]).code]
+    parser = argparse.ArgumentParser()
+    exec(compile(cst.Module(calls).code, "<port>", "exec"), {"parser": parser})
+    assert parser.parse_args([]).device == "xla"
+    assert parser.parse_args(["--device", "cpu"]).device == "cpu"

@@ -36,9 +36,11 @@ GPU_FIXTURES = {
     "device_type_autocast": "eval mse",
     "cpu_only_regression": "eval mse",
     "device_string_config": "eval mse",
+    "device_option_default": "eval mse",
 }
 # fixtures whose device is a configuration string with no CPU fallback: the CPU run sets it
-CPU_OVERRIDES = {"device_string_config": ["--device=cpu"]}
+CPU_OVERRIDES = {"device_string_config": ["--device=cpu"],
+                 "device_option_default": ["--device", "cpu", "--eval-device", "cpu"]}
 ALL_FIXTURES = [*GPU_FIXTURES, "xla_deprecated"]
 COMMON_FLAGS = {"--epochs", "--batch-size", "--lr", "--seed", "--log-interval", "--dropout",
                 "--num-samples", "--save-model"}

@@ -280,7 +280,7 @@ def test_timeout_kills_the_run():
 def test_steps_optimizers_and_unstepped_losses(tmp_path):
     own = tmp_path / "own.json"
     record = _ok(trace_script(DATA / "two_optimizers.py", [own], seed=1, timeout=TIMEOUT))  # ends in sys.exit(0)
-    assert record["exception"] is None and record["exit_code"] == 0
+    assert record["exception"] is None and record["exit_code"] == 0 and record["ended_by"] == "exit"
     values = json.loads(own.read_text())
     assert [s["optimizer"] for s in record["steps"]] == [1, 0, 1, 0]  # creation order: a=0, b=1
     assert compare_losses(record["losses"], values["steps"], rtol=1e-6, atol=0.0) is None

@@ -7,6 +7,9 @@ original on the CPU, the port on torch_xla (PJRT_DEVICE=CPU) or JAX.
   accumulation and a clamp of the weights after a step are not steps;
 - a failure after the compared steps (a reload refused by torch.load's weights_only default, an
   exit with an error) is a note, not a failed verification;
+- a side that ends without an error before the K steps (its script ended, sys.exit(0)) is named
+  in the report with the steps it reached and its exit status: one side ending before the other
+  fails the verification, both ending after the same steps compare those steps;
 - originals that build float32 inputs explicitly run in float32 (three spellings), said in
   the notes, with tolerances that grow with the step;
 - a JAX port at script level runs on the JAX side: weights from the original, its jitted step
@@ -114,6 +117,42 @@ def test_failure_after_the_compared_steps_is_a_note(end, error):
 def test_failure_before_the_steps_still_fails():
     report = verify("after", 4, "--batches", "0", "--end", "exit")
     assert report.status == "side-failed" and "before its first optimizer step" in report.summary, report.summary
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+@pytest.mark.parametrize("end, how", [("none", "ran to the end of its script"), ("exit0", "called sys.exit(0)")])
+def test_a_port_that_ends_before_the_original_says_so(end, how):
+    # 40 samples: the original makes 3 steps (16, 16, 8), the port 2 (it drops the partial batch)
+    report = verify("short", 4, "--samples", "40", "--end", end)
+    assert not report.passed and report.status == "diverged", report.summary
+    assert f"the port {how} after 2 optimizer steps, of the 4 asked for (exit status 0, no error)" in report.summary
+    assert f"the original {how} after 3 optimizer steps" in report.summary, report.summary
+    assert "the original ran 3 optimizer steps, the port 2; the losses of the 2 steps both ran match" in report.summary
+    # the original stopped at the K asked for: only the port ended early
+    report = verify("short", 3, "--samples", "40", "--end", end)
+    assert report.status == "diverged" and "the original" not in report.summary.split(";")[0], report.summary
+    assert f"the port {how} after 2 optimizer steps, of the 3 asked for" in report.summary, report.summary
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_scripts_that_both_end_before_the_steps_compare_the_steps_they_made():
+    # 32 samples: two full batches on both sides; 3 steps asked for
+    report = verify("short", 3, "--samples", "32")
+    assert report.status != "diverged" and [s["step"] for s in report.steps] == [1, 2], report.summary
+    assert "the original ran to the end of its script after 2 optimizer steps, of the 3 asked for" in report.summary
+    assert "the port ran to the end of its script after 2 optimizer steps" in report.summary, report.summary
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_a_port_that_ends_before_its_first_step_says_so():
+    # 8 samples: one partial batch, which the port drops
+    report = verify("short", 2, "--samples", "8", "--end", "exit0")
+    assert report.status == "diverged", report.summary
+    assert "the port called sys.exit(0) before its first optimizer step, of the 2 asked for (exit status 0, " \
+           "no error)" in report.summary, report.summary
 
 
 @pytest.mark.xla

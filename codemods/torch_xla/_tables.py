@@ -206,6 +206,45 @@ def string_node(value: str, like: Optional[cst.CSTNode] = None) -> cst.SimpleStr
     return cst.SimpleString(f"{quote}{value}{quote}")
 
 
+# TX103: functions a script hands its parsed command line (the argparse namespace, or
+# `vars(namespace)` / `namespace.__dict__`), and what each does with a device option there.
+# Read in the installed sources (timm 1.0.31, the framework venv) and wandb's documentation.
+NAMESPACE_SETUP = "setup"    # reads the device option as a device string and sets the process up on it
+NAMESPACE_UNREAD = "unread"  # reads other options only (no `device` in its source)
+NAMESPACE_RECORD = "record"  # keeps the options as a record (a checkpoint, a config file, an experiment log)
+NAMESPACE_FUNCTIONS = {
+    # timm/utils/distributed.py: `init_distributed_device_so(device=getattr(args, 'device', 'cuda'))`
+    # splits off the device type; it asserts torch.cuda.is_available() for 'cuda' only, picks the
+    # 'gloo' backend for any type it does not know (a launch of several processes), and the
+    # caller returns `torch.device(args.device)`: torch.device('xla') for 'xla', 'cpu' for 'cpu'
+    "timm.utils.init_distributed_device": NAMESPACE_SETUP,
+    "timm.utils.distributed.init_distributed_device": NAMESPACE_SETUP,
+    # args.rank == 0 / args.local_rank == 0
+    "timm.utils.is_primary": NAMESPACE_UNREAD,
+    "timm.utils.distributed.is_primary": NAMESPACE_UNREAD,
+    "timm.utils.distributed.is_global_primary": NAMESPACE_UNREAD,
+    "timm.utils.distributed.is_local_primary": NAMESPACE_UNREAD,
+    # keys in_chans/chans/input_size/img_size/interpolation/mean/std/crop_pct/crop_mode
+    "timm.data.resolve_data_config": NAMESPACE_UNREAD,
+    "timm.data.config.resolve_data_config": NAMESPACE_UNREAD,
+    # optimizer and schedule hyper-parameters
+    "timm.optim.optimizer_kwargs": NAMESPACE_UNREAD,
+    "timm.optim._optim_factory.optimizer_kwargs": NAMESPACE_UNREAD,
+    "timm.scheduler.scheduler_kwargs": NAMESPACE_UNREAD,
+    "timm.scheduler.scheduler_factory.scheduler_kwargs": NAMESPACE_UNREAD,
+    # timm/utils/checkpoint_saver.py: `save_state['args'] = self.args` (and args.model as 'arch')
+    "timm.utils.CheckpointSaver": NAMESPACE_RECORD,
+    "timm.utils.checkpoint_saver.CheckpointSaver": NAMESPACE_RECORD,
+    # the run's hyper-parameters, shown in the W&B app (docs.wandb.ai/guides/track/config)
+    "wandb.init": NAMESPACE_RECORD,
+    "yaml.dump": NAMESPACE_RECORD,
+    "yaml.safe_dump": NAMESPACE_RECORD,
+    "json.dump": NAMESPACE_RECORD,
+    "json.dumps": NAMESPACE_RECORD,
+    "builtins.print": NAMESPACE_RECORD,
+}
+
+
 # --------------------------------------------------------------------------------------
 # `cuda if <cond> else cpu` device selection
 # --------------------------------------------------------------------------------------

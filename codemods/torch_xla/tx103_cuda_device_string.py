@@ -3,7 +3,7 @@ import libcst as cst
 from porter.astutil import arg
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
-from ._device_strings import DEVICE_TEST, DEVICE_VALUE, OTHER_USE, device_string_fact, xla_string
+from ._device_strings import DEVICE_TEST, DEVICE_VALUE, OTHER_USE, device_string_fact, option_default_fact, xla_string
 from ._devices import PROVABLE, SPELLING, int_ordinal, placement_expr
 from ._tables import TORCH_XLA, imports_torch, is_cuda_string
 
@@ -29,8 +29,19 @@ class CudaDeviceString(Rule):
     accelerator path; or text (`print(device)`, `f'{device}'`). A variable read in any other way
     (passed to a function of the program, stored, returned) keeps its string, and that read is
     reported. Other CUDA strings (a default parameter `device='cuda'`, `device='cuda'` passed to
-    a function of the program, a command-line default `parser.add_argument('--device',
-    default='cuda')`) are reported; the command-line default has an unsafe fix to `'xla'`.
+    a function of the program) are reported.
+
+    A command-line default (`parser.add_argument('--device', default='cuda')`, on a parser or
+    an argument group, any option string or `dest=`) becomes `'xla'` where every read of the
+    option in the file is a device use or text, and the parsed namespace is followed from
+    `parse_args()` through assignments, returns and the parameters of the file's functions to
+    uses porter knows: a library's device setup that accepts 'xla' (timm's
+    `utils.init_distributed_device(args)`), functions that read other options only, records
+    (a checkpoint's args, `yaml.safe_dump(vars(args))`, `wandb.init(config=args)`), `getattr`
+    of another option. A device-type test of the option (`args.device == 'cuda'`,
+    `args.device.startswith('cuda')`), the option copied to a variable, `vars(args)` or the
+    namespace handed to code porter does not know, or `choices=` without 'xla' keep the default,
+    and the finding at the option quotes the first such read; its fix is then unsafe.
 
     Integer devices are CUDA device numbers: `.to(0)`, `.to(local_rank)`, `device=rank`. A
     literal, or a plain name every binding of which in its scope is an integer literal or a
@@ -59,11 +70,13 @@ class CudaDeviceString(Rule):
     read only as a device: the same code runs with 'xla' in place of 'cuda', the device-type
     tests choose the accelerator path as they did on the GPU, and a device the user sets (a
     configurator's `--device=cpu`) still applies (`'xla' in 'cpu'` is false as `'cuda' in 'cpu'`
-    was). Unsafe for a command-line default: the parsed option may be read where porter does
-    not look (a library function given the whole namespace, as timm's
-    `utils.init_distributed_device(args)`, which asserts CUDA for 'cuda' and returns
-    `torch.device('xla')` for 'xla'; a test of the option for 'cuda' elsewhere), and each such
-    read now sees 'xla'; a `--device` the user passes still applies.
+    was). Safe for a command-line default every read of which is a device use, text or a use
+    porter knows (timm 1.0.31's `init_distributed_device` asserts CUDA for 'cuda' only and
+    returns `torch.device(args.device)`, 'xla' or the 'cpu' the user passes): the port places
+    on 'xla' what the original placed on 'cuda', and `--device cpu` still gives the CPU.
+    Unsafe for one porter cannot follow: the option may be read where porter does not look
+    (a function given the namespace, a test of the option for 'cuda'), and each such read now
+    sees 'xla'; a `--device` the user passes still applies.
     """
 
     code = "TX103"
@@ -179,7 +192,46 @@ class CudaDeviceString(Rule):
             setup_distributed(args)
             """,
             unsafe=True,
-            title="a command-line default becomes 'xla' (unsafe: what reads the parsed option is not checked)",
+            title="a command-line default read where porter cannot follow it becomes 'xla' as an unsafe fix",
+        ),
+        Example(
+            """
+            import argparse
+            import torch
+            from timm import utils
+
+            parser = argparse.ArgumentParser()
+            group = parser.add_argument_group("Device parameters")
+            group.add_argument("--device", default="cuda", type=str)
+
+            def main():
+                args = parser.parse_args()
+                device = utils.init_distributed_device(args)
+                print(f"training on {args.device}")
+                train(model.to(args.device), args)
+
+            def train(model, cfg):
+                noise = torch.randn(4, device=cfg.device)
+            """,
+            """
+            import argparse
+            import torch
+            from timm import utils
+
+            parser = argparse.ArgumentParser()
+            group = parser.add_argument_group("Device parameters")
+            group.add_argument("--device", default="xla", type=str)
+
+            def main():
+                args = parser.parse_args()
+                device = utils.init_distributed_device(args)
+                print(f"training on {args.device}")
+                train(model.to(args.device), args)
+
+            def train(model, cfg):
+                noise = torch.randn(4, device=cfg.device)
+            """,
+            title="a command-line default every read of which is a device use becomes 'xla'",
         ),
         Example(
             """
@@ -264,12 +316,7 @@ class CudaDeviceString(Rule):
                 default = arg(node, "default")
                 if isinstance(func, cst.Attribute) and func.attr.value == "add_argument" and default is not None \
                         and is_cuda_string(default.value):
-                    self.report(default.value, "CUDA device string as a command-line default: the port runs with it "
-                                "unless the user passes another device; on XLA default to 'xla' where every use of "
-                                "the option is a device use (torch.device(...), .to(...)), or pass --device xla "
-                                "(unsafe fix: the default becomes 'xla', and code that tests the option for 'cuda' "
-                                "or a library given the parsed arguments reads that)",
-                                Fix((self.replace(default.value, xla_string(default.value)),), Safety.UNSAFE))
+                    self._option_default(default.value)
             return
         if target is None:
             return
@@ -296,6 +343,21 @@ class CudaDeviceString(Rule):
             "CUDA device string: on XLA use torch_xla.device()",
             Fix((self.replace(target.value, place),), imports=() if isinstance(place, cst.Name) else (TORCH_XLA,)),
         )
+
+    def _option_default(self, default: cst.BaseExpression) -> None:
+        fix = (self.replace(default, xla_string(default)),)
+        blocker = option_default_fact(self.ctx).get(default)
+        if blocker == "":
+            self.report(default, "CUDA device string as a command-line default, and every read of the option is a "
+                        "device use (torch.device(...), .to(...), device=, a device setup that accepts 'xla') or "
+                        "text: on XLA the default is 'xla' (a device the user passes still applies)", Fix(fix))
+            return
+        reason = f" (not provable here: {blocker})" if blocker else ""
+        self.report(default, "CUDA device string as a command-line default: the port runs with it unless the user "
+                    "passes another device; on XLA default to 'xla' where every use of the option is a device use "
+                    f"(torch.device(...), .to(...)), or pass --device xla{reason} (unsafe fix: the default becomes "
+                    "'xla', and code that tests the option for 'cuda' or a library given the parsed arguments "
+                    "reads that)", Fix(fix, Safety.UNSAFE))
 
     def visit_Assign(self, node: cst.Assign) -> None:
         self._stored(node.value)

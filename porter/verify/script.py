@@ -83,7 +83,7 @@ def script_health(record: dict, budgets: Budgets) -> dict:
     # a script that ended by itself: its last step's record also holds whatever ran after it
     # (evaluation, the script's end); stopped after its K steps, the last step is a step like the
     # others (it ended at its own sync or at the next step's start) and is judged
-    ended = not record.get("stopped_after_max_steps")
+    ended = record.get("ended_by") != "stop"
     judged = steps[:-1] if ended and len(steps) > 1 else steps
     compiles_after = sum(s["compiles"] for s in judged if not s["warmup"])
     late = [i + 1 for i, s in enumerate(judged) if not s["warmup"] and s["compiles"]]
@@ -170,6 +170,41 @@ def _where_it_stopped(record: dict) -> str:
     if done == 0:
         return "before its first optimizer step"
     return f"in step {done + 1}, after {done} optimizer step{'s' if done > 1 else ''}"
+
+
+def _ended_early(record: dict, steps: int) -> str:
+    """How a side that ended without an error before ``steps`` optimizer steps ended ('its
+    script ended after 1 optimizer step, of the 3 asked for (exit status 0, no error)'); ''
+    for a side that reached them, or failed."""
+    done = record.get("num_steps", 0)
+    if record.get("status") != "ok" or done >= steps:
+        return ""
+    how = {"exit": "called sys.exit(0)", "end": "ran to the end of its script"}.get(record.get("ended_by") or "",
+                                                                                   "ended without an error")
+    when = "before its first optimizer step" if done == 0 else f"after {done} optimizer step{'s' if done != 1 else ''}"
+    return f"{how} {when}, of the {steps} asked for (exit status {record.get('exit_code', 0)}, no error)"
+
+
+def _early_end(orig: dict, port: dict, steps: list, req_steps: int, notes: list[str]) -> tuple[str, Optional[str]]:
+    """What a side that ended early without an error means for the report: ('', None) when
+    neither did; else (the summary's words on it, a reason the verification fails or None).
+    Both sides ending after the same number of steps is the script's own length (those steps
+    are compared); one ending before the other leaves steps of the other uncompared: a failure."""
+    early = [(role, text) for role, record in (("original", orig), ("port", port))
+             if (text := _ended_early(record, req_steps))]
+    for role, text in early:
+        notes.append(f"the {role} {text}")
+    if not early:
+        return "", None
+    said = "; ".join(f"the {role} {text}" for role, text in early)
+    n_o, n_p = orig.get("num_steps", 0), port.get("num_steps", 0)
+    if n_o == n_p:
+        return said, None
+    matched = ""
+    if steps:
+        matched = (f"; the losses of the {len(steps)} steps both ran match" if len(steps) > 1
+                   else "; the loss of the step both ran matches")
+    return said, f"{said}; the original ran {n_o} optimizer step{'s' if n_o != 1 else ''}, the port {n_p}{matched}"
 
 
 def _failed_after(record: dict, steps: int) -> bool:
@@ -344,16 +379,22 @@ def verify_script(req: ScriptRequest) -> Report:
     if orig["num_steps"] != port["num_steps"]:
         count_note = f"the original ran {orig['num_steps']} optimizer steps, the port {port['num_steps']}"
         notes.append(count_note)
+    early, stopped = _early_end(orig, port, steps, req.steps, notes)
     if first is not None:
         status, summary = "diverged", f"diverged first at {first['where']}: |original - port| = {first['max_abs']:.3g}"
+    elif stopped is not None:
+        status, summary = "diverged", stopped
+        first = {"key": "steps", "where": count_note or "steps"}
     elif not steps:
-        status, summary = "diverged", "no optimizer step ran on both sides"
+        status, summary = "diverged", "no optimizer step ran on both sides" + (f" ({early})" if early else "")
         first = {"key": "steps", "where": count_note or "no steps"}
     elif health is not None and not health["within_budget"]:
         status, summary = "over-budget", "losses match, but XLA health is over budget: " + "; ".join(health["problems"])
     else:
         worst = max(s["diff"] for s in steps)
         status, summary = "passed", f"losses of {len(steps)} steps match (worst |difference| {worst:.3g})"
+    if early and status in ("passed", "over-budget"):
+        summary += f" ({early})"
     passed = status == "passed"
     return Report("script", passed, status, summary, side_o, side_p, first_divergence=first, health=health,
                   notes=notes, settings=settings, steps=steps)
@@ -460,12 +501,16 @@ def verify_mxnet_script(req: ScriptRequest) -> Report:
     if orig["num_steps"] != port["num_steps"]:
         count_note = f"the original ran {orig['num_steps']} optimizer steps, the port {port['num_steps']}"
         notes.append(count_note)
+    early, stopped = _early_end(orig, port, steps, req.steps, notes)
     if first is not None:
         status, summary = "diverged", f"diverged first at {first['where']}: |original - port| = {first['max_abs']:.3g}"
         if not _weights_loaded(port, jax_port):
             summary += " (the port did not start from the original's initial weights: see the notes)"
+    elif stopped is not None:
+        status, summary = "diverged", stopped
+        first = {"key": "steps", "where": count_note or "steps"}
     elif not steps:
-        status, summary = "diverged", "no optimizer step ran on both sides"
+        status, summary = "diverged", "no optimizer step ran on both sides" + (f" ({early})" if early else "")
         first = {"key": "steps", "where": count_note or "no steps"}
     elif not _weights_loaded(port, jax_port):
         # equal losses from different initial weights would be chance, not a verification
@@ -477,5 +522,7 @@ def verify_mxnet_script(req: ScriptRequest) -> Report:
     else:
         worst = max(s["diff"] for s in steps)
         status, summary = "passed", f"losses of {len(steps)} steps match (worst |difference| {worst:.3g})"
+    if early and status in ("passed", "over-budget"):
+        summary += f" ({early})"
     return Report("script", status == "passed", status, summary, side_o, side_p, first_divergence=first,
                   health=health, notes=notes, settings=settings, steps=steps)

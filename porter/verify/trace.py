@@ -671,7 +671,7 @@ def run(
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(script))
     status, exit_code, exception = "ok", 0, None
-    stopped = False
+    ended_by = "end"  # how a run without an error ended: "end" of the script, "exit" (SystemExit 0), "stop" (--max-steps)
     start = time.perf_counter()
     recorder.t0 = start
     streams = sys.stdout, sys.stderr
@@ -679,11 +679,11 @@ def run(
     try:
         runpy.run_path(script, run_name="__main__")
     except StopTrace:
-        status, exit_code, stopped = "ok", 0, True
+        status, exit_code, ended_by = "ok", 0, "stop"
     except SystemExit as error:
         code = error.code
         if code is None or code == 0:
-            status, exit_code = "ok", 0
+            status, exit_code, ended_by = "ok", 0, "exit"
         else:
             status = "exit"
             exit_code = code if isinstance(code, int) else 1
@@ -705,8 +705,8 @@ def run(
             "dtype": dtype or str(torch.get_default_dtype()).removeprefix("torch."),
             "status": status,
             "exit_code": exit_code,
+            "ended_by": ended_by if status == "ok" else None,
             "exception": exception,
-            "stopped_after_max_steps": stopped,
             "wall_time_s": wall,
             "torch_xla_imported": sys.modules.get("torch_xla") is not None,
         }
