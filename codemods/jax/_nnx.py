@@ -357,7 +357,8 @@ class RngsPlan:
         a method of the class that builds modules, super().__init__ of a subclass of a module
         class of the file, or a parameter annotated as a module class (``block: Type[BasicBlock]``)."""
         f = call.func
-        if any(a.star == "**" for a in call.args) and not (func in self.functions or has_param(func, "rngs")):
+        if any(a.star == "**" and _own_kwargs(a.value, func) for a in call.args) \
+                and not (func in self.functions or has_param(func, "rngs")):
             return False  # **kwargs passed on carry rngs (a factory's own callers give it)
         # (a function with its own rngs parameter took rngs out of its **kwargs: it passes it on)
         if dotted_name(f) in self.imported and not (isinstance(f, cst.Name) and f.value in self.classes):
@@ -365,12 +366,16 @@ class RngsPlan:
         if isinstance(f, cst.Name):
             if f.value in self.classes:
                 return self.class_takes_rngs(self.classes[f.value])
+            if cls is not None and _is_cls_param(f.value, func):
+                return self.class_takes_rngs(cls)  # `cls(config)` in a classmethod of a module class
             if any(g.name.value == f.value and c is None for g, c in self.functions.items()):
                 return True
             return self._module_parameter(f.value, func) or self.layer_factory(f.value, func, cls)
         if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value == "self" and cls is not None:
             name = f.attr.value
             return any(g.name.value == name and c is cls for g, c in self.functions.items())
+        if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value in self.classes:
+            return f.attr.value in self.class_methods().get(f.value.value, ())  # `GPT.from_pretrained(...)`
         if isinstance(f, cst.Attribute) and f.attr.value in self.factory_attributes():
             return True  # a module class held by a value (`cnf.block(cnf, ...)`, `cfg.norm_layer(c)`)
         if isinstance(f, cst.Subscript) and isinstance(f.value, cst.Name) and self._factory_sequence(f.value.value, func):
@@ -383,6 +388,29 @@ class RngsPlan:
         ):
             return True  # the base's __init__ takes rngs (a class of the file, an emitted layer base)
         return False
+
+    def class_methods(self) -> dict[str, frozenset]:
+        """Class name -> its classmethods and staticmethods that take rngs once ported (they
+        build a model: ``GPT.from_pretrained(...)`` constructing ``GPT(config)`` or ``cls(config)``),
+        the class's own or inherited from a class of the file. A call through the class
+        (``Net.build(...)``) passes rngs to them."""
+        own: dict[str, set] = {}
+        for func, cls in self.functions.items():
+            if cls is not None and any(_decorator_name(d) in ("classmethod", "staticmethod") for d in func.decorators):
+                own.setdefault(cls.name.value, set()).add(func.name.value)
+        out: dict[str, frozenset] = {}
+        for name, cls in self.classes.items():
+            names, seen, todo = set(), set(), [cls]
+            while todo:
+                c = todo.pop()
+                if c.name.value in seen:
+                    continue
+                seen.add(c.name.value)
+                names |= own.get(c.name.value, set())
+                todo += [self.classes[b] for b in (dotted_name(x.value) for x in c.bases) if b in self.classes]
+            if names:
+                out[name] = frozenset(names)
+        return out
 
     def factory_attributes(self) -> frozenset:
         """Attribute names that hold a module class or a layer factory wherever the file's
@@ -638,6 +666,29 @@ def rngs_plan(ctx: FileContext) -> RngsPlan:
 def _rngs_functions(ctx: FileContext) -> dict:
     """RngsPlan.functions, as a module fact (porter.rules.module_fact)."""
     return rngs_plan(ctx).functions
+
+
+def _decorator_name(decorator: cst.Decorator) -> Optional[str]:
+    return dotted_name(decorator.decorator)
+
+
+def _own_kwargs(value: cst.BaseExpression, func: cst.FunctionDef) -> bool:
+    """``**value`` in ``func`` may be the function's own ``**kwargs`` passed on (anything but a
+    dict the function takes as a plain parameter, ``cls(**cfg)``, or builds itself)."""
+    if not isinstance(value, cst.Name):
+        return True
+    star = func.params.star_kwarg
+    if star is not None and star.name.value == value.value:
+        return True
+    return not any(p.name.value == value.value for p in [*func.params.posonly_params, *func.params.params,
+                                                          *func.params.kwonly_params])
+
+
+def _is_cls_param(name: str, func: cst.FunctionDef) -> bool:
+    """``name`` is the class parameter of ``func``, a classmethod."""
+    positional = [*func.params.posonly_params, *func.params.params]
+    return bool(positional) and positional[0].name.value == name and any(
+        _decorator_name(d) == "classmethod" for d in func.decorators)
 
 
 def _returns(func: cst.FunctionDef) -> bool:
