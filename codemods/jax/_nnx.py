@@ -842,9 +842,12 @@ def init_name(qual: Optional[str]) -> Optional[str]:
 
 def handled_tree_walk(call: cst.Call, ctx) -> bool:
     """``self.modules()`` as the iterable of ``for m in ...`` and ``next(self.parameters())``:
-    translated by JX012 (JX090 leaves them alone)."""
+    translated by JX012; parameter counts (:func:`parameter_count`): JX022's (JX090 leaves
+    them alone)."""
     method = astutil.method_name(call)
     parent = ctx.ancestors[-2] if len(ctx.ancestors) > 1 else None
+    if parameter_count_call(call, ctx):
+        return True  # a parameter count: JX022's
     if method == "modules" and not call.args:
         return isinstance(parent, cst.For) and parent.iter is call and isinstance(parent.target, cst.Name)
     if method == "named_parameters" and not call.args:
@@ -854,6 +857,80 @@ def handled_tree_walk(call: cst.Call, ctx) -> bool:
         return isinstance(parent, cst.Arg) and isinstance(arg_parent, cst.Call) \
             and isinstance(arg_parent.func, cst.Name) and arg_parent.func.value == "next" and len(arg_parent.args) == 1
     return False
+
+
+_COUNT_METHODS = ("numel", "nelement")
+
+
+def parameter_count_call(call: cst.Call, ctx) -> bool:
+    """``call`` (the current node) is the ``M.parameters()`` of a :func:`parameter_count`."""
+    parent = ctx.ancestors[-2] if len(ctx.ancestors) > 1 else None
+    if not (isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is call):
+        return False
+    outer = ctx.ancestors[-5:-2] if isinstance(parent, cst.CompFor) else ()
+    return parameter_count(parent, tuple(reversed(outer)), ctx) is not None
+
+
+def parameter_count(loop, outer: tuple, ctx) -> Optional[tuple[str, list]]:
+    """``sum(p.numel() for p in M.parameters())`` (a generator or a list comprehension given to
+    ``sum``; ``for _, p in M.named_parameters()``; ``if p.requires_grad``; ``p.nelement()``,
+    ``torch.numel(p)``, ``p.size`` as JX102 writes ``numel``) or a loop adding them up
+    (``for p in M.parameters(): n += p.numel()``): a count of the model's parameter elements.
+    ``loop`` is the ``CompFor`` (``outer``: its comprehension, the ``Arg`` and the call holding
+    it, innermost first) or the ``For``. Gives the loop variable ``p`` and the ``if`` clauses
+    that only ask ``p.requires_grad`` (every nnx.Param of the port is trained), or None."""
+    call = loop.iter
+    if not isinstance(call, cst.Call) or call.args or astutil.method_name(call) not in ("parameters", "named_parameters"):
+        return None
+    target = loop.target
+    named = astutil.method_name(call) == "named_parameters"
+    if named:
+        if not (isinstance(target, cst.Tuple) and len(target.elements) == 2
+                and all(isinstance(e.value, cst.Name) for e in target.elements)):
+            return None
+        name, target = target.elements[0].value.value, target.elements[1].value  # type: ignore[attr-defined]
+    if not isinstance(target, cst.Name):
+        return None
+    handle = target.value
+    if isinstance(loop, cst.CompFor):
+        if len(outer) < 3 or loop.inner_for_in is not None:
+            return None
+        comp, arg, total = outer[:3]
+        if not (isinstance(comp, (cst.GeneratorExp, cst.ListComp)) and comp.for_in is loop and isinstance(arg, cst.Arg)
+                and isinstance(total, cst.Call) and isinstance(total.func, cst.Name) and total.func.value == "sum"
+                and len(total.args) == 1 and arg.star == "" and arg.keyword is None):
+            return None
+        grad_ifs = [c for c in loop.ifs if isinstance(c.test, cst.Attribute) and isinstance(c.test.value, cst.Name)
+                    and c.test.value.value == handle and c.test.attr.value == "requires_grad"]
+        scope = [comp.elt, *(c.test for c in loop.ifs if c not in grad_ifs)]
+    else:
+        if loop.orelse is not None or not all(
+                isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.AugAssign) and isinstance(x.operator, cst.AddAssign)
+                                                              for x in s.body) for s in loop.body.body):
+            return None
+        grad_ifs = []
+        scope = [x.value for s in loop.body.body for x in s.body]  # type: ignore[attr-defined]
+    if named and any(isinstance(n, cst.Name) and n.value == name for e in scope for n in astutil.walk(e, into_functions=True)):
+        return None  # the torch name is read: not a plain count
+    uses = counts = 0
+    for expr in scope:
+        for n in astutil.walk(expr, into_functions=True):
+            if isinstance(n, cst.Name) and n.value == handle:
+                uses += 1
+            elif isinstance(n, cst.Call) and not n.args and isinstance(n.func, cst.Attribute) \
+                    and n.func.attr.value in _COUNT_METHODS and isinstance(n.func.value, cst.Name) and n.func.value.value == handle:
+                counts += 1
+            elif isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "size":
+                uses += 1  # torch's p.size(): a shape, not a count
+            elif isinstance(n, cst.Call) and ctx.qualname(n.func) == "torch.numel" and len(n.args) == 1 \
+                    and isinstance(n.args[0].value, cst.Name) and n.args[0].value.value == handle:
+                counts += 1
+            elif isinstance(n, cst.Attribute) and n.attr.value == "size" and isinstance(n.value, cst.Name) \
+                    and n.value.value == handle:
+                counts += 1
+    if counts == 0 or uses != counts:
+        return None
+    return handle, grad_ifs
 
 
 def named_parameters_handle(loop: cst.For, ctx) -> Optional[str]:
