@@ -981,9 +981,32 @@ def module_method(ctx) -> Optional[tuple[cst.ClassDef, cst.FunctionDef]]:
     return None
 
 
+def multinomial_args(call: cst.Call) -> Optional[tuple[cst.BaseExpression, cst.BaseExpression, bool]]:
+    """``torch.multinomial(input, num_samples, replacement=False)``: (input, num_samples,
+    replacement) when replacement is a literal (or absent) and nothing else is passed."""
+    positional = [a.value for a in call.args if a.keyword is None and not a.star]
+    keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+    if any(a.star for a in call.args) or set(keywords) - {"input", "num_samples", "replacement"} or len(positional) > 3:
+        return None
+    names = ("input", "num_samples", "replacement")
+    bound = dict(zip(names, positional))
+    if set(bound) & set(keywords):
+        return None
+    bound.update(keywords)
+    if "input" not in bound or "num_samples" not in bound:
+        return None
+    replacement = literal(bound["replacement"]) if "replacement" in bound else False
+    if replacement not in (True, False):
+        return None
+    return bound["input"], bound["num_samples"], replacement
+
+
 def sampler(call: cst.Call, ctx) -> Optional[tuple[str, bool]]:
     """The translation of a torch sampling call JX014 ports inside a module method."""
-    spec = SAMPLERS.get(ctx.qualname(call.func) or "")
+    qual = ctx.qualname(call.func) or ""
+    if qual == "torch.multinomial" and module_method(ctx) is not None:
+        return ("multinomial", False) if multinomial_args(call) is not None else None
+    spec = SAMPLERS.get(qual)
     if spec is None or module_method(ctx) is None:
         return None
     if any(a.star or (a.keyword is not None and a.keyword.value not in ("dtype", "device", "requires_grad")) for a in call.args):
