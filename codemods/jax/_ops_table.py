@@ -1192,7 +1192,7 @@ op("torch.is_tensor", "obj", lambda b: f"isinstance({b['obj']}, {b.jax}.Array)",
 op(".size", "input, dim", lambda b: f"{b.atom('input')}.shape[{b['dim']}]" if b.has("dim") else f"{b.atom('input')}.shape",
    "x.shape / x.shape[d]", "torch.Size is a tuple; so is x.shape",
    [Case("a.size()", a="f3,4"), Case("a.size(1)", a="f3,4"), Case("a.size(-1)", a="f3,4"), Case("a.size(dim=0)", a="f3,4")], shared=True)
-op([".dim", ".ndimension"], "input", lambda b: f"{b.atom('input')}.ndim", "x.ndim", cases=[Case("@(a)", a="f2,3,4")], shared=True)
+op([".dim", ".ndimension"], "input", lambda b: f"{b.atom('input')}.ndim", "x.ndim", cases=[Case("@(a)", a="f2,3,4")])
 op([".numel", ".nelement"], "input", lambda b: f"{b.atom('input')}.size", "x.size", cases=[Case("@(a)", a="f2,3,4")])
 op(".element_size", "input", lambda b: f"{b.atom('input')}.dtype.itemsize", "x.dtype.itemsize", cases=[Case("a.element_size()", a="f3")])
 op(".is_floating_point", "input", lambda b: f"{b.jnp}.issubdtype({b.atom('input')}.dtype, {b.jnp}.floating)",
@@ -1511,7 +1511,10 @@ op([".register_hook", ".retain_grad", ".requires_grad_"], "input, *args", None, 
    manual="autograd calls: gradients come from nnx.value_and_grad (wrt= filters choose what is trained); "
           "`loss.backward()` itself belongs to the training-loop rules", shared=True,
    cases=[Case("@(a)", a="f3")])
-op([".data_ptr", ".storage", ".share_memory_", ".pin_memory"], "input, *args", None, "-",
+op(".pin_memory", "input, device", lambda b: b["input"], "x",
+   "dropped: pinned host memory is for CUDA copies; the port's batches are host arrays the jitted step takes as they are",
+   [Case("a.pin_memory()", a="f3,4")])
+op([".data_ptr", ".storage", ".share_memory_"], "input, *args", None, "-",
    manual="storage and memory calls have no JAX counterpart", cases=[Case("@(a)", a="f3")])
 
 
