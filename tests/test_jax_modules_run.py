@@ -237,3 +237,35 @@ def test_functional_dropout_has_torchs_semantics():
     np.testing.assert_array_equal(np.asarray(ported.outside(jnp.asarray(x), 0.0, True)), x)
     with pytest.raises(ValueError, match="PRNG key"):
         ported.outside(jnp.asarray(x), 0.5, True)
+
+
+_FILLS = '''
+import torch
+import torch.nn as nn
+
+
+class Embed(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.pos = nn.Parameter(torch.empty(1, n).normal_(mean=1.0, std=0.5))
+        self.box = nn.Parameter(torch.zeros(n).uniform_(-2.0, 3.0))
+'''
+
+
+def test_fresh_random_fill_draws_torchs_distribution():
+    """torch.empty(shape).normal_(mean, std) / .uniform_(a, b) in __init__ (JX108): the same
+    shapes and distributions as torch's, from the module's rngs (different seeds: other numbers)."""
+    ported_source = port(_FILLS)
+    assert "porter: manual" not in ported_source
+    ported = load("port_fills", ported_source)
+    original = load("orig_fills", _FILLS)
+    n = 20000
+    t = original.Embed(n)
+    a, b = ported.Embed(n, rngs=nnx.Rngs(0)), ported.Embed(n, rngs=nnx.Rngs(1))
+    pos, box = np.asarray(a.pos[...]), np.asarray(a.box[...])
+    assert pos.shape == tuple(t.pos.shape) and box.shape == tuple(t.box.shape)
+    for mine, theirs in ((pos, t.pos.detach().numpy()), (box, t.box.detach().numpy())):
+        assert abs(mine.mean() - theirs.mean()) < 0.05 and abs(mine.std() - theirs.std()) < 0.03
+    assert abs(pos.mean() - 1.0) < 0.02 and abs(pos.std() - 0.5) < 0.02
+    assert box.min() >= -2.0 and box.max() < 3.0 and abs(box.mean() - 0.5) < 0.05
+    assert not np.array_equal(pos, np.asarray(b.pos[...]))  # drawn from the module's key stream

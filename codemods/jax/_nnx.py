@@ -929,3 +929,16 @@ def appended(text: str):
         return body.with_changes(body=[*stmts, cst.parse_statement(text)])
 
     return apply
+
+
+# a fresh tensor filled with random numbers where a module is built (JX108)
+FRESH_TENSORS = ("torch.empty", "torch.zeros", "torch.ones", "jax.numpy.zeros", "jax.numpy.ones", "jax.numpy.empty")
+RANDOM_FILLS = {"normal_": ("mean", "std"), "uniform_": ("from", "to")}
+
+
+def fresh_random_fill(call: cst.Call, ctx) -> bool:
+    """`torch.empty(shape).normal_(...)` / `.uniform_(...)` (or on zeros / ones, torch's or
+    jnp's) in a function that has the module's rngs: JX108 draws it from them (JX102 leaves it)."""
+    f = call.func
+    return isinstance(f, cst.Attribute) and f.attr.value in RANDOM_FILLS and isinstance(f.value, cst.Call) \
+        and (ctx.qualname(f.value.func) or "") in FRESH_TENSORS and in_rngs_scope(ctx)

@@ -5,7 +5,8 @@ append, extend and insert, read through iteration, negative indices and len; a S
 subclass with its own forward; torch._assert checks on shapes, torch.fx.wrap registrations,
 torch.utils.checkpoint (a closure, a module, use_reentrant= either way) and F.dropout with
 training=self.training in module code (keyword and positional spellings, p=0 here so that the
-two sides compare) and in a module-level function called with training=self.training."""
+two sides compare) and in a module-level function called with training=self.training, in-place
+updates of slices of a local tensor, and a parameter made by torch.empty(...).normal_(std=...)."""
 import torch
 import torch.fx
 import torch.nn as nn
@@ -17,6 +18,9 @@ from torch.utils.checkpoint import checkpoint
 
 def _mix(x: Tensor, p: float, training: bool) -> Tensor:
     torch._assert(x.dim() == 4, f"expected NCHW, got {x.shape}")
+    x = x.clone()
+    x[:, :2].mul_(2.0)
+    x[..., -1].zero_()
     return F.dropout(x, p=p, training=training) * 0.5
 
 
@@ -102,10 +106,11 @@ class Net(nn.Module):
         self.stages = Stages(c)
         self.mixer = Mixer(c)
         self.head = nn.Linear(c, 5)
+        self.pos = nn.Parameter(torch.empty(1, c, 1, 1).normal_(std=0.02))
 
     def forward(self, x):
         torch._assert(x.shape[1] == 3, "three channels")
         x = self.block(self.stem(x))
         x = checkpoint(self.proj, x, use_reentrant=True)
-        x = self.mixer(self.stages(x))
+        x = self.mixer(self.stages(x) + self.pos)
         return self.head(torch.mean(x, dim=(2, 3)))
