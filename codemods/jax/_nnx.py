@@ -30,6 +30,8 @@ TORCH_MODULE = ("torch.nn.Module", "torch.nn.modules.module.Module")
 # `self.weight`, `self.eps`) -> the emitted NNX class keeping torch's attributes and names
 TORCH_LAYER_BASES = {"torch.nn.LayerNorm": "TorchLayerNormBase", "torch.nn.modules.normalization.LayerNorm": "TorchLayerNormBase"}
 TORCH_CONTAINER_BASES = {"torch.nn.Sequential": "TorchSequential", "torch.nn.modules.container.Sequential": "TorchSequential",
+                         "torch.nn.ModuleDict": "TorchModuleDict", "torch.nn.modules.container.ModuleDict": "TorchModuleDict",
+                         "torch.nn.ModuleList": "TorchModuleList", "torch.nn.modules.container.ModuleList": "TorchModuleList",
                          **TORCH_LAYER_BASES}
 NNX_MODULE = "flax.nnx.Module"
 literal = astutil.python_literal  # the NNX rules read any literal ast.literal_eval reads (dicts, sets too)
@@ -1017,3 +1019,77 @@ def sampler(call: cst.Call, ctx) -> Optional[tuple[str, bool]]:
     elif len([a for a in call.args if a.keyword is None]) != 1:
         return None
     return spec
+
+
+# functional dropout (JX107): qualname -> the name of its training flag
+DROPOUTS = {"torch.nn.functional.dropout": "training", "torch.dropout": "train"}
+
+
+def dropout_call(call: cst.Call, ctx) -> Optional[dict]:
+    """The arguments of `F.dropout(input, p=0.5, training=True, inplace=False)` /
+    `torch.dropout(input, p, train)` as code ("input", "p", "training"; absent: torch's
+    default), and "module": the (class, method) the call is in (also inside a function nested
+    in the method: its `self` is the method's), else None. None when it is not such a call or
+    its arguments cannot be bound (a star argument, an unknown keyword)."""
+    flag = DROPOUTS.get(ctx.qualname(call.func) or "")
+    if flag is None or any(a.star for a in call.args):
+        return None
+    names = ["input", "p", flag, "inplace"]
+    bound: dict = {}
+    for i, a in enumerate(call.args):
+        if a.keyword is None:
+            if i >= len(names):
+                return None
+            bound[names[i]] = a.value
+        elif a.keyword.value in names:
+            bound[a.keyword.value] = a.value
+        else:
+            return None
+    if "input" not in bound:
+        return None
+    out = {"input": code(bound["input"]), "p": code(bound["p"]) if "p" in bound else "0.5",
+           "training": code(bound[flag]) if flag in bound else "True", "module": None}
+    cls = method = None
+    for anc in reversed(ctx.ancestors[:-1]):
+        if isinstance(anc, cst.Lambda):
+            return out
+        if isinstance(anc, cst.FunctionDef):
+            method = anc
+        elif isinstance(anc, cst.ClassDef):
+            cls = module_classes(ctx).get(anc.name.value)
+            if cls is anc and method is not None and method.name.value != "__init__" \
+                    and any(s is method for s in cls.body.body):
+                out["module"] = (cls, method)
+            return out
+    return out
+
+
+def stores_rngs(init: cst.FunctionDef) -> bool:
+    """`__init__` keeps its nnx.Rngs as `self.rngs` (JX014, JX107)."""
+    return f"self.{RNGS_STREAM} = " in code(init.body)
+
+
+def appended(text: str):
+    """An edit of a function body: `text` (one statement) appended as its last statement (a
+    body of only `pass` replaced)."""
+
+    def apply(body: cst.IndentedBlock) -> cst.IndentedBlock:
+        stmts = list(body.body)
+        if len(stmts) == 1 and isinstance(stmts[0], cst.SimpleStatementLine) and isinstance(stmts[0].body[0], cst.Pass):
+            stmts = []
+        return body.with_changes(body=[*stmts, cst.parse_statement(text)])
+
+    return apply
+
+
+# a fresh tensor filled with random numbers where a module is built (JX108)
+FRESH_TENSORS = ("torch.empty", "torch.zeros", "torch.ones", "jax.numpy.zeros", "jax.numpy.ones", "jax.numpy.empty")
+RANDOM_FILLS = {"normal_": ("mean", "std"), "uniform_": ("from", "to")}
+
+
+def fresh_random_fill(call: cst.Call, ctx) -> bool:
+    """`torch.empty(shape).normal_(...)` / `.uniform_(...)` (or on zeros / ones, torch's or
+    jnp's) in a function that has the module's rngs: JX108 draws it from them (JX102 leaves it)."""
+    f = call.func
+    return isinstance(f, cst.Attribute) and f.attr.value in RANDOM_FILLS and isinstance(f.value, cst.Call) \
+        and (ctx.qualname(f.value.func) or "") in FRESH_TENSORS and in_rngs_scope(ctx)

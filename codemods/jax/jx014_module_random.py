@@ -135,9 +135,9 @@ class NnxModuleRandom(Rule):
             new = self._draw(node, fn, shaped, jax)
         edits = [Edit(node, new)]
         init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
-        if init is not None and not _stores_rngs(init) and id(init) not in self._stored:
+        if init is not None and not _nnx.stores_rngs(init) and id(init) not in self._stored:
             self._stored.add(id(init))
-            edits.append(Edit(init.body, _append(f"self.{STREAM} = rngs")))
+            edits.append(Edit(init.body, _nnx.appended(f"self.{STREAM} = rngs")))
         self.report(node, f"{_nnx.code(node.func)}: random numbers from the module's nnx.Rngs (self.{STREAM})",
                     Fix(tuple(edits), imports=("jax", "jax.numpy") if fn == "multinomial" else ("jax",)))
 
@@ -185,16 +185,3 @@ class NnxModuleRandom(Rule):
             return DTYPES[q].replace("jnp.", self.ctx.module_alias("jax.numpy") + ".")
         return _nnx.code(node)
 
-
-def _stores_rngs(init: cst.FunctionDef) -> bool:
-    return f"self.{STREAM} = " in _nnx.code(init.body)
-
-
-def _append(text: str):
-    def apply(body: cst.IndentedBlock) -> cst.IndentedBlock:
-        stmts = list(body.body)
-        if len(stmts) == 1 and isinstance(stmts[0], cst.SimpleStatementLine) and isinstance(stmts[0].body[0], cst.Pass):
-            stmts = []
-        return body.with_changes(body=[*stmts, cst.parse_statement(text)])
-
-    return apply
