@@ -38,6 +38,9 @@ FRAMEWORK_TESTS: dict[str, tuple[str, ...]] = {
     "test_jax_modules_run.py": ("jax",),
     "test_jax_ops_run.py": ("jax",),
     "test_jax_optim.py": ("jax",),
+    "test_jax_decay_groups.py": ("jax",),
+    "test_jax_parameter_count.py": ("jax",),
+    "test_jax_sampling.py": ("jax",),
     "test_jax_straight_line.py": ("jax",),  # JAX ports of autograd outside a loop, run and verified
     "test_jax_apply_init.py": ("jax",),
     "test_jax_tied_weights.py": ("jax",),  # tied embeddings ported and run against torch

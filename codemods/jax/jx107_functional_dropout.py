@@ -101,6 +101,12 @@ class FunctionalDropout(Rule):
         self._stored: set[int] = set()
 
     def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name) and node.func.value == "torch_dropout" and len(node.args) == 3:
+            # the port's call outside a module, which has no key: said where it is left
+            self.report(node, "torch_dropout outside a module has no PRNG key: the port raises where it draws a mask "
+                              "(training, 0 < p < 1); pass the calling module's nnx.Rngs as its rngs",
+                        severity=Severity.WARNING)
+            return
         spec = _nnx.dropout_call(node, self.ctx)
         if spec is None:
             return
@@ -120,3 +126,4 @@ class FunctionalDropout(Rule):
             "no key outside a module: the port raises if it has to draw a mask"
         self.report(node, f"{_nnx.code(node.func)}(...) -> torch_dropout(...): torch's dropout; its key from {where}",
                     Fix((Edit(node, new), *edits)))
+
