@@ -610,3 +610,36 @@ def report_manual(rule, node: cst.CSTNode, message: str) -> None:
 def has_param(func: cst.FunctionDef, name: str) -> bool:
     """``func`` has a parameter called ``name`` (of any kind)."""
     return any(p.name.value == name for p in params(func.params))
+
+
+def positional(call: cst.Call) -> list[cst.Arg]:
+    return [a for a in call.args if a.keyword is None and not a.star]
+
+
+def is_string(node: Optional[cst.CSTNode], *values: str) -> bool:
+    if node is None:
+        return False
+    value = string_value(node)
+    return value is not None and (not values or value in values)
+
+
+def source_of(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+def needs_parens(expr: cst.BaseExpression) -> bool:
+    """Whether ``expr`` must be parenthesized to be the receiver of an attribute access."""
+    if expr.lpar:
+        return False
+    return not isinstance(
+        expr,
+        (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.SimpleString, cst.ConcatenatedString,
+         cst.List, cst.Tuple, cst.Dict, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp,
+         cst.GeneratorExp, cst.FormattedString),
+    )
+
+
+def parenthesized(expr: cst.BaseExpression) -> cst.BaseExpression:
+    if needs_parens(expr):
+        return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return expr

@@ -730,7 +730,8 @@ class TrainStep(Rule):
             self.report(loop, f"training step not rewritten: {reason}", severity=Severity.ERROR)
             return
         comment = cst.EmptyLine(comment=cst.Comment(f"# {MANUAL} (JX301): {reason}"))
-        fix = Fix((self.replace(loop, loop.with_changes(leading_lines=[*loop.leading_lines, comment])),),
+        # a callable: another rule's edits inside the loop in the same pass are kept
+        fix = Fix((self.replace(loop, lambda updated: updated.with_changes(leading_lines=[*updated.leading_lines, comment])),),
                   Safety.SAFE, description="mark the loop for a manual port")
         self.report(loop, f"training step not rewritten: {reason}", fix, severity=Severity.ERROR)
 

@@ -6,18 +6,8 @@ import libcst as cst
 
 from porter.rules import Edit, Example, Fix, Rule, Safety, Severity
 
-from ._amp_dist import (
-    Parents,
-    Scaler,
-    ScalerUse,
-    expression_statement,
-    find_scalers,
-    parenthesized,
-    positional,
-    removal_edits,
-    source_of,
-    walk_scope,
-)
+from porter.astutil import parenthesized, source_of
+from porter.grad_scalers import Parents, Scaler, ScalerUse, find_scalers, removal_edits, unwind, walk_scope
 from ._imports import pairs_in
 from . import _training as tr
 
@@ -423,59 +413,19 @@ class RemoveGradScaler(Rule):
 
     def _unwind(self, parents: Parents, uses: list[ScalerUse]):
         """The edits that unwind `scaler.scale/step/update/unscale_` calls, the statements
-        to remove, and the uses left (kept)."""
-        edits: list[Edit] = []
-        removed: list[cst.BaseSmallStatement] = []
-        kept: list[ScalerUse] = []
+        to remove, the uses left (kept), and whether the step became xm.optimizer_step."""
         xm = self.ctx.module_alias("torch_xla.core.xla_model")
-        uses_xm = False
         ddp = tr.wraps_in_ddp(self.ctx)
-        for use in uses:
-            call, method = use.call, use.method
-            if call is None or len(call.args) != len(positional(call)):
-                kept.append(use)
-                continue
-            n = len(call.args)
-            stmt = expression_statement(parents, call)
-            if method == "scale" and n == 1:
-                value = call.args[0].value
-                receiver = parents.of(call)
-                if isinstance(receiver, cst.Attribute) and receiver.value is call:
-                    value = parenthesized(value)
-                if _self_assignment(parents, call, value):
-                    removed.append(parents.of(call))  # `loss = scaler.scale(loss)` goes
-                else:
-                    edits.append(Edit(call, value))
-            elif method == "step" and n == 1 and ddp:
-                # DistributedDataParallel reduced the gradients in backward(): a plain step
-                opt = call.args[0].value
-                edits.append(Edit(call, cst.Call(cst.Attribute(parenthesized(opt), cst.Name("step")))))
-            elif method == "step" and n == 1:
-                new = cst.parse_expression(f"{xm}.optimizer_step(_)").with_changes(
-                    args=[cst.Arg(call.args[0].value)]
-                )
-                edits.append(Edit(call, new))
-                uses_xm = True
-            elif method == "update" and n <= 1 and stmt is not None:
-                removed.append(stmt)
-            elif method == "unscale_" and n == 1 and stmt is not None:
-                removed.append(stmt)
-            else:
-                kept.append(use)
-        return edits, removed, kept, uses_xm
+        used_xm = []
 
+        def step(opt: cst.BaseExpression) -> cst.BaseExpression:
+            if ddp:  # DistributedDataParallel reduced the gradients in backward(): a plain step
+                return cst.Call(cst.Attribute(parenthesized(opt), cst.Name("step")))
+            used_xm.append(True)
+            return cst.parse_expression(f"{xm}.optimizer_step(_)").with_changes(args=[cst.Arg(opt)])
 
-def _self_assignment(parents: Parents, call: cst.Call, value: cst.BaseExpression) -> bool:
-    """``name = scaler.scale(name)``: unwound, it would read ``name = name``."""
-    assign = parents.of(call)
-    return (
-        isinstance(assign, cst.Assign)
-        and assign.value is call
-        and len(assign.targets) == 1
-        and isinstance(assign.targets[0].target, cst.Name)
-        and isinstance(value, cst.Name)
-        and assign.targets[0].target.value == value.value
-    )
+        edits, removed, kept = unwind(parents, uses, step)
+        return edits, removed, kept, bool(used_xm)
 
 
 def _calls_of_function(parents: Parents, fn: cst.FunctionDef) -> list[cst.Call]:
