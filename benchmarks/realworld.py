@@ -5,9 +5,10 @@ runs a training step: ``.backward(`` or a Gluon ``trainer.step(``; model files a
 ported with their folder but not run) is ported to both targets (torch-xla, jax) in both modes
 (default: safe fixes only; ``--unsafe-fixes``), and then:
 
-1. migrate: ``porter migrate FOLDER --to T --out PORTED [--unsafe-fixes]`` (the script's whole
-   folder, so that its helper modules are ported with it); the result: ok / failed (exit code
-   and the first error line);
+1. migrate: ``porter migrate FOLDER --to T --out PORTED [--unsafe-fixes] [--with gluoncv]`` (the
+   script's whole folder, so that its helper modules are ported with it; the modules of gluoncv
+   a Gluon script imports are ported along into PORTED/gluoncv); the result: ok / failed (exit
+   code and the first error line);
 2. findings left: ``porter check PORT --target T --format json`` on the ported script, by rule code;
 3. verify: ``porter verify --script`` (``porter.verify.script.verify_script``) for ``--steps``
    optimizer steps, on synthetic data of the script's own shapes: torchvision datasets are
@@ -333,6 +334,9 @@ def _first_error(text: str) -> str:
     return (errors or lines or [""])[-1][:300]
 
 
+_GLUON_LIBRARIES = ("gluoncv",)
+
+
 def run_row(script: Script, target: str, mode: str, steps: int, timeout: float, work: Path) -> dict:
     row: dict = {"script": script.rel, "framework": script.framework, "target": target, "mode": mode,
                  "args": script.args}
@@ -340,6 +344,11 @@ def run_row(script: Script, target: str, mode: str, steps: int, timeout: float, 
     source_dir = script.path.parent
     t0 = time.perf_counter()
     cmd = ["migrate", str(source_dir), "--to", target, "--out", str(out)] + (["--unsafe-fixes"] if mode == "unsafe" else [])
+    # a Gluon library the script imports is ported along (GL008, `porter migrate --with`)
+    cmd += [a for lib in _GLUON_LIBRARIES if re.search(rf"^\s*(import|from)\s+{lib}\b", script.path.read_text(), re.M)
+            for a in ("--with", lib)]
+    if "--with" in cmd:
+        cmd += ["--jobs", "2"]  # a library of a few hundred modules
     try:
         proc = _porter(*cmd)
         ok = proc.returncode == 0
@@ -420,7 +429,8 @@ def render(result: dict) -> str:
         "",
         "Columns: migrate (ok, or the first error line), findings left in the ported script by rule code, "
         "verify status and its summary (the first error line or divergence), and the port's health: "
-        "`c` compilations after the warm-up steps, `t` the most device-to-host transfers in a step that logs "
+        "`c` compilations after verify's 2 warm-up steps (with 3 steps, in step 3 alone; a row whose "
+        "script compared 2 steps judges none), `t` the most device-to-host transfers in a step that logs "
         "nothing; for JAX `jit` the jit cache size of each step function and `cb` the host callbacks traced "
         "into them.",
         "",

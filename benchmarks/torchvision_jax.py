@@ -39,6 +39,13 @@ stdout; docs/jax.md has a section with the numbers.
 
     PJRT_DEVICE=CPU .venv/bin/python benchmarks/torchvision_jax.py --jobs 2
     PJRT_DEVICE=CPU .venv/bin/python benchmarks/torchvision_jax.py --only resnet18 --only vgg11   # replaces these rows
+    PJRT_DEVICE=CPU .venv/bin/python benchmarks/torchvision_jax.py --select 'swin_*' --image-size 64
+
+A partial run (``--only NAME`` / ``--select GLOB``, repeatable) keeps the other builders' rows of the
+JSON, and the rows of the selected builders it did not reach before ``--deadline`` as they were;
+only what it measured is replaced. ``--image-size N`` runs the transformers on a smaller image (the
+vit builders with ``image_size=N`` rounded up to their patch size, swin at N; the row's ``model``
+says which expression ran); maxvit keeps 224 (its 7x7 windows).
     .venv/bin/python benchmarks/torchvision_jax.py --render
 
 This is a measurement, not a test: it asserts nothing.
@@ -46,8 +53,10 @@ This is a measurement, not a test: it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -87,10 +96,25 @@ def copy_package(tmp: Path) -> Path:
         "# the presets are the host-side input pipeline: torchvision's own transforms\n"
         "from torchvision.transforms import InterpolationMode, functional  # noqa: F401\n", encoding="utf-8")
     shutil.copy(src / "transforms" / "_presets.py", pkg / "transforms" / "_presets.py")
+    # a model file importing the package absolutely (maxvit: `from torchvision.ops.misc import
+    # ...`) imports the copy's module, as a package imports itself under its own name
+    for path in sorted((pkg / "models").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        new = re.sub(r"^from torchvision((?:\.\w+)+) import", lambda m: _own(m, pkg), text, flags=re.M)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
     return pkg
 
 
-def builders() -> list[dict]:
+def _own(match: "re.Match", pkg: Path) -> str:
+    parts = match.group(1).strip(".").split(".")
+    # a module of the copy (its package __init__ files are empty: `from torchvision.ops import
+    # StochasticDepth` stays torchvision's, which the JAX rules translate)
+    mine = pkg.joinpath(*parts).with_suffix(".py").exists()
+    return f"from tvport{match.group(1)} import" if mine else match.group(0)
+
+
+def builders(image_size: int = 0) -> list[dict]:
     import torchvision
 
     rows = []
@@ -104,9 +128,16 @@ def builders() -> list[dict]:
             size = max(64, *meta.get("min_size", (64, 64)))
         except (KeyError, ValueError, StopIteration):
             pass
+        expr = f"{name}(weights=None)"
         if name.startswith(("vit_", "swin_", "maxvit")):
-            size = max(size, 224)  # a fixed image size (vit: image_size=224)
-        rows.append({"builder": name, "module": module, "input": f"float32[2,3,{size},{size}]"})
+            size = max(size, 224)  # a fixed image size (vit: image_size=224; maxvit's 7x7 windows need 224)
+        if image_size and name.startswith("vit_"):
+            patch = int(name.rsplit("_", 1)[1])
+            size = -(-image_size // patch) * patch
+            expr = f"{name}(weights=None, image_size={size})"
+        elif image_size and name.startswith("swin_"):
+            size = image_size
+        rows.append({"builder": name, "module": module, "input": f"float32[2,3,{size},{size}]", "model": expr})
     return rows
 
 
@@ -159,7 +190,7 @@ def classify(row: dict, port: Path, blocking: dict, opts, work: Path) -> dict:
                       f"import tvport.models.{mod} as _m\n"
                       "globals().update({k: v for k, v in vars(_m).items() if not k.startswith('__')})\n",
                       encoding="utf-8")
-    cmd = [*PORTER, "verify", str(original), str(ported), "--model", f"{row['builder']}(weights=None)",
+    cmd = [*PORTER, "verify", str(original), str(ported), "--model", row.get("model", f"{row['builder']}(weights=None)"),
            "--input", row["input"], "--steps", str(opts.steps), "--timeout", str(opts.timeout),
            "--reference"]
     start = time.monotonic()
@@ -188,6 +219,16 @@ def classify(row: dict, port: Path, blocking: dict, opts, work: Path) -> dict:
     return row
 
 
+def merged_rows(previous: list[dict], results: dict, done: set) -> list[dict]:
+    """The rows of a partial run (--only / --select) merged into the file's: a builder this run
+    measured replaces its row, every other row (the builders not selected, and the selected ones
+    the run did not reach before --deadline) stays as it was; a builder the file did not have
+    is added (not-run when not reached)."""
+    rows = [results[r["builder"]] if r["builder"] in done else r for r in previous]
+    known = {r["builder"] for r in previous}
+    return rows + [r for b, r in results.items() if b not in known]
+
+
 def render(rows: list[dict]) -> str:
     counts = Counter(r["status"] for r in rows)
     lines = [f"{len(rows)} builders: " + ", ".join(f"{k} {counts[k]}" for k in
@@ -207,6 +248,10 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds each side may run")
     ap.add_argument("--only", action="append", default=[], help="builder names (repeatable)")
+    ap.add_argument("--select", action="append", default=[], help="builder name globs (repeatable), e.g. 'swin_*'")
+    ap.add_argument("--image-size", type=int, default=0,
+                    help="a smaller image for the transformers: vit_* built with image_size=N (rounded up to a multiple "
+                         "of the patch size) and run at it, swin_* run at N (their windows are padded); 0: 224")
     ap.add_argument("--verify-all", action="store_true", help="verify also builders whose port holds findings")
     ap.add_argument("--deadline", type=float, default=0, help="minutes after which no new builder starts (0: none)")
     ap.add_argument("--render", action="store_true", help="print the table from the JSON")
@@ -228,7 +273,9 @@ def main(argv=None) -> int:
         for f in json.loads(check.stdout or "{}").get("findings", []):
             if not f.get("fixable"):
                 blocking.setdefault(f["path"], []).append(f)
-        rows = [r for r in builders() if not opts.only or r["builder"] in opts.only]
+        partial = bool(opts.only or opts.select)
+        rows = [r for r in builders(opts.image_size) if not partial or r["builder"] in opts.only
+                or any(fnmatch.fnmatchcase(r["builder"], g) for g in opts.select)]
         firsts = {}
         for r in rows:
             firsts.setdefault(r["module"], r)
@@ -237,19 +284,15 @@ def main(argv=None) -> int:
         work.mkdir()
         by_rule = Counter(f["code"] for fs in blocking.values() for f in fs)
         results = {r["builder"]: dict(r, status="not-run") for r in rows}
-        if opts.only and OUT.exists():
-            results = {b: r for b, r in results.items() if b in opts.only}
+        done: set = set()  # the builders this run measured
         stop = time.monotonic() + opts.deadline * 60 if opts.deadline else None
 
         def save():
             data = {"migrate": {"exit": mig.returncode, "seconds": migrate_s, "summary": mig.stdout.strip().splitlines()[-1:]},
                     "blocking_findings_by_rule": dict(sorted(by_rule.items())), "steps": opts.steps,
                     "jobs": opts.jobs, "rows": list(results.values())}
-            if opts.only and OUT.exists():  # replace these rows of the last full run, keep the others
-                previous = json.loads(OUT.read_text(encoding="utf-8"))
-                mine = {r["builder"] for r in data["rows"]}
-                data = dict(previous, rows=[results.get(r["builder"], r) if r["builder"] in mine else r
-                                            for r in previous["rows"]])
+            if partial and OUT.exists():
+                data["rows"] = merged_rows(json.loads(OUT.read_text(encoding="utf-8"))["rows"], results, done)
             OUT.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
         def one(row):
@@ -257,6 +300,7 @@ def main(argv=None) -> int:
                 return
             result = classify(dict(row), port, blocking, opts, work)
             results[row["builder"]] = result
+            done.add(row["builder"])
             save()
             print(f"{result['builder']:28} {result['status']:16} {result.get('seconds', '')}", flush=True)
 

@@ -76,6 +76,35 @@ def target_names(target: cst.CSTNode) -> Iterator[str]:
         yield from target_names(target.value)
 
 
+def assigned_values(scope: cst.CSTNode, name: str) -> list[Optional[cst.BaseExpression]]:
+    """The values ``name`` is given by the assignments in ``scope`` (not in nested defs):
+    ``name = v``, ``a = name = v``, ``name: T = v``, and ``a, name = u, v`` (the element of a
+    literal tuple or list of the same length, no starred part); None for an unpacking of any
+    other value (``a, name = f()``), whose part for ``name`` the code does not show."""
+    out: list[Optional[cst.BaseExpression]] = []
+    for node in walk(scope):
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                out.extend(_unpacked_values(target.target, node.value, name))
+        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+            out.extend(_unpacked_values(node.target, node.value, name))
+    return out
+
+
+def _unpacked_values(target: cst.CSTNode, value: Optional[cst.BaseExpression], name: str):
+    if isinstance(target, cst.Name):
+        return [value] if target.value == name else []
+    if isinstance(target, cst.StarredElement):
+        return [None] if name in target_names(target) else []
+    if not isinstance(target, (cst.Tuple, cst.List)) or name not in target_names(target):
+        return []
+    parts = value.elements if isinstance(value, (cst.Tuple, cst.List)) else None
+    if (parts is None or len(parts) != len(target.elements)
+            or any(isinstance(p, cst.StarredElement) for p in (*parts, *target.elements))):
+        return [None]
+    return [v for t, p in zip(target.elements, parts) for v in _unpacked_values(t.value, p.value, name)]
+
+
 _SCOPE_KINDS = frozenset({cst.FunctionDef, cst.Lambda, cst.ClassDef})
 
 

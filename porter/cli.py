@@ -8,6 +8,7 @@ bar (only when stderr is a terminal) and summaries go to stderr, one line per pr
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import functools
 import os
@@ -25,7 +26,7 @@ from rich.text import Text
 
 from porter import registry, report
 from porter.config import Config, ConfigError, load
-from porter.engine import describe_exception
+from porter.engine import PorterError, describe_exception
 from porter.registry import RegistryError
 from porter.runner import DEFAULT_MEMORY_MB, DEFAULT_TIME_LIMIT, FileOutcome, Settings, UsageError, run
 
@@ -227,6 +228,7 @@ def migrate(
     verify_args: str = typer.Option("", "--verify-args", help="Arguments for both scripts in --verify, as one string (e.g. \"--epochs 1 --dropout 0\")."),
     data: Optional[str] = typer.Option(None, "--data", help="gs://bucket/prefix: read the script's dataset root from Cloud Storage through fsspec/gcsfs (rules DT001/DT002; unsafe fixes, with --unsafe-fixes)."),
     package: bool = typer.Option(False, "--package", help="Port PATH as a package that imports under its own name from --out: a package folder or an importable name (torchvision.models, timm), with everything it imports from itself and other packages' model code."),
+    with_packages: List[str] = typer.Option([], "--with", help="Also port the modules of this installed package (a Gluon library such as gluoncv) that the scripts import, into --out/PACKAGE, so that the port imports them from there (repeatable)."),
 ) -> None:
     """Rewrite code for the target. Without --write or --out: print a unified diff, write nothing.
 
@@ -237,6 +239,8 @@ def migrate(
         _migrate_package(paths, to, out, write, verify_port, unsafe_fixes, select, ignore, jobs)
     if write and out is not None:
         raise UsageError("--write and --out exclude each other: --write rewrites the sources, --out leaves them alone")
+    if with_packages and out is None:
+        raise UsageError("--with needs --out DIR: the package's port is written beside the scripts' (DIR/PACKAGE)")
     if verify_port and (out is None or len(paths) != 1 or not paths[0].is_file()):
         raise UsageError("--verify needs one script and --out DIR (the original must stay as it is to compare with)")
     _check_paths(paths)
@@ -245,6 +249,8 @@ def migrate(
         settings = _with_data(settings, data)
     mode = "write" if write else ("out" if out is not None else "diff")
     outcomes = _run("migrate", paths, settings, mode=mode, out_dir=out, jobs=jobs)
+    if with_packages:
+        outcomes = [_without_library_findings(o, with_packages) for o in outcomes]
     if mode == "diff":
         for o in outcomes:
             if o.diff:
@@ -259,7 +265,8 @@ def migrate(
         say(f"\nLeft for a human{note}:")
         say(left)
     _print_summary(outcomes, mode, settings, out)
-    if report.failed(outcomes):
+    library_failed = bool(with_packages) and not _migrate_libraries(paths, with_packages, settings, out, jobs)
+    if report.failed(outcomes) or library_failed:
         raise typer.Exit(1)
     if verify_port:
         from porter.verify import render
@@ -272,6 +279,54 @@ def migrate(
         render.print_text(result, _table_console(sys.stdout))
         raise typer.Exit(result.exit_code)
     raise typer.Exit(0)
+
+
+def _without_library_findings(outcome: FileOutcome, packages: List[str]) -> FileOutcome:
+    """GL008's findings of the packages ``--with`` ports along (its message starts with the
+    package's name): they are taken care of."""
+    tops = {p.split(".")[0] for p in packages}
+    kept = tuple(f for f in outcome.findings if not (f.code == "GL008" and f.message.split(" ", 1)[0] in tops))
+    return outcome if len(kept) == len(outcome.findings) else dataclasses.replace(outcome, findings=kept)
+
+
+def _migrate_libraries(paths: List[Path], packages: List[str], settings: Settings, out: Path, jobs: int) -> bool:
+    """``porter migrate SCRIPT --out DIR --with PACKAGE``: the modules of each installed
+    PACKAGE the scripts import (porter.packages.used_modules), ported into DIR/PACKAGE with
+    their import closure (porter.packages.port_package, one call for all of them: one manifest
+    in DIR). True when every module was ported."""
+    from porter.packages import port_package, summary, used_modules
+    from porter.sources import iter_python_files, read_source
+
+    files, _errors = iter_python_files(paths)
+    texts = []
+    for f in files:
+        if f.suffix == ".py":
+            try:
+                texts.append(read_source(f).text)
+            except PorterError:
+                continue  # the scripts' own run reported it
+    wanted: list[str] = []
+    for package in packages:
+        wanted += [m for m in used_modules(package, texts) if m not in wanted]
+    port = port_package(packages[0].split(".")[0], settings.target, out, unsafe=settings.unsafe_fixes, include=wanted,
+                        jobs=jobs, select=settings.select, ignore=settings.ignore, whole_folder=False)
+    s = summary(port)
+    for name, error in s["failed_modules"].items():
+        say(f"{port.modules[name].source}: error: {error}")
+    tops = {p.split(".")[0] for p in packages}
+    # the library's own imports of itself (GL008 in its modules) are ported along too
+    left = [(m, f) for m in port.modules.values() for f in m.findings
+            if not (f.code == "GL008" and f.message.split(" ", 1)[0] in tops)]
+    if left:
+        say(f"\nLeft for a human in the ported {', '.join(packages)}:")
+        for m, f in left:
+            pos = f.position
+            where = f"{pos.line}:{pos.column + 1}" if pos else "1:1"
+            say(f"{m.output}:{where}: {f.code} {f.message}")
+    say(f"porter migrate --with {' --with '.join(packages)}: the scripts use {', '.join(wanted)}; "
+        f"{s['modules']} module(s) with what they import, {s['ported']} ported, {s['unchanged']} unchanged, "
+        f"{s['failed']} failed, into {out}")
+    return not s["failed"]
 
 
 def _migrate_package(paths: List[Path], to: Optional[str], out: Optional[Path], write: bool, verify_port: bool,

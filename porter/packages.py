@@ -49,7 +49,7 @@ import libcst as cst
 from libcst.helpers import get_absolute_module_from_package_for_import
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider
 
-from porter import engine, program, registry
+from porter import astutil, engine, program, registry
 from porter.rules import Finding, Position, Severity
 from porter.runner import Settings, UsageError, verify_output
 from porter.verify.mxnet_env import MXNetEnvError, mxnet_python
@@ -467,14 +467,18 @@ def port_package(
     jobs: int = 1,
     select: Sequence[str] = (),
     ignore: Sequence[str] = (),
+    whole_folder: bool = True,
 ) -> PackagePort:
     """Port ``source`` (a folder, or an importable package or module name) and everything it
     needs from itself and from other packages' model code to ``target`` under ``out``.
 
     ``include``: more modules to port along (dotted names, of the package or of another
     installed one), with their import closure. ``select``/``ignore``: rule codes, prefixes or
-    names, as ``porter migrate --select/--ignore``. Raises :class:`UsageError` for a source that
-    cannot be found, an unknown target, or an ``out`` that overlaps the sources.
+    names, as ``porter migrate --select/--ignore``. ``whole_folder`` False: a package selects
+    its ``__init__`` alone (with its import closure), not every module of its folder
+    (``porter migrate --with``: the modules a script uses, given as ``include``). Raises
+    :class:`UsageError` for a source that cannot be found, an unknown target, or an ``out``
+    that overlaps the sources.
     """
     if target not in registry.TARGETS:
         raise UsageError(f"unknown target {target!r}; known: {', '.join(registry.TARGETS)}")
@@ -500,7 +504,7 @@ def port_package(
         return name
 
     sel_name = local_name(selected)
-    if path.is_dir():
+    if path.is_dir() and whole_folder:
         files, _errors = iter_python_files([path])
         start = [_module_name(root, f) for f in files if f.suffix == ".py" and f.is_file()]
     else:
@@ -672,6 +676,57 @@ def port_package(
     followed = sorted(n for n, m in modules.items() if not m.selected)
     return PackagePort(top, out, target, modules, unsafe, sel_name, followed, sorted(external_tops), data_files,
                        sorted(unresolved))
+
+
+def used_modules(package: str, sources: Sequence[str]) -> list[str]:
+    """The modules of the installed ``package`` (a top-level name) that the scripts
+    ``sources`` (their text) import: ``import gluoncv.utils``, ``from gluoncv import
+    model_zoo`` (``gluoncv.model_zoo`` when it is a module), ``from gluoncv.data import
+    transforms``, and for ``import gluoncv as gcv`` the modules its attribute chains name
+    (``gcv.utils.TrainingHistory`` -> ``gluoncv.utils``); the package itself always (importing
+    a module runs it). Sorted. Raises :class:`UsageError` when the package cannot be found
+    (here, or in the MXNet venv) or is not a package."""
+    path, name, _env = resolve_source(package)
+    if "." in name or not path.is_dir() or not (path / "__init__.py").is_file():
+        raise UsageError(f"--with {package}: not a top-level package (a folder with __init__.py)")
+    layout = _Layout(name, path.parent)
+    used = {name}
+    for text in sources:
+        module = engine.parse(text)
+        bound: dict[str, str] = {}  # local name -> the module (or candidate) it is bound to
+        candidates: set[str] = set()
+        for node in astutil.walk(module, into_functions=True):
+            if isinstance(node, cst.Import):
+                for alias in node.names:
+                    full = _dotted(alias.name)
+                    candidates.update(_with_parents(full))
+                    local = _dotted(alias.asname.name) if alias.asname else full.split(".")[0]
+                    bound[local] = full if alias.asname else local
+            elif isinstance(node, cst.ImportFrom) and not node.relative and node.module is not None:
+                base = _dotted(node.module)
+                candidates.update(_with_parents(base))
+                if not isinstance(node.names, cst.ImportStar):
+                    for alias in node.names:
+                        full = f"{base}.{_dotted(alias.name)}"
+                        candidates.add(full)
+                        bound[_dotted(alias.asname.name) if alias.asname else _dotted(alias.name)] = full
+        for node in astutil.walk(module, into_functions=True):  # gcv.utils.TrainingHistory -> gluoncv.utils (a module)
+            if isinstance(node, cst.Attribute):
+                chain = _attribute_chain(node)
+                if chain and chain[0] in bound:
+                    candidates.update(_with_parents(".".join([bound[chain[0]], *chain[1:]])))
+        used.update(c for c in candidates if c.split(".")[0] == name and layout.file(c) is not None)
+    return sorted(used)
+
+
+def _attribute_chain(node: cst.BaseExpression) -> Optional[list[str]]:
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    return [node.value, *reversed(parts)]
 
 
 def _program_facts(target: str, found: dict) -> dict[str, program.ProgramFacts]:

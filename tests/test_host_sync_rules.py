@@ -129,3 +129,36 @@ def test_code_outside_a_step_is_not_touched():
     result = fix(source)
     assert not result.changed
     assert not [f for f in result.remaining if f.code.startswith("TX4")]
+
+
+COUNT_AFTER_LOOP = """
+import torch
+
+@torch.no_grad()
+def evaluate(model, loader):
+    {init}
+    for x, y in loader:
+        pred = model(x).argmax(dim=1)
+        correct += (pred == y).sum().item()
+        seen += y.size(0)
+    return correct / seen
+"""
+
+
+def test_a_count_started_in_a_multiple_assignment_is_read_back_with_int():
+    # `correct, seen = 0, 0` / `correct = seen = 0` / `correct: int = 0` start the count at an
+    # int literal as `correct = 0` does: int() gives what .item() gave, and 0 after no batches
+    for init in ("correct, seen = 0, 0", "seen, correct = (0, 0)", "correct = seen = 0",
+                 "[correct, seen] = [0, 0]", "seen = 0; correct: int = 0"):
+        out = fix(COUNT_AFTER_LOOP.format(init=init), unsafe=False).source
+        assert "correct += (pred == y).sum()\n" in out, init
+        assert "    correct = int(correct)\n" in out and "isinstance" not in out, (init, out)
+
+
+def test_a_count_unpacked_from_a_call_keeps_the_type_test():
+    # `correct, seen = start()`: the code does not show correct's type after no batches
+    out = fix(COUNT_AFTER_LOOP.format(init="correct, seen = start()"), unsafe=False).source
+    assert "correct += (pred == y).sum()\n" in out
+    assert "if isinstance(correct, torch.Tensor):" in out and "int(correct)" not in out
+    out = fix(COUNT_AFTER_LOOP.format(init="correct, *rest = 0, 0, 0; seen = 0"), unsafe=False).source
+    assert "int(correct)" not in out

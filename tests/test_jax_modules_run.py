@@ -1,7 +1,7 @@
 """Model definitions ported to Flax NNX compute what the originals compute (real torch, real JAX).
 
 For each model of tests/data/jax/models/ (MLP, LeNet-style CNN, ResNet-18, LSTM language
-model, Transformer classifier with padding masks, VAE, layer factories and builder functions, module classes reached through values, named children: nn.Sequential subclasses, OrderedDict, add_module, layers built with *args / **kwargs): the source is ported with the jax
+model, Transformer classifier with padding masks, VAE, layer factories and builder functions, module classes reached through values, named children: nn.Sequential subclasses, OrderedDict, add_module, layers built with *args / **kwargs; ModuleDict / ModuleList subclasses with their own forward, torch._assert, torch.fx.wrap, checkpointing and F.dropout in module code): the source is ported with the jax
 rules (what `porter migrate --to jax` runs), the port is executed, the original's torch
 weights are converted with the port's own `load_torch_state_dict`, and then
 
@@ -65,6 +65,7 @@ CASES = [
     Case("named_children.py", "Net()", _images((2, 3, 16, 20))),
     Case("block_values.py", "Net()", _images((2, 3, 16, 16))),
     Case("star_args.py", "Net()", _images((2, 3, 17, 15))),
+    Case("container_blocks.py", "Net()", _images((2, 3, 16, 12))),
     Case("vae.py", "VAE()", lambda rng: (rng.random((4, 1, 28, 28), dtype=np.float32),
                                         rng.standard_normal((4, 20)).astype(np.float32))),
 ]
@@ -182,3 +183,89 @@ def test_migrate_command_ports_the_models(tmp_path):
     assert proc.returncode in (0, 1), proc.stderr
     for case in CASES:
         assert (out / case.file).read_text() == port((MODELS / case.file).read_text())
+
+
+_DROPOUT = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def outside(x, p, training):
+    return F.dropout(x, p, training)
+
+
+class Drop(nn.Module):
+    def __init__(self, p):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        return F.dropout(x, p=self.p, training=self.training), torch.dropout(x, self.p, self.training)
+'''
+
+
+def test_functional_dropout_has_torchs_semantics():
+    """F.dropout in module code (JX107): torch's distribution and scaling in training, the
+    identity in eval mode and at p=0, zeros at p=1, torch's error outside [0, 1]; outside a
+    module the port raises where it would draw a mask (no key) and runs where it need not."""
+    ported = load("port_dropout", port(_DROPOUT))
+    assert "porter: manual" not in port(_DROPOUT)
+    x = np.arange(1, 20001, dtype=np.float32).reshape(100, 200) / 1000
+    for p in (0.2, 0.7):
+        m = ported.Drop(p, rngs=nnx.Rngs(0))
+        m.train()
+        for out in m(jnp.asarray(x)):
+            out = np.asarray(out)
+            kept = out != 0
+            assert abs(1 - kept.mean() - p) < 0.02, (p, kept.mean())  # 20,000 draws: 4 sigma < 0.013
+            np.testing.assert_allclose(out[kept], x[kept] / (1 - p), rtol=1e-6)
+        a, b = (np.asarray(o) for o in m(jnp.asarray(x)))
+        assert (a != 0).mean() != 1 and not np.array_equal(a != 0, b != 0)  # fresh keys each draw
+        m.eval()
+        for out in m(jnp.asarray(x)):
+            np.testing.assert_array_equal(np.asarray(out), x)
+    for p in (0.0, 1.0):  # no draw: the same values as torch's
+        expected = torch.nn.functional.dropout(torch.from_numpy(x), p, True).numpy()
+        for out in ported.Drop(p, rngs=nnx.Rngs(0))(jnp.asarray(x)):
+            np.testing.assert_array_equal(np.asarray(out), expected)
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        ported.Drop(1.5, rngs=nnx.Rngs(0))(jnp.asarray(x))
+    with pytest.raises(ValueError):
+        torch.nn.functional.dropout(torch.from_numpy(x), 1.5, True)
+    np.testing.assert_array_equal(np.asarray(ported.outside(jnp.asarray(x), 0.5, False)), x)
+    np.testing.assert_array_equal(np.asarray(ported.outside(jnp.asarray(x), 0.0, True)), x)
+    with pytest.raises(ValueError, match="PRNG key"):
+        ported.outside(jnp.asarray(x), 0.5, True)
+
+
+_FILLS = '''
+import torch
+import torch.nn as nn
+
+
+class Embed(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.pos = nn.Parameter(torch.empty(1, n).normal_(mean=1.0, std=0.5))
+        self.box = nn.Parameter(torch.zeros(n).uniform_(-2.0, 3.0))
+'''
+
+
+def test_fresh_random_fill_draws_torchs_distribution():
+    """torch.empty(shape).normal_(mean, std) / .uniform_(a, b) in __init__ (JX108): the same
+    shapes and distributions as torch's, from the module's rngs (different seeds: other numbers)."""
+    ported_source = port(_FILLS)
+    assert "porter: manual" not in ported_source
+    ported = load("port_fills", ported_source)
+    original = load("orig_fills", _FILLS)
+    n = 20000
+    t = original.Embed(n)
+    a, b = ported.Embed(n, rngs=nnx.Rngs(0)), ported.Embed(n, rngs=nnx.Rngs(1))
+    pos, box = np.asarray(a.pos[...]), np.asarray(a.box[...])
+    assert pos.shape == tuple(t.pos.shape) and box.shape == tuple(t.box.shape)
+    for mine, theirs in ((pos, t.pos.detach().numpy()), (box, t.box.detach().numpy())):
+        assert abs(mine.mean() - theirs.mean()) < 0.05 and abs(mine.std() - theirs.std()) < 0.03
+    assert abs(pos.mean() - 1.0) < 0.02 and abs(pos.std() - 0.5) < 0.02
+    assert box.min() >= -2.0 and box.max() < 3.0 and abs(box.mean() - 0.5) < 0.05
+    assert not np.array_equal(pos, np.asarray(b.pos[...]))  # drawn from the module's key stream

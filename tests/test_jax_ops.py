@@ -122,10 +122,13 @@ def test_JX101_reported_calls_keep_their_code_and_get_a_marker():
             return noise, y, idx
         """
     )
-    assert r.source.count("# porter: manual") == 3
-    assert "torch.randn(3)" in r.source and "F.dropout(x, 0.1, training=training)" in r.source
+    assert r.source.count("# porter: manual") == 2
+    assert "torch.randn(3)" in r.source and "torch.nonzero(x)" in r.source
+    # F.dropout outside a module is torch's dropout (JX107), which has no key there: said where it is
+    assert "torch_dropout(x, 0.1, training)" in r.source
+    assert any(f.code == "JX107" and "no PRNG key" in f.message for f in r.remaining)
     reasons = " ".join(f.message for f in r.remaining)
-    assert "PRNG key" in reasons and "dropout" in reasons and "static size" in reasons
+    assert "PRNG key" in reasons and "static size" in reasons
 
 
 @pytest.mark.parametrize(

@@ -47,6 +47,14 @@ def test_ragged_last_batch_fails_the_compile_budget():
     assert [s["compiles"] for s in health["steps"][:7]] == [1, 1, 0, 0, 0, 1, 0]
 
 
+def test_the_last_compared_step_is_judged_too():
+    # --steps 6 stops the port at its 6th step, the ragged batch: that step is a step like the
+    # others (not the script's end, whose record would also hold what ran after it)
+    code, report = verify("train_xla_ragged.py", 6)
+    assert code == 1 and report["status"] == "over-budget", report["summary"]
+    assert report["health"]["problems"] == ["1 compilation(s) after the 2 warm-up steps (at step 6; budget 0)"]
+
+
 @pytest.mark.parametrize("port", ["train_xla_fixed.py", "train_xla_closure.py"])
 def test_fixed_ports_pass(port):
     # drop_last=True in the port, --drop-last for the original: the same batches on both sides

@@ -188,6 +188,21 @@ _add("log_softmax", ("data", "axis", "temperature", "dtype", "use_length"), _sof
      [Case("OP(a)", {"a": (3, 4)}), Case("OP(a, axis=1)", {"a": (2, 3, 4)})])
 
 
+def _softmax_activation(b: Bound, t: str) -> str:
+    """The legacy SoftmaxActivation: mode="instance" (the default) is a softmax over the last
+    axis (measured in MXNet 1.9.1 on 3-D input too), mode="channel" over axis 1."""
+    _unknown(b)
+    mode = b.lit("mode", "instance")
+    if mode not in ("instance", "channel"):
+        raise Manual(f"mode={code(b.get('mode'))} is not a literal 'instance' or 'channel'")
+    return f"{t}.softmax({_x(b)}, dim={-1 if mode == 'instance' else 1})"
+
+
+_add("SoftmaxActivation", ("data", "mode"), _softmax_activation,
+     [Case("OP(a)", {"a": (3, 4)}), Case("OP(a)", {"a": (2, 3, 4)}), Case("OP(a, mode='channel')", {"a": (2, 3, 4)}),
+      Case("OP(data=a, mode='instance')", {"a": (2, 5)})])
+
+
 def _binary(op: str):
     def build(b: Bound, t: str) -> str:
         _unknown(b)
@@ -733,6 +748,23 @@ NPX_OPS: dict[str, Op] = {n: OPS[o] for n, o in (
 # Lookup
 # ----------------------------------------------------------------------------------------
 NAMESPACES = ("mxnet.nd", "mxnet.ndarray", "mxnet.sym", "mxnet.symbol")
+# calls of those namespaces that are not operators of the table: arrays made and synced by the
+# script rules (GL004-GL006, which report what they leave), the array type
+NOT_OPS = frozenset({"array", "arange", "ones", "zeros", "full", "empty", "random_normal", "random_uniform",
+                     "waitall", "NDArray"})
+# submodules of the NDArray API whose calls the script rules translate (GL005: mx.nd.random.*)
+_SUBMODULES_ELSEWHERE = ("random",)
+
+
+def submodule_op(qualname: str) -> Optional[str]:
+    """``mxnet.nd.contrib.box_nms`` (an operator of a submodule of the NDArray or Symbol API,
+    which the table does not cover) -> its name with the namespace normalised; else None."""
+    for ns in NAMESPACES:
+        if qualname.startswith(ns + "."):
+            parts = qualname[len(ns) + 1:].split(".")
+            if len(parts) >= 2 and parts[0] not in _SUBMODULES_ELSEWHERE and parts[-1][:1].isalpha():
+                return "mxnet.nd." + ".".join(parts) if ns.startswith("mxnet.nd") else qualname
+    return None
 TABLES = {"mxnet.nd": OPS, "mxnet.ndarray": OPS, "mxnet.sym": OPS, "mxnet.symbol": OPS,
           "mxnet.np": NP_OPS, "mxnet.numpy": NP_OPS, "mxnet.npx": NPX_OPS, "mxnet.numpy_extension": NPX_OPS}
 

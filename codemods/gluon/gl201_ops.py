@@ -29,8 +29,11 @@ class GluonOps(Rule):
     NDArray API has shape `(1,)` (`.reshape(1)`), `argmax` returns float indices, `concat`
     joins on axis 1 by default, `maximum(x, 0.0)` takes a scalar (`torch.clamp`). A call the
     table cannot write with the same semantics (a reshape `shape` that is not a literal, an
-    `axis` that is not a literal, `F.<op>` not in the table) is reported and its line marked
-    `# porter: manual`.
+    `axis` that is not a literal, `F.<op>` or `mx.nd.<op>` / `mx.np.<op>` not in the table, an
+    operator of a submodule such as `mx.nd.contrib` or `mx.nd.linalg`) is
+    reported and its line marked `# porter: manual`, so a port never keeps an MXNet call
+    silently. `mx.nd.SoftmaxActivation(x)` (the legacy softmax: over the last axis, or axis 1
+    with `mode="channel"`) is in the table.
 
     Array creation (`nd.zeros`, `nd.array`, `nd.random.*`, with their `ctx=`) is left to the
     script rules (GL0xx).
@@ -104,6 +107,24 @@ class GluonOps(Rule):
             """,
             title="a shape that is not a literal is left for a person (MXNet's special codes)",
         ),
+        Example(
+            """
+            from mxnet import nd
+
+            probs = [nd.SoftmaxActivation(out) for out in outputs]
+            boxes = nd.contrib.box_nms(dets)
+            best = nd.topk(probs[0], k=5)
+            """,
+            """
+            from mxnet import nd
+            import torch
+
+            probs = [torch.softmax(out, dim=-1) for out in outputs]
+            boxes = nd.contrib.box_nms(dets)  # porter: manual
+            best = nd.topk(probs[0], k=5)  # porter: manual
+            """,
+            title="an mx.nd operator outside the table is reported at its line",
+        ),
     ]
     valid = ["import torch\ny = torch.relu(x)\n", "import mxnet as mx\nx = mx.nd.zeros((2, 3))\n"]
 
@@ -118,6 +139,7 @@ class GluonOps(Rule):
             return
         name = None
         via_f = False
+        namespace = ""
         if fname is not None and isinstance(f.value, cst.Name) and f.value.value == fname:
             name, via_f = f.attr.value, True
         else:
@@ -125,14 +147,24 @@ class GluonOps(Rule):
             if q:
                 for ns, table in _ops_table.TABLES.items():
                     if q.startswith(ns + ".") and "." not in q[len(ns) + 1:]:
-                        name = q[len(ns) + 1:]
+                        name, namespace = q[len(ns) + 1:], ns
                         break
+                else:
+                    sub = _ops_table.submodule_op(q)
+                    if sub is not None:  # mx.nd.contrib.box_nms, mx.nd.linalg.gemm2: no table
+                        _model.report_manual(self, node, f"{_model.code(f)} ({sub}) is not in porter's MXNet op table: "
+                                             "write its torch counterpart by hand")
+                        return
         if name is None:
             return
         op = (_ops_table.OPS if via_f else table).get(name)
         if op is None:
             if via_f:
                 _model.report_manual(self, node, f"F.{name} is not in porter's MXNet op table")
+            elif not (namespace in _ops_table.NAMESPACES and name in _ops_table.NOT_OPS):
+                # mx.nd.<op> / mx.np.<op> outside the table: the port would still call MXNet
+                _model.report_manual(self, node, f"{_model.code(f)} ({namespace}.{name}) is not in porter's MXNet op table: "
+                                     "write its torch counterpart by hand")
             return
         torch, imports = _model.torch_name(self.ctx)
         try:

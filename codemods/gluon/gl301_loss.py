@@ -4,6 +4,7 @@ from typing import Optional
 
 import libcst as cst
 
+from porter import astutil
 from porter.context import dotted_name
 from porter.rules import Example, Fix, Rule, Severity
 
@@ -23,14 +24,25 @@ _DEFAULTS = {
     "axis": ("-1",), "sparse_label": ("True",), "from_logits": ("False",), "from_sigmoid": ("False",),
     "batch_axis": ("0",), "weight": ("None", "1", "1.0"),
 }
+# SoftmaxCrossEntropyLoss(sparse_label=False): the label holds class probabilities
+_SOFTMAX_CE = ("mxnet.gluon.loss.SoftmaxCrossEntropyLoss", "mxnet.gluon.loss.SoftmaxCELoss")
 
 
 def loss_objects(ctx) -> dict[str, str]:
-    """Names bound to a Gluon loss this rule translates -> its qualified name."""
+    """Names bound to a Gluon loss this rule translates -> how its calls are adapted
+    (``class_index``, ``probabilities``, ``per_sample``, ``half_per_sample``)."""
     key = ("gluon.losses", ctx.module)
     if key not in ctx.cache:
-        ctx.cache[key] = {n: q for n, q in sc.names_bound_to(ctx, _LOSSES).items() if _translatable(ctx, n)}
+        ctx.cache[key] = {n: _how(ctx, n, q) for n, q in sc.names_bound_to(ctx, _LOSSES).items() if _translatable(ctx, n)}
     return ctx.cache[key]
+
+
+def _how(ctx, name: str, qualname: str) -> str:
+    call = _ctor(ctx, name)
+    sparse = astutil.arg(call, "sparse_label") if call is not None else None
+    if qualname in _SOFTMAX_CE and sparse is not None and sc.code(sparse.value) == "False":
+        return "probabilities"
+    return _LOSSES[qualname][1]
 
 
 def _ctor(ctx, name: str) -> Optional[cst.Call]:
@@ -44,8 +56,11 @@ def _translatable(ctx, name: str) -> bool:
     call = _ctor(ctx, name)
     if call is None:
         return False
+    allowed = dict(_DEFAULTS)
+    if sc.call_name(ctx, call) in _SOFTMAX_CE:
+        allowed["sparse_label"] = ("True", "False")  # False: probability labels (torch takes them as float targets)
     for a in call.args:
-        if a.keyword is None or a.keyword.value not in _DEFAULTS or sc.code(a.value) not in _DEFAULTS[a.keyword.value]:
+        if a.keyword is None or a.keyword.value not in allowed or sc.code(a.value) not in allowed[a.keyword.value]:
             return False
     # every binding of the name is this constructor (no rebinding to something else)
     return sum(1 for n, _, _ in sc.assignments(ctx) if n == name) == 1
@@ -60,6 +75,7 @@ class GluonLoss(Rule):
     | Gluon | PyTorch | a call `loss_fn(pred, label)` |
     | --- | --- | --- |
     | `SoftmaxCrossEntropyLoss()` | `nn.CrossEntropyLoss(reduction="none")` | `loss_fn(pred, label.long())` (Gluon takes float class indices) |
+    | `SoftmaxCrossEntropyLoss(sparse_label=False)` | `nn.CrossEntropyLoss(reduction="none")` | `loss_fn(pred, torch.as_tensor(label, dtype=torch.float32))` (class probabilities: torch reads a float target as probabilities, and the JAX rules see them, `-sum(label * log_softmax(pred))` per sample as Gluon) |
     | `SigmoidBinaryCrossEntropyLoss()` | `nn.BCEWithLogitsLoss(reduction="none")` | `loss_fn(pred, label.reshape(pred.shape)).reshape(pred.shape[0], -1).mean(1)` |
     | `L2Loss()` | `nn.MSELoss(reduction="none")` | `(loss_fn(pred, label.reshape(pred.shape)) / 2).reshape(pred.shape[0], -1).mean(1)` |
     | `L1Loss()` | `nn.L1Loss(reduction="none")` | like `SigmoidBinaryCrossEntropyLoss` |
@@ -70,7 +86,7 @@ class GluonLoss(Rule):
     axis last (Gluon's `axis=-1`), torch at 1: the same for the (batch, classes) predictions
     of a classifier; a loss over more axes must be reshaped to two first.
 
-    Reported, not translated: non-default arguments (`sparse_label=False`, `from_logits`,
+    Reported, not translated: non-default arguments (`from_logits`,
     `from_sigmoid`, `weight`, `axis`), a call with `sample_weight`, a loss object used other
     than by calling it, and for the reshaping losses a prediction that is not a plain name
     (it is read twice).
@@ -127,6 +143,23 @@ class GluonLoss(Rule):
             from mxnet import gluon
 
             loss_fn = gluon.loss.SoftmaxCrossEntropyLoss(sparse_label=False)
+            loss = loss_fn(output, mixed_label)
+            """,
+            """
+            from mxnet import gluon
+            import torch
+            import torch.nn
+
+            loss_fn = torch.nn.CrossEntropyLoss(reduction="none")
+            loss = loss_fn(output, torch.as_tensor(mixed_label, dtype=torch.float32))
+            """,
+            title="probability labels (mixup, label smoothing): a float target",
+        ),
+        Example(
+            """
+            from mxnet import gluon
+
+            loss_fn = gluon.loss.SoftmaxCrossEntropyLoss(from_logits=True)
             """,
             None,
             title="non-default arguments: reported",
@@ -157,13 +190,24 @@ class GluonLoss(Rule):
         self.report(node, f"{sc.code(node.func)} -> torch.nn.{torch_loss}(reduction=\"none\") (per sample, as Gluon)",
                     Fix((self.replace(node, new),), imports=("torch.nn",)))
 
-    def _call(self, node: cst.Call, name: str) -> None:
-        _, how = _LOSSES[name]
+    def _call(self, node: cst.Call, how: str) -> None:
         positional = [a for a in node.args if a.keyword is None and not a.star]
         if len(positional) != 2 or len(node.args) != 2:
             self.report(node, "a Gluon loss called with sample_weight or keywords: translate by hand")
             return
         pred = positional[0].value
+        if how == "probabilities":
+
+            torch = sc.torch_name(self.ctx)
+
+            def build_float(u: cst.Call) -> cst.Call:
+                label = sc.code(u.args[1].value)
+                return u.with_changes(args=[u.args[0], u.args[1].with_changes(
+                    value=sc.expr(f"{torch}.as_tensor({label}, dtype={torch}.float32)"))])
+
+            self.report(node, "SoftmaxCrossEntropyLoss(sparse_label=False) takes class probabilities: a float32 target, "
+                        "which torch's CrossEntropyLoss reads as probabilities", Fix((self.replace(node, build_float),), imports=("torch",)))
+            return
         if how == "class_index":
 
             def build(u: cst.Call) -> cst.Call:

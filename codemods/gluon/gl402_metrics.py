@@ -13,8 +13,16 @@ _METRICS = {
     "mxnet.metric.CustomMetric": ("custom", "GluonCustomMetric", ("feval", "name")),
     "mxnet.metric.Perplexity": ("perplexity", "GluonPerplexity", ("ignore_label", "name")),
     "mxnet.metric.Loss": ("loss", "GluonLossMetric", ("name",)),
+    "mxnet.metric.TopKAccuracy": ("top_k", "GluonTopKAccuracy", ("top_k", "name")),
+    "mxnet.metric.MAE": ("mae", "GluonMAE", ("name",)),
+    "mxnet.metric.MSE": ("mse", "GluonMSE", ("name",)),
+    "mxnet.metric.RMSE": ("rmse", "GluonRMSE", ("name",)),
 }
-_IMPORTS = {"accuracy": (), "custom": (), "perplexity": ("torch", "math"), "loss": ()}
+_IMPORTS = {"accuracy": (), "custom": (), "perplexity": ("torch", "math"), "loss": (), "top_k": ("torch",),
+            "mae": ("torch",), "mse": (), "rmse": ("torch",)}
+# metrics whose positional arguments are their accepted keywords, in order
+_POSITIONAL_AS_KEYWORDS = ("mxnet.metric.Accuracy", "mxnet.metric.Loss", "mxnet.metric.TopKAccuracy",
+                           "mxnet.metric.MAE", "mxnet.metric.MSE", "mxnet.metric.RMSE")
 
 
 def _translatable(ctx, node: cst.Call, name: str) -> bool:
@@ -30,8 +38,12 @@ def _translatable(ctx, node: cst.Call, name: str) -> bool:
             return False
     if name == "mxnet.metric.CustomMetric" and len([a for a in node.args if a.keyword is None]) > 2:
         return False
-    if name in ("mxnet.metric.Accuracy", "mxnet.metric.Loss") and len([a for a in node.args if a.keyword is None]) > len(_METRICS[name][2]):
+    if name in _POSITIONAL_AS_KEYWORDS and len([a for a in node.args if a.keyword is None]) > len(_METRICS[name][2]):
         return False
+    if name == "mxnet.metric.TopKAccuracy":
+        top_k = astutil.arg(node, "top_k", 0)
+        if top_k is None or not isinstance(astutil.literal(top_k.value), int) or astutil.literal(top_k.value) < 2:
+            return False  # MXNet asserts top_k > 1; a computed k stays for a person
     return True
 
 
@@ -48,6 +60,8 @@ class GluonMetrics(Rule):
     | `mx.metric.Perplexity(ignore_label=None)` | `GluonPerplexity()`: negative log probabilities summed on the device |
     | `mx.metric.Loss()` | `GluonLossMetric()` |
     | `mx.metric.CustomMetric(feval, name=)` | `GluonCustomMetric(feval, name=)`: keeps the batches' tensors and applies `feval` to their numpy copies in `get()` |
+    | `mx.metric.TopKAccuracy(k)` | `GluonTopKAccuracy(k)`: labels among the k largest of `pred` (`torch.argsort(..., descending=True)[:, :k]`), counted on the device (name `top_k_accuracy_<k>`) |
+    | `mx.metric.MAE()`, `MSE()`, `RMSE()` | `GluonMAE()`, `GluonMSE()`, `GluonRMSE()`: each batch's mean (absolute or squared) error, RMSE's square-rooted, summed on the device and averaged over the batches |
 
     `update()` never reads a value back to the host, so a training step that updates a
     metric stays free of transfers on XLA; `get()` reads (`float(...)`), where the script
@@ -56,8 +70,9 @@ class GluonMetrics(Rule):
     form too), perplexity as `exp` of the mean negative log of the label's probability
     (clipped at 1e-10 as MXNet does).
 
-    Reported: other metrics (`TopKAccuracy`, `F1`, `MAE`, ...), `Perplexity` with an
-    `ignore_label`, and arguments the classes do not take.
+    `mx.gluon.metric.X` is the same as `mx.metric.X`. Reported: other metrics (`F1`, `MCC`,
+    `PearsonCorrelation`, ...), `Perplexity` with an `ignore_label`, `TopKAccuracy` whose
+    `top_k` is not a literal above 1, and arguments the classes do not take.
 
     ## Why
     MXNet's metrics call `asnumpy()` in every `update()`: on XLA that is a device-to-host
@@ -70,7 +85,7 @@ class GluonMetrics(Rule):
     code = "GL402"
     name = "gluon-metrics"
     target = "torch"
-    summary = "mx.metric.Accuracy/Perplexity/Loss/CustomMetric -> emitted classes that accumulate on the device"
+    summary = "mx.metric.Accuracy/TopKAccuracy/MAE/MSE/RMSE/Perplexity/Loss/CustomMetric -> emitted classes that accumulate on the device"
     severity = Severity.ERROR
     needs_text = ("metric",)
     needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
@@ -118,7 +133,7 @@ class GluonMetrics(Rule):
             """
             import mxnet as mx
 
-            metric = mx.metric.TopKAccuracy(5)
+            metric = mx.metric.F1()
             """,
             None,
             title="a metric porter does not emit: reported",
@@ -147,8 +162,8 @@ class GluonMetrics(Rule):
         if name is None or not name.startswith("mxnet.metric."):
             return
         if name not in _METRICS or not _translatable(self.ctx, node, name):
-            self.report(node, f"{sc.code(node.func)}: porter emits Accuracy, Perplexity(ignore_label=None), Loss and "
-                        "CustomMetric; write this metric by hand, accumulating on the device (no asnumpy in update)")
+            self.report(node, f"{sc.code(node.func)}: porter emits Accuracy, TopKAccuracy(k), MAE, MSE, RMSE, "
+                        "Perplexity(ignore_label=None), Loss and CustomMetric; write this metric by hand, accumulating on the device (no asnumpy in update)")
             return
         key, cls, _ = _METRICS[name]
 

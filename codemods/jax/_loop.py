@@ -518,21 +518,26 @@ with_manual_comment = astutil.with_manual_comment  # (stmt, code, reason): `# po
 
 
 DEVICE_WORDS = ("device", "dev")
+# names of a CUDA device number: `.to(gpu_id)`, `.to(self.local_rank)` (an int given to .to()
+# is a CUDA device; a dtype is never spelled so)
+ORDINAL_WORDS = ("gpu", "gpu_id", "device_id", "device_idx", "local_rank", "rank", "cuda_id")
 
 
 def is_device_expr(expr: cst.CSTNode, ctx: FileContext) -> bool:
     """``device``, ``args.device``, ``self.device``, ``x.device``, ``"cuda"``, ``"cuda:0"``,
-    ``"cpu"``, ``torch.device(...)``."""
+    ``"cpu"``, ``torch.device(...)``, and device numbers: ``0``, ``gpu_id``, ``args.local_rank``."""
     if isinstance(expr, cst.SimpleString):
         value = astutil.string_value(expr) or ""
         return value.split(":")[0] in ("cuda", "cpu")
+    if isinstance(expr, cst.Integer):
+        return True
     if isinstance(expr, cst.Call):
         return ctx.qualname(expr.func) == "torch.device"
     name = dotted_name(expr)
     if name is None:
         return False
     last = name.split(".")[-1].lower()
-    return last in DEVICE_WORDS or last.endswith("device") or last == "gpu"
+    return last in DEVICE_WORDS or last.endswith("device") or last in ORDINAL_WORDS
 
 
 def device_move(call: cst.CSTNode, ctx: FileContext) -> Optional[cst.CSTNode]:
@@ -553,6 +558,107 @@ def device_move(call: cst.CSTNode, ctx: FileContext) -> Optional[cst.CSTNode]:
         if a is not device and not (a.keyword is not None and a.keyword.value in ("non_blocking", "copy")):
             return None
     return call.func.value
+
+
+# calls a JAX port drops with their statement: CUDA's own RNG and cache (JAX has neither)
+CUDA_ONLY_CALLS = frozenset({
+    "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.cuda.empty_cache", "torch.cuda.set_device",
+    "torch.cuda.reset_peak_memory_stats", "torch.cuda.ipc_collect",
+})
+CUDA_SWITCH_PREFIXES = ("torch.backends.cudnn.", "torch.backends.cuda.matmul.", "torch.backends.cuda.")
+# calls a condition may make and still be dropped with its `if`: what they answer is all they do
+_QUERY_CALLS = frozenset({
+    "torch.cuda.is_available", "torch.cuda.device_count", "torch.backends.mps.is_available",
+    "torch.backends.mps.is_built", "torch.accelerator.is_available", "torch.cuda.is_bf16_supported",
+})
+
+
+def _no_calls(expr: cst.CSTNode, ctx: FileContext, allowed: frozenset = frozenset()) -> bool:
+    return not any(
+        (isinstance(n, cst.Call) and ctx.qualname(n.func) not in allowed)
+        or isinstance(n, (cst.Yield, cst.Await, cst.NamedExpr))
+        for n in astutil.walk(expr, into_functions=True)
+    )
+
+
+def _moves_itself(target: cst.CSTNode, value: cst.CSTNode, ctx: FileContext) -> bool:
+    """``x = x.cuda()`` / ``model = model.to(device)``: a name given its own device move."""
+    receiver = device_move(value, ctx)
+    return receiver is not None and isinstance(receiver, (cst.Name, cst.Attribute)) and code(receiver) == code(target)
+
+
+_DATA_PARALLEL = ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel",
+                  "torch.nn.parallel.data_parallel.DataParallel")
+
+
+def data_parallel_wrap(small: cst.CSTNode, ctx: FileContext) -> bool:
+    """``model = nn.DataParallel(model[, device_ids=...])``: the same module, its batches split
+    over the local GPUs (the port's jitted step runs on JAX's default device)."""
+    if not isinstance(small, cst.Assign) or len(small.targets) != 1 or not isinstance(small.value, cst.Call):
+        return False
+    call = small.value
+    if ctx.qualname(call.func) not in _DATA_PARALLEL or not call.args or call.args[0].keyword is not None:
+        return False
+    return code(call.args[0].value) == code(small.targets[0].target) and all(
+        _no_calls(a.value, ctx, _QUERY_CALLS) for a in call.args[1:])
+
+
+def places(node: cst.CSTNode, ctx: FileContext) -> bool:
+    """A device move or a DataParallel wrap somewhere in ``node``."""
+    return any(device_move(n, ctx) is not None or data_parallel_wrap(n, ctx) for n in astutil.walk(node))
+
+
+def placement_only(small: cst.CSTNode, ctx: FileContext) -> bool:
+    """A small statement whose whole effect is device placement or CUDA's own state, which the
+    JAX port drops (its batches become NumPy arrays where the loop body begins): `net.cuda()`,
+    `x = x.to(device)`, `x, y = x.cuda(), y.cuda()`, `model = nn.DataParallel(model)`,
+    `torch.cuda.manual_seed(s)`, `torch.backends.cudnn.benchmark = True`."""
+    if isinstance(small, cst.Expr):
+        value = small.value
+        receiver = device_move(value, ctx)
+        if receiver is not None:
+            return isinstance(receiver, (cst.Name, cst.Attribute))
+        return (isinstance(value, cst.Call) and ctx.qualname(value.func) in CUDA_ONLY_CALLS
+                and all(_no_calls(a.value, ctx) for a in value.args))
+    if not isinstance(small, cst.Assign) or len(small.targets) != 1:
+        return False
+    if data_parallel_wrap(small, ctx):
+        return True
+    target, value = small.targets[0].target, small.value
+    if (ctx.qualname(target) or "").startswith(CUDA_SWITCH_PREFIXES):
+        return _no_calls(value, ctx)
+    if isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple) and len(target.elements) == len(value.elements):
+        return all(not isinstance(e, cst.StarredElement) and not isinstance(v, cst.StarredElement)
+                   and _moves_itself(e.value, v.value, ctx) for e, v in zip(target.elements, value.elements))
+    return _moves_itself(target, value, ctx)
+
+
+def _block_placement_only(block: cst.BaseSuite, ctx: FileContext) -> bool:
+    statements = block.body if isinstance(block, cst.IndentedBlock) else [block]
+    return bool(statements) and all(
+        isinstance(stmt, (cst.SimpleStatementLine, cst.SimpleStatementSuite))
+        and all(isinstance(small, cst.Pass) or placement_only(small, ctx) for small in stmt.body)
+        for stmt in statements
+    )
+
+
+def placement_if(node: cst.CSTNode, ctx: FileContext) -> bool:
+    """``if use_cuda: model.cuda()`` / ``if args.cuda: x, y = x.cuda(), y.cuda()`` (an ``else`` of
+    the same kind allowed, no ``elif``): an ``if`` whose every branch only places on a device,
+    under a condition that only reads (names, attributes, comparisons, CUDA's availability
+    queries). The JAX port has nothing left to do in it: the whole statement goes."""
+    if not isinstance(node, cst.If) or isinstance(node.orelse, cst.If):
+        return False
+    if not _no_calls(node.test, ctx, _QUERY_CALLS) or not _block_placement_only(node.body, ctx):
+        return False
+    if node.orelse is not None and not _block_placement_only(node.orelse.body, ctx):
+        return False
+    return any(placement_only(n, ctx) for n in astutil.walk(node) if isinstance(n, cst.BaseSmallStatement))
+
+
+def in_placement_if(ctx: FileContext) -> bool:
+    """The current node lies in a `placement_if` (which goes whole)."""
+    return any(placement_if(anc, ctx) for anc in ctx.ancestors[:-1] if isinstance(anc, cst.If))
 
 
 def loop_targets(ctx: FileContext) -> set[str]:

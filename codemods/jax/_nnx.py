@@ -30,6 +30,8 @@ TORCH_MODULE = ("torch.nn.Module", "torch.nn.modules.module.Module")
 # `self.weight`, `self.eps`) -> the emitted NNX class keeping torch's attributes and names
 TORCH_LAYER_BASES = {"torch.nn.LayerNorm": "TorchLayerNormBase", "torch.nn.modules.normalization.LayerNorm": "TorchLayerNormBase"}
 TORCH_CONTAINER_BASES = {"torch.nn.Sequential": "TorchSequential", "torch.nn.modules.container.Sequential": "TorchSequential",
+                         "torch.nn.ModuleDict": "TorchModuleDict", "torch.nn.modules.container.ModuleDict": "TorchModuleDict",
+                         "torch.nn.ModuleList": "TorchModuleList", "torch.nn.modules.container.ModuleList": "TorchModuleList",
                          **TORCH_LAYER_BASES}
 NNX_MODULE = "flax.nnx.Module"
 literal = astutil.python_literal  # the NNX rules read any literal ast.literal_eval reads (dicts, sets too)
@@ -357,7 +359,8 @@ class RngsPlan:
         a method of the class that builds modules, super().__init__ of a subclass of a module
         class of the file, or a parameter annotated as a module class (``block: Type[BasicBlock]``)."""
         f = call.func
-        if any(a.star == "**" for a in call.args) and not (func in self.functions or has_param(func, "rngs")):
+        if any(a.star == "**" and _own_kwargs(a.value, func) for a in call.args) \
+                and not (func in self.functions or has_param(func, "rngs")):
             return False  # **kwargs passed on carry rngs (a factory's own callers give it)
         # (a function with its own rngs parameter took rngs out of its **kwargs: it passes it on)
         if dotted_name(f) in self.imported and not (isinstance(f, cst.Name) and f.value in self.classes):
@@ -365,12 +368,16 @@ class RngsPlan:
         if isinstance(f, cst.Name):
             if f.value in self.classes:
                 return self.class_takes_rngs(self.classes[f.value])
+            if cls is not None and _is_cls_param(f.value, func):
+                return self.class_takes_rngs(cls)  # `cls(config)` in a classmethod of a module class
             if any(g.name.value == f.value and c is None for g, c in self.functions.items()):
                 return True
             return self._module_parameter(f.value, func) or self.layer_factory(f.value, func, cls)
         if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value == "self" and cls is not None:
             name = f.attr.value
             return any(g.name.value == name and c is cls for g, c in self.functions.items())
+        if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and f.value.value in self.classes:
+            return f.attr.value in self.class_methods().get(f.value.value, ())  # `GPT.from_pretrained(...)`
         if isinstance(f, cst.Attribute) and f.attr.value in self.factory_attributes():
             return True  # a module class held by a value (`cnf.block(cnf, ...)`, `cfg.norm_layer(c)`)
         if isinstance(f, cst.Subscript) and isinstance(f.value, cst.Name) and self._factory_sequence(f.value.value, func):
@@ -383,6 +390,29 @@ class RngsPlan:
         ):
             return True  # the base's __init__ takes rngs (a class of the file, an emitted layer base)
         return False
+
+    def class_methods(self) -> dict[str, frozenset]:
+        """Class name -> its classmethods and staticmethods that take rngs once ported (they
+        build a model: ``GPT.from_pretrained(...)`` constructing ``GPT(config)`` or ``cls(config)``),
+        the class's own or inherited from a class of the file. A call through the class
+        (``Net.build(...)``) passes rngs to them."""
+        own: dict[str, set] = {}
+        for func, cls in self.functions.items():
+            if cls is not None and any(_decorator_name(d) in ("classmethod", "staticmethod") for d in func.decorators):
+                own.setdefault(cls.name.value, set()).add(func.name.value)
+        out: dict[str, frozenset] = {}
+        for name, cls in self.classes.items():
+            names, seen, todo = set(), set(), [cls]
+            while todo:
+                c = todo.pop()
+                if c.name.value in seen:
+                    continue
+                seen.add(c.name.value)
+                names |= own.get(c.name.value, set())
+                todo += [self.classes[b] for b in (dotted_name(x.value) for x in c.bases) if b in self.classes]
+            if names:
+                out[name] = frozenset(names)
+        return out
 
     def factory_attributes(self) -> frozenset:
         """Attribute names that hold a module class or a layer factory wherever the file's
@@ -640,6 +670,29 @@ def _rngs_functions(ctx: FileContext) -> dict:
     return rngs_plan(ctx).functions
 
 
+def _decorator_name(decorator: cst.Decorator) -> Optional[str]:
+    return dotted_name(decorator.decorator)
+
+
+def _own_kwargs(value: cst.BaseExpression, func: cst.FunctionDef) -> bool:
+    """``**value`` in ``func`` may be the function's own ``**kwargs`` passed on (anything but a
+    dict the function takes as a plain parameter, ``cls(**cfg)``, or builds itself)."""
+    if not isinstance(value, cst.Name):
+        return True
+    star = func.params.star_kwarg
+    if star is not None and star.name.value == value.value:
+        return True
+    return not any(p.name.value == value.value for p in [*func.params.posonly_params, *func.params.params,
+                                                          *func.params.kwonly_params])
+
+
+def _is_cls_param(name: str, func: cst.FunctionDef) -> bool:
+    """``name`` is the class parameter of ``func``, a classmethod."""
+    positional = [*func.params.posonly_params, *func.params.params]
+    return bool(positional) and positional[0].name.value == name and any(
+        _decorator_name(d) == "classmethod" for d in func.decorators)
+
+
 def _returns(func: cst.FunctionDef) -> bool:
     return any(isinstance(n, cst.Return) and n.value is not None for n in astutil.walk(func.body))
 
@@ -791,9 +844,12 @@ def init_name(qual: Optional[str]) -> Optional[str]:
 
 def handled_tree_walk(call: cst.Call, ctx) -> bool:
     """``self.modules()`` as the iterable of ``for m in ...`` and ``next(self.parameters())``:
-    translated by JX012 (JX090 leaves them alone)."""
+    translated by JX012; parameter counts (:func:`parameter_count`): JX022's (JX090 leaves
+    them alone)."""
     method = astutil.method_name(call)
     parent = ctx.ancestors[-2] if len(ctx.ancestors) > 1 else None
+    if parameter_count_call(call, ctx):
+        return True  # a parameter count: JX022's
     if method == "modules" and not call.args:
         return isinstance(parent, cst.For) and parent.iter is call and isinstance(parent.target, cst.Name)
     if method == "named_parameters" and not call.args:
@@ -803,6 +859,80 @@ def handled_tree_walk(call: cst.Call, ctx) -> bool:
         return isinstance(parent, cst.Arg) and isinstance(arg_parent, cst.Call) \
             and isinstance(arg_parent.func, cst.Name) and arg_parent.func.value == "next" and len(arg_parent.args) == 1
     return False
+
+
+_COUNT_METHODS = ("numel", "nelement")
+
+
+def parameter_count_call(call: cst.Call, ctx) -> bool:
+    """``call`` (the current node) is the ``M.parameters()`` of a :func:`parameter_count`."""
+    parent = ctx.ancestors[-2] if len(ctx.ancestors) > 1 else None
+    if not (isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is call):
+        return False
+    outer = ctx.ancestors[-5:-2] if isinstance(parent, cst.CompFor) else ()
+    return parameter_count(parent, tuple(reversed(outer)), ctx) is not None
+
+
+def parameter_count(loop, outer: tuple, ctx) -> Optional[tuple[str, list]]:
+    """``sum(p.numel() for p in M.parameters())`` (a generator or a list comprehension given to
+    ``sum``; ``for _, p in M.named_parameters()``; ``if p.requires_grad``; ``p.nelement()``,
+    ``torch.numel(p)``, ``p.size`` as JX102 writes ``numel``) or a loop adding them up
+    (``for p in M.parameters(): n += p.numel()``): a count of the model's parameter elements.
+    ``loop`` is the ``CompFor`` (``outer``: its comprehension, the ``Arg`` and the call holding
+    it, innermost first) or the ``For``. Gives the loop variable ``p`` and the ``if`` clauses
+    that only ask ``p.requires_grad`` (every nnx.Param of the port is trained), or None."""
+    call = loop.iter
+    if not isinstance(call, cst.Call) or call.args or astutil.method_name(call) not in ("parameters", "named_parameters"):
+        return None
+    target = loop.target
+    named = astutil.method_name(call) == "named_parameters"
+    if named:
+        if not (isinstance(target, cst.Tuple) and len(target.elements) == 2
+                and all(isinstance(e.value, cst.Name) for e in target.elements)):
+            return None
+        name, target = target.elements[0].value.value, target.elements[1].value  # type: ignore[attr-defined]
+    if not isinstance(target, cst.Name):
+        return None
+    handle = target.value
+    if isinstance(loop, cst.CompFor):
+        if len(outer) < 3 or loop.inner_for_in is not None:
+            return None
+        comp, arg, total = outer[:3]
+        if not (isinstance(comp, (cst.GeneratorExp, cst.ListComp)) and comp.for_in is loop and isinstance(arg, cst.Arg)
+                and isinstance(total, cst.Call) and isinstance(total.func, cst.Name) and total.func.value == "sum"
+                and len(total.args) == 1 and arg.star == "" and arg.keyword is None):
+            return None
+        grad_ifs = [c for c in loop.ifs if isinstance(c.test, cst.Attribute) and isinstance(c.test.value, cst.Name)
+                    and c.test.value.value == handle and c.test.attr.value == "requires_grad"]
+        scope = [comp.elt, *(c.test for c in loop.ifs if c not in grad_ifs)]
+    else:
+        if loop.orelse is not None or not all(
+                isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.AugAssign) and isinstance(x.operator, cst.AddAssign)
+                                                              for x in s.body) for s in loop.body.body):
+            return None
+        grad_ifs = []
+        scope = [x.value for s in loop.body.body for x in s.body]  # type: ignore[attr-defined]
+    if named and any(isinstance(n, cst.Name) and n.value == name for e in scope for n in astutil.walk(e, into_functions=True)):
+        return None  # the torch name is read: not a plain count
+    uses = counts = 0
+    for expr in scope:
+        for n in astutil.walk(expr, into_functions=True):
+            if isinstance(n, cst.Name) and n.value == handle:
+                uses += 1
+            elif isinstance(n, cst.Call) and not n.args and isinstance(n.func, cst.Attribute) \
+                    and n.func.attr.value in _COUNT_METHODS and isinstance(n.func.value, cst.Name) and n.func.value.value == handle:
+                counts += 1
+            elif isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "size":
+                uses += 1  # torch's p.size(): a shape, not a count
+            elif isinstance(n, cst.Call) and ctx.qualname(n.func) == "torch.numel" and len(n.args) == 1 \
+                    and isinstance(n.args[0].value, cst.Name) and n.args[0].value.value == handle:
+                counts += 1
+            elif isinstance(n, cst.Attribute) and n.attr.value == "size" and isinstance(n.value, cst.Name) \
+                    and n.value.value == handle:
+                counts += 1
+    if counts == 0 or uses != counts:
+        return None
+    return handle, grad_ifs
 
 
 def named_parameters_handle(loop: cst.For, ctx) -> Optional[str]:
@@ -853,9 +983,32 @@ def module_method(ctx) -> Optional[tuple[cst.ClassDef, cst.FunctionDef]]:
     return None
 
 
+def multinomial_args(call: cst.Call) -> Optional[tuple[cst.BaseExpression, cst.BaseExpression, bool]]:
+    """``torch.multinomial(input, num_samples, replacement=False)``: (input, num_samples,
+    replacement) when replacement is a literal (or absent) and nothing else is passed."""
+    positional = [a.value for a in call.args if a.keyword is None and not a.star]
+    keywords = {a.keyword.value: a.value for a in call.args if a.keyword is not None}
+    if any(a.star for a in call.args) or set(keywords) - {"input", "num_samples", "replacement"} or len(positional) > 3:
+        return None
+    names = ("input", "num_samples", "replacement")
+    bound = dict(zip(names, positional))
+    if set(bound) & set(keywords):
+        return None
+    bound.update(keywords)
+    if "input" not in bound or "num_samples" not in bound:
+        return None
+    replacement = literal(bound["replacement"]) if "replacement" in bound else False
+    if replacement not in (True, False):
+        return None
+    return bound["input"], bound["num_samples"], replacement
+
+
 def sampler(call: cst.Call, ctx) -> Optional[tuple[str, bool]]:
     """The translation of a torch sampling call JX014 ports inside a module method."""
-    spec = SAMPLERS.get(ctx.qualname(call.func) or "")
+    qual = ctx.qualname(call.func) or ""
+    if qual == "torch.multinomial" and module_method(ctx) is not None:
+        return ("multinomial", False) if multinomial_args(call) is not None else None
+    spec = SAMPLERS.get(qual)
     if spec is None or module_method(ctx) is None:
         return None
     if any(a.star or (a.keyword is not None and a.keyword.value not in ("dtype", "device", "requires_grad")) for a in call.args):
@@ -866,3 +1019,77 @@ def sampler(call: cst.Call, ctx) -> Optional[tuple[str, bool]]:
     elif len([a for a in call.args if a.keyword is None]) != 1:
         return None
     return spec
+
+
+# functional dropout (JX107): qualname -> the name of its training flag
+DROPOUTS = {"torch.nn.functional.dropout": "training", "torch.dropout": "train"}
+
+
+def dropout_call(call: cst.Call, ctx) -> Optional[dict]:
+    """The arguments of `F.dropout(input, p=0.5, training=True, inplace=False)` /
+    `torch.dropout(input, p, train)` as code ("input", "p", "training"; absent: torch's
+    default), and "module": the (class, method) the call is in (also inside a function nested
+    in the method: its `self` is the method's), else None. None when it is not such a call or
+    its arguments cannot be bound (a star argument, an unknown keyword)."""
+    flag = DROPOUTS.get(ctx.qualname(call.func) or "")
+    if flag is None or any(a.star for a in call.args):
+        return None
+    names = ["input", "p", flag, "inplace"]
+    bound: dict = {}
+    for i, a in enumerate(call.args):
+        if a.keyword is None:
+            if i >= len(names):
+                return None
+            bound[names[i]] = a.value
+        elif a.keyword.value in names:
+            bound[a.keyword.value] = a.value
+        else:
+            return None
+    if "input" not in bound:
+        return None
+    out = {"input": code(bound["input"]), "p": code(bound["p"]) if "p" in bound else "0.5",
+           "training": code(bound[flag]) if flag in bound else "True", "module": None}
+    cls = method = None
+    for anc in reversed(ctx.ancestors[:-1]):
+        if isinstance(anc, cst.Lambda):
+            return out
+        if isinstance(anc, cst.FunctionDef):
+            method = anc
+        elif isinstance(anc, cst.ClassDef):
+            cls = module_classes(ctx).get(anc.name.value)
+            if cls is anc and method is not None and method.name.value != "__init__" \
+                    and any(s is method for s in cls.body.body):
+                out["module"] = (cls, method)
+            return out
+    return out
+
+
+def stores_rngs(init: cst.FunctionDef) -> bool:
+    """`__init__` keeps its nnx.Rngs as `self.rngs` (JX014, JX107)."""
+    return f"self.{RNGS_STREAM} = " in code(init.body)
+
+
+def appended(text: str):
+    """An edit of a function body: `text` (one statement) appended as its last statement (a
+    body of only `pass` replaced)."""
+
+    def apply(body: cst.IndentedBlock) -> cst.IndentedBlock:
+        stmts = list(body.body)
+        if len(stmts) == 1 and isinstance(stmts[0], cst.SimpleStatementLine) and isinstance(stmts[0].body[0], cst.Pass):
+            stmts = []
+        return body.with_changes(body=[*stmts, cst.parse_statement(text)])
+
+    return apply
+
+
+# a fresh tensor filled with random numbers where a module is built (JX108)
+FRESH_TENSORS = ("torch.empty", "torch.zeros", "torch.ones", "jax.numpy.zeros", "jax.numpy.ones", "jax.numpy.empty")
+RANDOM_FILLS = {"normal_": ("mean", "std"), "uniform_": ("from", "to")}
+
+
+def fresh_random_fill(call: cst.Call, ctx) -> bool:
+    """`torch.empty(shape).normal_(...)` / `.uniform_(...)` (or on zeros / ones, torch's or
+    jnp's) in a function that has the module's rngs: JX108 draws it from them (JX102 leaves it)."""
+    f = call.func
+    return isinstance(f, cst.Attribute) and f.attr.value in RANDOM_FILLS and isinstance(f.value, cst.Call) \
+        and (ctx.qualname(f.value.func) or "") in FRESH_TENSORS and in_rngs_scope(ctx)

@@ -148,6 +148,7 @@ class Bound:
         self.is_method = False
         self.varargs = varargs or []
         self.used: set[str] = set()
+        self.float_target = False  # the target is known to be class probabilities (a loss module's calls say so)
 
     # module names, recorded for Fix.imports
     def _mod(self, module: str) -> str:
@@ -1192,7 +1193,7 @@ op("torch.is_tensor", "obj", lambda b: f"isinstance({b['obj']}, {b.jax}.Array)",
 op(".size", "input, dim", lambda b: f"{b.atom('input')}.shape[{b['dim']}]" if b.has("dim") else f"{b.atom('input')}.shape",
    "x.shape / x.shape[d]", "torch.Size is a tuple; so is x.shape",
    [Case("a.size()", a="f3,4"), Case("a.size(1)", a="f3,4"), Case("a.size(-1)", a="f3,4"), Case("a.size(dim=0)", a="f3,4")], shared=True)
-op([".dim", ".ndimension"], "input", lambda b: f"{b.atom('input')}.ndim", "x.ndim", cases=[Case("@(a)", a="f2,3,4")], shared=True)
+op([".dim", ".ndimension"], "input", lambda b: f"{b.atom('input')}.ndim", "x.ndim", cases=[Case("@(a)", a="f2,3,4")])
 op([".numel", ".nelement"], "input", lambda b: f"{b.atom('input')}.size", "x.size", cases=[Case("@(a)", a="f2,3,4")])
 op(".element_size", "input", lambda b: f"{b.atom('input')}.dtype.itemsize", "x.dtype.itemsize", cases=[Case("a.element_size()", a="f3")])
 op(".is_floating_point", "input", lambda b: f"{b.jnp}.issubdtype({b.atom('input')}.dtype, {b.jnp}.floating)",
@@ -1353,6 +1354,10 @@ for _n in (1, 2, 3):
        "(the last window starts inside the input or its left padding), dilation",
        [Case(f"F.max_pool{_n}d(a, 2)", a=_x), Case(f"F.max_pool{_n}d(a, 3, stride=2, padding=1, ceil_mode=True)", a=_x),
         Case(f"F.max_pool{_n}d(a, 2, 1, 0, 2)", a=_x), Case(f"F.max_pool{_n}d(a, 2, 3, 1, ceil_mode=True)", a=_x)])
+    # torch's own namespace spells the same op (no return_indices)
+    op(f"torch.max_pool{_n}d", "input, kernel_size, stride, padding, dilation, ceil_mode", _pool("max", _n, _MAX),
+       f"pool_nd(x, 'max', {_n}, kernel_size=..., ...)", f"as F.max_pool{_n}d",
+       [Case(f"torch.max_pool{_n}d(a, 2)", a=_x), Case(f"torch.max_pool{_n}d(a, 3, 2, 1, 1, True)", a=_x)])
     op(f"F.avg_pool{_n}d",
        "input, kernel_size, stride, padding, ceil_mode, count_include_pad" + (", divisor_override" if _n > 1 else ""),
        _pool("avg", _n, _AVG if _n > 1 else _AVG[:-1]), f"pool_nd(x, 'avg', {_n}, kernel_size=..., ...)",
@@ -1507,7 +1512,10 @@ op([".register_hook", ".retain_grad", ".requires_grad_"], "input, *args", None, 
    manual="autograd calls: gradients come from nnx.value_and_grad (wrt= filters choose what is trained); "
           "`loss.backward()` itself belongs to the training-loop rules", shared=True,
    cases=[Case("@(a)", a="f3")])
-op([".data_ptr", ".storage", ".share_memory_", ".pin_memory"], "input, *args", None, "-",
+op(".pin_memory", "input, device", lambda b: b["input"], "x",
+   "dropped: pinned host memory is for CUDA copies; the port's batches are host arrays the jitted step takes as they are",
+   [Case("a.pin_memory()", a="f3,4")])
+op([".data_ptr", ".storage", ".share_memory_"], "input, *args", None, "-",
    manual="storage and memory calls have no JAX counterpart", cases=[Case("@(a)", a="f3")])
 
 
@@ -1550,17 +1558,42 @@ def _opt(b: Bound, name: str) -> Optional[str]:
 _FLOAT_MAKERS = ("float", "double", "half", "softmax", "sigmoid", "log_softmax")
 
 
+def calls_with_float_targets(ctx: FileContext, name: str) -> bool:
+    """Whether the loss object bound to ``name`` (``criterion``, ``self.loss``) is called at
+    least once and every call passes a visibly float target (``criterion(out, soft.float())``)."""
+    calls = [n for n in astutil.walk(ctx.module, into_functions=True)
+             if isinstance(n, cst.Call) and _dotted(n.func) == name]
+    targets = []
+    for c in calls:
+        positional = [a for a in c.args if a.keyword is None and not a.star]
+        if len(positional) < 2:
+            return False
+        targets.append(positional[1].value)
+    return bool(targets) and all(_float_target(t, ctx) for t in targets)
+
+
 def _float_target(node: cst.CSTNode, ctx: FileContext) -> bool:
     """A target that is visibly a float tensor (class probabilities): `y.float()`,
-    `F.softmax(...)`, `jax.nn.softmax(...)`, `x.astype(jnp.float32)`, `y.to(torch.float32)`."""
+    `F.softmax(...)`, `jax.nn.softmax(...)`, `x.astype(jnp.float32)`, `y.to(torch.float32)`,
+    `torch.as_tensor(y, dtype=torch.float32)`."""
     if isinstance(node, cst.Call):
         if isinstance(node.func, cst.Attribute) and node.func.attr.value in _FLOAT_MAKERS + ("astype", "to"):
             if node.func.attr.value in ("astype", "to"):
                 return any((code(a.value).rsplit(".", 1)[-1] in ("float32", "float", "float64", "float16", "bfloat16")) for a in node.args)
             return True
         q = ctx.qualname(node.func) or ""
+        # torch.as_tensor(y, dtype=torch.float32); jnp.asarray(y, dtype=jnp.float32), which an
+        # inner edit may have written before the file imports jnp (by its spelling then)
+        if q in _FLOAT_CONVERSIONS or (not q and _dotted(node.func) in _FLOAT_CONVERSION_SPELLINGS):
+            dtype = astutil.arg(node, "dtype")
+            return dtype is not None and code(dtype.value).rsplit(".", 1)[-1] in _FLOAT_DTYPES
         return q.rsplit(".", 1)[-1] in ("softmax", "sigmoid", "smooth_labels")
     return False
+
+
+_FLOAT_CONVERSIONS = ("torch.as_tensor", "torch.tensor", "jax.numpy.asarray", "jax.numpy.array")
+_FLOAT_CONVERSION_SPELLINGS = ("jnp.asarray", "jnp.array")
+_FLOAT_DTYPES = ("float32", "float", "float64", "double", "float16", "half", "bfloat16")
 
 
 def _class_loss(kind: str):
@@ -1575,7 +1608,7 @@ def _class_loss(kind: str):
             if v != 0 and v != 0.0:
                 eps = b["label_smoothing"] if v is NOT_LITERAL else repr(v)
         w_cls = f"{_atom_text(w)}.reshape((-1,) + (1,) * ({xa}.ndim - 2))" if w else None
-        if kind == "ce" and _float_target(b.node("target"), b.ctx):
+        if kind == "ce" and (b.float_target or _float_target(b.node("target"), b.ctx)):
             if b.has("ignore_index"):
                 raise Manual("ignore_index= with class-probability targets: torch does not allow it either")
             t = y if eps is None else f"{_atom_text(y)} * (1 - {eps}) + {eps} / {xa}.shape[1]"
@@ -1686,7 +1719,8 @@ _LOSS_DEFS = [
       Case("@(a, y, weight=w, ignore_index=2, label_smoothing=0.2)", a="f8,5", y="i8:5", w="p5"),
       Case("@(a, y, ignore_index=0, label_smoothing=0.1, reduction='sum')", a="f8,5", y="i8:4"),
       Case("@(a, y)", a="f2,5,3", y="i2,3:5"), Case("@(a, y, label_smoothing=0.1, weight=w)", a="f2,5,3", y="i2,3:5", w="p5"),
-      Case("@(a, p.softmax(dim=1))", a="f4,5", p="f4,5"), Case("@(a, p.softmax(dim=1), label_smoothing=0.1, weight=w)", a="f4,5", p="f4,5", w="p5"),
+      Case("@(a, p.softmax(dim=1))", a="f4,5", p="f4,5"), Case("@(a, torch.as_tensor(p, dtype=torch.float32), reduction='none')", a="f4,5", p="u4,5"),
+      Case("@(a, p.softmax(dim=1), label_smoothing=0.1, weight=w)", a="f4,5", p="f4,5", w="p5"),
       Case("nn.CrossEntropyLoss()(a, y)", a="f4,5", y="i4:5"),
       Case("crit = nn.CrossEntropyLoss(ignore_index=0, label_smoothing=0.05); crit(a, y)", a="f6,5", y="i6:5")]),
     ("nll_loss", "input, target, weight, size_average, ignore_index, reduce, reduction", _class_loss("nll"),
@@ -1742,9 +1776,12 @@ for _fname, _sig, _builder, _target, _note, _mod, _msig, _cases in _LOSS_DEFS:
 LOSS_FUNCTIONS = {o.name: o for o in LOSSES}
 
 
-def build_loss_module(lm: LossModule, ctor: cst.Call, ctx: FileContext, call: Optional[cst.Call] = None):
+def build_loss_module(lm: LossModule, ctor: cst.Call, ctx: FileContext, call: Optional[cst.Call] = None,
+                      float_target: bool = False):
     """(code, modules) for an nn.<Loss>(...) instance: a lambda of (input, target), or, when
-    ``call`` applies the new instance at once (``nn.MSELoss()(a, b)``), the loss expression."""
+    ``call`` applies the new instance at once (``nn.MSELoss()(a, b)``), the loss expression.
+    ``float_target``: every call of the instance passes a visibly float target (class
+    probabilities for CrossEntropyLoss)."""
     kw = bind(ctor, lm.sig, ctx)
     args = dict(kw.args)
     if call is not None:
@@ -1754,6 +1791,7 @@ def build_loss_module(lm: LossModule, ctor: cst.Call, ctx: FileContext, call: Op
         args["input"] = cst.Name("input")
         args["target"] = cst.Name("target")
     b = Bound(ctx, args, keywords=frozenset(kw.args))
+    b.float_target = float_target
     body = lm.functional.build(b)
     if call is not None:
         return body, b.used
@@ -1927,6 +1965,17 @@ def in_data_pipeline(ctx: FileContext) -> bool:
     return False
 
 
+def data_function_names(ctx: FileContext) -> frozenset:
+    """The file's functions the input pipeline calls or is given (a DataLoader's collate_fn)."""
+    return _data_facts(ctx)[0]
+
+
+def data_node_ids(ctx: FileContext) -> frozenset:
+    """The ids of the input pipeline's own nodes (kept torch): the arguments of the file's
+    TensorDataset/DataLoader calls and the statements assigning the names they read."""
+    return _data_facts(ctx)[1]
+
+
 _DATA_CALLS = ("torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset",
                "torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader")
 
@@ -1960,8 +2009,8 @@ def _data_reads(ctx: FileContext, nodes, functions: frozenset, data_functions: s
                 for m in astutil.walk(a.value):
                     if isinstance(m, cst.Name):
                         read.add(m.value)
-                    if isinstance(m, cst.Call) and isinstance(m.func, cst.Name) and m.func.value in functions:
-                        data_functions.add(m.func.value)
+                        if m.value in functions:  # called (`TensorDataset(*make())`) or given (`collate_fn=pad`)
+                            data_functions.add(m.value)
     return read
 
 

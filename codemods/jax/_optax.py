@@ -903,9 +903,24 @@ def fold(ctx: FileContext, p: Plan):
     first = astutil.arg(p.call, "params", 0)
     if first is None:
         raise Manual("the optimizer's parameters are not given")
-    model = model_of(first.value)
+    call = implementation_kwargs(p.call, p.block, p.stmt) or p.call
+    groups = None
+    try:
+        model = model_of(first.value)
+    except Manual:
+        groups = decay_groups(ctx, call, p.block, p.stmt)
+        if groups is None:
+            raise
+        model = groups.model
     spec = OPTIMIZERS[p.qual]
-    b = bind(p.call, spec.sig, ctx)
+    b = bind(call, spec.sig, ctx)
+    if groups is not None:
+        if b.has("weight_decay"):
+            raise Manual("weight_decay= both per parameter group and for the optimizer")
+        if lr_written(ctx, p.target):
+            raise Manual("a learning rate set through param_groups of an optimizer with a decay mask is not ported")
+        if p.qual.endswith(".AdamW") or _flag(b, "decoupled_weight_decay"):
+            b.args["weight_decay"] = groups.weight_decay
     lr = b["lr"] if b.has("lr") else spec.default_lr
     sched_text = None
     lr_arg = lr
@@ -939,6 +954,9 @@ def fold(ctx: FileContext, p: Plan):
         if m_sched is not None:
             m_arg = m_sched if factor == "1" else f"lambda step: ({m_sched})(step // {factor})"
     tx = transformation(p.qual, b, lr_arg, scheduled=sched_text is not None, momentum=m_arg)
+    if groups is not None:
+        tx = _masked_decay(ctx, b, tx, groups)
+        used.add("jax")
     if sched_text is not None and found is None:
         raise Manual(f"porter cannot tell how many optimizer updates run per {p.scheduler_target}.step() "
                      "(optax counts updates): build the schedule by hand")
@@ -1097,3 +1115,243 @@ def hyperparams_path(ctx: FileContext, call: cst.Call) -> Optional[str]:
     if isinstance(tx, cst.Call) and isinstance(tx.func, cst.Call) and (ctx.qualname(tx.func.func) or "") == "optax.inject_hyperparams":
         return path
     return None
+
+
+# --------------------------------------------------------------------------------------
+# Parameter groups that differ only in weight decay, split by a predicate of the parameter
+# (nanoGPT's configure_optimizers: matrices decay, biases and norms do not)
+# --------------------------------------------------------------------------------------
+@dataclass
+class DecayGroups:
+    model: str  # the model whose parameters the groups split
+    weight_decay: cst.BaseExpression  # the decaying group's weight_decay
+    handle: str  # the predicate's parameter name
+    predicate: cst.BaseExpression  # true for the parameters that decay
+    named_sources: list  # the `M.named_parameters()` / `M.parameters()` calls the groups are built from
+    grad_filters: list  # (CompFor, CompIf) pairs asking `p.requires_grad`
+
+
+_COMPLEMENT = {cst.GreaterThanEqual: cst.LessThan, cst.LessThan: cst.GreaterThanEqual, cst.GreaterThan: cst.LessThanEqual,
+               cst.LessThanEqual: cst.GreaterThan, cst.Equal: cst.NotEqual, cst.NotEqual: cst.Equal}
+
+
+class _Assigns(dict):
+    """``name = value`` statements of a block before a statement: name -> the last value;
+    ``before(name, value)``: the value the name had when ``value`` was computed (``d = {... for
+    ... in d.items() if ...}`` reads the previous ``d``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.history: dict[str, list] = {}
+
+    def bind(self, name: str, value: cst.BaseExpression) -> None:
+        self[name] = value
+        self.history.setdefault(name, []).append(value)
+
+    def before(self, name: str, value: Optional[cst.BaseExpression]) -> Optional[cst.BaseExpression]:
+        values = self.history.get(name, [])
+        if value is not None and any(v is value for v in values):
+            i = next(i for i, v in enumerate(values) if v is value)
+            return values[i - 1] if i else None
+        return values[-1] if values else None
+
+
+def _assigns_before(block: cst.CSTNode, stmt: cst.CSTNode) -> _Assigns:
+    out = _Assigns()
+    for s in getattr(block, "body", ()):
+        if s is stmt:
+            break
+        if isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1 and isinstance(s.body[0], cst.Assign) \
+                and len(s.body[0].targets) == 1 and isinstance(s.body[0].targets[0].target, cst.Name):
+            out.bind(s.body[0].targets[0].target.value, s.body[0].value)
+    return out
+
+
+def implementation_kwargs(call: cst.Call, block: cst.CSTNode, stmt: cst.CSTNode) -> Optional[cst.Call]:
+    """``call`` without a ``**extra`` whose dict holds only implementation switches (``extra_args
+    = dict(fused=True) if use_fused else dict()``): the call as bind() can read it, or None."""
+    starred = [a for a in call.args if a.star == "**"]
+    if not starred:
+        return call
+    assigns = _assigns_before(block, stmt)
+    for a in starred:
+        value = assigns.get(a.value.value) if isinstance(a.value, cst.Name) else None
+        if value is None:
+            return None
+        keys: list = []
+        for n in astutil.walk(value, into_functions=True):
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "dict":
+                if any(x.keyword is None for x in n.args):
+                    return None
+                keys += [x.keyword.value for x in n.args]
+            elif isinstance(n, cst.Dict):
+                for el in n.elements:
+                    key = literal(el.key) if isinstance(el, cst.DictElement) else NOT_LITERAL
+                    if not isinstance(key, str):
+                        return None
+                    keys.append(key)
+        if not set(keys) <= set(_IGNORED):
+            return None
+        if not any(isinstance(n, (cst.Call, cst.Dict)) for n in astutil.walk(value)):
+            return None
+    args = [a for a in call.args if a.star != "**"]
+    if args:
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return call.with_changes(args=args)
+
+
+def decay_groups(ctx: FileContext, call: cst.Call, block: cst.CSTNode, stmt: cst.CSTNode) -> Optional[DecayGroups]:
+    """``torch.optim.X([{'params': decay, 'weight_decay': wd}, {'params': nodecay, 'weight_decay': 0.0}], ...)``
+    (the list inline or a name bound before), each group's list a comprehension over the model's
+    parameters (``[p for n, p in param_dict.items() if p.dim() >= 2]`` over ``param_dict = {pn: p for
+    pn, p in self.named_parameters()}``, possibly filtered on ``p.requires_grad``; or ``[p for p in
+    model.parameters() if ...]``) whose conditions are each other's negation and read only the
+    parameter: the groups, or None."""
+    first = astutil.arg(call, "params", 0)
+    if first is None:
+        return None
+    assigns = _assigns_before(block, stmt)
+    groups = first.value
+    if isinstance(groups, cst.Name):
+        groups = assigns.get(groups.value)
+    if not isinstance(groups, (cst.List, cst.Tuple)) or len(groups.elements) != 2:
+        return None
+    parsed = []
+    for el in groups.elements:
+        d = el.value
+        if isinstance(d, cst.Call) and isinstance(d.func, cst.Name) and d.func.value == "dict" \
+                and all(a.keyword is not None for a in d.args):
+            entries = {a.keyword.value: a.value for a in d.args}  # dict(params=..., weight_decay=...)
+        elif isinstance(d, cst.Dict) and all(isinstance(e, cst.DictElement) for e in d.elements):
+            entries = {literal(e.key): e.value for e in d.elements}
+        else:
+            return None
+        if set(entries) != {"params", "weight_decay"}:
+            return None
+        comp = entries["params"]
+        if isinstance(comp, cst.Name):
+            comp = assigns.get(comp.value)
+        if not isinstance(comp, cst.ListComp) or comp.for_in.inner_for_in is not None:
+            return None
+        parsed.append((comp, entries["weight_decay"]))
+    zero = [i for i, (_c, wd) in enumerate(parsed) if literal(wd) in (0, 0.0)]
+    if len(zero) != 1:
+        return None
+    decay, still = parsed[1 - zero[0]], parsed[zero[0]]
+    sides = []
+    for comp, _wd in (decay, still):
+        got = _group_source(comp, assigns)
+        if got is None:
+            return None
+        sides.append(got)
+    (model, handle, pred, sources, filters), (model2, handle2, pred2, sources2, filters2) = sides
+    if model != model2 or not _negations(pred, handle, pred2, handle2):
+        return None
+    return DecayGroups(model, decay[1], handle, pred, sources + sources2, filters + filters2)
+
+
+def _group_source(comp: cst.ListComp, assigns: dict):
+    """(model, the element's name, its condition, named_parameters() calls, requires_grad filters)
+    of ``[p for ... in <the model's parameters> if cond]``, or None."""
+    loop = comp.for_in
+    if not isinstance(comp.elt, cst.Name) or len(loop.ifs) != 1:
+        return None
+    handle = comp.elt.value
+    names = astutil.target_names(loop.target)
+    if isinstance(loop.target, cst.Tuple):
+        if len(loop.target.elements) != 2 or code(loop.target.elements[1].value) != handle:
+            return None
+    elif code(loop.target) != handle:
+        return None
+    pred = loop.ifs[0].test
+    read = {n.value for n in astutil.walk(pred, into_functions=True) if isinstance(n, cst.Name)}
+    if read & (set(names) - {handle}):
+        return None  # the condition reads the torch name: not ported
+    found = _parameter_source(loop.iter, assigns, tuple_target=isinstance(loop.target, cst.Tuple), depth=0)
+    if found is None:
+        return None
+    model, sources, filters = found
+    return model, handle, pred, sources, filters
+
+
+def _parameter_source(it: cst.BaseExpression, assigns: _Assigns, tuple_target: bool, depth: int, inside=None):
+    """``model.parameters()``, ``model.named_parameters()``, or ``d.items()`` of a dict built from
+    one by a comprehension (itself perhaps over another such dict, filtered on ``requires_grad``)."""
+    if depth > 3 or not isinstance(it, cst.Call) or it.args:
+        return None
+    method = astutil.method_name(it)
+    if method == "parameters" and not tuple_target:
+        return code(it.func.value), [it], []
+    if method == "named_parameters" and tuple_target:
+        return code(it.func.value), [it], []
+    if method == "items" and tuple_target and isinstance(it.func.value, cst.Name):
+        d = assigns.before(it.func.value.value, inside)
+        if not (isinstance(d, cst.DictComp) and d.for_in.inner_for_in is None and isinstance(d.for_in.target, cst.Tuple)
+                and len(d.for_in.target.elements) == 2 and code(d.key) == code(d.for_in.target.elements[0].value)
+                and code(d.value) == code(d.for_in.target.elements[1].value)):
+            return None
+        value = code(d.value)
+        filters = []
+        for c in d.for_in.ifs:
+            if isinstance(c.test, cst.Attribute) and code(c.test.value) == value and c.test.attr.value == "requires_grad":
+                filters.append((d.for_in, c))
+            else:
+                return None
+        inner = _parameter_source(d.for_in.iter, assigns, True, depth + 1, inside=d)
+        if inner is None:
+            return None
+        return inner[0], inner[1], inner[2] + filters
+    return None
+
+
+def _masked_decay(ctx: FileContext, b: Bound, tx: str, groups: DecayGroups) -> str:
+    """The transformation with the groups' weight decay applied where the decaying group's
+    condition holds: ``mask=`` of optax.adamw (decoupled), else torch's coupled decay as
+    ``optax.masked(optax.add_decayed_weights(wd), mask)`` chained before the update."""
+    jax, O = ctx.module_alias("jax"), b.optax
+    mask = f"lambda params: {jax}.tree.map(lambda {groups.handle}: {code(groups.predicate)}, params)"
+    if tx.startswith(f"{O}.adamw(") and tx.endswith(")"):
+        return f"{tx[:-1]}, mask={mask})"
+    return f"{O}.chain({O}.masked({O}.add_decayed_weights({code(groups.weight_decay)}), {mask}), {tx})"
+
+
+def decay_group_parts(ctx: FileContext) -> dict:
+    """id of each ``M.named_parameters()`` call and ``requires_grad`` filter the file's decay
+    groups (:func:`decay_groups`) are built from -> the model's name (JX201 rewrites them
+    with its optimizer; JX090 leaves them alone)."""
+    key = ("optax.decay_group_parts",)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    out: dict[int, str] = {}
+    for p in plans(ctx):
+        call = implementation_kwargs(p.call, p.block, p.stmt) or p.call
+        g = decay_groups(ctx, call, p.block, p.stmt)
+        if g is not None:
+            out.update({id(c): g.model for c in g.named_sources})
+            out.update({id(f): g.model for _loop, f in g.grad_filters})
+    ctx.cache[key] = out
+    return out
+
+
+def named_arrays(ctx: FileContext, model: str, source: Optional[cst.Call] = None) -> cst.BaseExpression:
+    """(name, nnx.Param) pairs of the model's parameters for ``model.named_parameters()``: the
+    names are NNX paths (``h.0.attn.c_attn.kernel``); the arrays alone for ``model.parameters()``."""
+    nnx = ctx.module_alias("flax.nnx")
+    if source is not None and astutil.method_name(source) == "parameters":
+        return cst.parse_expression(f"{ctx.module_alias('jax')}.tree.leaves({nnx}.state({model}, {nnx}.Param))")
+    return cst.parse_expression(f"(('.'.join(map(str, k)), v) for k, v in {nnx}.to_flat_state({nnx}.state({model}, {nnx}.Param)))")
+
+
+def _negations(a: cst.BaseExpression, ha: str, b: cst.BaseExpression, hb: str) -> bool:
+    """``a`` (over ``ha``) and ``b`` (over ``hb``) are each other's negation."""
+    if ha != hb:
+        return False
+    ta, tb = code(a), code(b)
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, cst.UnaryOperation) and isinstance(x.operator, cst.Not) and code(x.expression) in (code(y), f"({code(y)})"):
+            return True
+    if isinstance(a, cst.Comparison) and isinstance(b, cst.Comparison) and len(a.comparisons) == len(b.comparisons) == 1:
+        oa, ob = a.comparisons[0], b.comparisons[0]
+        return code(a.left) == code(b.left) and code(oa.comparator) == code(ob.comparator) \
+            and _COMPLEMENT.get(type(oa.operator)) is type(ob.operator)
+    return ta == f"not {tb}" or tb == f"not {ta}"

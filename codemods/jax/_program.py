@@ -59,13 +59,15 @@ def imported_models(ctx: FileContext) -> frozenset:
     key = ("program.imported_models",)
     if key in ctx.cache:
         return ctx.cache[key]
-    out: set[str] = {n for n in rngs_callables(ctx) if "." not in n}
+    out: set[str] = set(rngs_callables(ctx))
     path = Path(ctx.path) if ctx.path and not ctx.path.startswith("<") else None
     if path is not None and path.is_file():
         for stmt in ctx.module.body:
             for small in getattr(stmt, "body", ()) if isinstance(stmt, cst.SimpleStatementLine) else ():
                 if isinstance(small, cst.ImportFrom):
                     out |= _names_from_files(small, path.parent)
+                elif isinstance(small, cst.Import):
+                    out |= _module_names_from_files(small, path.parent)
     ctx.cache[key] = frozenset(out)
     return ctx.cache[key]
 
@@ -115,9 +117,26 @@ def _names_from(node: cst.ImportFrom, folder: Path, depth: int, seen: dict, look
     got = set()
     for alias in node.names:
         name = dotted_name(alias.name)
-        if name in models:
-            got.add(dotted_name(alias.asname.name) if alias.asname else name)
+        local = dotted_name(alias.asname.name) if alias.asname else name
+        for n in models:
+            if n == name or n.startswith(name + "."):  # a class and its methods (`Net.build`)
+                got.add(local + n[len(name):])
     return got
+
+
+def _module_names_from_files(node: cst.Import, folder: Path, of=None) -> frozenset:
+    """``import model`` / ``import pkg.model as m`` of a file of the tree: the names found in that
+    file (:func:`_names_from`'s ``of``), spelled through the module (``model.Net``, ``m.Net``)."""
+    out: set[str] = set()
+    for alias in node.names:
+        full = dotted_name(alias.name)
+        if full is None:
+            continue
+        local = dotted_name(alias.asname.name) if alias.asname else full
+        # the file `import a.b` binds is the one `from a.b import *` reads
+        stmt = cst.ImportFrom(module=cst.parse_expression(full), names=cst.ImportStar())
+        out |= {f"{local}.{n}" for n in _names_from_files(stmt, folder, of=of)}
+    return frozenset(out)
 
 
 def _models_of(module: cst.Module, path: Path, depth: int, seen: dict, looked: Optional[list] = None) -> set:
@@ -217,6 +236,8 @@ def rngs_callables(ctx: FileContext) -> frozenset:
             for small in getattr(stmt, "body", ()) if isinstance(stmt, cst.SimpleStatementLine) else ():
                 if isinstance(small, cst.ImportFrom):
                     out |= _names_from_files(small, path.parent, of=_constructors_of)
+                elif isinstance(small, cst.Import):
+                    out |= _module_names_from_files(small, path.parent, of=_constructors_of)
     ctx.cache[key] = frozenset(out)
     return ctx.cache[key]
 
@@ -240,6 +261,7 @@ def _constructors_of(module: cst.Module, path: Path, depth: int, seen: dict, loo
         plan = _nnx.RngsPlan(FileContext(module, str(path)))
         names = {c for c, cls in plan.classes.items() if plan.class_takes_rngs(cls)}
         names |= {f.name.value for f, cls in plan.functions.items() if cls is None}
+        names |= {f"{c}.{m}" for c, methods in plan.class_methods().items() for m in methods}
     return names | imported
 
 

@@ -159,8 +159,9 @@ class NnxWeightInit(Rule):
             return
         method = astutil.method_name(node)
         receiver = getattr(node.func, "value", None)
-        if not (isinstance(receiver, cst.Name) and receiver.value == "self") or not handled_tree_walk(node, self.ctx):
-            return
+        if not (isinstance(receiver, cst.Name) and receiver.value == "self") or not handled_tree_walk(node, self.ctx) \
+                or _nnx.parameter_count_call(node, self.ctx):
+            return  # (a parameter count is JX022's)
         nnx = _nnx.nnx_name(self.ctx)
         if method == "modules":
             loop = self.ctx.ancestors[-2]

@@ -22,6 +22,11 @@ class NnxModuleRandom(Rule):
       `torch.rand_like(x)` -> `jax.random.uniform(self.rngs.noise(), x.shape, x.dtype)`,
       `torch.randn(n, d)` / `torch.rand(n, d)` -> `jax.random.normal/uniform(self.rngs.noise(), (n, d))`
       (`dtype=` kept, `device=` dropped);
+    - `torch.multinomial(probs, n)` (a sampling loop's `generate`) -> the `n` largest of
+      `jnp.log(probs)` plus Gumbel noise (`jax.lax.top_k(...)[1]`: `n` distinct indices, drawn
+      as torch's sequential draws without replacement are), and with `replacement=True`
+      `n` draws of `jax.random.categorical` on the last axis; unnormalised weights as torch
+      takes them;
     - `__init__` keeps its `rngs` (`self.rngs = rngs`, its last statement), so every call
       draws a fresh key from the `noise` stream (the `default` stream when the model was
       built with `nnx.Rngs(seed)`).
@@ -43,9 +48,9 @@ class NnxModuleRandom(Rule):
     local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "nnx-module-random"
     target = "jax"
-    summary = "torch.randn_like / rand_like / randn / rand in a module method -> jax.random with the module's nnx.Rngs"
+    summary = "torch.randn_like / rand_like / randn / rand / multinomial in a module method -> jax.random with the module's nnx.Rngs"
     severity = Severity.ERROR
-    needs_text = ("randn", "rand")
+    needs_text = ("randn", "rand", "multinomial")
     examples = [
         Example(
             """
@@ -77,6 +82,36 @@ class NnxModuleRandom(Rule):
                     return mu + eps * std
             """,
         ),
+        Example(
+            """
+            import torch
+            from flax import nnx
+
+            class LM(nnx.Module):
+                def __init__(self, *, rngs: nnx.Rngs):
+                    self.head = nnx.Linear(4, 10, rngs=rngs)
+
+                def sample(self, h):
+                    probs = jax.nn.softmax(self.head(h), axis=-1)
+                    return torch.multinomial(probs, num_samples=1)
+            """,
+            """
+            import torch
+            from flax import nnx
+            import jax
+            import jax.numpy as jnp
+
+            class LM(nnx.Module):
+                def __init__(self, *, rngs: nnx.Rngs):
+                    self.head = nnx.Linear(4, 10, rngs=rngs)
+                    self.rngs = rngs
+
+                def sample(self, h):
+                    probs = jax.nn.softmax(self.head(h), axis=-1)
+                    return jax.lax.top_k(jnp.log(probs) + jax.random.gumbel(self.rngs.noise(), probs.shape, probs.dtype), 1)[1]
+            """,
+            title="torch.multinomial: the Gumbel-top-k draw",
+        ),
     ]
     valid = [
         "import torch\nnoise = torch.randn(3)\n",
@@ -93,6 +128,36 @@ class NnxModuleRandom(Rule):
             return
         cls, _ = _method(self.ctx)
         fn, shaped = spec
+        jax = self.ctx.module_alias("jax")
+        if fn == "multinomial":
+            new = self._multinomial(node, jax)
+        else:
+            new = self._draw(node, fn, shaped, jax)
+        edits = [Edit(node, new)]
+        init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
+        if init is not None and not _nnx.stores_rngs(init) and id(init) not in self._stored:
+            self._stored.add(id(init))
+            edits.append(Edit(init.body, _nnx.appended(f"self.{STREAM} = rngs")))
+        self.report(node, f"{_nnx.code(node.func)}: random numbers from the module's nnx.Rngs (self.{STREAM})",
+                    Fix(tuple(edits), imports=("jax", "jax.numpy") if fn == "multinomial" else ("jax",)))
+
+    def _multinomial(self, node: cst.Call, jax: str) -> cst.BaseExpression:
+        """torch.multinomial(p, n): without replacement, the n largest of log p + Gumbel noise (the
+        Gumbel-top-k draw: n indices in the order sequential draws without replacement give);
+        with replacement, n categorical draws moved to the last axis."""
+        probs, n, replacement = _nnx.multinomial_args(node)
+        jnp = self.ctx.module_alias("jax.numpy")
+        raw = _nnx.code(probs)
+        p = raw if isinstance(probs, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) else f"({raw})"
+        key = f"self.{STREAM}.noise()"
+        if replacement:
+            text = (f"{jnp}.moveaxis({jax}.random.categorical({key}, {jnp}.log({raw}), axis=-1, "
+                    f"shape=({_nnx.code(n)}, *{p}.shape[:-1])), 0, -1)")
+        else:
+            text = f"{jax}.lax.top_k({jnp}.log({raw}) + {jax}.random.gumbel({key}, {p}.shape, {p}.dtype), {_nnx.code(n)})[1]"
+        return cst.parse_expression(text)
+
+    def _draw(self, node: cst.Call, fn: str, shaped: bool, jax: str) -> cst.BaseExpression:
         positional = [a for a in node.args if a.keyword is None]
         dtype = next((a.value for a in node.args if a.keyword is not None and a.keyword.value == "dtype"), None)
         if shaped:
@@ -110,15 +175,7 @@ class NnxModuleRandom(Rule):
             src = _nnx.code(positional[0].value)
             src = src if isinstance(positional[0].value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) else f"({src})"
             args = [f"{src}.shape", self._dtype(dtype) if dtype is not None else f"{src}.dtype"]
-        jax = self.ctx.module_alias("jax")
-        new = cst.parse_expression(f"{jax}.random.{fn}(self.{STREAM}.noise(), {', '.join(args)})")
-        edits = [Edit(node, new)]
-        init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
-        if init is not None and not _stores_rngs(init) and id(init) not in self._stored:
-            self._stored.add(id(init))
-            edits.append(Edit(init.body, _append(f"self.{STREAM} = rngs")))
-        self.report(node, f"{_nnx.code(node.func)}: random numbers from the module's nnx.Rngs (self.{STREAM})",
-                    Fix(tuple(edits), imports=("jax",)))
+        return cst.parse_expression(f"{jax}.random.{fn}(self.{STREAM}.noise(), {', '.join(args)})")
 
     def _dtype(self, node: cst.BaseExpression) -> str:
         from ._ops_table import DTYPES
@@ -128,16 +185,3 @@ class NnxModuleRandom(Rule):
             return DTYPES[q].replace("jnp.", self.ctx.module_alias("jax.numpy") + ".")
         return _nnx.code(node)
 
-
-def _stores_rngs(init: cst.FunctionDef) -> bool:
-    return f"self.{STREAM} = " in _nnx.code(init.body)
-
-
-def _append(text: str):
-    def apply(body: cst.IndentedBlock) -> cst.IndentedBlock:
-        stmts = list(body.body)
-        if len(stmts) == 1 and isinstance(stmts[0], cst.SimpleStatementLine) and isinstance(stmts[0].body[0], cst.Pass):
-            stmts = []
-        return body.with_changes(body=[*stmts, cst.parse_statement(text)])
-
-    return apply

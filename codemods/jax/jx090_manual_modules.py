@@ -7,7 +7,7 @@ import libcst as cst
 from porter import astutil
 from porter.rules import Example, Fix, Rule, Severity
 
-from . import _layers, _nnx
+from . import _layers, _nnx, _optax
 from ._nnx import handled_tree_walk
 
 
@@ -127,6 +127,7 @@ class ManualModule(Rule):
         elif (
             method in _TREE_METHODS and isinstance(node.func.value, cst.Name) and node.func.value.value == "self"  # type: ignore[attr-defined]
             and _nnx.enclosing_module_class(self.ctx) is not None and not handled_tree_walk(node, self.ctx)
+            and id(node) not in _optax.decay_group_parts(self.ctx)  # an optimizer's decay groups: JX201's
             and not (method == "apply" and len(node.args) == 1 and _nnx.apply_init_target(self.ctx, node.args[0].value))
         ):
             self._manual(node, f"self.{method}(): nn.Module's tree walks have no NNX method of that name "

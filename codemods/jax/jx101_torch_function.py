@@ -5,7 +5,7 @@ from porter.rules import Edit, Example, Fix, Rule, Severity, module_fact
 
 from . import _loop as lp
 from . import _ops_table as ops
-from ._nnx import sampler
+from ._nnx import dropout_call, sampler
 
 
 class TorchFunction(Rule):
@@ -198,6 +198,8 @@ class TorchFunction(Rule):
             return
         if o.manual and sampler(node, self.ctx) is not None:
             return  # random numbers in a module method: JX014, from the module's nnx.Rngs
+        if o.manual and dropout_call(node, self.ctx) is not None:
+            return  # F.dropout: JX107 (torch_dropout)
         if o.manual and self._host_noise(node):
             return
         if o.manual and self._host_draw(node):

@@ -3,6 +3,7 @@ import libcst as cst
 from porter.rules import Example, Rule, Severity
 
 from . import _ops_table as ops
+from ._nnx import fresh_random_fill
 
 
 class TensorMethod(Rule):
@@ -153,4 +154,6 @@ class TensorMethod(Rule):
         o = ops.method_op(node, self.ctx)
         if o is None or ops.in_data_pipeline(self.ctx):
             return
+        if o.manual and fresh_random_fill(node, self.ctx):
+            return  # a fresh tensor's random fill where a module is built: JX108, from the module's rngs
         ops.port_call(self, node, o, node.func.value)

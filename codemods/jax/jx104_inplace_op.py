@@ -15,8 +15,11 @@ class InplaceOp(Rule):
     `x.clamp_(0, 1)` -> `x = jnp.clip(x, min=0, max=1)`. The in-place methods torch has for the op table's
     methods are covered (docs/jax-ops.md counts them), plus `zero_`, `fill_` and `copy_`.
 
-    An in-place call on anything but a plain name (`self.buf.mul_(0.9)`, `p.data.add_(g)`,
-    `x[i].add_(1)`) or whose result is used (`y = x.add_(1)`) is marked `# porter: manual`
+    A slice of a plain name (`x[a:b].zero_()`, `x[:, 0].add_(1)`: basic indexing, a view in
+    torch) is updated through `.at`: `x = x.at[a:b].set(jnp.zeros_like(x[a:b]))`.
+
+    An in-place call on anything else (`self.buf.mul_(0.9)`, `p.data.add_(g)`, `x[i].add_(1)`
+    with an index that may be a tensor, a copy in torch) or whose result is used (`y = x.add_(1)`) is marked `# porter: manual`
     and reported: it mutates storage that other names share, which JAX arrays never do; the
     port needs an `nnx.Variable` update (`self.buf.value = ...`) or `x.at[i].add(1)`.
 
@@ -76,6 +79,30 @@ class InplaceOp(Rule):
             """,
             title="in-place update of an attribute: marked for a manual port",
         ),
+        Example(
+            """
+            import torch
+
+            def attention(qkv_bias, x, i, n):
+                qkv_bias[n : 2 * n].zero_()
+                x[:, 0].add_(1.0)
+                x[..., -1].fill_(2.0)
+                x[i].zero_()
+                return qkv_bias, x
+            """,
+            """
+            import torch
+            import jax.numpy as jnp
+
+            def attention(qkv_bias, x, i, n):
+                qkv_bias = qkv_bias.at[n : 2 * n].set(jnp.zeros_like(qkv_bias[n : 2 * n]))
+                x = x.at[:, 0].set(x[:, 0] + 1.0)
+                x = x.at[..., -1].set(jnp.full_like(x[..., -1], 2.0))
+                x[i].zero_()  # porter: manual
+                return qkv_bias, x
+            """,
+            title="a slice of a plain name (a view in torch) through .at; an index that may be a tensor is left",
+        ),
     ]
     valid = [
         "import torch\nimport torch.nn as nn\nnn.init.xavier_uniform_(w)\n",
@@ -99,6 +126,9 @@ class InplaceOp(Rule):
         if isinstance(recv, cst.Call) and isinstance(recv.func, cst.Attribute) and recv.func.attr.value in ops.INPLACE:
             return  # the inner in-place call of a chain reports the line
         what = f"x.{func.attr.value}(...)"
+        if _basic_slice_of_name(recv) and isinstance(parent, cst.Expr) and isinstance(stmt, cst.SimpleStatementLine):
+            self._slice_update(node, parent, o, recv, what)
+            return
         if not (isinstance(recv, cst.Name) and isinstance(parent, cst.Expr) and isinstance(stmt, cst.SimpleStatementLine)):
             ops.report_manual(
                 self, node,
@@ -120,3 +150,41 @@ class InplaceOp(Rule):
             text = f"{ops.atom(astutil.parse_expression(text))}.astype({recv.value}.dtype)"
         new = cst.Assign([cst.AssignTarget(cst.Name(recv.value))], astutil.parse_expression(text))
         self.report(node, f"{what}: JAX arrays are immutable: {recv.value} = {text}", Fix((self.replace(parent, new),), imports=tuple(sorted(used))))
+
+    def _slice_update(self, node: cst.Call, parent: cst.Expr, o, recv: cst.Subscript, what: str) -> None:
+        """`x[a:b].zero_()` on a plain name -> `x = x.at[a:b].set(jnp.zeros_like(x[a:b]))`."""
+        try:
+            text, used = ops.build(o, node, self.ctx, recv)
+        except ops.NotMine:
+            return
+        except ops.Manual as exc:
+            ops.report_manual(self, node, f"{what}: {exc}")
+            return
+        if isinstance(text, tuple):
+            ops.report_manual(self, node, f"{what} returns values and indices")
+            return
+        name = recv.value.value
+        index = astutil.code(recv)[len(astutil.code(recv.value)):]
+        if node.func.attr.value in ops.INPLACE_CAST:
+            text = f"{ops.atom(astutil.parse_expression(text))}.astype({name}.dtype)"
+        value = f"{name}.at{index}.set({text})"
+        new = cst.Assign([cst.AssignTarget(cst.Name(name))], astutil.parse_expression(value))
+        self.report(node, f"{what} on a slice: JAX arrays are immutable: {name} = {value}",
+                    Fix((self.replace(parent, new),), imports=tuple(sorted(used))))
+
+
+def _basic_slice_of_name(recv: cst.BaseExpression) -> bool:
+    """`x[a:b]`, `x[0]`, `x[:, 1:]`, `x[..., 0]` of a plain name other than self: a view in torch
+    (basic indexing), so the in-place call writes into x. An index that may be a tensor
+    (`x[mask]`, `x[idx]`) is a copy in torch, whose in-place update x never sees: not this."""
+    if not (isinstance(recv, cst.Subscript) and isinstance(recv.value, cst.Name)) or recv.value.value in ("self", "cls"):
+        return False
+    for element in recv.slice:
+        sl = element.slice
+        if isinstance(sl, cst.Slice):
+            continue
+        if isinstance(sl, cst.Index) and (isinstance(sl.value, (cst.Integer, cst.Ellipsis)) or (
+                isinstance(sl.value, cst.UnaryOperation) and isinstance(sl.value.expression, cst.Integer))):
+            continue
+        return False
+    return True

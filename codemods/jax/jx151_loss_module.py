@@ -1,5 +1,6 @@
 import libcst as cst
 
+from porter.context import dotted_name
 from porter.rules import Edit, Example, Fix, Rule, Severity
 
 from . import _ops_table as ops
@@ -16,6 +17,10 @@ class LossModule(Rule):
     keep working unchanged; an instance called at once (`nn.MSELoss()(a, b)`) becomes the
     expression itself. The expression is the one JX150 writes for the functional loss with
     the constructor's arguments (reduction, weight, ignore_index, label_smoothing, ...).
+    A `CrossEntropyLoss` whose every call passes a visibly float target
+    (`criterion(out, soft.float())`, `criterion(out, y.softmax(1))`,
+    `criterion(out, torch.as_tensor(y, dtype=torch.float32))`) takes class
+    probabilities, as torch does with a float target: `optax.softmax_cross_entropy`.
 
     ## Why
     A torch loss module is a callable object holding its options; in JAX a loss is a plain
@@ -78,6 +83,26 @@ class LossModule(Rule):
             """,
             title="constructor arguments, and an instance applied at once",
         ),
+        Example(
+            """
+            import torch.nn as nn
+
+            criterion = nn.CrossEntropyLoss(reduction="none")
+
+            def step(model, x, soft):
+                return criterion(model(x), soft.float())
+            """,
+            """
+            import torch.nn as nn
+            import optax
+
+            criterion = lambda input, target: optax.softmax_cross_entropy(input, target, axis=1)
+
+            def step(model, x, soft):
+                return criterion(model(x), soft.float())
+            """,
+            title="every call passes a float target: class probabilities",
+        ),
     ]
     valid = ["import torch.nn as nn\nlayer = nn.Linear(3, 4)\n"]
 
@@ -90,8 +115,12 @@ class LossModule(Rule):
         applied = parent if isinstance(parent, cst.Call) and parent.func is node else None
         target = applied or node
         display = q.replace("torch.nn.", "nn.")
+        float_target = False
+        if applied is None and isinstance(parent, cst.Assign) and len(parent.targets) == 1 and parent.value is node:
+            bound = dotted_name(parent.targets[0].target)
+            float_target = bound is not None and ops.calls_with_float_targets(self.ctx, bound)
         try:
-            text, used = ops.build_loss_module(lm, node, self.ctx, applied)
+            text, used = ops.build_loss_module(lm, node, self.ctx, applied, float_target)
         except ops.Manual as exc:
             ops.report_manual(self, node, f"{display}: {exc}")
             return
@@ -100,7 +129,7 @@ class LossModule(Rule):
         def replacement(updated: cst.CSTNode) -> cst.CSTNode:
             ctor = updated.func if applied is not None else updated
             try:
-                new_text, _ = ops.build_loss_module(lm, ctor, self.ctx, updated if applied is not None else None)
+                new_text, _ = ops.build_loss_module(lm, ctor, self.ctx, updated if applied is not None else None, float_target)
             except ops.Manual:  # an edit inside changed the call: the next pass decides again
                 return updated
             return ops.as_expression(new_text, grand, updated)

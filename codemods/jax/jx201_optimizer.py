@@ -67,11 +67,26 @@ class OptimizerToOptax(Rule):
     `scheduler.step(val_loss)` stays and writes the new rate into the optimizer's state (no
     new compilation).
 
-    Options with no exact optax counterpart (SGD dampening, amsgrad, maximize, parameter
+    Options with no exact optax counterpart (SGD dampening, amsgrad, maximize, other parameter
     groups, a scheduler that cycles RMSprop's momentum, a LambdaLR function porter cannot make
     traceable, other schedulers (ChainedScheduler or two schedulers on one optimizer, a SequentialLR part with no closed form, MultiplicativeLR of the epoch), a scheduler stepped with an argument (`scheduler.step(epoch + i / n)`),
     a schedule whose steps per epoch porter cannot see, Rprop and ASGD under a scheduler)
     leave the optimizer in place, marked `# porter: manual`, with the reason.
+
+    Two parameter groups that differ only in `weight_decay` (one of them 0), each a list
+    comprehension over the model's parameters split by a condition on the parameter alone
+    and its negation (nanoGPT's `configure_optimizers`: `param_dict = {pn: p for pn, p in
+    self.named_parameters()}`, a `requires_grad` filter, `[p for n, p in param_dict.items() if
+    p.dim() >= 2]` and `< 2`; `[p for p in model.parameters() if not ...]`; the groups as
+    `{...}` or `dict(...)` literals, inline or named) become one transformation whose decay
+    applies where the condition holds: `optax.adamw(..., weight_decay=wd, mask=lambda params:
+    jax.tree.map(lambda p: p.ndim >= 2, params))` over the nnx.State (AdamW), or torch's
+    coupled decay as `optax.masked(optax.add_decayed_weights(wd), mask)` chained before the
+    update (Adam, SGD...). The lists stay, built from the model's (NNX path, nnx.Param) pairs
+    (`nnx.to_flat_state(nnx.state(model, nnx.Param))`), so what the script prints of them
+    still holds; the `requires_grad` filters go (the port trains every nnx.Param). A
+    `**extra_args` whose dict holds only implementation switches (`dict(fused=True) if
+    use_fused else dict()`) is dropped with them.
 
     The Gluon front end's `GluonAdam` (a `torch.optim.Adam` subclass it emits for
     `gluon.Trainer(..., "adam")`: MXNet puts epsilon inside the bias correction) becomes
@@ -360,6 +375,7 @@ class OptimizerToOptax(Rule):
             used |= {"jax", "jax.numpy", "optax"} | ({"math"} if "torch_radam" in names else set())
         elif helpers:
             pass  # the first optimizer that needs them inserts them
+        edits += _decay_group_edits(self.ctx, plan)
         if plan.lambda_edit is not None:
             edits.append(Edit(*plan.lambda_edit))
         elif sched_text is None or plan.scheduler_after:
@@ -376,6 +392,32 @@ class OptimizerToOptax(Rule):
                 module, _, short = name.rpartition(".")
                 removals.append((module, short))
         self.report(node, what, Fix(tuple(edits), imports=tuple(sorted(used)), remove_imports=tuple(removals)))
+
+
+def _decay_group_edits(ctx, plan) -> list:
+    """Parameter groups split by a condition (the optimizer's decay mask now): the
+    ``named_parameters()`` they were built from become the model's (name, nnx.Param) pairs, so
+    the lists still count (a report of each group's size), and the ``requires_grad`` filters go
+    (the port trains every nnx.Param)."""
+    groups = _optax.decay_groups(ctx, _optax.implementation_kwargs(plan.call, plan.block, plan.stmt) or plan.call,
+                                 plan.block, plan.stmt)
+    if groups is None:
+        return []
+    edits, done = [], set()
+    filtered: dict[int, tuple] = {}
+    for loop, cond in groups.grad_filters:
+        filtered.setdefault(id(loop), (loop, []))[1].append(cond)
+    sources = {id(c) for c in groups.named_sources}
+    for loop, conds in filtered.values():
+        it = _optax.named_arrays(ctx, groups.model, loop.iter) if id(loop.iter) in sources else loop.iter
+        done.add(id(loop.iter))
+        ifs = [c for c in loop.ifs if c not in conds]
+        edits.append(Edit(loop, loop.with_changes(iter=it, ifs=ifs)))
+    for call in groups.named_sources:
+        if id(call) not in done:
+            done.add(id(call))
+            edits.append(Edit(call, _optax.named_arrays(ctx, groups.model, call)))
+    return edits
 
 
 def _helpers_of(ctx, plan) -> set:

@@ -541,7 +541,13 @@ class TrainStep(Rule):
         analysed as a loop body would be, and replaced by the step's definition and call."""
         if not lp.imports_torch(self.ctx):
             return
-        pieces = [lp.classify(s, self.ctx) for s in stmts]
+        originals = stmts
+        # in a method (a trainer's `_run_batch`), `self.model` etc. are analysed as plain names
+        # and put back in the code that stays, as for a loop
+        aliases = lp.self_aliases(cst.IndentedBlock(list(stmts)), fn)
+        if aliases:
+            stmts = [s.visit(lp.ToNames(aliases)) for s in stmts]
+        pieces = [lp.classify(s, self.ctx, aliases) for s in stmts]
         end = next((k for k, p in enumerate(pieces) if p.kind == "step"), None)
         if end is None:
             return
@@ -550,15 +556,20 @@ class TrainStep(Rule):
             return
         facts = lp.file_facts(self.ctx)
         opt = lp.code(pieces[end].receiver)
-        model = facts.optimizers.get(opt)
+        model = facts.optimizers.get(aliases.get(opt, opt))
+        model = {v: k for k, v in aliases.items()}.get(model, model) if model else model
         if not model:
+            self.report(originals[end], f"training step not rewritten: the model {opt} optimizes is not known here "
+                                        "(built from a model's parameters in this file, it is)", severity=Severity.ERROR)
             return
-        models = facts.modules | {model}
+        models = facts.modules | {model} | {k for k, v in aliases.items() if v in facts.modules}
         last = backs[-1]
         domain = list(stmts[:last])
         loss_reads = set(lp.reads(pieces[last].receiver))
         forward = lp._backward_slice(domain, loss_reads) & lp._model_dependent(domain, models, self.ctx)
         if not forward:
+            self.report(originals[end], f"training step not rewritten: the loss of this backward() does not depend on "
+                                        f"the model {model}", severity=Severity.ERROR)
             return
         start = min(k for k, s in enumerate(domain) if id(s) in forward)
         while start > 0 and pieces[start - 1].kind == "zero_grad":  # optimizer.zero_grad() first
@@ -589,15 +600,18 @@ class TrainStep(Rule):
             later = set()
             for s in stmts[end + 1:]:
                 later.update(lp.reads(s))
-            plan = lp.plan_steps(fake, self.ctx, later)
+            plan = lp.plan_steps(fake, self.ctx, later, aliases)
             if len(plan.regions) != 1:
                 return
-            text, call = self._build(plan.regions[0], fn, fake, False, None, gname)
+            text, call = self._build(plan.regions[0], fn, fake, False, aliases or None, gname)
         except lp.Unsupported as exc:
-            self.report(stmts[end], f"training step not rewritten: {exc}", severity=Severity.ERROR)
+            self.report(originals[end], f"training step not rewritten: {exc}", severity=Severity.ERROR)
             return
         region = plan.regions[0]
         part = [*region.before, call, *region.after, *plan.tail]
+        if aliases:  # the code that stays in the method reads the attributes again
+            part = [s.visit(lp.ToAttributes(aliases)) for s in part]
+            call = part[len(region.before)]
         comments = [line for d in region.dropped for line in d.leading_lines if line.comment is not None]
         lead = list(stmts[start].leading_lines)  # the window's first statement's comments
         defs = list(cst.parse_module(text).body)
@@ -609,16 +623,20 @@ class TrainStep(Rule):
         else:  # in a function: a module-level step, before the statement holding it
             part[0] = part[0].with_changes(leading_lines=[*lead, *part[0].leading_lines])
         if fn is None:
-            edits = [self.replace(stmts[start], cst.FlattenSentinel([*defs, *part]))]
+            edits = [self.replace(originals[start], cst.FlattenSentinel([*defs, *part]))]
         else:
-            edits = [self.replace(stmts[start], cst.FlattenSentinel(part))]
+            edits = [self.replace(originals[start], cst.FlattenSentinel(part))]
             holder = self.ctx.ancestors[1] if len(self.ctx.ancestors) > 1 else fn
             edits.append(self.replace(holder, _insert_defs_before(defs)))
-        edits += [self.remove(s) for s in stmts[start + 1:end + 1]]
+        stop = end + 1
+        while (stop < len(pieces) and pieces[stop].kind == "zero_grad"  # `step(); zero_grad()`: zeroed after
+               and lp.code(pieces[stop].receiver) in (opt, model)):
+            stop += 1
+        edits += [self.remove(s) for s in originals[start + 1:stop]]
         message = (f"PyTorch training step (backward/step) outside a loop: rewrite as {call_name(call)} "
                    "(@nnx.jit, nnx.value_and_grad, optimizer.update)")
         imports = ("flax.nnx",) + (("optax",) if region.clips else ())
-        self.report(stmts[end], message, Fix(tuple(edits), Safety.SAFE, imports))
+        self.report(originals[end], message, Fix(tuple(edits), Safety.SAFE, imports))
 
     # ----------------------------------------------------------------------------------
     def _loop(self, loop) -> None:

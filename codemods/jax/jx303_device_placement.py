@@ -6,6 +6,7 @@ from porter import astutil
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
 from . import _loop as lp
+from . import _ops_table as ops
 
 
 class DevicePlacement(Rule):
@@ -24,6 +25,10 @@ class DevicePlacement(Rule):
     - a sample collated by torch for a model call
       (`net(torch.utils.data.default_collate([ds[0]])[0])`, a dry forward that gives lazy
       layers their shapes) is handed over as a NumPy array (`.numpy()`);
+    - an `if` whose branches only place on a device (`if use_cuda: model.cuda()`, `if args.cuda:
+      data, target = data.cuda(), target.cuda()`), under a condition that only reads, goes
+      whole: on every path the port has nothing left to do there (the batches become NumPy
+      arrays where the loop body begins, as for a loop that never moves them);
     - `device = torch.device(...)` goes when nothing else in the file reads `device` any
       more; where the name is still passed around (a `train(model, device, ...)` parameter)
       the assignment stays and is reported.
@@ -42,7 +47,7 @@ class DevicePlacement(Rule):
     target = "jax"
     summary = "x.to(device) / .cuda() / model.to(device) / device = torch.device(...) removed; loader batches -> .numpy()"
     severity = Severity.WARNING
-    needs_text = (".to(", ".cuda(", "torch.device", "default_collate", "DataLoader")
+    needs_text = (".to(", ".cuda(", "torch.device", "default_collate", "DataLoader", "DataParallel")
     examples = [
         Example(
             """
@@ -149,15 +154,83 @@ class DevicePlacement(Rule):
             title="batches a loop never moves to a device (enumerate, a tuple, a single tensor) become NumPy arrays "
                   "where the body begins; a batch the body unpacks (a list of tensors) stays",
         ),
+        Example(
+            """
+            import torch
+
+            use_cuda = torch.cuda.is_available()
+            model = Net()
+            if use_cuda:
+                model.cuda()
+            for data, target in loader:
+                if use_cuda:
+                    data, target = data.cuda(), target.cuda(non_blocking=True)
+                step(model, data, target)
+            if torch.cuda.device_count() > 1:
+                model = torch.nn.DataParallel(model)
+            """,
+            """
+            import torch
+
+            use_cuda = torch.cuda.is_available()
+            model = Net()
+            for data, target in loader:
+                data, target = data.numpy(), target.numpy()
+                step(model, data, target)
+            """,
+            title="placement under a CUDA flag goes whole (a DataParallel wrap too); the batches still become NumPy arrays",
+        ),
     ]
     valid = [
         "import torch\nx = x.to(torch.float16)\n",
         "import torch\ny = x.to(device, torch.float16)\n",
     ]
 
+    def visit_If(self, node: cst.If) -> None:
+        # `if use_cuda: model.cuda()`, `if args.cuda: data, target = data.cuda(), target.cuda()`:
+        # nothing is left to do in the port, on either path (batches become NumPy arrays where
+        # the loop body begins, visit_For): the whole statement goes, not a branch of `pass`
+        if not lp.placement_if(node, self.ctx) or lp.in_placement_if(self.ctx) or not lp.places(node, self.ctx):
+            return
+        # a loop's batch moved in it still becomes a NumPy array, now on every path
+        kept = [line for line in map(self._batch_conversion, _lines(node.body)) if line is not None]
+        if kept:
+            kept[0] = kept[0].with_changes(leading_lines=node.leading_lines)
+            edit = self.replace(node, cst.FlattenSentinel(kept))
+        else:
+            edit = self.remove(node)
+        self.report(node, "only device placement under this condition: JAX places arrays and modules itself, "
+                          "on every path (the statement goes; a batch it moved becomes a NumPy array)",
+                    Fix((edit,), Safety.SAFE))
+
+    def _batch_conversion(self, line: cst.SimpleStatementLine) -> "cst.SimpleStatementLine | None":
+        """``x, y = x.cuda(), y.cuda()`` on a loop's batch -> ``x, y = x.numpy(), y.numpy()``; None for
+        a statement that only places something else."""
+        smalls = []
+        for small in line.body:
+            if not isinstance(small, cst.Assign):
+                continue
+            target, value = small.targets[0].target, small.value
+            pairs = (list(zip(target.elements, value.elements)) if isinstance(target, cst.Tuple)
+                     else [(None, value)])
+            receivers = [lp.device_move(v.value if e is not None else v, self.ctx) for e, v in pairs]
+            if not receivers or not all(r is not None and self._batch(r) for r in receivers):
+                continue
+            numpy = [cst.Call(cst.Attribute(r, cst.Name("numpy"))) for r in receivers]
+            if isinstance(target, cst.Tuple):
+                new_value = value.with_changes(elements=[
+                    v.with_changes(value=n) for (_, v), n in zip(pairs, numpy)])
+            else:
+                new_value = numpy[0]
+            smalls.append(small.with_changes(value=new_value))
+        if not smalls:
+            return None
+        smalls[-1] = smalls[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+        return cst.SimpleStatementLine(smalls)
+
     def visit_Call(self, node: cst.Call) -> None:
         receiver = lp.device_move(node, self.ctx)
-        if receiver is None:
+        if receiver is None or lp.in_placement_if(self.ctx):
             return
         stmt = self.ctx.parent.__class__ is cst.Assign and self.ctx.parent
         batch = self._batch(receiver)
@@ -168,6 +241,15 @@ class DevicePlacement(Rule):
         if batch:
             new = cst.Call(cst.Attribute(receiver, cst.Name("numpy")))
             message = "a batch from the loader: JAX places arrays itself; hand the step a NumPy array"
+        elif self._moved_together():
+            # `x, y = x.to(self.rank), y.to(self.rank)` outside model code: a batch handed in
+            # (a trainer's `train_step(self, batch)`): a NumPy array for the jitted step, whatever
+            # it was (np.asarray takes torch CPU tensors, NumPy and JAX arrays alike)
+            np_ = self.ctx.module_alias("numpy")
+            self.report(node, "data moved to the device: JAX places arrays itself; hand the step a NumPy array",
+                        Fix((self.replace(node, cst.parse_expression(f"{np_}.asarray({lp.code(receiver)})")),),
+                            Safety.SAFE, imports=("numpy",)))
+            return
         else:
             new = receiver
             message = "JAX places arrays and modules itself: no explicit device move"
@@ -203,6 +285,8 @@ class DevicePlacement(Rule):
                     Fix((self.replace(node, cst.Call(cst.Attribute(node, cst.Name("numpy")))),), Safety.SAFE))
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        if lp.in_placement_if(self.ctx):
+            return  # visit_If removes the whole statement
         if len(node.body) == 1 and isinstance(node.body[0], cst.Expr):
             receiver = lp.device_move(node.body[0].value, self.ctx)
             if receiver is not None and isinstance(receiver, (cst.Name, cst.Attribute)):
@@ -213,6 +297,11 @@ class DevicePlacement(Rule):
         if len(node.body) != 1 or not isinstance(node.body[0], cst.Assign):
             return
         assign = node.body[0]
+        if lp.data_parallel_wrap(assign, self.ctx):
+            self.report(node, "nn.DataParallel splits batches over local GPUs: the port's jitted step runs on JAX's "
+                              "default device (shard the batch over jax.devices() to use several)",
+                        Fix((self.remove(node),), Safety.SAFE))
+            return
         if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
             return
         value = assign.value
@@ -231,6 +320,21 @@ class DevicePlacement(Rule):
                         severity=Severity.INFO)
             return
         self.report(node, "JAX places arrays itself: no device object", Fix((self.remove(node),), Safety.SAFE))
+
+    def _moved_together(self) -> bool:
+        """The call is one of several names' moves in one statement (``x, y = x.cuda(), y.cuda()``),
+        none of them a model, outside a module class: data."""
+        anc = self.ctx.ancestors
+        if len(anc) < 4 or not isinstance(anc[-3], cst.Tuple) or not isinstance(anc[-4], cst.Assign):
+            return False
+        assign = anc[-4]
+        if assign.value is not anc[-3] or len(anc[-3].elements) < 2 or not lp.placement_only(assign, self.ctx):
+            return False
+        modules = lp.file_facts(self.ctx).modules
+        if any(lp.code(e.value) in modules for e in assign.targets[0].target.elements):
+            return False
+        cls = self.ctx.enclosing(cst.ClassDef)
+        return cls is None or not ops.is_module_class(cls, self.ctx)
 
     def _batch(self, receiver) -> bool:
         """A batch a for loop around the node reads from its iterable (not a model)."""
@@ -286,7 +390,7 @@ def _unconverted_batch(target, loop: cst.For, ctx) -> list[str]:
     for n in astutil.walk(loop.body, into_functions=False):
         if isinstance(n, cst.Name):
             read.add(n.value)
-        if isinstance(n, cst.Call):
+        if isinstance(n, cst.Call):  # a move in a placement `if` too: JX303 makes it unconditional
             receiver = lp.device_move(n, ctx)
             if receiver is not None and lp.root_name(receiver) is not None:
                 handled.add(lp.root_name(receiver))
@@ -303,3 +407,9 @@ def _unconverted_batch(target, loop: cst.For, ctx) -> list[str]:
         if single and isinstance(n, cst.Assign) and isinstance(n.value, cst.Name) and n.value.value in candidates:
             return []
     return [n for n in candidates if n in read and n not in handled]
+
+
+def _lines(block: cst.BaseSuite) -> list:
+    if isinstance(block, cst.SimpleStatementSuite):
+        return [cst.SimpleStatementLine(block.body)]
+    return [s for s in block.body if isinstance(s, cst.SimpleStatementLine)]

@@ -5,10 +5,11 @@ from typing import Optional
 import libcst as cst
 
 from porter import astutil
+from porter.context import dotted_name
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
 from . import _loop as lp
-from . import _program
+from . import _nnx, _program
 
 
 class ModelRngs(Rule):
@@ -21,7 +22,12 @@ class ModelRngs(Rule):
     file imports from another file of its program (`from models import *` through a
     package's star imports, `from model import Net as Classifier`, relative imports: the
     source next to the file is read, as Python would resolve the import from the script's
-    folder), since that file's port takes `rngs` too. The seed is the argument of the
+    folder; `import model as m` then `m.Net(...)`), since that file's port takes `rngs` too.
+    A classmethod or staticmethod of a model class that builds the model
+    (`GPT.from_pretrained(...)` constructing `cls(config)` or `GPT(config)`), called through
+    the class, takes `rngs` once ported and gets it the same way; so does a construction
+    given a dict of the script's with `**` (`GPT(**model_args)`), while a function's own
+    `**kwargs` passed on are left to carry its callers' `rngs`. The seed is the argument of the
     `torch.manual_seed(seed)` call of the same function (or of the script's top level) made
     before the construction, else 0. `torch.manual_seed` itself stays: torch still drives the
     data pipeline (loader shuffling, samplers, augmentation) and its seed keeps that
@@ -134,6 +140,42 @@ class ModelRngs(Rule):
             """,
             title='a factory the module rules gave a required rngs',
         ),
+        Example(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Net(nn.Module):
+                def __init__(self, hidden):
+                    super().__init__()
+                    self.fc = nn.Linear(4, hidden)
+
+                @classmethod
+                def from_config(cls, cfg):
+                    return cls(cfg["hidden"])
+
+            torch.manual_seed(7)
+            model = Net.from_config({"hidden": 8})
+            """,
+            """
+            import torch
+            import torch.nn as nn
+            import flax.nnx as nnx
+
+            class Net(nn.Module):
+                def __init__(self, hidden):
+                    super().__init__()
+                    self.fc = nn.Linear(4, hidden)
+
+                @classmethod
+                def from_config(cls, cfg):
+                    return cls(cfg["hidden"])
+
+            torch.manual_seed(7)
+            model = Net.from_config({"hidden": 8}, rngs=nnx.Rngs(7))
+            """,
+            title="a classmethod building the model, called through the class",
+        ),
     ]
     valid = [
         "import torch.nn as nn\nclass A(nn.Module):\n    pass\nclass B(nn.Module):\n    def __init__(self):\n        self.a = A()\n",
@@ -141,21 +183,22 @@ class ModelRngs(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not isinstance(node.func, cst.Name):
+        name = dotted_name(node.func)
+        if name is None:
             return
         facts = lp.file_facts(self.ctx)
-        name = node.func.value
         factories = _program.factories(self.ctx)
-        if name not in facts.module_classes and name not in factories and name not in _program.imported_models(self.ctx):
+        if name not in facts.module_classes and name not in factories and name not in _program.imported_models(self.ctx) \
+                and not self._class_method(node.func):
             return
         if any(a.keyword is not None and a.keyword.value == "rngs" for a in node.args):
             return
-        if any(a.star == "**" for a in node.args):
-            return  # **kwargs may carry rngs (a factory passing its arguments on)
+        fn = self.ctx.enclosing(cst.FunctionDef)
+        if any(a.star == "**" and self._passes_kwargs_on(a.value, fn) for a in node.args):
+            return  # the function's own **kwargs may carry rngs (a factory passing its arguments on)
         cls = self.ctx.enclosing(cst.ClassDef)
         if cls is not None and cls.name.value in facts.module_classes:
             return  # inside a model: the module rules pass the model's own rngs
-        fn = self.ctx.enclosing(cst.FunctionDef)
         if fn is not None and any(p.name.value == "rngs" for p in lp._params(fn.params)):
             return
         if fn is not None and fn.name.value in factories:
@@ -169,6 +212,27 @@ class ModelRngs(Rule):
             args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         self.report(node, f"an NNX model draws its parameters from an nnx.Rngs passed to {name}(...)",
                     Fix((self.replace(node, node.with_changes(args=[*args, new_arg])),), Safety.SAFE, ("flax.nnx",)))
+
+    def _class_method(self, func: cst.BaseExpression) -> bool:
+        """``Net.build(...)``: a classmethod or staticmethod of a model class of the file that
+        builds the model (it takes rngs once ported)."""
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)):
+            return False
+        key = ("jx304.class_methods",)
+        if key not in self.ctx.cache:
+            self.ctx.cache[key] = _nnx.rngs_plan(self.ctx).class_methods()
+        return func.attr.value in self.ctx.cache[key].get(func.value.value, ())
+
+    @staticmethod
+    def _passes_kwargs_on(value: cst.BaseExpression, fn: Optional[cst.FunctionDef]) -> bool:
+        """``**value`` hands on the enclosing function's own ``**kwargs`` (which its callers may
+        give rngs in); a dict the script built (``GPT(**model_args)``) holds no rngs."""
+        if fn is None or not isinstance(value, cst.Name):
+            return fn is not None  # inside a function, an expression may still carry the caller's
+        star = fn.params.star_kwarg
+        if star is not None and star.name.value == value.value:
+            return True
+        return any(p.name.value == value.value for p in lp._params(fn.params))
 
     def _seed(self, node: cst.Call) -> Optional[str]:
         scope = self.ctx.enclosing(cst.FunctionDef)

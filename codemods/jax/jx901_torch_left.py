@@ -10,6 +10,7 @@ from porter.rules import Edit, Example, Fix, Rule, Safety, Severity
 
 from . import _loop as lp
 from . import _nnx
+from . import _ops_table as ops
 
 # torch code a JAX port keeps on purpose: the host-side input pipeline (its batches cross into
 # the jitted step as numpy arrays), seeding of that pipeline, and device checks that touch no
@@ -28,6 +29,7 @@ _TORCH_ONLY = {
     "register_forward_hook": "NNX modules have no forward hooks",
     "named_parameters": "NNX modules have no named_parameters(): nnx.state(model, nnx.Param) holds them",
 }
+_ATTRIBUTES = ("is_cuda",)  # the others of _TORCH_ONLY are methods: reported where they are called
 # methods and attributes of torch tensors that JAX arrays lack, reported on values the port computes in JAX
 _TENSOR_ONLY = ("data", "grad", "cpu", "detach", "numpy", "to", "float", "long", "int", "double", "half", "dim",
                 "contiguous", "type", "device_type")
@@ -249,7 +251,10 @@ class TorchLeft(Rule):
     # ------------------------------------------------------------------------------
     def _walk(self, root: cst.CSTNode, jitted: set, models: set, skip: bool) -> None:
         ctx = self.ctx
+        data_functions = ops.data_function_names(ctx)
         for scope in _scopes(root, ctx):
+            if isinstance(scope, cst.FunctionDef) and scope.name.value in data_functions:
+                continue  # the torch input pipeline's own code (a collate_fn, a data maker)
             jax_names = _jax_values(scope, ctx, jitted, models)
             for stmt in _statements(scope):
                 if _marked(stmt):
@@ -259,10 +264,18 @@ class TorchLeft(Rule):
     def _check_statement(self, stmt: cst.CSTNode, jax_names: set, jitted: set, models: set) -> None:
         ctx = self.ctx
         reported: set[int] = _type_hints(stmt)
-        for n in _own_nodes(stmt):
+        data = ops.data_node_ids(ctx)  # the torch input pipeline's own code stays torch
+        if id(stmt) in data:
+            return
+        nodes = list(_own_nodes(stmt))
+        called = {id(n.func) for n in nodes if isinstance(n, cst.Call)}
+        for n in nodes:
             if isinstance(n, (cst.Import, cst.ImportFrom)):
                 return
             if id(n) in reported:
+                continue
+            if id(n) in data:  # an argument of TensorDataset(...) / DataLoader(...)
+                reported.update(id(m) for m in astutil.walk(n))
                 continue
             if isinstance(n, cst.Call) and (ctx.qualname(n.func) or "") == "flax.nnx.Optimizer" and n.args:
                 model = n.args[0].value
@@ -297,7 +310,7 @@ class TorchLeft(Rule):
             if isinstance(n, cst.Attribute):
                 attr = n.attr.value
                 recv = n.value
-                if attr in _TORCH_ONLY:
+                if attr in _TORCH_ONLY and (attr in _ATTRIBUTES or id(n) in called):  # `args.cuda` is a flag
                     reported.add(id(n))
                     self.report(n, f".{attr} left in the JAX port: {_TORCH_ONLY[attr]}")
                     continue

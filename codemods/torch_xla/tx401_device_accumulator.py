@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from porter.astutil import method_name, walk
+from porter.astutil import assigned_values, method_name, walk
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
 from ._host_sync import (
@@ -282,8 +282,7 @@ def _number_kind(scope: cst.CSTNode, loop: cst.CSTNode, name: str) -> str:
             and n.target.value == name]
     counts = [all(_is_count(c) for c in calls_to(n.value, ("item",)) if not c.args) and
               bool([c for c in calls_to(n.value, ("item",)) if not c.args]) for n in sums]
-    inits = [n.value for n in walk(scope) if isinstance(n, cst.Assign) and len(n.targets) == 1
-             and isinstance(n.targets[0].target, cst.Name) and n.targets[0].target.value == name]
+    inits = assigned_values(scope, name)
     if not sums or not inits:
         return ""
     if all(counts) and all(isinstance(v, cst.Integer) for v in inits):

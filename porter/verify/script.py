@@ -80,8 +80,11 @@ def script_health(record: dict, budgets: Budgets) -> dict:
         steps.append({"compiles": d.get("compiles", 0), "transfers": d.get("transfers", 0),
                       "executions": d.get("executions", 0), "logged": bool(s.get("printed")),
                       "warmup": seen[which] <= budgets.warmup_steps})
-    # the last step's record also holds whatever ran after it (evaluation, the script's end)
-    judged = steps[:-1] if len(steps) > 1 else steps
+    # a script that ended by itself: its last step's record also holds whatever ran after it
+    # (evaluation, the script's end); stopped after its K steps, the last step is a step like the
+    # others (it ended at its own sync or at the next step's start) and is judged
+    ended = record.get("ended_by") != "stop"
+    judged = steps[:-1] if ended and len(steps) > 1 else steps
     compiles_after = sum(s["compiles"] for s in judged if not s["warmup"])
     late = [i + 1 for i, s in enumerate(judged) if not s["warmup"] and s["compiles"]]
     quiet = [i + 1 for i, s in enumerate(judged) if not s["logged"] and s["transfers"] > budgets.max_transfers_per_step]

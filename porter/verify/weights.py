@@ -8,7 +8,9 @@ the port's side loads it into the model of its i-th ``nnx.Optimizer`` through th
 
 The model of an optimizer is the live ``nn.Module`` whose parameters are the most of the
 optimizer's parameters, all of them the optimizer's; of several such modules with the same
-parameters (a ``DataParallel`` wrapper and its module) the innermost.
+parameters the outermost that is not a wrapper (a ``DataParallel``/``DistributedDataParallel``
+or ``torch.compile`` wrapper gives way to its module; a model whose layers are one
+``nn.Sequential`` is the model, not its Sequential).
 """
 from __future__ import annotations
 
@@ -43,8 +45,17 @@ def model_of(optimizer: Any) -> Any:
     if not best:
         return None
     group = best[max(best, key=len)]
-    inner = [m for m in group if not any(s is not m and s in group for s in m.modules())]
-    return (inner or group)[0]
+    # a wrapper's state dict prefixes its module's names (`module.`, `_orig_mod.`): its module
+    unwrapped = [m for m in group if not _is_wrapper(m, nn)] or group
+    # of the rest, the outermost: the model the script built (a net whose layers are one
+    # nn.Sequential has that Sequential's parameters too)
+    outer = [m for m in unwrapped if not any(o is not m and any(s is m for s in o.modules()) for o in unwrapped)]
+    return (outer or unwrapped)[0]
+
+
+def _is_wrapper(module: Any, nn: Any) -> bool:
+    wrappers = (nn.DataParallel, nn.parallel.DistributedDataParallel)
+    return isinstance(module, wrappers) or type(module).__name__ == "OptimizedModule"  # torch.compile's
 
 
 def export(optimizer: Any, folder: str, index: int) -> str:
