@@ -117,13 +117,13 @@ def test_JX101_reported_calls_keep_their_code_and_get_a_marker():
 
         def f(x, training):
             noise = torch.randn(3)
-            y = F.dropout(x, 0.1, training=training)
+            y = F.dropout2d(x, 0.1, training=training)
             idx = torch.nonzero(x)
             return noise, y, idx
         """
     )
     assert r.source.count("# porter: manual") == 3
-    assert "torch.randn(3)" in r.source and "F.dropout(x, 0.1, training=training)" in r.source
+    assert "torch.randn(3)" in r.source and "F.dropout2d(x, 0.1, training=training)" in r.source
     reasons = " ".join(f.message for f in r.remaining)
     assert "PRNG key" in reasons and "dropout" in reasons and "static size" in reasons
 
