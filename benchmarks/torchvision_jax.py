@@ -97,7 +97,7 @@ def copy_package(tmp: Path) -> Path:
         "from torchvision.transforms import InterpolationMode, functional  # noqa: F401\n", encoding="utf-8")
     shutil.copy(src / "transforms" / "_presets.py", pkg / "transforms" / "_presets.py")
     # a model file importing the package absolutely (maxvit: `from torchvision.ops.misc import
-    # ...`) imports the copy's module, as a package imports itself under its own name
+    # ...`) imports the copy's module (`from ..ops.misc import ...`), as a package imports itself
     for path in sorted((pkg / "models").glob("*.py")):
         text = path.read_text(encoding="utf-8")
         new = re.sub(r"^from torchvision((?:\.\w+)+) import", lambda m: _own(m, pkg), text, flags=re.M)
@@ -110,8 +110,11 @@ def _own(match: "re.Match", pkg: Path) -> str:
     parts = match.group(1).strip(".").split(".")
     # a module of the copy (its package __init__ files are empty: `from torchvision.ops import
     # StochasticDepth` stays torchvision's, which the JAX rules translate)
+    # (relative, as the other model files import it: porter follows a relative import to its file)
     mine = pkg.joinpath(*parts).with_suffix(".py").exists()
-    return f"from tvport{match.group(1)} import" if mine else match.group(0)
+    if not mine:
+        return match.group(0)
+    return f"from .{'.'.join(parts[1:])} import" if parts[0] == "models" else f"from ..{'.'.join(parts)} import"
 
 
 def builders(image_size: int = 0) -> list[dict]:

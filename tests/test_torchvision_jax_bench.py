@@ -42,10 +42,10 @@ def test_absolute_imports_of_the_package_point_at_the_copy(tmp_path):
             "from torchvision.io import read_image\nimport torchvision\n")
     out = re.sub(r"^from torchvision((?:\.\w+)+) import", lambda m: bench._own(m, pkg), text, flags=re.M)
     assert out.splitlines() == [
-        "from tvport.ops.misc import Conv2dNormActivation",
+        "from ..ops.misc import Conv2dNormActivation",
         "from torchvision.ops import StochasticDepth",  # a package whose copied __init__ is empty
-        "from tvport.utils import _log_api_usage_once",
-        "from tvport.models._api import Weights",
+        "from ..utils import _log_api_usage_once",
+        "from ._api import Weights",
         "from torchvision.io import read_image",  # not in the copy
         "import torchvision",
     ]

@@ -493,9 +493,31 @@ def inside_manual_construct(ctx: FileContext) -> bool:
 
 
 def has_ordered_dict(call: cst.Call, ctx: FileContext) -> bool:
+    """`nn.Sequential(OrderedDict(...))` / `nn.Sequential({...})`, or of a local name bound to
+    one in the same function (`layers = OrderedDict(); layers["conv"] = ...;
+    nn.Sequential(layers)`: vit's encoder, maxvit's MBConv)."""
     if len(call.args) != 1 or call.args[0].star:
         return False
     value = call.args[0].value
+    if isinstance(value, cst.Name):
+        scope = next((a for a in reversed(ctx.ancestors[:-1]) if isinstance(a, cst.FunctionDef)), None)
+        return scope is not None and any(
+            _is_dict_value(v, ctx) for v in _values_bound(scope, value.value))
+    return _is_dict_value(value, ctx)
+
+
+def _is_dict_value(value: Optional[cst.BaseExpression], ctx: FileContext) -> bool:
     return isinstance(value, cst.Dict) or (
         isinstance(value, cst.Call) and (ctx.qualname(value.func) or "").endswith("OrderedDict")
     )
+
+
+def _values_bound(func: cst.FunctionDef, name: str) -> list:
+    """The values a plain `name = value` / `name: T = value` assigns in ``func``'s body."""
+    out = []
+    for node in astutil.walk(func.body):
+        if isinstance(node, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == name for t in node.targets):
+            out.append(node.value)
+        elif isinstance(node, cst.AnnAssign) and isinstance(node.target, cst.Name) and node.target.value == name:
+            out.append(node.value)
+    return out

@@ -1463,12 +1463,26 @@ for _m in (".uniform_", ".normal_", ".bernoulli_", ".random_", ".exponential_"):
 op(["F.dropout", "F.dropout1d", "F.dropout2d", "torch.dropout", "F.alpha_dropout"], "input, p, training, inplace", None, "nnx.Dropout(rate, rngs=rngs)",
    manual="dropout needs a PRNG key and a train/eval switch: use an nnx.Dropout layer built with rngs (the module rules) or jax.random.bernoulli",
    cases=[Case("@(a, 0.5, training=True)", a="f3")])
+_RESAMPLE = ("linear", "bilinear", "bicubic", "trilinear")
+
+
 def _interpolate(b: Bound) -> str:
     mode = b.lit("mode", "nearest")
     s = b.lit("scale_factor", None)
+    if mode in _RESAMPLE or (b.has("mode") and mode is NOT_LITERAL):  # a mode known at run time: interpolate_nd checks it
+        for k in ("recompute_scale_factor", "antialias"):
+            if b.has(k) and b.lit(k) not in (None, False):
+                raise Manual(f"{k}= is not ported")
+        if b.has("size") == b.has("scale_factor"):
+            raise Manual("F.interpolate needs exactly one of size= and scale_factor=")
+        args = [b["input"], f"size={b['size']}" if b.has("size") else f"scale_factor={b['scale_factor']}",
+                f"mode={b['mode']}"]
+        if b.has("align_corners"):
+            args.append(f"align_corners={b['align_corners']}")
+        return f"interpolate_nd({', '.join(args)})"
     if mode != "nearest" or b.has("size") or not (isinstance(s, int) and not isinstance(s, bool) and s >= 1):
-        raise Manual("only mode='nearest' with an integer scale_factor is ported exactly (repeat); jax.image.resize samples "
-                     "at other positions than torch's linear/align_corners conventions: port and compare by hand")
+        raise Manual("only mode='nearest' with an integer scale_factor, and 'linear' / 'bilinear' / 'bicubic' / 'trilinear' "
+                     "are ported exactly: port and compare by hand")
     for k in ("align_corners", "recompute_scale_factor", "antialias"):
         if b.has(k) and b.lit(k) not in (None, False):
             raise Manual(f"{k}= is not ported")
@@ -1478,9 +1492,20 @@ def _interpolate(b: Bound) -> str:
 
 
 op("F.interpolate", "input, size, scale_factor, mode, align_corners, recompute_scale_factor, antialias", _interpolate,
-   "jnp.kron(x, jnp.ones((1, 1) + (s,) * (x.ndim - 2), x.dtype))", "nearest with an integer scale_factor (any number of spatial dims); other modes are reported",
+   "jnp.kron(x, jnp.ones((1, 1) + (s,) * (x.ndim - 2), x.dtype)); interpolate_nd(x, size, scale_factor, mode, align_corners)",
+   "nearest with an integer scale_factor (any number of spatial dims); linear / bilinear / bicubic / trilinear through "
+   "the emitted interpolate_nd: torch's source positions (align_corners either way, 1 / scale_factor when given), its "
+   "clamped borders and bicubic's A = -0.75; other modes, antialias and recompute_scale_factor are reported",
    cases=[Case("F.interpolate(a, scale_factor=2)", a="f1,2,2,3"), Case("F.interpolate(a, scale_factor=3, mode='nearest')", a="f2,3,4"),
-          Case("F.interpolate(a, scale_factor=2)", a="f1,2,2,3,2")])
+          Case("F.interpolate(a, scale_factor=2)", a="f1,2,2,3,2"),
+          Case("F.interpolate(a, size=(7, 3), mode='bicubic', align_corners=False)", a="f2,3,5,6"),
+          Case("F.interpolate(a, size=(4, 9), mode='bicubic', align_corners=True)", a="f1,2,5,6"),
+          Case("F.interpolate(a, scale_factor=1.7, mode='bilinear')", a="f2,2,5,4"),
+          Case("F.interpolate(a, size=(2, 3), mode='bilinear', align_corners=True)", a="f1,2,5,7"),
+          Case("F.interpolate(a, scale_factor=0.5, mode='bilinear', align_corners=False)", a="f1,2,8,6"),
+          Case("F.interpolate(a, size=11, mode='linear')", a="f2,3,4"),
+          Case("F.interpolate(a, size=(3, 4, 5), mode='trilinear', align_corners=True)", a="f1,1,2,3,4"),
+          Case("m = 'bicubic'; F.interpolate(a, size=(6, 6), mode=m, align_corners=True)", a="f1,2,3,3")])
 op(["F.upsample_bilinear", "F.grid_sample", "F.affine_grid"], "input, *args, size, scale_factor, mode, padding_mode, align_corners", None,
    "jax.image.resize / jax.scipy.ndimage.map_coordinates",
    manual="resampling: JAX's resize and map_coordinates sample at other positions than torch's conventions: port and compare by hand",

@@ -12,7 +12,7 @@ HELPERS = {
     "TorchConvTranspose1d": ("_ntuple",), "TorchConvTranspose2d": ("_ntuple",), "TorchConvTranspose3d": ("_ntuple",),
     "TorchBatchNorm": (), "TorchGroupNorm": (),
     # pooling: the classes call the functions, which the op rules also use for F.max_pool2d ...
-    "pool_nd": ("_ntuple",), "adaptive_pool_nd": ("_ntuple",), "layer_norm_nd": (), "torch_split": (), "TorchLayerNormBase": ("layer_norm_nd",),
+    "pool_nd": ("_ntuple",), "adaptive_pool_nd": ("_ntuple",), "layer_norm_nd": (), "interpolate_nd": (), "torch_split": (), "TorchLayerNormBase": ("layer_norm_nd",),
     **{f"Torch{kind}Pool{n}d": ("pool_nd", "_ntuple") for kind in ("Max", "Avg") for n in (1, 2, 3)},
     **{f"TorchAdaptive{kind}Pool{n}d": ("adaptive_pool_nd", "_ntuple") for kind in ("Max", "Avg") for n in (1, 2, 3)},
     "TorchEmbedding": (), "TorchTiedLinear": (), "TorchSequential": (), "TorchModuleDict": (), "TorchModuleList": (), "torch_dropout": (), "TorchStochasticDepth": (),

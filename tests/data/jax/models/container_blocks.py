@@ -6,7 +6,10 @@ subclass with its own forward; torch._assert checks on shapes, torch.fx.wrap reg
 torch.utils.checkpoint (a closure, a module, use_reentrant= either way) and F.dropout with
 training=self.training in module code (keyword and positional spellings, p=0 here so that the
 two sides compare) and in a module-level function called with training=self.training, in-place
-updates of slices of a local tensor, and a parameter made by torch.empty(...).normal_(std=...)."""
+updates of slices of a local tensor, and a parameter made by torch.empty(...).normal_(std=...), a Sequential of an OrderedDict filled
+in a local name."""
+from collections import OrderedDict
+
 import torch
 import torch.fx
 import torch.nn as nn
@@ -107,10 +110,14 @@ class Net(nn.Module):
         self.mixer = Mixer(c)
         self.head = nn.Linear(c, 5)
         self.pos = nn.Parameter(torch.empty(1, c, 1, 1).normal_(std=0.02))
+        named: OrderedDict[str, nn.Module] = OrderedDict()
+        named["proj"] = nn.Conv2d(c, c, 1)
+        named["act"] = nn.ReLU()
+        self.tail = nn.Sequential(named)
 
     def forward(self, x):
         torch._assert(x.shape[1] == 3, "three channels")
         x = self.block(self.stem(x))
         x = checkpoint(self.proj, x, use_reentrant=True)
-        x = self.mixer(self.stages(x) + self.pos)
+        x = self.tail(self.mixer(self.stages(x) + self.pos))
         return self.head(torch.mean(x, dim=(2, 3)))
