@@ -33,7 +33,8 @@ class GluonLibraries(Rule):
     - or replace the library's models, transforms and utilities with torch code by hand.
 
     The message starts with the package's name (the CLI drops the findings of the packages
-    named by `--with`).
+    named by `--with`). Like the other GL rules it runs on files that use MXNet: the port of a
+    script, which imports the library ported along, is not reported again.
 
     ## Why
     The port of a script is plain PyTorch; a Gluon library it imports is MXNet code, so the
@@ -51,7 +52,9 @@ class GluonLibraries(Rule):
     summary = "imports of Gluon libraries (gluoncv, gluonnlp, gluonts) -> a finding: port them along with --with PACKAGE"
     severity = Severity.ERROR
     needs_text = LIBRARIES
-    needs_document = LIBRARIES
+    # Gluon documents only, as the other GL rules: a port (no mxnet left) that imports the
+    # library ported along by --with is not reported again
+    needs_document = ("mxnet",)
     examples = [
         Example(
             """
@@ -65,6 +68,7 @@ class GluonLibraries(Rule):
         ),
         Example(
             """
+            import mxnet as mx
             import gluoncv as gcv
 
             history = gcv.utils.TrainingHistory(["train-error"])
@@ -76,7 +80,8 @@ class GluonLibraries(Rule):
     valid = [
         "import mxnet as mx\nfrom mxnet.gluon import model_zoo\n",
         "import gluoncv_helpers\nfrom torchvision import models\n",
-        "from .gluoncv import local_module\n",
+        "import mxnet as mx\nfrom .gluoncv import local_module\n",
+        "import torch\nfrom gluoncv import model_zoo\n",  # a port: the library was ported along (--with)
     ]
 
     def visit_Import(self, node: cst.Import) -> None:
