@@ -95,17 +95,24 @@ def _losses(stdout: str) -> list[float]:
 
 
 @pytest.mark.parametrize("source, line", [
-    ("from gluoncv import model_zoo\n", 1),
+    ("from gluoncv import model_zoo\nimport mxnet as mx\n", 1),
     ("import mxnet as mx\nimport gluoncv as gcv\n", 2),
-    ("import gluoncv.model_zoo\n", 1),
-    ("from gluoncv.utils import TrainingHistory\n", 1),
-    ("def main():\n    from gluonnlp import data\n", 2),
-    ("import os, gluonts\n", 1),
+    ("import gluoncv.model_zoo\nfrom mxnet import gluon\n", 1),
+    ("from mxnet import nd\nfrom gluoncv.utils import TrainingHistory\n", 2),
+    ("import mxnet\ndef main():\n    from gluonnlp import data\n", 3),
+    ("import os, gluonts\nimport mxnet as mx\n", 1),
 ])
 def test_gluon_library_import_is_reported_at_the_import(source, line):
     findings = [f for f in engine.check(source, TORCH).findings if f.code == "GL008"]
     assert [f.position.line for f in findings] == [line]
     assert "--with " in findings[0].message and findings[0].fix is None
+
+
+def test_a_port_importing_the_ported_library_is_not_reported():
+    port = "import torch\nimport gluoncv as gcv\nnet = gcv.model_zoo.get_model('tiny')\n"
+    for target in ("torch", "torch-xla", "jax"):
+        findings = engine.check(port, engine.Options(registry.select(target))).findings
+        assert not [f for f in findings if f.code == "GL008"], target
 
 
 def test_used_modules_are_the_imported_ones(tmp_path, monkeypatch):

@@ -4,6 +4,7 @@ from typing import Optional
 
 import libcst as cst
 
+from porter import astutil
 from porter.context import dotted_name
 from porter.rules import Example, Rule, Severity
 
@@ -33,7 +34,8 @@ class GluonLibraries(Rule):
     - or replace the library's models, transforms and utilities with torch code by hand.
 
     The message starts with the package's name (the CLI drops the findings of the packages
-    named by `--with`).
+    named by `--with`). It reports only in files that import MXNet: the port of a script, which
+    imports the library ported along, is not reported again.
 
     ## Why
     The port of a script is plain PyTorch; a Gluon library it imports is MXNet code, so the
@@ -51,7 +53,9 @@ class GluonLibraries(Rule):
     summary = "imports of Gluon libraries (gluoncv, gluonnlp, gluonts) -> a finding: port them along with --with PACKAGE"
     severity = Severity.ERROR
     needs_text = LIBRARIES
-    needs_document = LIBRARIES
+    # Gluon documents only, as the other GL rules: a port (no mxnet left) that imports the
+    # library ported along by --with is not reported again
+    needs_document = ("mxnet",)
     examples = [
         Example(
             """
@@ -65,6 +69,7 @@ class GluonLibraries(Rule):
         ),
         Example(
             """
+            import mxnet as mx
             import gluoncv as gcv
 
             history = gcv.utils.TrainingHistory(["train-error"])
@@ -76,17 +81,30 @@ class GluonLibraries(Rule):
     valid = [
         "import mxnet as mx\nfrom mxnet.gluon import model_zoo\n",
         "import gluoncv_helpers\nfrom torchvision import models\n",
-        "from .gluoncv import local_module\n",
+        "import mxnet as mx\nfrom .gluoncv import local_module\n",
+        "import torch\nfrom gluoncv import model_zoo\n",  # a port: the library was ported along (--with)
+        "import torch\nfrom gluoncv import model_zoo\nMXNET_HOME = '~/.mxnet'  # mxnet named, not imported\n",
     ]
 
+    def visit_Module(self, node: cst.Module) -> None:
+        # a file that imports MXNet itself: the script, not its port (whose text may still
+        # name mxnet in a comment or a string, which the document gate lets through)
+        self._uses_mxnet = any(
+            (isinstance(n, cst.Import) and any((dotted_name(a.name) or "").split(".")[0] == "mxnet" for a in n.names))
+            or (isinstance(n, cst.ImportFrom) and not n.relative and n.module is not None
+                and (dotted_name(n.module) or "").split(".")[0] == "mxnet")
+            for n in astutil.walk(node, into_functions=True))
+
     def visit_Import(self, node: cst.Import) -> None:
+        if not self._uses_mxnet:
+            return
         for alias in node.names:
             package = _library(dotted_name(alias.name))
             if package is not None:
                 self._report(node, package, f"import {dotted_name(alias.name)}")
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if node.relative or node.module is None:
+        if not self._uses_mxnet or node.relative or node.module is None:
             return
         module = dotted_name(node.module)
         package = _library(module)
