@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from porter import astutil
+from porter.rules import Example, Fix, Rule, Severity
+
+from . import _nnx
+from . import _ops_table as ops
+
+_AT = {cst.AddAssign: "add", cst.SubtractAssign: "subtract", cst.MultiplyAssign: "multiply",
+       cst.DivideAssign: "divide", cst.PowerAssign: "power"}
+
+
+class ItemAssignment(Rule):
+    """
+    ## What it does
+    Rewrites item assignment to a tensor in a module's methods into JAX's functional update of
+    a plain local name: `x[idx] = v` -> `x = x.at[idx].set(v)`, `x[idx] += v` ->
+    `x = x.at[idx].add(v)` (`-=`, `*=`, `/=`, `**=`: `subtract`, `multiply`, `divide`,
+    `power`); a mask made by a comparison (`logits[logits < v] = -float('inf')`, a boolean
+    index whose true count is data-dependent) -> `logits = jnp.where(logits < v, -float('inf'),
+    logits)`, which keeps a static shape under jit. Item assignment to anything else (an
+    attribute, `self.buf[i] = v`, a name the rules cannot show is a tensor) is reported.
+
+    ## Why
+    JAX arrays are immutable: `x[idx] = v` raises "JAX arrays are immutable" at the first
+    call of the ported module.
+
+    ## Fix safety
+    Safe for a plain local name, as JX104's in-place methods: the name is rebound to the value
+    torch wrote; other names sharing the tensor's storage (a view) would not see it, which
+    JAX arrays never do.
+    """
+
+    code = "JX109"
+    local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
+    name = "jax-item-assignment"
+    target = "jax"
+    summary = "x[idx] = v / x[idx] += v in module code -> x = x.at[idx].set(v) / .add(v); a comparison mask -> jnp.where"
+    severity = Severity.ERROR
+    needs_text = ("] =", "] +=", "] -=", "] *=", "] /=")
+    examples = [
+        Example(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Head(nn.Module):
+                def forward(self, x, v):
+                    y = x * 2
+                    y[:, 0] = 0.0
+                    y[..., 1:] += v
+                    y[y < 0.5] = -float('inf')
+                    return y
+            """,
+            """
+            import torch
+            import torch.nn as nn
+            import jax.numpy as jnp
+
+            class Head(nn.Module):
+                def forward(self, x, v):
+                    y = x * 2
+                    y = y.at[:, 0].set(0.0)
+                    y = y.at[..., 1:].add(v)
+                    y = jnp.where(y < 0.5, -float('inf'), y)
+                    return y
+            """,
+        ),
+    ]
+    valid = [
+        "import torch\nd = {}\nd['a'] = 1\n",
+        "import torch.nn as nn\nclass M(nn.Module):\n    def forward(self, x):\n        cache = {}\n        cache[0] = x\n        return x\n",
+    ]
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        if len(node.body) != 1 or _nnx.module_method(self.ctx) is None:
+            return
+        small = node.body[0]
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            target, value, op = small.targets[0].target, small.value, None
+        elif isinstance(small, cst.AugAssign) and type(small.operator) in _AT:
+            target, value, op = small.target, small.value, _AT[type(small.operator)]
+        else:
+            return
+        if not isinstance(target, cst.Subscript) or not isinstance(target.value, cst.Name):
+            return
+        name = target.value.value
+        if name not in ops.tensor_names(self.ctx):
+            return
+        index = target.slice
+        jnp = self.ctx.module_alias("jax.numpy")
+        rhs = astutil.code(value)
+        mask = index[0].slice.value if len(index) == 1 and isinstance(index[0].slice, cst.Index) else None
+        if op is None and isinstance(mask, (cst.Comparison, cst.UnaryOperation)) and \
+                (not isinstance(mask, cst.UnaryOperation) or isinstance(mask.operator, cst.BitInvert)):
+            text = f"{name} = {jnp}.where({astutil.code(mask)}, {rhs}, {name})"
+            imports: tuple = ("jax.numpy",)
+        else:
+            at = astutil.code(target.with_changes(value=cst.Attribute(cst.Name(name), cst.Name("at"))))
+            text = f"{name} = {at}.{op or 'set'}({rhs})"
+            imports = ()
+        self.report(node, f"item assignment to {name}: JAX arrays are immutable; a functional update of {name}",
+                    Fix((self.replace(node, node.with_changes(body=[cst.parse_statement(text).body[0]])),), imports=imports))
