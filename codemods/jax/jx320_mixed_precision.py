@@ -29,7 +29,8 @@ class MixedPrecision(Rule):
     - `with torch.autocast(...):` / `with torch.cuda.amp.autocast(enabled=...):` gives way to
       its body (an autocast among other `with` items leaves that item alone); an autocast
       decorator goes; an autocast made as a value (`ctx = nullcontext() if cpu else
-      torch.amp.autocast(device_type, dtype=ptdtype)`) becomes `contextlib.nullcontext()`, and
+      torch.amp.autocast(device_type, dtype=ptdtype)`) becomes `contextlib.nullcontext()` (the
+      conditional its other arm when that is a `nullcontext()`), and
       `with ctx:` of a name the file only ever gives such contexts gives way to its body.
 
     ## Why
@@ -104,10 +105,9 @@ class MixedPrecision(Rule):
             """
             from contextlib import nullcontext
             import torch
-            import contextlib
 
             ptdtype = torch.bfloat16
-            ctx = nullcontext() if device_type == 'cpu' else contextlib.nullcontext()
+            ctx = nullcontext()
 
 
             class Trainer:
@@ -208,6 +208,14 @@ class MixedPrecision(Rule):
         parent = self.ctx.parent
         if not self._autocast(node) or isinstance(parent, (cst.WithItem, cst.Decorator)):
             return
+        if isinstance(parent, cst.IfExp) and parent.test is not node:
+            other = parent.orelse if parent.body is node else parent.body
+            if self._no_op_context(other) and not self._autocast(other):
+                # `nullcontext() if cpu else autocast(...)`: the other arm, whichever path is taken
+                self.report(node, f"autocast as a value: {_PRECISION}",
+                            Fix((Edit(parent, other.with_changes(lpar=parent.lpar, rpar=parent.rpar)),), Safety.SAFE,
+                                remove_imports=_AMP_IMPORTS), severity=Severity.INFO)
+                return
         contextlib = self.ctx.module_alias("contextlib")
         self.report(node, f"autocast as a value: {_PRECISION}",
                     Fix((Edit(node, cst.parse_expression(f"{contextlib}.nullcontext()")),), Safety.SAFE,
