@@ -1076,12 +1076,60 @@ def lr_set_loop(stmt: cst.CSTNode, target: str) -> Optional[cst.BaseExpression]:
     return assign.value
 
 
+def lr_group_write(node: cst.CSTNode, target: str) -> bool:
+    """``target.param_groups[i]["lr"] = v`` (or ``... *= v``): a statement writing one group's rate."""
+    if isinstance(node, cst.Assign) and len(node.targets) == 1:
+        lhs = node.targets[0].target
+    elif isinstance(node, cst.AugAssign):
+        lhs = node.target
+    else:
+        return False
+    return (_lr_subscript(lhs) and isinstance(lhs.value, cst.Subscript)
+            and code(lhs.value.value) == f"{target}.param_groups")
+
+
+def _writes_lr(body: cst.CSTNode, target: str) -> bool:
+    return any((isinstance(n, cst.For) and lr_set_loop(n, target) is not None) or lr_group_write(n, target)
+               for n in astutil.walk(body, into_functions=True))
+
+
+def lr_setters(ctx: FileContext) -> dict:
+    """Module-level functions of the file that set the rate of an optimizer they are given
+    (``def set_lr(opt, lr): for g in opt.param_groups: g["lr"] = lr``): name -> (the
+    parameter's index, its name)."""
+    key = ("optax.lr_setters",)
+    if key not in ctx.cache:
+        out = {}
+        for stmt in ctx.module.body:
+            if isinstance(stmt, cst.FunctionDef):
+                for i, q in enumerate(stmt.params.params):
+                    if _writes_lr(stmt.body, q.name.value):
+                        out[stmt.name.value] = (i, q.name.value)
+                        break
+        ctx.cache[key] = out
+    return ctx.cache[key]
+
+
+def setter_calls(ctx: FileContext, target: str) -> list:
+    """Calls of :func:`lr_setters` functions given optimizer ``target``."""
+    setters = lr_setters(ctx)
+    out = []
+    for n in astutil.walk(ctx.module, into_functions=True):
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in setters:
+            i, name = setters[n.func.value]
+            arg = astutil.arg(n, name, i)
+            if arg is not None and code(arg.value) == target:
+                out.append(n)
+    return out
+
+
 def lr_written(ctx: FileContext, target: str) -> bool:
-    """The file sets the learning rate of optimizer ``target`` through its param_groups."""
+    """The file sets the learning rate of optimizer ``target`` through its param_groups: a loop
+    ``for g in target.param_groups: g["lr"] = v``, ``target.param_groups[0]["lr"] = v``, or a
+    call of a function of the file that does either to the optimizer it is given."""
     key = ("optax.lr_written", target)
     if key not in ctx.cache:
-        ctx.cache[key] = any(lr_set_loop(n, target) is not None
-                             for n in astutil.walk(ctx.module, into_functions=True) if isinstance(n, cst.For))
+        ctx.cache[key] = _writes_lr(ctx.module, target) or bool(setter_calls(ctx, target))
     return ctx.cache[key]
 
 

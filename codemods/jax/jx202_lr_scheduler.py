@@ -149,6 +149,9 @@ class LRScheduler(Rule):
                                           f"{owner}(e) (per-update schedules: the update count)")
         elif name == "param_groups" and owner in _optax.nnx_optimizers(self.ctx) and self._injected_lr(node, owner):
             return
+        elif name == "param_groups" and self._setter_path(owner) is not None:
+            self._injected_lr(node, owner, self._setter_path(owner))
+            return
         elif name == "param_groups" and owner in _optax.nnx_optimizers(self.ctx) and self._constant_lr(node, owner):
             return
         elif name == "param_groups" and owner in _optax.nnx_optimizers(self.ctx):
@@ -197,16 +200,34 @@ class LRScheduler(Rule):
                     return got[1], block
         return None
 
-    def _injected_lr(self, node: cst.Attribute, owner: str) -> bool:
+    def _setter_path(self, owner: str):
+        """``owner`` is the optimizer parameter of a function of the file that sets its rate
+        (``def set_lr(opt, lr)``), and every call of it gives an nnx.Optimizer built with
+        optax.inject_hyperparams, its hyperparameters at the same place: that place."""
+        fn = next((a for a in self.ctx.ancestors if isinstance(a, cst.FunctionDef)), None)
+        setters = _optax.lr_setters(self.ctx)
+        if fn is None or setters.get(fn.name.value, (None, None))[1] != owner:
+            return None
+        i = setters[fn.name.value][0]
+        paths = set()
+        for call in astutil.walk(self.ctx.module, into_functions=True):
+            if isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value == fn.name.value:
+                arg = astutil.arg(call, owner, i)
+                found = self._optimizer_call(cst.Module([]).code_for_node(arg.value)) if arg is not None else None
+                paths.add(_optax.hyperparams_path(self.ctx, found[0]) if found else None)
+        return paths.pop() if len(paths) == 1 else None
+
+    def _injected_lr(self, node: cst.Attribute, owner: str, path=None) -> bool:
         """An optimizer whose learning rate the script sets (JX201 built it with
-        optax.inject_hyperparams): ``owner.param_groups[0]["lr"]`` reads, and
+        optax.inject_hyperparams): ``owner.param_groups[0]["lr"]`` reads and writes, and
         ``for g in owner.param_groups: g["lr"] = v`` writes, the rate in its state."""
-        found = self._optimizer_call(owner)
-        if found is None or not self._visible(owner, found[1]):
-            return False
-        path = _optax.hyperparams_path(self.ctx, found[0])
         if path is None:
-            return False
+            found = self._optimizer_call(owner)
+            if found is None or not self._visible(owner, found[1]):
+                return False
+            path = _optax.hyperparams_path(self.ctx, found[0])
+            if path is None:
+                return False
         rate = f'{owner}.{path}.hyperparams["learning_rate"][...]'
         anc = self.ctx.ancestors
         loop = anc[-2] if len(anc) > 1 else None
@@ -250,7 +271,8 @@ class LRScheduler(Rule):
         if not (isinstance(first, cst.Subscript) and first.value is node and _index(first) == "0"
                 and isinstance(second, cst.Subscript) and second.value is first and _index(second) in ('"lr"', "'lr'")):
             return False
-        if _optax.lr_written(self.ctx, owner):
+        if _optax.lr_written(self.ctx, owner) or (len(anc) > 3 and isinstance(anc[-4], (cst.AssignTarget, cst.AugAssign))
+                                                  and getattr(anc[-4], "target", None) is second):
             return False  # the script changes the rate: not a constant
         for block in _optax._blocks(self.ctx.module):
             for stmt in block.body:

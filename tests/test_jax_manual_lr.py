@@ -1,0 +1,73 @@
+"""A learning rate the script sets by hand between steps (a warm-up written in the loop), in
+several spellings: ``for g in optimizer.param_groups: g["lr"] = v``, ``optimizer.param_groups[0]
+["lr"] = v``, a helper ``def set_lr(opt, lr)`` of the file. The port (JX201 builds the optimizer
+with optax.inject_hyperparams, JX202 writes the rate into its state) is run next to torch on
+the same problem: the parameters before each of the 4 updates, and after, match (1e-5 relative)."""
+import pytest
+
+jax = pytest.importorskip("jax")
+torch = pytest.importorskip("torch")
+
+from optimhelp import assert_same_traces, flat, jax_model, problem, torch_trace  # noqa: E402
+from porter import engine, registry  # noqa: E402
+
+JAX_RULES = tuple(registry.rules_for("jax"))
+P = "model.parameters()"
+WARMUP = "LR * (epoch + 1) / 4"  # the rate of each of the 4 epochs (one batch each)
+
+SETTERS = {
+    "loop": ("", f"    for param_group in optimizer.param_groups:\n        param_group['lr'] = {WARMUP}\n"),
+    "loop_g": ("", f"    lr = {WARMUP}\n    for g in optimizer.param_groups:\n        g[\"lr\"] = lr\n"),
+    "first_group": ("", f"    optimizer.param_groups[0]['lr'] = {WARMUP}\n"),
+    "helper": ("def set_lr(opt, lr):\n    for g in opt.param_groups:\n        g['lr'] = lr\n\n\n",
+               f"    set_lr(optimizer, {WARMUP})\n"),
+    "helper_first_group": ("def set_lr(opt, lr):\n    opt.param_groups[0][\"lr\"] = lr\n\n\n",
+                           f"    set_lr(opt=optimizer, lr={WARMUP})\n"),
+}
+OPTIMIZERS = {
+    "adamw": f"torch.optim.AdamW({P}, lr=LR, betas=(0.9, 0.95), weight_decay=0.1)",
+    "sgd_wd": f"torch.optim.SGD({P}, lr=LR, momentum=0.9, weight_decay=0.01)",
+    "adam": f"torch.optim.Adam({P}, lr=LR)",
+}
+
+
+def script(optimizer: str, setter: str) -> str:
+    helper, body = SETTERS[setter]
+    return (f"import torch\n\nLR = 0.05\n\n\n{helper}optimizer = {optimizer}\n\nfor epoch in range(EPOCHS):\n{body}"
+            "    print(optimizer.param_groups[0]['lr'])\n"
+            "    for x, y in train_loader:\n        optimizer.zero_grad()\n        loss = loss_fn(model(x), y)\n"
+            "        loss.backward()\n        optimizer.step()\n")
+
+
+def jax_trace(port: str) -> list:
+    """The port's optimizer and rate setting (what it has before and in its epoch loop, up to
+    the batches), driven by the same updates."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    head, loop = port.split("\nfor epoch in range(EPOCHS):\n", 1)
+    setting = "\n".join(line[4:] for line in loop.split("    for x, y in train_loader:", 1)[0].splitlines())
+    w0, b0, data = problem(1)
+    model = jax_model(w0, b0)
+    ns = {"model": model, "train_loader": data, "EPOCHS": 4, "loss_fn": None}
+    exec(compile(head.split("\n@nnx.jit", 1)[0], "<port>", "exec"), ns)
+    trace = []
+    for epoch in range(4):
+        ns["epoch"] = epoch
+        exec(compile(setting, "<port loop>", "exec"), ns)
+        for x, y in data:
+            trace.append(flat(model))
+            grads = nnx.grad(lambda m: jnp.mean((m(jnp.asarray(x)) - jnp.asarray(y)) ** 2))(model)
+            ns["optimizer"].update(model, grads)
+    trace.append(flat(model))
+    return trace
+
+
+@pytest.mark.parametrize("opt", list(OPTIMIZERS))
+@pytest.mark.parametrize("setter", list(SETTERS), ids=[f"JX202-{s}" for s in SETTERS])
+def test_learning_rate_set_by_hand(setter, opt):
+    src = script(OPTIMIZERS[opt], setter)
+    result = engine.fix(src, engine.Options(JAX_RULES, unsafe_fixes=True))
+    assert not [f for f in result.remaining if f.code.startswith("JX2")], result.remaining
+    assert "param_groups" not in result.source and "inject_hyperparams" in result.source, result.source
+    assert_same_traces(torch_trace(src, epochs=4, batches=1), jax_trace(result.source))
