@@ -917,8 +917,10 @@ def fold(ctx: FileContext, p: Plan):
     if groups is not None:
         if b.has("weight_decay"):
             raise Manual("weight_decay= both per parameter group and for the optimizer")
-        if lr_written(ctx, p.target):
-            raise Manual("a learning rate set through param_groups of an optimizer with a decay mask is not ported")
+        if one_group_lr_written(ctx, p.target):
+            raise Manual(f"the script sets the learning rate of one parameter group ({p.target}.param_groups[i]['lr'] = v) "
+                         "and the port has one rate for both groups: set every group's rate "
+                         f"(for g in {p.target}.param_groups: g['lr'] = v) if that is what is meant")
         if p.qual.endswith(".AdamW") or _flag(b, "decoupled_weight_decay"):
             b.args["weight_decay"] = groups.weight_decay
     lr = b["lr"] if b.has("lr") else spec.default_lr
@@ -1088,9 +1090,21 @@ def lr_group_write(node: cst.CSTNode, target: str) -> bool:
             and code(lhs.value.value) == f"{target}.param_groups")
 
 
-def _writes_lr(body: cst.CSTNode, target: str) -> bool:
-    return any((isinstance(n, cst.For) and lr_set_loop(n, target) is not None) or lr_group_write(n, target)
-               for n in astutil.walk(body, into_functions=True))
+def _writes_lr(body: cst.CSTNode, target: str, one_group: bool = False) -> bool:
+    """``body`` sets the rate of optimizer ``target`` (``one_group``: of one group by index)."""
+    return any((not one_group and isinstance(n, cst.For) and lr_set_loop(n, target) is not None)
+               or lr_group_write(n, target) for n in astutil.walk(body, into_functions=True))
+
+
+def one_group_lr_written(ctx: FileContext, target: str) -> bool:
+    """The file sets the rate of one parameter group of ``target`` (``target.param_groups[0]["lr"]
+    = v``, itself or through a function of the file it is given to)."""
+    if _writes_lr(ctx.module, target, one_group=True):
+        return True
+    fns = {n.name.value: n for n in ctx.module.body if isinstance(n, cst.FunctionDef)}
+    setters = lr_setters(ctx)
+    return any(_writes_lr(fns[c.func.value].body, setters[c.func.value][1], one_group=True)
+               for c in setter_calls(ctx, target))
 
 
 def lr_setters(ctx: FileContext) -> dict:
@@ -1143,7 +1157,12 @@ def inject_learning_rate(tx: str, optax_name: str) -> str:
         core = expr.args[-1].value
     if not isinstance(core, cst.Call):
         raise Manual("the learning rate the script sets is not the first argument of an optax transformation")
-    new_core = core.with_changes(func=cst.Call(cst.parse_expression(f"{optax_name}.inject_hyperparams"), [cst.Arg(core.func)]))
+    inject = [cst.Arg(core.func)]
+    static = [a.keyword.value for a in core.args if a.keyword is not None and isinstance(a.value, cst.Lambda)]
+    if static:  # a callable that is no schedule (adamw's decay mask): inject_hyperparams would call it with the count
+        inject = cst.parse_expression(f"f(x, static_args={tuple(static)!r})").args
+        inject = [cst.Arg(core.func, comma=inject[0].comma), inject[1]]
+    new_core = core.with_changes(func=cst.Call(cst.parse_expression(f"{optax_name}.inject_hyperparams"), inject))
     if core is expr:
         return code(new_core)
     return code(expr.with_changes(args=[*expr.args[:-1], expr.args[-1].with_changes(value=new_core)]))

@@ -30,8 +30,9 @@ class LRScheduler(Rule):
     `optimizer.param_groups[0]["lr"]` read where the optimizer is built with a constant
     learning rate (a Gluon script's `trainer.learning_rate`), which becomes that expression,
     and an optimizer JX201 built with `optax.inject_hyperparams` (the script sets its rate):
-    `optimizer.param_groups[0]["lr"]` reads, and `for g in optimizer.param_groups:
-    g["lr"] = v` writes, `optimizer.opt_state[i].hyperparams["learning_rate"][...]`.
+    `optimizer.param_groups[0]["lr"]` reads and writes, and `for g in optimizer.param_groups:
+    g["lr"] = v` writes, `optimizer.opt_state[i].hyperparams["learning_rate"][...]` (also in
+    a function of the file that every call gives such an optimizer: `def set_lr(opt, lr)`).
 
     ## Why
     optax takes the learning rate as a function of the update count; a torch scheduler that
