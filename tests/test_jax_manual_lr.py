@@ -88,3 +88,20 @@ def test_learning_rate_set_by_hand(setter, opt):
     assert not [f for f in result.remaining if f.code.startswith("JX2")], result.remaining
     assert "param_groups" not in result.source and "inject_hyperparams" in result.source, result.source
     assert_same_traces(torch_trace(src, epochs=4, batches=1), jax_trace(result.source))
+
+
+@pytest.mark.parametrize("write", [
+    "for param_group in optimizer.param_groups:\n        param_group['lr'] = lr",
+    "optimizer.param_groups[0][\"lr\"] = lr",
+    "print(optimizer.param_groups[0]['lr'])",
+])
+@pytest.mark.parametrize("built", ["model.configure_optimizers(0.1, 6e-4, (0.9, 0.95), 'cpu')", "make_optimizer(model, lr=0.1)"])
+def test_rate_of_an_optimizer_built_elsewhere_is_reported_with_what_to_do(built, write):
+    """nanoGPT: model.py's configure_optimizers builds the optimizer, train.py's loop sets its
+    rate; this file alone cannot see how it is built, so the finding says what to write."""
+    src = (f"import torch\nfrom model import make_optimizer\n\noptimizer = {built}\n"
+           f"for it in range(10):\n    lr = 6e-4 * it / 10\n    {write}\n")
+    result = engine.fix(src, engine.Options(JAX_RULES, unsafe_fixes=True))
+    found = [f for f in result.remaining if f.code == "JX202"]
+    assert found and "inject_hyperparams" in found[0].message and "opt_state.hyperparams['learning_rate'][...]" in found[0].message
+    assert f"`{built.split('(')[0]}(...)`" in found[0].message, found[0].message

@@ -33,6 +33,9 @@ class LRScheduler(Rule):
     `optimizer.param_groups[0]["lr"]` reads and writes, and `for g in optimizer.param_groups:
     g["lr"] = v` writes, `optimizer.opt_state[i].hyperparams["learning_rate"][...]` (also in
     a function of the file that every call gives such an optimizer: `def set_lr(opt, lr)`).
+    The `param_groups` of an optimizer the file gets from another function or file
+    (nanoGPT's `optimizer = model.configure_optimizers(...)`) are reported with what to write
+    there and here (`optax.inject_hyperparams(...)`, `opt_state.hyperparams['learning_rate'][...]`).
 
     ## Why
     optax takes the learning rate as a function of the update count; a torch scheduler that
@@ -155,6 +158,15 @@ class LRScheduler(Rule):
             return
         elif name == "param_groups" and owner in _optax.nnx_optimizers(self.ctx) and self._constant_lr(node, owner):
             return
+        elif name == "param_groups" and owner not in _optax.nnx_optimizers(self.ctx) and self._built_elsewhere(owner):
+            ops.report_manual(self, node, (
+                f"{owner}.param_groups: {owner} comes from `{self._built_elsewhere(owner)}` (built in another function or "
+                f"file) and an nnx.Optimizer has no parameter groups. Where it is built, wrap its optax transformation as "
+                f"optax.inject_hyperparams(optax.adamw, static_args=('mask',))(learning_rate=lr, ...) (a callable argument "
+                f"that is no schedule, such as adamw's mask, in static_args), then read and write the rate here as "
+                f"{owner}.opt_state.hyperparams['learning_rate'][...] (opt_state[i] for the i-th transformation of an "
+                f"optax.chain): for g in {owner}.param_groups: g['lr'] = v -> "
+                f"{owner}.opt_state.hyperparams['learning_rate'][...] = v"))
         elif name == "param_groups" and owner in _optax.nnx_optimizers(self.ctx):
             ops.report_manual(self, node, f"{owner}.param_groups: an nnx.Optimizer has no parameter groups; the learning rate "
                                           "is the schedule given to its optax transformation")
@@ -200,6 +212,25 @@ class LRScheduler(Rule):
                 if got and got[0] == owner and (self.ctx.qualname(got[1].func) or "") == "flax.nnx.Optimizer":
                     return got[1], block
         return None
+
+    def _built_elsewhere(self, owner: str):
+        """``owner = <call>`` in the file, the call being neither a torch.optim optimizer nor an
+        nnx.Optimizer (``model.configure_optimizers(...)``, a factory of another file): the
+        call's code (its callee and arguments), else None."""
+        key = ("jx202.built_elsewhere", owner)
+        if key not in self.ctx.cache:
+            found = None
+            for n in astutil.walk(self.ctx.module, into_functions=True):
+                if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.value, cst.Call) \
+                        and cst.Module([]).code_for_node(n.targets[0].target) == owner:
+                    qual = self.ctx.qualname(n.value.func) or ""
+                    if qual.startswith("torch.optim") or qual == "flax.nnx.Optimizer" or _optax.optimizer_qual(
+                            self.ctx, n.value.func) in _optax.OPTIMIZERS:
+                        found = None
+                        break
+                    found = cst.Module([]).code_for_node(n.value.func) + "(...)"
+            self.ctx.cache[key] = found
+        return self.ctx.cache[key]
 
     def _setter_path(self, owner: str):
         """``owner`` is the optimizer parameter of a function of the file that sets its rate
