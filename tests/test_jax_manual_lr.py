@@ -105,3 +105,99 @@ def test_rate_of_an_optimizer_built_elsewhere_is_reported_with_what_to_do(built,
     found = [f for f in result.remaining if f.code == "JX202"]
     assert found and "inject_hyperparams" in found[0].message and "opt_state.hyperparams['learning_rate'][...]" in found[0].message
     assert f"`{built.split('(')[0]}(...)`" in found[0].message, found[0].message
+
+
+NET = '''import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+    def configure_optimizers(self, weight_decay, learning_rate):
+        decay = [p for p in self.parameters() if p.dim() >= 2]
+        no_decay = [p for p in self.parameters() if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        optimizer = torch.optim.AdamW(groups, lr=learning_rate, betas=(0.9, 0.95))
+        return optimizer
+'''
+TRAIN = '''import torch
+from net import Net
+
+model = Net()
+optimizer = model.configure_optimizers(0.5, 0.05)
+for epoch in range(4):
+{setter}    for x, y in train_loader:
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+'''
+
+
+@pytest.mark.parametrize("setter", [
+    "    for param_group in optimizer.param_groups:\n        param_group['lr'] = 0.05 * (epoch + 1) / 4\n",
+    "    lr = 0.05 * (epoch + 1) / 4\n    for g in optimizer.param_groups:\n        g[\"lr\"] = lr\n"
+    "    print(optimizer.param_groups[0]['lr'])\n",
+])
+def test_rate_set_in_another_file_than_the_optimizer_is_built(tmp_path, setter):
+    """nanoGPT's shape: net.py's configure_optimizers builds and returns the optimizer (two
+    decay groups), train.py's loop sets its rate. Each file is ported alone, reading the other
+    from disk: net.py's optimizer is injected, train.py writes the rate into its state; 4
+    hand-set warm-up steps match torch (1e-5 rel)."""
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+
+    (tmp_path / "net.py").write_text(NET)
+    (tmp_path / "train.py").write_text(TRAIN.format(setter=setter))
+    ported = {}
+    for name in ("net.py", "train.py"):
+        result = engine.fix((tmp_path / name).read_text(), engine.Options(JAX_RULES, unsafe_fixes=True), path=str(tmp_path / name))
+        assert not [f for f in result.remaining if f.code.startswith("JX2")], result.remaining
+        ported[name] = result.source
+    assert "optax.inject_hyperparams(optax.adamw, static_args=('mask',))" in ported["net.py"], ported["net.py"]
+    assert "param_groups" not in ported["train.py"], ported["train.py"]
+    # torch: the original
+    w0, b0, data = problem(1)
+    ns_t: dict = {}
+    exec(compile(NET, "<net>", "exec"), ns_t)
+    net = ns_t["Net"]()
+    with torch.no_grad():
+        net.fc.weight.copy_(torch.from_numpy(w0))
+        net.fc.bias.copy_(torch.from_numpy(b0))
+    state = {k: v.numpy().copy() for k, v in net.state_dict().items()}
+    trace_t: list = []
+    loader = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in data]
+    ns_train = {"Net": lambda: net, "train_loader": loader, "loss_fn": lambda out, y: ((out - y) ** 2).mean()}
+
+    class Recorded(list):
+        def __iter__(self):
+            for batch in list.__iter__(self):
+                trace_t.append(np.concatenate([p.detach().numpy().ravel().copy() for p in net.parameters()]))
+                yield batch
+
+    ns_train["train_loader"] = Recorded(loader)
+    exec(compile(TRAIN.format(setter=setter).replace("from net import Net\n", ""), "<train>", "exec"), ns_train)
+    trace_t.append(np.concatenate([p.detach().numpy().ravel() for p in net.parameters()]))
+    # the port: its model with the original's weights, its optimizer, the loop's rate setting
+    ns_j: dict = {}
+    exec(compile(ported["net.py"], "<net port>", "exec"), ns_j)
+    model = ns_j["Net"](rngs=nnx.Rngs(0))
+    ns_j["load_torch_state_dict"](model, state)
+    optimizer = model.configure_optimizers(0.5, 0.05)
+    loop = ported["train.py"].split("for epoch in range(4):\n", 1)[1]
+    setting = "\n".join(line[4:] for line in loop.split("    for x, y in train_loader:", 1)[0].splitlines())
+    trace_j = []
+    for epoch in range(4):
+        exec(compile(setting, "<train port>", "exec"), {"optimizer": optimizer, "epoch": epoch})
+        for x, y in data:
+            trace_j.append(np.concatenate([np.asarray(model.fc.kernel[...]).T.ravel(), np.asarray(model.fc.bias[...]).ravel()]))
+            grads = nnx.grad(lambda m: jnp.mean((m(jnp.asarray(x)) - jnp.asarray(y)) ** 2))(model)
+            optimizer.update(model, grads)
+    trace_j.append(np.concatenate([np.asarray(model.fc.kernel[...]).T.ravel(), np.asarray(model.fc.bias[...]).ravel()]))
+    assert_same_traces(trace_t, trace_j)

@@ -963,7 +963,8 @@ def fold(ctx: FileContext, p: Plan):
         raise Manual(f"porter cannot tell how many optimizer updates run per {p.scheduler_target}.step() "
                      "(optax counts updates): build the schedule by hand")
     used |= b.used
-    if sched_text is None and lr_written(ctx, p.target):
+    if sched_text is None and (lr_written(ctx, p.target) or (
+            returned_optimizer_fn(ctx, p) is not None and rate_set_by_callers(ctx, returned_optimizer_fn(ctx, p)))):
         tx = inject_learning_rate(tx, ctx.module_alias("optax"))
         used.add("optax")
     nnx = ctx.module_alias("flax.nnx")
@@ -1145,6 +1146,77 @@ def lr_written(ctx: FileContext, target: str) -> bool:
     if key not in ctx.cache:
         ctx.cache[key] = _writes_lr(ctx.module, target) or bool(setter_calls(ctx, target))
     return ctx.cache[key]
+
+
+def _siblings(ctx: FileContext) -> list:
+    """The parsed .py files next to the file (the program's other files; at most 64)."""
+    from pathlib import Path
+
+    from ._program import _parse
+
+    if not ctx.path or ctx.path.startswith("<") or not Path(ctx.path).is_file():
+        return []
+    here = Path(ctx.path).resolve()
+    files = sorted(f for f in here.parent.glob("*.py") if f.resolve() != here)[:64]
+    return [m for m in (_parse(f) for f in files) if m is not None]
+
+
+def _callee(call: cst.Call) -> str:
+    f = call.func
+    return f.attr.value if isinstance(f, cst.Attribute) else f.value if isinstance(f, cst.Name) else ""
+
+
+def rate_set_by_callers(ctx: FileContext, fn: str) -> bool:
+    """Another file next to this one assigns the result of a call of ``fn`` (``optimizer =
+    model.configure_optimizers(...)``) and sets its rate in a loop over its param_groups
+    (nanoGPT's train.py)."""
+    key = ("optax.rate_set_by_callers", fn)
+    if key not in ctx.cache:
+        found = False
+        for module in _siblings(ctx):
+            for n in astutil.walk(module, into_functions=True):
+                if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.value, cst.Call) \
+                        and _callee(n.value) == fn:
+                    name = code(n.targets[0].target)
+                    if any(isinstance(x, cst.For) and lr_set_loop(x, name) is not None
+                           for x in astutil.walk(module, into_functions=True)):
+                        found = True
+        ctx.cache[key] = found
+    return ctx.cache[key]
+
+
+def returned_optimizer_fn(ctx: FileContext, p) -> Optional[str]:
+    """The name of the function (or method) whose body builds plan ``p``'s optimizer and
+    returns it (``return optimizer``), else None."""
+    for n in astutil.walk(ctx.module, into_functions=True):
+        if isinstance(n, cst.FunctionDef) and n.body is p.block:
+            if any(isinstance(r, cst.Return) and r.value is not None and code(r.value) == p.target
+                   for r in astutil.walk(n.body)):
+                return n.name.value
+    return None
+
+
+def built_by_sibling(ctx: FileContext, fn: str) -> Optional[str]:
+    """For ``fn`` a function of another file next to this one that builds and returns a
+    torch.optim AdamW (ported: its optax transformation alone, no chain) or an nnx.Optimizer
+    of optax.inject_hyperparams(...)(...): where the port keeps its hyperparameters
+    (``opt_state``), else None."""
+    for module in _siblings(ctx):
+        for n in astutil.walk(module, into_functions=True):
+            if not (isinstance(n, cst.FunctionDef) and n.name.value == fn):
+                continue
+            returned = {code(r.value) for r in astutil.walk(n.body) if isinstance(r, cst.Return) and r.value is not None}
+            for a in astutil.walk(n.body):
+                if isinstance(a, cst.Assign) and len(a.targets) == 1 and code(a.targets[0].target) in returned \
+                        and isinstance(a.value, cst.Call):
+                    func = code(a.value.func)
+                    if func.rsplit(".", 1)[-1] == "AdamW" and "optim" in func:
+                        return "opt_state"
+                    if func.endswith("Optimizer") and len(a.value.args) > 1 and isinstance(a.value.args[1].value, cst.Call) \
+                            and isinstance(a.value.args[1].value.func, cst.Call) \
+                            and code(a.value.args[1].value.func.func).endswith("inject_hyperparams"):
+                        return "opt_state"
+    return None
 
 
 def inject_learning_rate(tx: str, optax_name: str) -> str:

@@ -101,7 +101,9 @@ class OptimizerToOptax(Rule):
     script's `set_learning_rate`) is built with `optax.inject_hyperparams(optax.sgd)(lr, ...)`
     (in a chain: its last transformation; a decay mask is one of its `static_args`): the rate
     is an array of the optimizer's state, which JX202 reads and sets (no new compilation when
-    it changes). With two parameter groups (a decay mask), setting one group's rate
+    it changes). So is an optimizer a function builds and returns where another file next to
+    this one sets the rate of what that function returns (nanoGPT: model.py's
+    `configure_optimizers`, train.py's loop). With two parameter groups (a decay mask), setting one group's rate
     (`param_groups[0]["lr"] = v`) is reported: the port has one rate for both.
 
     ## Why

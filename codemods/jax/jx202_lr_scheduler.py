@@ -33,9 +33,12 @@ class LRScheduler(Rule):
     `optimizer.param_groups[0]["lr"]` reads and writes, and `for g in optimizer.param_groups:
     g["lr"] = v` writes, `optimizer.opt_state[i].hyperparams["learning_rate"][...]` (also in
     a function of the file that every call gives such an optimizer: `def set_lr(opt, lr)`).
-    The `param_groups` of an optimizer the file gets from another function or file
-    (nanoGPT's `optimizer = model.configure_optimizers(...)`) are reported with what to write
-    there and here (`optax.inject_hyperparams(...)`, `opt_state.hyperparams['learning_rate'][...]`).
+    An optimizer the file gets from a function of another file next to it
+    (nanoGPT's `optimizer = model.configure_optimizers(...)` in train.py, model.py building and
+    returning a torch AdamW, which JX201 there injects as this file sets its rate in a loop):
+    its `param_groups` reads and loop writes become `optimizer.opt_state.hyperparams[
+    "learning_rate"][...]`. Otherwise (the builder not found, a chain, one group set by index)
+    they are reported with what to write there and here.
 
     ## Why
     optax takes the learning rate as a function of the update count; a torch scheduler that
@@ -158,6 +161,9 @@ class LRScheduler(Rule):
             return
         elif name == "param_groups" and owner in _optax.nnx_optimizers(self.ctx) and self._constant_lr(node, owner):
             return
+        elif name == "param_groups" and owner not in _optax.nnx_optimizers(self.ctx) and self._built_elsewhere(owner) \
+                and self._sibling_path(owner) is not None and self._injected_lr(node, owner, self._sibling_path(owner)):
+            return
         elif name == "param_groups" and owner not in _optax.nnx_optimizers(self.ctx) and self._built_elsewhere(owner):
             ops.report_manual(self, node, (
                 f"{owner}.param_groups: {owner} comes from `{self._built_elsewhere(owner)}` (built in another function or "
@@ -231,6 +237,15 @@ class LRScheduler(Rule):
                     found = cst.Module([]).code_for_node(n.value.func) + "(...)"
             self.ctx.cache[key] = found
         return self.ctx.cache[key]
+
+    def _sibling_path(self, owner: str):
+        """``owner = m.fn(...)``, ``fn`` a function of another file next to this one that builds
+        and returns the optimizer, injected by JX201 there (this file sets its rate in a loop,
+        no group by index): where its hyperparameters are, else None."""
+        if _optax.one_group_lr_written(self.ctx, owner):
+            return None
+        fn = self._built_elsewhere(owner)[:-len("(...)")].rsplit(".", 1)[-1]
+        return _optax.built_by_sibling(self.ctx, fn)
 
     def _setter_path(self, owner: str):
         """``owner`` is the optimizer parameter of a function of the file that sets its rate
