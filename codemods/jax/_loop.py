@@ -870,7 +870,7 @@ _SELF_LAYERS = frozenset({"Linear", "Conv", "ConvTranspose", "Embed", "LayerNorm
 
 def self_layer_kinds(cls: cst.ClassDef, ctx: FileContext) -> dict:
     """``self.fc`` / ``self.transformer.wte`` -> the NNX layer (``Linear``, ``Embed``...) that the
-    methods of the class assign to it (directly, or as an entry of ``nnx.Dict(dict(wte=...))``);
+    methods of the class assign to it (directly, or as an entry of ``nnx.Dict(dict(wte=...))`` or ``nnx.Dict({'wte': ...})``);
     None for a path also assigned something else (a tied ``TorchTiedLinear``, another layer)
     than None."""
     out: dict = {}
@@ -899,6 +899,11 @@ def self_layer_kinds(cls: cst.ClassDef, ctx: FileContext) -> dict:
             for a in inner.args if dict_call else value.args:
                 if a.keyword is not None:
                     put(f"{path}.{a.keyword.value}", kind(a.value))
+            if isinstance(inner, cst.Dict):  # nnx.Dict({'wte': ...}): its string keys
+                for el in inner.elements:
+                    if isinstance(el, cst.DictElement) and isinstance(el.key, cst.SimpleString) \
+                            and el.key.evaluated_value.isidentifier():
+                        put(f"{path}.{el.key.evaluated_value}", kind(el.value))
             continue
         put(path, kind(value))
     return out

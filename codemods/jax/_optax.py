@@ -917,8 +917,10 @@ def fold(ctx: FileContext, p: Plan):
     if groups is not None:
         if b.has("weight_decay"):
             raise Manual("weight_decay= both per parameter group and for the optimizer")
-        if lr_written(ctx, p.target):
-            raise Manual("a learning rate set through param_groups of an optimizer with a decay mask is not ported")
+        if one_group_lr_written(ctx, p.target):
+            raise Manual(f"the script sets the learning rate of one parameter group ({p.target}.param_groups[i]['lr'] = v) "
+                         "and the port has one rate for both groups: set every group's rate "
+                         f"(for g in {p.target}.param_groups: g['lr'] = v) if that is what is meant")
         if p.qual.endswith(".AdamW") or _flag(b, "decoupled_weight_decay"):
             b.args["weight_decay"] = groups.weight_decay
     lr = b["lr"] if b.has("lr") else spec.default_lr
@@ -961,7 +963,8 @@ def fold(ctx: FileContext, p: Plan):
         raise Manual(f"porter cannot tell how many optimizer updates run per {p.scheduler_target}.step() "
                      "(optax counts updates): build the schedule by hand")
     used |= b.used
-    if sched_text is None and lr_written(ctx, p.target):
+    if sched_text is None and (lr_written(ctx, p.target) or (
+            returned_optimizer_fn(ctx, p) is not None and rate_set_by_callers(ctx, returned_optimizer_fn(ctx, p)))):
         tx = inject_learning_rate(tx, ctx.module_alias("optax"))
         used.add("optax")
     nnx = ctx.module_alias("flax.nnx")
@@ -1076,13 +1079,144 @@ def lr_set_loop(stmt: cst.CSTNode, target: str) -> Optional[cst.BaseExpression]:
     return assign.value
 
 
+def lr_group_write(node: cst.CSTNode, target: str) -> bool:
+    """``target.param_groups[i]["lr"] = v`` (or ``... *= v``): a statement writing one group's rate."""
+    if isinstance(node, cst.Assign) and len(node.targets) == 1:
+        lhs = node.targets[0].target
+    elif isinstance(node, cst.AugAssign):
+        lhs = node.target
+    else:
+        return False
+    return (_lr_subscript(lhs) and isinstance(lhs.value, cst.Subscript)
+            and code(lhs.value.value) == f"{target}.param_groups")
+
+
+def _writes_lr(body: cst.CSTNode, target: str, one_group: bool = False) -> bool:
+    """``body`` sets the rate of optimizer ``target`` (``one_group``: of one group by index)."""
+    return any((not one_group and isinstance(n, cst.For) and lr_set_loop(n, target) is not None)
+               or lr_group_write(n, target) for n in astutil.walk(body, into_functions=True))
+
+
+def one_group_lr_written(ctx: FileContext, target: str) -> bool:
+    """The file sets the rate of one parameter group of ``target`` (``target.param_groups[0]["lr"]
+    = v``, itself or through a function of the file it is given to)."""
+    if _writes_lr(ctx.module, target, one_group=True):
+        return True
+    fns = {n.name.value: n for n in ctx.module.body if isinstance(n, cst.FunctionDef)}
+    setters = lr_setters(ctx)
+    return any(_writes_lr(fns[c.func.value].body, setters[c.func.value][1], one_group=True)
+               for c in setter_calls(ctx, target))
+
+
+def lr_setters(ctx: FileContext) -> dict:
+    """Module-level functions of the file that set the rate of an optimizer they are given
+    (``def set_lr(opt, lr): for g in opt.param_groups: g["lr"] = lr``): name -> (the
+    parameter's index, its name)."""
+    key = ("optax.lr_setters",)
+    if key not in ctx.cache:
+        out = {}
+        for stmt in ctx.module.body:
+            if isinstance(stmt, cst.FunctionDef):
+                for i, q in enumerate(stmt.params.params):
+                    if _writes_lr(stmt.body, q.name.value):
+                        out[stmt.name.value] = (i, q.name.value)
+                        break
+        ctx.cache[key] = out
+    return ctx.cache[key]
+
+
+def setter_calls(ctx: FileContext, target: str) -> list:
+    """Calls of :func:`lr_setters` functions given optimizer ``target``."""
+    setters = lr_setters(ctx)
+    out = []
+    for n in astutil.walk(ctx.module, into_functions=True):
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in setters:
+            i, name = setters[n.func.value]
+            arg = astutil.arg(n, name, i)
+            if arg is not None and code(arg.value) == target:
+                out.append(n)
+    return out
+
+
 def lr_written(ctx: FileContext, target: str) -> bool:
-    """The file sets the learning rate of optimizer ``target`` through its param_groups."""
+    """The file sets the learning rate of optimizer ``target`` through its param_groups: a loop
+    ``for g in target.param_groups: g["lr"] = v``, ``target.param_groups[0]["lr"] = v``, or a
+    call of a function of the file that does either to the optimizer it is given."""
     key = ("optax.lr_written", target)
     if key not in ctx.cache:
-        ctx.cache[key] = any(lr_set_loop(n, target) is not None
-                             for n in astutil.walk(ctx.module, into_functions=True) if isinstance(n, cst.For))
+        ctx.cache[key] = _writes_lr(ctx.module, target) or bool(setter_calls(ctx, target))
     return ctx.cache[key]
+
+
+def _siblings(ctx: FileContext) -> list:
+    """The parsed .py files next to the file (the program's other files; at most 64)."""
+    from pathlib import Path
+
+    from ._program import _parse
+
+    if not ctx.path or ctx.path.startswith("<") or not Path(ctx.path).is_file():
+        return []
+    here = Path(ctx.path).resolve()
+    files = sorted(f for f in here.parent.glob("*.py") if f.resolve() != here)[:64]
+    return [m for m in (_parse(f) for f in files) if m is not None]
+
+
+def _callee(call: cst.Call) -> str:
+    f = call.func
+    return f.attr.value if isinstance(f, cst.Attribute) else f.value if isinstance(f, cst.Name) else ""
+
+
+def rate_set_by_callers(ctx: FileContext, fn: str) -> bool:
+    """Another file next to this one assigns the result of a call of ``fn`` (``optimizer =
+    model.configure_optimizers(...)``) and sets its rate in a loop over its param_groups
+    (nanoGPT's train.py)."""
+    key = ("optax.rate_set_by_callers", fn)
+    if key not in ctx.cache:
+        found = False
+        for module in _siblings(ctx):
+            for n in astutil.walk(module, into_functions=True):
+                if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.value, cst.Call) \
+                        and _callee(n.value) == fn:
+                    name = code(n.targets[0].target)
+                    if any(isinstance(x, cst.For) and lr_set_loop(x, name) is not None
+                           for x in astutil.walk(module, into_functions=True)):
+                        found = True
+        ctx.cache[key] = found
+    return ctx.cache[key]
+
+
+def returned_optimizer_fn(ctx: FileContext, p) -> Optional[str]:
+    """The name of the function (or method) whose body builds plan ``p``'s optimizer and
+    returns it (``return optimizer``), else None."""
+    for n in astutil.walk(ctx.module, into_functions=True):
+        if isinstance(n, cst.FunctionDef) and n.body is p.block:
+            if any(isinstance(r, cst.Return) and r.value is not None and code(r.value) == p.target
+                   for r in astutil.walk(n.body)):
+                return n.name.value
+    return None
+
+
+def built_by_sibling(ctx: FileContext, fn: str) -> Optional[str]:
+    """For ``fn`` a function of another file next to this one that builds and returns a
+    torch.optim AdamW (ported: its optax transformation alone, no chain) or an nnx.Optimizer
+    of optax.inject_hyperparams(...)(...): where the port keeps its hyperparameters
+    (``opt_state``), else None."""
+    for module in _siblings(ctx):
+        for n in astutil.walk(module, into_functions=True):
+            if not (isinstance(n, cst.FunctionDef) and n.name.value == fn):
+                continue
+            returned = {code(r.value) for r in astutil.walk(n.body) if isinstance(r, cst.Return) and r.value is not None}
+            for a in astutil.walk(n.body):
+                if isinstance(a, cst.Assign) and len(a.targets) == 1 and code(a.targets[0].target) in returned \
+                        and isinstance(a.value, cst.Call):
+                    func = code(a.value.func)
+                    if func.rsplit(".", 1)[-1] == "AdamW" and "optim" in func:
+                        return "opt_state"
+                    if func.endswith("Optimizer") and len(a.value.args) > 1 and isinstance(a.value.args[1].value, cst.Call) \
+                            and isinstance(a.value.args[1].value.func, cst.Call) \
+                            and code(a.value.args[1].value.func.func).endswith("inject_hyperparams"):
+                        return "opt_state"
+    return None
 
 
 def inject_learning_rate(tx: str, optax_name: str) -> str:
@@ -1095,7 +1229,12 @@ def inject_learning_rate(tx: str, optax_name: str) -> str:
         core = expr.args[-1].value
     if not isinstance(core, cst.Call):
         raise Manual("the learning rate the script sets is not the first argument of an optax transformation")
-    new_core = core.with_changes(func=cst.Call(cst.parse_expression(f"{optax_name}.inject_hyperparams"), [cst.Arg(core.func)]))
+    inject = [cst.Arg(core.func)]
+    static = [a.keyword.value for a in core.args if a.keyword is not None and isinstance(a.value, cst.Lambda)]
+    if static:  # a callable that is no schedule (adamw's decay mask): inject_hyperparams would call it with the count
+        inject = cst.parse_expression(f"f(x, static_args={tuple(static)!r})").args
+        inject = [cst.Arg(core.func, comma=inject[0].comma), inject[1]]
+    new_core = core.with_changes(func=cst.Call(cst.parse_expression(f"{optax_name}.inject_hyperparams"), inject))
     if core is expr:
         return code(new_core)
     return code(expr.with_changes(args=[*expr.args[:-1], expr.args[-1].with_changes(value=new_core)]))

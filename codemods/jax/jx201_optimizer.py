@@ -96,10 +96,15 @@ class OptimizerToOptax(Rule):
     coupled wd; the class goes once every construction of it is ported.
 
     An optimizer whose learning rate the script sets between steps
-    (`for g in optimizer.param_groups: g["lr"] = v`, a Gluon script's `set_learning_rate`)
-    is built with `optax.inject_hyperparams(optax.sgd)(lr, ...)` (in a chain: its last
-    transformation): the rate is an array of the optimizer's state, which JX202 reads and
-    sets (no new compilation when it changes).
+    (`for g in optimizer.param_groups: g["lr"] = v`, `optimizer.param_groups[0]["lr"] = v`,
+    either in a function of the file given the optimizer (`def set_lr(opt, lr)`), a Gluon
+    script's `set_learning_rate`) is built with `optax.inject_hyperparams(optax.sgd)(lr, ...)`
+    (in a chain: its last transformation; a decay mask is one of its `static_args`): the rate
+    is an array of the optimizer's state, which JX202 reads and sets (no new compilation when
+    it changes). So is an optimizer a function builds and returns where another file next to
+    this one sets the rate of what that function returns (nanoGPT: model.py's
+    `configure_optimizers`, train.py's loop). With two parameter groups (a decay mask), setting one group's rate
+    (`param_groups[0]["lr"] = v`) is reported: the port has one rate for both.
 
     ## Why
     A JAX training step updates parameters with an optax transformation; the learning rate

@@ -30,8 +30,15 @@ class LRScheduler(Rule):
     `optimizer.param_groups[0]["lr"]` read where the optimizer is built with a constant
     learning rate (a Gluon script's `trainer.learning_rate`), which becomes that expression,
     and an optimizer JX201 built with `optax.inject_hyperparams` (the script sets its rate):
-    `optimizer.param_groups[0]["lr"]` reads, and `for g in optimizer.param_groups:
-    g["lr"] = v` writes, `optimizer.opt_state[i].hyperparams["learning_rate"][...]`.
+    `optimizer.param_groups[0]["lr"]` reads and writes, and `for g in optimizer.param_groups:
+    g["lr"] = v` writes, `optimizer.opt_state[i].hyperparams["learning_rate"][...]` (also in
+    a function of the file that every call gives such an optimizer: `def set_lr(opt, lr)`).
+    An optimizer the file gets from a function of another file next to it
+    (nanoGPT's `optimizer = model.configure_optimizers(...)` in train.py, model.py building and
+    returning a torch AdamW, which JX201 there injects as this file sets its rate in a loop):
+    its `param_groups` reads and loop writes become `optimizer.opt_state.hyperparams[
+    "learning_rate"][...]`. Otherwise (the builder not found, a chain, one group set by index)
+    they are reported with what to write there and here.
 
     ## Why
     optax takes the learning rate as a function of the update count; a torch scheduler that
@@ -149,8 +156,23 @@ class LRScheduler(Rule):
                                           f"{owner}(e) (per-update schedules: the update count)")
         elif name == "param_groups" and owner in _optax.nnx_optimizers(self.ctx) and self._injected_lr(node, owner):
             return
+        elif name == "param_groups" and self._setter_path(owner) is not None:
+            self._injected_lr(node, owner, self._setter_path(owner))
+            return
         elif name == "param_groups" and owner in _optax.nnx_optimizers(self.ctx) and self._constant_lr(node, owner):
             return
+        elif name == "param_groups" and owner not in _optax.nnx_optimizers(self.ctx) and self._built_elsewhere(owner) \
+                and self._sibling_path(owner) is not None and self._injected_lr(node, owner, self._sibling_path(owner)):
+            return
+        elif name == "param_groups" and owner not in _optax.nnx_optimizers(self.ctx) and self._built_elsewhere(owner):
+            ops.report_manual(self, node, (
+                f"{owner}.param_groups: {owner} comes from `{self._built_elsewhere(owner)}` (built in another function or "
+                f"file) and an nnx.Optimizer has no parameter groups. Where it is built, wrap its optax transformation as "
+                f"optax.inject_hyperparams(optax.adamw, static_args=('mask',))(learning_rate=lr, ...) (a callable argument "
+                f"that is no schedule, such as adamw's mask, in static_args), then read and write the rate here as "
+                f"{owner}.opt_state.hyperparams['learning_rate'][...] (opt_state[i] for the i-th transformation of an "
+                f"optax.chain): for g in {owner}.param_groups: g['lr'] = v -> "
+                f"{owner}.opt_state.hyperparams['learning_rate'][...] = v"))
         elif name == "param_groups" and owner in _optax.nnx_optimizers(self.ctx):
             ops.report_manual(self, node, f"{owner}.param_groups: an nnx.Optimizer has no parameter groups; the learning rate "
                                           "is the schedule given to its optax transformation")
@@ -197,16 +219,62 @@ class LRScheduler(Rule):
                     return got[1], block
         return None
 
-    def _injected_lr(self, node: cst.Attribute, owner: str) -> bool:
+    def _built_elsewhere(self, owner: str):
+        """``owner = <call>`` in the file, the call being neither a torch.optim optimizer nor an
+        nnx.Optimizer (``model.configure_optimizers(...)``, a factory of another file): the
+        call's code (its callee and arguments), else None."""
+        key = ("jx202.built_elsewhere", owner)
+        if key not in self.ctx.cache:
+            found = None
+            for n in astutil.walk(self.ctx.module, into_functions=True):
+                if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.value, cst.Call) \
+                        and cst.Module([]).code_for_node(n.targets[0].target) == owner:
+                    qual = self.ctx.qualname(n.value.func) or ""
+                    if qual.startswith("torch.optim") or qual == "flax.nnx.Optimizer" or _optax.optimizer_qual(
+                            self.ctx, n.value.func) in _optax.OPTIMIZERS:
+                        found = None
+                        break
+                    found = cst.Module([]).code_for_node(n.value.func) + "(...)"
+            self.ctx.cache[key] = found
+        return self.ctx.cache[key]
+
+    def _sibling_path(self, owner: str):
+        """``owner = m.fn(...)``, ``fn`` a function of another file next to this one that builds
+        and returns the optimizer, injected by JX201 there (this file sets its rate in a loop,
+        no group by index): where its hyperparameters are, else None."""
+        if _optax.one_group_lr_written(self.ctx, owner):
+            return None
+        fn = self._built_elsewhere(owner)[:-len("(...)")].rsplit(".", 1)[-1]
+        return _optax.built_by_sibling(self.ctx, fn)
+
+    def _setter_path(self, owner: str):
+        """``owner`` is the optimizer parameter of a function of the file that sets its rate
+        (``def set_lr(opt, lr)``), and every call of it gives an nnx.Optimizer built with
+        optax.inject_hyperparams, its hyperparameters at the same place: that place."""
+        fn = next((a for a in self.ctx.ancestors if isinstance(a, cst.FunctionDef)), None)
+        setters = _optax.lr_setters(self.ctx)
+        if fn is None or setters.get(fn.name.value, (None, None))[1] != owner:
+            return None
+        i = setters[fn.name.value][0]
+        paths = set()
+        for call in astutil.walk(self.ctx.module, into_functions=True):
+            if isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value == fn.name.value:
+                arg = astutil.arg(call, owner, i)
+                found = self._optimizer_call(cst.Module([]).code_for_node(arg.value)) if arg is not None else None
+                paths.add(_optax.hyperparams_path(self.ctx, found[0]) if found else None)
+        return paths.pop() if len(paths) == 1 else None
+
+    def _injected_lr(self, node: cst.Attribute, owner: str, path=None) -> bool:
         """An optimizer whose learning rate the script sets (JX201 built it with
-        optax.inject_hyperparams): ``owner.param_groups[0]["lr"]`` reads, and
+        optax.inject_hyperparams): ``owner.param_groups[0]["lr"]`` reads and writes, and
         ``for g in owner.param_groups: g["lr"] = v`` writes, the rate in its state."""
-        found = self._optimizer_call(owner)
-        if found is None or not self._visible(owner, found[1]):
-            return False
-        path = _optax.hyperparams_path(self.ctx, found[0])
         if path is None:
-            return False
+            found = self._optimizer_call(owner)
+            if found is None or not self._visible(owner, found[1]):
+                return False
+            path = _optax.hyperparams_path(self.ctx, found[0])
+            if path is None:
+                return False
         rate = f'{owner}.{path}.hyperparams["learning_rate"][...]'
         anc = self.ctx.ancestors
         loop = anc[-2] if len(anc) > 1 else None
@@ -250,7 +318,8 @@ class LRScheduler(Rule):
         if not (isinstance(first, cst.Subscript) and first.value is node and _index(first) == "0"
                 and isinstance(second, cst.Subscript) and second.value is first and _index(second) in ('"lr"', "'lr'")):
             return False
-        if _optax.lr_written(self.ctx, owner):
+        if _optax.lr_written(self.ctx, owner) or (len(anc) > 3 and isinstance(anc[-4], (cst.AssignTarget, cst.AugAssign))
+                                                  and getattr(anc[-4], "target", None) is second):
             return False  # the script changes the rate: not a constant
         for block in _optax._blocks(self.ctx.module):
             for stmt in block.body:
