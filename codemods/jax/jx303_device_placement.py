@@ -47,7 +47,7 @@ class DevicePlacement(Rule):
     target = "jax"
     summary = "x.to(device) / .cuda() / model.to(device) / device = torch.device(...) removed; loader batches -> .numpy()"
     severity = Severity.WARNING
-    needs_text = (".to(", ".cuda(", "torch.device", "default_collate", "DataLoader", "DataParallel")
+    needs_text = (".to(", ".cuda(", "torch.device", "default_collate", "DataLoader", "DataParallel", ".device")
     examples = [
         Example(
             """
@@ -180,6 +180,35 @@ class DevicePlacement(Rule):
             """,
             title="placement under a CUDA flag goes whole (a DataParallel wrap too); the batches still become NumPy arrays",
         ),
+        Example(
+            """
+            import torch
+            import torch.nn as nn
+
+            class GPT(nn.Module):
+                def forward(self, idx):
+                    device = idx.device
+                    b, t = idx.shape
+                    return self.head(idx) + t
+
+                def other(self, x):
+                    device = x.device
+                    return x.to(device)
+            """,
+            """
+            import torch
+            import torch.nn as nn
+
+            class GPT(nn.Module):
+                def forward(self, idx):
+                    b, t = idx.shape
+                    return self.head(idx) + t
+
+                def other(self, x):
+                    return x
+            """,
+            title="a tensor's device read into a name nothing uses any more goes",
+        ),
     ]
     valid = [
         "import torch\nx = x.to(torch.float16)\n",
@@ -309,6 +338,22 @@ class DevicePlacement(Rule):
         if receiver is not None and lp.code(receiver) == lp.code(assign.targets[0].target) and not self._batch(receiver):
             # `net = net.to(device)`: nothing left to assign
             self.report(node, "JAX places modules itself: no explicit device move", Fix((self.remove(node),), Safety.SAFE))
+            return
+        if isinstance(value, cst.Attribute) and value.attr.value == "device":
+            # `device = idx.device` in model code: a JAX array has no .device attribute to read
+            # (a tracer under jit has none); once nothing reads the name (the device= arguments
+            # the op table drops), the line goes
+            fn = self.ctx.enclosing(cst.FunctionDef)
+            name = assign.targets[0].target.value
+            scope = fn.body if fn is not None else self.ctx.module
+            nodes = list(astutil.walk(scope, into_functions=True))
+            attrs = {id(n.attr) for n in nodes if isinstance(n, cst.Attribute)}
+            attrs |= {id(n.keyword) for n in nodes if isinstance(n, cst.Arg) and n.keyword is not None}
+            reads = [n for n in nodes if isinstance(n, cst.Name) and n.value == name and id(n) not in attrs
+                     and n is not assign.targets[0].target]
+            if not reads:
+                self.report(node, f"`{name}` = a tensor's device: JAX places arrays itself (and a traced array has no "
+                                  ".device)", Fix((self.remove(node),), Safety.SAFE))
             return
         if not (isinstance(value, cst.Call) and self.ctx.qualname(value.func) == "torch.device"):
             return
