@@ -8,8 +8,8 @@ original on the CPU, the port on torch_xla (PJRT_DEVICE=CPU) or JAX.
 - a failure after the compared steps (a reload refused by torch.load's weights_only default, an
   exit with an error) is a note, not a failed verification;
 - a side that ends without an error before the K steps (its script ended, sys.exit(0)) is named
-  in the report with the steps it reached and its exit status: one side ending before the other
-  fails the verification, both ending after the same steps compare those steps;
+  in the report with the steps it reached and its exit status; the steps both sides ran are
+  compared (a port shorter by design, drop_last=True, passes with a note), none at all fails;
 - originals that build float32 inputs explicitly run in float32 (three spellings), said in
   the notes, with tolerances that grow with the step;
 - a JAX port at script level runs on the JAX side: weights from the original, its jitted step
@@ -124,14 +124,16 @@ def test_failure_before_the_steps_still_fails():
 @pytest.mark.parametrize("end, how", [("none", "ran to the end of its script"), ("exit0", "called sys.exit(0)")])
 def test_a_port_that_ends_before_the_original_says_so(end, how):
     # 40 samples: the original makes 3 steps (16, 16, 8), the port 2 (it drops the partial batch)
+    # (a port shorter by design, as drop_last=True makes it: the steps both ran are compared and
+    # the report says why there are fewer, it does not fail)
     report = verify("short", 4, "--samples", "40", "--end", end)
-    assert not report.passed and report.status == "diverged", report.summary
+    assert report.passed and [s["step"] for s in report.steps] == [1, 2], report.summary
     assert f"the port {how} after 2 optimizer steps, of the 4 asked for (exit status 0, no error)" in report.summary
     assert f"the original {how} after 3 optimizer steps" in report.summary, report.summary
-    assert "the original ran 3 optimizer steps, the port 2; the losses of the 2 steps both ran match" in report.summary
+    assert "the original ran 3 optimizer steps, the port 2: 2 compared" in report.notes, report.notes
     # the original stopped at the K asked for: only the port ended early
     report = verify("short", 3, "--samples", "40", "--end", end)
-    assert report.status == "diverged" and "the original" not in report.summary.split(";")[0], report.summary
+    assert report.passed and "the original" not in report.summary.split(";")[0], report.summary
     assert f"the port {how} after 2 optimizer steps, of the 3 asked for" in report.summary, report.summary
 
 
