@@ -41,6 +41,8 @@ FRAMEWORK_TESTS: dict[str, tuple[str, ...]] = {
     "test_jax_decay_groups.py": ("jax",),
     "test_jax_parameter_count.py": ("jax",),
     "test_jax_sampling.py": ("jax",),
+    "test_jax_manual_lr.py": ("jax",),
+    "test_verify_weights.py::test_a_model_whose_module_dict_holds_every_parameter_through_a_tied_head*": ("jax",),
     "test_jax_straight_line.py": ("jax",),  # JAX ports of autograd outside a loop, run and verified
     "test_jax_apply_init.py": ("jax",),
     "test_jax_tied_weights.py": ("jax",),  # tied embeddings ported and run against torch
