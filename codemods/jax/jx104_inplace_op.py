@@ -136,33 +136,36 @@ class InplaceOp(Rule):
                 "JAX arrays are immutable; rebind the value (an nnx.Variable's .value, x.at[i].set/add for an element)",
             )
             return
-        try:
-            text, used = ops.build(o, node, self.ctx, recv)
-        except ops.NotMine:
+        built = self._build(node, o, recv, what)
+        if built is None:
             return
-        except ops.Manual as exc:
-            ops.report_manual(self, node, f"{what}: {exc}")
-            return
-        if isinstance(text, tuple):
-            ops.report_manual(self, node, f"{what} returns values and indices")
-            return
+        text, used = built
         if func.attr.value in ops.INPLACE_CAST:  # torch stores the result in x's own dtype
             text = f"{ops.atom(astutil.parse_expression(text))}.astype({recv.value}.dtype)"
         new = cst.Assign([cst.AssignTarget(cst.Name(recv.value))], astutil.parse_expression(text))
         self.report(node, f"{what}: JAX arrays are immutable: {recv.value} = {text}", Fix((self.replace(parent, new),), imports=tuple(sorted(used))))
 
-    def _slice_update(self, node: cst.Call, parent: cst.Expr, o, recv: cst.Subscript, what: str) -> None:
-        """`x[a:b].zero_()` on a plain name -> `x = x.at[a:b].set(jnp.zeros_like(x[a:b]))`."""
+    def _build(self, node: cst.Call, o, recv, what: str):
+        """The functional value of the in-place call (text, imports used), or None where it is
+        not this rule's or is reported for a manual port."""
         try:
             text, used = ops.build(o, node, self.ctx, recv)
         except ops.NotMine:
-            return
+            return None
         except ops.Manual as exc:
             ops.report_manual(self, node, f"{what}: {exc}")
-            return
+            return None
         if isinstance(text, tuple):
             ops.report_manual(self, node, f"{what} returns values and indices")
+            return None
+        return text, used
+
+    def _slice_update(self, node: cst.Call, parent: cst.Expr, o, recv: cst.Subscript, what: str) -> None:
+        """`x[a:b].zero_()` on a plain name -> `x = x.at[a:b].set(jnp.zeros_like(x[a:b]))`."""
+        built = self._build(node, o, recv, what)
+        if built is None:
             return
+        text, used = built
         name = recv.value.value
         index = astutil.code(recv)[len(astutil.code(recv.value)):]
         if node.func.attr.value in ops.INPLACE_CAST:
