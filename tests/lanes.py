@@ -1,6 +1,8 @@
 """Slices of the fixture-wide tests for the suite: a test that repeats the same check over every
-fixture runs on every `step`-th one (in the fixtures' order), unless PORTER_TEST_EVERY_FIXTURE=1,
-which runs them all (before changing what such a test checks, and in benchmarks)."""
+fixture runs on every `step`-th one (in the fixtures' order, starting at `offset`), unless
+PORTER_TEST_EVERY_FIXTURE=1, which runs them all (before changing what such a test checks, and in
+benchmarks). Two checks of the same kind (two runs of each fixture on XLA) take complementary
+offsets, so every fixture is still run by one of them."""
 from __future__ import annotations
 
 import os
@@ -9,7 +11,7 @@ from typing import Sequence, TypeVar
 T = TypeVar("T")
 
 
-def fixture_slice(items: Sequence[T], step: int) -> list[T]:
+def fixture_slice(items: Sequence[T], step: int, offset: int = 0) -> list[T]:
     if os.environ.get("PORTER_TEST_EVERY_FIXTURE") == "1":
         return list(items)
-    return list(items[::step])
+    return list(items[offset::step])

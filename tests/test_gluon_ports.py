@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 
 import mxnethelp
+from lanes import fixture_slice
 from porter import engine, registry
 from porter.fixtures import GLUON_TARGETS, gluon_fixtures
 
@@ -143,7 +144,7 @@ def gluon_files(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target,fx", CASES, ids=IDS)
+@pytest.mark.parametrize("target,fx", fixture_slice(CASES, 2), ids=fixture_slice(IDS, 2))
 def test_port_loads_the_originals_parameter_file(gluon_files, target, fx, tmp_path):
     """In a fresh process: import the port (its __main__ block does not run), build port.toml's
     model, load the file MXNet's save_parameters wrote with the port's own code, and read back

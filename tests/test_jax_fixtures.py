@@ -25,6 +25,8 @@ import pytest
 from porter import engine, registry
 from porter.fixtures import fixtures
 
+from lanes import fixture_slice
+
 FIXTURES = fixtures("jax")
 IDS = [f.name for f in FIXTURES]
 HARNESS = Path(__file__).resolve().parents[1] / "fixtures" / "jax" / "harness.py"
@@ -112,7 +114,7 @@ def _model_class(fx) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fx", FIXTURES, ids=IDS)
+@pytest.mark.parametrize("fx", fixture_slice(FIXTURES, 2), ids=lambda fx: fx.name)
 def test_original_runs(fx, tmp_path):
     """The original trains one epoch on the CPU (its CUDA path falls back) and ends with its
     `Final <metric>: <value>` line."""
@@ -125,7 +127,7 @@ def test_original_runs(fx, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fx", RUNNING)
+@pytest.mark.parametrize("fx", fixture_slice(RUNNING, 2, offset=1))
 def test_port_runs_to_the_end(fx, tmp_path):
     """The port, run as the user runs it (under JAX, CPU here), trains its epoch, evaluates
     (the jitted eval step, the sums on the device), saves its checkpoint and prints its
