@@ -1,4 +1,7 @@
-"""Rule documentation rendered from the rule classes (used by `porter explain` and docs/rules)."""
+"""Rule documentation rendered from the rule classes (used by `porter explain` and docs/rules).
+
+`python -m porter.docs` writes every generated document: docs/rules/, docs/tpu.md and the pages
+the targets render from their own tables (registry.generated_docs: docs/jax-ops.md)."""
 from __future__ import annotations
 
 import jinja2
@@ -52,7 +55,13 @@ def main() -> None:
     for name, text in pages.items():
         (out / name).write_text(text, encoding="utf-8")
     (REPO / "docs" / "tpu.md").write_text(tpu_markdown(), encoding="utf-8")
-    print(f"wrote {len(pages)} pages to {out} and docs/tpu.md", file=sys.stderr)
+    from porter import registry
+
+    generated = registry.generated_docs()
+    for name, render in generated.items():
+        (REPO / "docs" / name).write_text(render(), encoding="utf-8")
+    print(f"wrote {len(pages)} pages to {out}, docs/tpu.md and {', '.join(f'docs/{n}' for n in generated)}",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from functools import lru_cache
+from typing import Callable
 
 from porter._layout import mapped_package
 from porter.rules import Rule, RuleInfo
@@ -73,6 +74,21 @@ def own_rules(target: str) -> tuple[type[Rule], ...]:
 
 def all_rules() -> tuple[type[Rule], ...]:
     return tuple(r for t in TARGETS for r in own_rules(t))
+
+
+def generated_docs() -> dict[str, Callable[[], str]]:
+    """Documents a target package renders from its own tables: path under docs/ -> renderer.
+    A target's package declares them as ``GENERATED_DOCS = {"name.md": "module:function"}``
+    (read here, so that porter.docs writes and checks every generated page without importing
+    the rules' helpers itself)."""
+    mapped_package("porter.codemods", "codemods")
+    found: dict[str, Callable[[], str]] = {}
+    for target in TARGETS:
+        package = importlib.import_module(_PACKAGES[target])
+        for name, where in getattr(package, "GENERATED_DOCS", {}).items():
+            module, _, function = where.partition(":")
+            found[name] = getattr(importlib.import_module(module), function)
+    return found
 
 
 def find(code: str) -> type[Rule]:

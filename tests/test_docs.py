@@ -15,6 +15,16 @@ def test_tpu_doc_is_current():
     assert (REPO / "docs" / "tpu.md").read_text(encoding="utf-8") == docs.tpu_markdown(), "run `python -m porter.docs`"
 
 
+def test_generated_target_docs_are_current():
+    """The pages a target renders from its tables (docs/jax-ops.md) come from the same command."""
+    from porter import registry
+
+    generated = registry.generated_docs()
+    assert "jax-ops.md" in generated
+    stale = [name for name, render in generated.items() if (REPO / "docs" / name).read_text(encoding="utf-8") != render()]
+    assert not stale, f"run `python -m porter.docs` (stale: {stale})"
+
+
 def test_explain_prints_examples():
     from porter import registry
 

@@ -19,7 +19,7 @@ def port(src: str):
 
 def test_JX1_jax_ops_doc_is_current():
     text = (REPO / "docs" / "jax-ops.md").read_text(encoding="utf-8")
-    assert text == ops.render_markdown(), "run `python -m porter.codemods.jax._ops_table`"
+    assert text == ops.render_markdown(), "run `python -m porter.docs`"
 
 
 def test_JX1_JX2_rule_docs_are_current():

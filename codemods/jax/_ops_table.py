@@ -1866,7 +1866,7 @@ def render_markdown() -> str:
     lines = [
         "# torch -> JAX: the op table",
         "",
-        "Generated from `codemods/jax/_ops_table.py` by `python -m porter.codemods.jax._ops_table`",
+        "Generated from `codemods/jax/_ops_table.py` by `python -m porter.docs`",
         "(tests/test_jax_ops.py checks it is current). Rules JX101 (functions), JX102 (tensor methods),",
         "JX103 (dtypes) and JX104 (in-place methods) use this table; every entry is checked numerically",
         "against torch by tests/test_jax_ops_run.py.",
@@ -1916,12 +1916,6 @@ def render_markdown() -> str:
 
 def _md(text: str) -> str:
     return text.replace("|", "\\|")
-
-
-if __name__ == "__main__":
-    from porter._layout import REPO
-
-    (REPO / "docs" / "jax-ops.md").write_text(render_markdown(), encoding="utf-8")
 
 
 # --------------------------------------------------------------------------------------
