@@ -573,6 +573,14 @@ _QUERY_CALLS = frozenset({
 })
 
 
+def availability_flag(expr: cst.CSTNode, ctx: FileContext) -> bool:
+    """``torch.cuda.is_available()``, ``not args.no_cuda and torch.cuda.is_available()``,
+    ``torch.cuda.device_count() > 1``: a value that only asks whether CUDA (or MPS) is there,
+    from names, attributes and CUDA's availability queries. A JAX port has no CUDA to ask about."""
+    return _no_calls(expr, ctx, _QUERY_CALLS) and any(
+        isinstance(n, cst.Call) for n in astutil.walk(expr, into_functions=True))
+
+
 def _no_calls(expr: cst.CSTNode, ctx: FileContext, allowed: frozenset = frozenset()) -> bool:
     return not any(
         (isinstance(n, cst.Call) and ctx.qualname(n.func) not in allowed)

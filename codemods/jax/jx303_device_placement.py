@@ -47,7 +47,8 @@ class DevicePlacement(Rule):
     target = "jax"
     summary = "x.to(device) / .cuda() / model.to(device) / device = torch.device(...) removed; loader batches -> .numpy()"
     severity = Severity.WARNING
-    needs_text = (".to(", ".cuda(", "torch.device", "default_collate", "DataLoader", "DataParallel", ".device")
+    needs_text = (".to(", ".cuda(", "torch.device", "default_collate", "DataLoader", "DataParallel", ".device",
+                  "is_available", "device_count")
     examples = [
         Example(
             """
@@ -179,6 +180,47 @@ class DevicePlacement(Rule):
                 step(model, data, target)
             """,
             title="placement under a CUDA flag goes whole (a DataParallel wrap too); the batches still become NumPy arrays",
+        ),
+        Example(
+            """
+            import torch
+
+            def main(args):
+                use_cuda = not args.no_cuda and torch.cuda.is_available()
+                multi_gpu = torch.cuda.device_count() > 1
+                loader_kwargs = {"pin_memory": True} if args.pin else {}
+                model = Net()
+                if use_cuda:
+                    model = model.cuda()
+                if multi_gpu:
+                    model = torch.nn.DataParallel(model)
+                train(model, loader_kwargs)
+
+
+            if __name__ == "__main__":
+                on_gpu = torch.cuda.is_available()
+                pin = torch.cuda.is_available()
+                net = Net()
+                if on_gpu:
+                    net.cuda()
+                main(parse_args(pin), net)
+            """,
+            """
+            import torch
+
+            def main(args):
+                loader_kwargs = {"pin_memory": True} if args.pin else {}
+                model = Net()
+                train(model, loader_kwargs)
+
+
+            if __name__ == "__main__":
+                pin = torch.cuda.is_available()
+                net = Net()
+                main(parse_args(pin), net)
+            """,
+            title="a CUDA availability flag goes once the placement it chose has gone and nothing reads it; "
+                  "a flag still read stays",
         ),
         Example(
             """
@@ -339,25 +381,26 @@ class DevicePlacement(Rule):
             # `net = net.to(device)`: nothing left to assign
             self.report(node, "JAX places modules itself: no explicit device move", Fix((self.remove(node),), Safety.SAFE))
             return
+        name = assign.targets[0].target.value
         if isinstance(value, cst.Attribute) and value.attr.value == "device":
             # `device = idx.device` in model code: a JAX array has no .device attribute to read
             # (a tracer under jit has none); once nothing reads the name (the device= arguments
             # the op table drops), the line goes
-            fn = self.ctx.enclosing(cst.FunctionDef)
-            name = assign.targets[0].target.value
-            scope = fn.body if fn is not None else self.ctx.module
-            nodes = list(astutil.walk(scope, into_functions=True))
-            attrs = {id(n.attr) for n in nodes if isinstance(n, cst.Attribute)}
-            attrs |= {id(n.keyword) for n in nodes if isinstance(n, cst.Arg) and n.keyword is not None}
-            reads = [n for n in nodes if isinstance(n, cst.Name) and n.value == name and id(n) not in attrs
-                     and n is not assign.targets[0].target]
-            if not reads:
+            if self._unread(assign):
                 self.report(node, f"`{name}` = a tensor's device: JAX places arrays itself (and a traced array has no "
                                   ".device)", Fix((self.remove(node),), Safety.SAFE))
             return
+        if lp.availability_flag(value, self.ctx):
+            # `use_cuda = not args.no_cuda and torch.cuda.is_available()`: once the placement it
+            # chose is gone (the `if use_cuda:` blocks above), nothing reads it; a module-level
+            # flag only in a script (a library's global may be imported elsewhere)
+            script = self.ctx.enclosing(cst.FunctionDef) is not None or _has_main_guard(self.ctx.module)
+            if script and self._unread(assign):
+                self.report(node, f"`{name}` only asks whether CUDA is there, and nothing reads it any more: the JAX "
+                                  "port has no CUDA to ask about", Fix((self.remove(node),), Safety.SAFE))
+            return
         if not (isinstance(value, cst.Call) and self.ctx.qualname(value.func) == "torch.device"):
             return
-        name = assign.targets[0].target.value
         uses = self._other_uses(name)
         if uses:
             self.report(node, f"`{name}` is a torch device, still passed to {', '.join(sorted(uses))}: JAX places "
@@ -365,6 +408,17 @@ class DevicePlacement(Rule):
                         severity=Severity.INFO)
             return
         self.report(node, "JAX places arrays itself: no device object", Fix((self.remove(node),), Safety.SAFE))
+
+    def _unread(self, assign: cst.Assign) -> bool:
+        """Nothing in the assignment's scope (its function, with the functions inside it, or the
+        module) reads the name it binds (attribute names and keywords of the same spelling aside)."""
+        target = assign.targets[0].target
+        fn = self.ctx.enclosing(cst.FunctionDef)
+        nodes = list(astutil.walk(fn.body if fn is not None else self.ctx.module, into_functions=True))
+        attrs = {id(n.attr) for n in nodes if isinstance(n, cst.Attribute)}
+        attrs |= {id(n.keyword) for n in nodes if isinstance(n, cst.Arg) and n.keyword is not None}
+        return not any(isinstance(n, cst.Name) and n.value == target.value and id(n) not in attrs and n is not target
+                       for n in nodes)
 
     def _moved_together(self) -> bool:
         """The call is one of several names' moves in one statement (``x, y = x.cuda(), y.cuda()``),
@@ -452,6 +506,12 @@ def _unconverted_batch(target, loop: cst.For, ctx) -> list[str]:
         if single and isinstance(n, cst.Assign) and isinstance(n.value, cst.Name) and n.value.value in candidates:
             return []
     return [n for n in candidates if n in read and n not in handled]
+
+
+def _has_main_guard(module: cst.Module) -> bool:
+    """``if __name__ == "__main__":`` at the top level: a script."""
+    return any(isinstance(stmt, cst.If) and "__main__" in astutil.code(stmt.test) and "__name__" in astutil.code(stmt.test)
+               for stmt in module.body)
 
 
 def _lines(block: cst.BaseSuite) -> list:
