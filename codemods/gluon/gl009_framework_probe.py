@@ -392,7 +392,7 @@ class GluonFrameworkProbe(Rule):
                         if (dotted_name(small.value.func) or "").split(".")[-1] not in _WARN_CALLS:
                             return False
                     elif not isinstance(small, (cst.Import, cst.ImportFrom, cst.Assign, cst.AnnAssign, cst.Pass,
-                                                cst.Raise, cst.Return, cst.Expr)):
+                                                cst.Raise, cst.Return, cst.Expr, cst.Assert)):
                         return False
             elif isinstance(stmt, cst.If):
                 if not self._reads_version(stmt.test, aliases, versions):

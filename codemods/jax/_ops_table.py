@@ -2358,6 +2358,18 @@ def _is_tensor(node: cst.CSTNode, ctx: FileContext, names, in_forward: bool) -> 
 _NEVER_RECEIVERS = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString, cst.List, cst.Dict, cst.Set,
                     cst.Integer, cst.Float, cst.ListComp, cst.DictComp, cst.SetComp, cst.Tuple)
 
+_STRINGS = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
+
+
+def _is_version_string(expr: cst.CSTNode) -> bool:
+    """A module's ``__version__`` (``torch.__version__``), or a str method's result on one
+    (``torch.__version__.split("+")[0]``): a string, never a tensor."""
+    while isinstance(expr, (cst.Call, cst.Subscript, cst.Attribute)):
+        if isinstance(expr, cst.Attribute) and expr.attr.value == "__version__":
+            return True
+        expr = expr.func if isinstance(expr, cst.Call) else expr.value
+    return False
+
 
 def method_op(call: cst.Call, ctx: FileContext) -> Optional[Op]:
     """The table entry of a tensor-method call, or None when the call is not (or not clearly)
@@ -2375,6 +2387,9 @@ def method_op(call: cst.Call, ctx: FileContext) -> Optional[Op]:
         return None
     if isinstance(recv, cst.Call) and isinstance(recv.func, cst.Name) and recv.func.value == "super":
         return None
+    if _is_version_string(recv) or (func.attr.value == "split" and call.args and not call.args[0].keyword
+                                    and isinstance(call.args[0].value, _STRINGS)):
+        return None  # str methods: `torch.__version__.split(".")`, `name.split("/")`
     if o.shared and not is_tensor(recv, ctx) and not _torch_spelling(call) and not _cpu_numpy(call, ctx):
         return None
     if _is_numpy(recv, ctx, numpy_names(ctx)):
