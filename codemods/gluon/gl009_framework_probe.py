@@ -17,6 +17,7 @@ _DIST_VERSION_CALLS = ("importlib.metadata.version", "importlib_metadata.version
 _DIST_OBJECTS = ("pkg_resources.get_distribution", "importlib.metadata.distribution",
                  "importlib_metadata.distribution")
 _IMPORT_CALLS = ("importlib.import_module", "builtins.__import__")
+_COMPARISON_MODULES = frozenset({"distutils", "packaging", "pkg_resources", "looseversion", "importlib_metadata"})
 _IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
 _WARN_CALLS = frozenset({"warn", "warning", "error", "critical", "print"})
 _VERSION_TEXT = re.compile(r"^\d+(\.\d+)*([.\-+]?\w+)?$")
@@ -74,7 +75,8 @@ class GluonFrameworkProbe(Rule):
       RuntimeError(...)`, also with `packaging.version.parse`, tuples of
       `__version__.split('.')`, `importlib.metadata.version("torch")`, the module got from
       `importlib.import_module`, `warnings.warn` instead of `raise`, `assert`): removed (its
-      `else:` block kept). The bound of torch was written for the original's torch; the port
+      `else:` block kept, and the imports of LooseVersion / packaging.version it leaves unused
+      removed). The bound of torch was written for the original's torch; the port
       runs on the target's (torch 2.9 for torch-xla; for JAX it is not the framework used);
       the bound of MXNet does not apply to a port that does not use MXNet.
     - a function that only probes MXNet (imports it, compares its version, raises): its body
@@ -118,7 +120,6 @@ class GluonFrameworkProbe(Rule):
             """,
             """
             import torch
-            from distutils.version import LooseVersion
             import mxnet
             """,
             title="a torch bound that refuses the port's torch",
@@ -143,7 +144,6 @@ class GluonFrameworkProbe(Rule):
             import warnings
             import torch
             import mxnet as mx
-            from packaging import version
             ready = True
             TORCH = tuple(int(x) for x in torch.__version__.split(".")[:2])
             if TORCH >= (1, 8):
@@ -185,7 +185,6 @@ class GluonFrameworkProbe(Rule):
             def _require_pytorch_version(low, high="2.0.0"):
                 try:
                     import torch
-                    from distutils.version import LooseVersion
                 except ImportError as ex:
                     raise ImportError("Unable to import dependency pytorch") from ex
             """,
@@ -293,10 +292,12 @@ class GluonFrameworkProbe(Rule):
             outer = self._facts(self.ctx.module)
             aliases.update(outer[0])
         nodes = list(astutil.walk(scope.body if isinstance(scope, cst.FunctionDef) else scope))
+        sources = self.ctx.cache.setdefault(("gl009.sources", scope), {})
         for n in nodes:
             if isinstance(n, (cst.Import, cst.ImportFrom)):
                 for b in import_bindings(n):
                     aliases[b.local] = b.bound
+                    sources[b.local] = (b.imported, None) if isinstance(n, cst.Import) else tuple(b.imported.rsplit(".", 1))
         versions: dict[str, str] = {} if scope is self.ctx.module else dict(self._facts(self.ctx.module)[1])
         assigns = [n for n in nodes if isinstance(n, (cst.Assign, cst.AnnAssign)) and n.value is not None]
         for n in assigns:  # `mx = importlib.import_module("mxnet")`
@@ -355,6 +356,20 @@ class GluonFrameworkProbe(Rule):
     def _versions_in(self, expr: cst.CSTNode) -> set[str]:
         aliases, versions = self._facts(self._scope_of())
         return self._reads_version(expr, aliases, versions)
+
+    def _comparison_imports(self, node: cst.CSTNode) -> tuple:
+        """The imports of version-comparison helpers (LooseVersion, packaging.version, ...) that
+        ``node`` reads: the engine removes those left unused (distutils is gone in Python 3.12)."""
+        scope = self._scope_of()
+        self._facts(scope)
+        sources = {**self.ctx.cache.get(("gl009.sources", self.ctx.module), {}),
+                   **self.ctx.cache.get(("gl009.sources", scope), {})}
+        out = []
+        for n in astutil.walk(node):
+            pair = sources.get(n.value) if isinstance(n, cst.Name) else None
+            if pair and pair[0].split(".")[0] in _COMPARISON_MODULES and pair not in out:
+                out.append(pair)
+        return tuple(out)
 
     def _inside_replaced(self) -> bool:
         return any(id(a) in self._replaced for a in self.ctx.ancestors[:-1])
@@ -507,7 +522,7 @@ class GluonFrameworkProbe(Rule):
             return
         keep = _block_statements(node.orelse) if isinstance(node.orelse, cst.Else) else None
         self.report(node, f"framework version check `{test}` refuses: {self._frameworks_text(fws)}; removed",
-                    Fix((self._drop(node, keep),)))
+                    Fix((self._drop(node, keep),), remove_imports=self._comparison_imports(node.test)))
 
     def visit_Assert(self, node: cst.Assert) -> None:
         if self._inside_replaced():
@@ -518,7 +533,8 @@ class GluonFrameworkProbe(Rule):
             return
         edit = self._drop(stmt) if len(stmt.body) == 1 else self.remove(node)
         self.report(node, f"framework version assert `{_one_line(node.test)}`: "
-                          f"{self._frameworks_text(fws)}; removed", Fix((edit,)))
+                          f"{self._frameworks_text(fws)}; removed",
+                    Fix((edit,), remove_imports=self._comparison_imports(node.test)))
 
     def visit_Expr(self, node: cst.Expr) -> None:
         call = node.value
