@@ -173,9 +173,12 @@ GLUON_REASONS = {
         "`split_and_load(..., ctx_list=ctx)` as the whole batch, GL003; the per-shard backward loop, GL303; the "
         "Trainer with its optimizer and parameters in variables, GL302) and, in the rows re-measured with "
         "`--with gluoncv` (2026-12-02 15:35-16:09 UTC), the 224 gluoncv modules it imports port along; the port "
-        "then stops in the ported `gluoncv/__init__.py`: gluoncv's own framework probe "
-        "`_require_pytorch_version('1.4.0', '2.0.0')` raises RuntimeError on torch 2.9 (its mxnet probe raises "
-        "ImportError, which it catches); rows not re-measured stop at \"No module named 'gluoncv'\"; the original "
+        "stopped in the ported `gluoncv/__init__.py` at gluoncv's framework probe `_require_pytorch_version('1.4.0', "
+        "'2.0.0')` (RuntimeError on torch 2.9); since GL009 (torch-xla rows re-measured 2026-12-03 07:45-08:00 UTC) "
+        "the probes no longer refuse and gluoncv's subpackages load outside the MXNet probe's `try`, and the port "
+        "stops at the first of them that keeps MXNet: `import mxnet as mx` at line 5 of "
+        "`gluoncv/data/transforms/image.py` (reached from `from . import data`; `nd.flip` and `nd.stack(*...)` get "
+        "GL201 findings, `mx.image.imresize` at lines 51 and 340 none); rows not re-measured stop at \"No module named 'gluoncv'\"; the original "
         "trains on the synthetic CIFAR-10 records",
     "gluon/gluon-cv/train_cifar10.py": "as dive_deep_cifar10 (not re-measured with --with gluoncv): the port stops at "
         "its gluoncv import (get_model, TrainingHistory, gluoncv's transforms); the MXNet parts port",
