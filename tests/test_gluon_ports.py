@@ -89,7 +89,8 @@ SCRIPT = mxnethelp.SCRIPT_STEPS
 def test_script_port_takes_the_original_steps(script_steps_mxnet, target, tmp_path):
     """The port (GL301-GL304, GL401, GL403, then the target's rules) from the same initial
     weights (read by the emitted converter) takes the same 6 steps: losses and final weights
-    within 1e-5 (float32 kernels of two frameworks)."""
+    within 1e-5 (float32 kernels of two frameworks). Each (optimizer, loss) run is a process of
+    its own; on torch-xla two of the four cover both optimizers and both losses."""
     folder, runs = script_steps_mxnet
     options = engine.Options(registry.select(target), unsafe_fixes=False)
     port = engine.fix(SCRIPT.read_text(encoding="utf-8"), options, str(SCRIPT)).source
@@ -99,7 +100,14 @@ def test_script_port_takes_the_original_steps(script_steps_mxnet, target, tmp_pa
     read = _emitted_reader()
     import torch
 
-    for (optimizer, loss), (losses, mx_params) in runs.items():
+    configs = sorted(runs)
+    if target == "torch-xla":
+        # on XLA each optimizer and each loss once, (adam, sigmoid) and (sgd, softmax): the torch
+        # case takes all four with the same port less the XLA rules
+        configs = fixture_slice(configs, 3)
+        assert {o for o, _ in configs} == {o for o, _ in runs} and {l for _, l in configs} == {l for _, l in runs}
+    for optimizer, loss in configs:
+        losses, mx_params = runs[optimizer, loss]
         out = tmp_path / f"port_{optimizer}_{loss}.pt"
         proc = subprocess.run([sys.executable, str(script), str(folder / f"init_{loss}.params"), str(out), optimizer, loss],
                               capture_output=True, text=True, timeout=600, env={**os.environ, "PJRT_DEVICE": "CPU"})
