@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from porter.astutil import method_name, string_value
+from porter.astutil import code, method_name, string_value
 from porter.rules import Example, Rule, Severity
 
-from ._meters import meter_update
+from ._meters import MeterUpdate, meter_update
 from ._host_sync import (
     HOST_READ_METHODS, loop_losses, in_logging_statement, in_test, is_host_sum, logged_scalar, reads_tensor_value,
     step_loop, under,
@@ -39,7 +39,10 @@ class HostReadInStep(Rule):
 
     - `losses.append(loss.item())` -> `losses.append(loss.detach())`, and
       `torch.stack(losses).tolist()` after the loop;
-    - `meter.update(loss.item(), n)` -> read the value every N steps, in a step closure;
+    - `meter.update(loss.item(), n)` -> read the value every N steps, in a step closure; where
+      the meter's class only does arithmetic with the value, TX406 passes `loss.detach()`
+      (a class of the file, or of a module whose source porter finds); for an imported class
+      porter cannot read, the finding says so and names that rewrite;
     - `preds.extend(out.argmax(1).cpu().numpy())` -> `preds.append(out.argmax(1))`, then
       `torch.cat(preds).cpu().numpy()` after the loop.
 
@@ -100,6 +103,22 @@ class HostReadInStep(Rule):
             None,
             title="float() of the loss",
         ),
+        Example(
+            """
+            import torch
+            from porter_example_missing import metrics
+
+            def train(model, loader, optimizer):
+                losses = metrics.AverageMeter()
+                for x, y in loader:
+                    loss = model(x, y)
+                    loss.backward()
+                    optimizer.step()
+                    losses.update(loss.item(), x.size(0))
+            """,
+            None,
+            title="a meter of a module porter cannot read (TX406 moves one it can read to the device)",
+        ),
     ]
     valid = [
         # outside a step
@@ -123,14 +142,31 @@ class HostReadInStep(Rule):
             return
         if what == "item" and logged_scalar(self.ctx, node) is not None:
             return  # TX405 keeps it on the device
-        if what == "item" and meter_update(self.ctx, node) is not None:
+        meter = meter_update(self.ctx, node) if what == "item" else None
+        if meter is not None and meter.on_device:
             return  # TX406 keeps it on the device
+        if meter is not None and meter.meter.cls is None:
+            self._library_meter(node, meter)
+            return
         if what in HOST_READ_METHODS or what == "to":
             key = "cpu" if what == "to" else what
             self.report(node, f"`.{what}()` in the step executes the graph and copies to the host every step: {_ADVICE[key]}")
             return
         if reads_tensor_value(node.args[0].value, self.ctx, loop_losses(self.ctx, loop)):
             self.report(node, f"`{what}()` of a tensor in the step executes the graph and copies to the host every step: {_ADVICE['item']}")
+
+    def _library_meter(self, node: cst.Call, found: MeterUpdate) -> None:
+        receiver = code(found.call.func.value)  # type: ignore[attr-defined]
+        value = code(node.func.value)  # type: ignore[attr-defined]
+        self.report(
+            node,
+            f"`.item()` in the step executes the graph and copies to the host every step, for "
+            f"`{receiver}.update`: `{found.meter.shown}` is imported ({found.meter.imported}) and porter "
+            "cannot read its source here; if its `update` only does arithmetic with the value (sums, "
+            f"averages, as an AverageMeter), pass `{value}.detach()` so that the meter sums on the device, "
+            f"and read `{receiver}` at the logging steps (in `xm.add_step_closure`); else update it every N "
+            "steps, in a step closure",
+        )
 
     def _host_read(self, node: cst.Call):
         m = method_name(node)
