@@ -7,7 +7,6 @@ records what torch_xla 2.9.0 really does (measured in the project's venv with
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -15,6 +14,7 @@ import libcst as cst
 
 from porter.astutil import string_value, walk
 from porter.context import FileContext
+from porter.device_options import is_cuda_string  # noqa: F401 (for the TX rules)
 from porter.rules import Edit, Severity
 
 XM = "torch_xla.core.xla_model"
@@ -161,40 +161,9 @@ CUDA_QUERIES = {
 # --------------------------------------------------------------------------------------
 # Strings naming devices
 # --------------------------------------------------------------------------------------
-_CUDA = re.compile(r"cuda(:\d+)?$")
-_CUDA_PREFIX = re.compile(r"cuda:(\{\}|%[dis]|)$")
-
-
 def is_string(node: cst.CSTNode, *values: str) -> bool:
     value = string_value(node)
     return value is not None and (not values or value in values)
-
-
-def is_cuda_string(node: cst.CSTNode) -> bool:
-    """'cuda', 'cuda:0', f'cuda:{rank}', 'cuda:{}'.format(i), 'cuda:%d' % i, 'cuda:' + str(i)."""
-    value = string_value(node)
-    if value is not None:
-        return bool(_CUDA.match(value))
-    if isinstance(node, cst.FormattedString):
-        texts = [p for p in node.parts if isinstance(p, cst.FormattedStringText)]
-        return (
-            len(node.parts) == 2
-            and isinstance(node.parts[0], cst.FormattedStringText)
-            and node.parts[0].value == "cuda:"
-            and len(texts) == 1
-        )
-    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format":
-        inner = string_value(node.func.value)
-        return inner is not None and inner == "cuda:{}"
-    if isinstance(node, cst.BinaryOperation):
-        left = string_value(node.left)
-        if left is None:
-            return False
-        if isinstance(node.operator, cst.Modulo):
-            return bool(_CUDA_PREFIX.match(left)) and left != "cuda:"
-        if isinstance(node.operator, cst.Add):
-            return left == "cuda:"
-    return False
 
 
 def is_cpu_string(node: cst.CSTNode) -> bool:
@@ -204,45 +173,6 @@ def is_cpu_string(node: cst.CSTNode) -> bool:
 def string_node(value: str, like: Optional[cst.CSTNode] = None) -> cst.SimpleString:
     quote = like.quote if isinstance(like, cst.SimpleString) and like.quote in ('"', "'") else '"'
     return cst.SimpleString(f"{quote}{value}{quote}")
-
-
-# TX103: functions a script hands its parsed command line (the argparse namespace, or
-# `vars(namespace)` / `namespace.__dict__`), and what each does with a device option there.
-# Read in the installed sources (timm 1.0.31, the framework venv) and wandb's documentation.
-NAMESPACE_SETUP = "setup"    # reads the device option as a device string and sets the process up on it
-NAMESPACE_UNREAD = "unread"  # reads other options only (no `device` in its source)
-NAMESPACE_RECORD = "record"  # keeps the options as a record (a checkpoint, a config file, an experiment log)
-NAMESPACE_FUNCTIONS = {
-    # timm/utils/distributed.py: `init_distributed_device_so(device=getattr(args, 'device', 'cuda'))`
-    # splits off the device type; it asserts torch.cuda.is_available() for 'cuda' only, picks the
-    # 'gloo' backend for any type it does not know (a launch of several processes), and the
-    # caller returns `torch.device(args.device)`: torch.device('xla') for 'xla', 'cpu' for 'cpu'
-    "timm.utils.init_distributed_device": NAMESPACE_SETUP,
-    "timm.utils.distributed.init_distributed_device": NAMESPACE_SETUP,
-    # args.rank == 0 / args.local_rank == 0
-    "timm.utils.is_primary": NAMESPACE_UNREAD,
-    "timm.utils.distributed.is_primary": NAMESPACE_UNREAD,
-    "timm.utils.distributed.is_global_primary": NAMESPACE_UNREAD,
-    "timm.utils.distributed.is_local_primary": NAMESPACE_UNREAD,
-    # keys in_chans/chans/input_size/img_size/interpolation/mean/std/crop_pct/crop_mode
-    "timm.data.resolve_data_config": NAMESPACE_UNREAD,
-    "timm.data.config.resolve_data_config": NAMESPACE_UNREAD,
-    # optimizer and schedule hyper-parameters
-    "timm.optim.optimizer_kwargs": NAMESPACE_UNREAD,
-    "timm.optim._optim_factory.optimizer_kwargs": NAMESPACE_UNREAD,
-    "timm.scheduler.scheduler_kwargs": NAMESPACE_UNREAD,
-    "timm.scheduler.scheduler_factory.scheduler_kwargs": NAMESPACE_UNREAD,
-    # timm/utils/checkpoint_saver.py: `save_state['args'] = self.args` (and args.model as 'arch')
-    "timm.utils.CheckpointSaver": NAMESPACE_RECORD,
-    "timm.utils.checkpoint_saver.CheckpointSaver": NAMESPACE_RECORD,
-    # the run's hyper-parameters, shown in the W&B app (docs.wandb.ai/guides/track/config)
-    "wandb.init": NAMESPACE_RECORD,
-    "yaml.dump": NAMESPACE_RECORD,
-    "yaml.safe_dump": NAMESPACE_RECORD,
-    "json.dump": NAMESPACE_RECORD,
-    "json.dumps": NAMESPACE_RECORD,
-    "builtins.print": NAMESPACE_RECORD,
-}
 
 
 # --------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ import libcst as cst
 from porter.astutil import arg
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
-from ._device_strings import DEVICE_TEST, DEVICE_VALUE, OTHER_USE, device_string_fact, option_default_fact, xla_string
+from ._device_strings import DEVICE_TEST, DEVICE_VALUE, OTHER_USE, device_string_fact, option_blocker, xla_string
 from ._devices import PROVABLE, SPELLING, int_ordinal, placement_expr
 from ._tables import TORCH_XLA, imports_torch, is_cuda_string
 
@@ -346,7 +346,7 @@ class CudaDeviceString(Rule):
 
     def _option_default(self, default: cst.BaseExpression) -> None:
         fix = (self.replace(default, xla_string(default)),)
-        blocker = option_default_fact(self.ctx).get(default)
+        blocker = option_blocker(self.ctx, default, "xla")
         if blocker == "":
             self.report(default, "CUDA device string as a command-line default, and every read of the option is a "
                         "device use (torch.device(...), .to(...), device=, a device setup that accepts 'xla') or "

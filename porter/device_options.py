@@ -1,0 +1,433 @@
+"""Torch scripts' device strings and command-line device options, read the same way by every
+target that ports torch code (torch_xla, JAX): which reads of a device string are device uses
+(``torch.device(d)``, ``.to(d)``, ``device=d``), device-type tests or text, and whether a
+command-line option whose default is a CUDA string is read only so.
+
+What each target makes of the answer differs (torch_xla's default becomes ``'xla'``, the JAX
+port's ``'cpu'`` for the torch code that stays): the rules decide, with `option_blocker`.
+"""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import libcst as cst
+
+from porter.astutil import arg, children, code, string_value
+from porter.context import FileContext
+from porter.rules import module_fact
+
+OTHER_USE = "other"
+
+# Tensor methods whose `device=` places the result (and `.to`).
+_PLACING_METHODS = ("to", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor")
+_FIRST_ARG_DEVICE = ("torch.device", "torch.cuda.set_device", "torch.cuda.device")
+_LOADERS = ("torch_xla.distributed.parallel_loader.MpDeviceLoader",)  # (loader, device)
+
+
+_CUDA = re.compile(r"cuda(:\d+)?$")
+_CUDA_PREFIX = re.compile(r"cuda:(\{\}|%[dis]|)$")
+
+
+def is_cuda_string(node: cst.CSTNode) -> bool:
+    """'cuda', 'cuda:0', f'cuda:{rank}', 'cuda:{}'.format(i), 'cuda:%d' % i, 'cuda:' + str(i)."""
+    value = string_value(node)
+    if value is not None:
+        return bool(_CUDA.match(value))
+    if isinstance(node, cst.FormattedString):
+        texts = [p for p in node.parts if isinstance(p, cst.FormattedStringText)]
+        return (
+            len(node.parts) == 2
+            and isinstance(node.parts[0], cst.FormattedStringText)
+            and node.parts[0].value == "cuda:"
+            and len(texts) == 1
+        )
+    if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "format":
+        inner = string_value(node.func.value)
+        return inner is not None and inner == "cuda:{}"
+    if isinstance(node, cst.BinaryOperation):
+        left = string_value(node.left)
+        if left is None:
+            return False
+        if isinstance(node.operator, cst.Modulo):
+            return bool(_CUDA_PREFIX.match(left)) and left != "cuda:"
+        if isinstance(node.operator, cst.Add):
+            return left == "cuda:"
+    return False
+
+
+
+# TX103: functions a script hands its parsed command line (the argparse namespace, or
+# `vars(namespace)` / `namespace.__dict__`), and what each does with a device option there.
+# Read in the installed sources (timm 1.0.31, the framework venv) and wandb's documentation.
+NAMESPACE_SETUP = "setup"    # reads the device option as a device string and sets the process up on it
+NAMESPACE_UNREAD = "unread"  # reads other options only (no `device` in its source)
+NAMESPACE_RECORD = "record"  # keeps the options as a record (a checkpoint, a config file, an experiment log)
+NAMESPACE_FUNCTIONS = {
+    # timm/utils/distributed.py: `init_distributed_device_so(device=getattr(args, 'device', 'cuda'))`
+    # splits off the device type; it asserts torch.cuda.is_available() for 'cuda' only, picks the
+    # 'gloo' backend for any type it does not know (a launch of several processes), and the
+    # caller returns `torch.device(args.device)`: torch.device('xla') for 'xla', 'cpu' for 'cpu'
+    "timm.utils.init_distributed_device": NAMESPACE_SETUP,
+    "timm.utils.distributed.init_distributed_device": NAMESPACE_SETUP,
+    # args.rank == 0 / args.local_rank == 0
+    "timm.utils.is_primary": NAMESPACE_UNREAD,
+    "timm.utils.distributed.is_primary": NAMESPACE_UNREAD,
+    "timm.utils.distributed.is_global_primary": NAMESPACE_UNREAD,
+    "timm.utils.distributed.is_local_primary": NAMESPACE_UNREAD,
+    # keys in_chans/chans/input_size/img_size/interpolation/mean/std/crop_pct/crop_mode
+    "timm.data.resolve_data_config": NAMESPACE_UNREAD,
+    "timm.data.config.resolve_data_config": NAMESPACE_UNREAD,
+    # optimizer and schedule hyper-parameters
+    "timm.optim.optimizer_kwargs": NAMESPACE_UNREAD,
+    "timm.optim._optim_factory.optimizer_kwargs": NAMESPACE_UNREAD,
+    "timm.scheduler.scheduler_kwargs": NAMESPACE_UNREAD,
+    "timm.scheduler.scheduler_factory.scheduler_kwargs": NAMESPACE_UNREAD,
+    # timm/utils/checkpoint_saver.py: `save_state['args'] = self.args` (and args.model as 'arch')
+    "timm.utils.CheckpointSaver": NAMESPACE_RECORD,
+    "timm.utils.checkpoint_saver.CheckpointSaver": NAMESPACE_RECORD,
+    # the run's hyper-parameters, shown in the W&B app (docs.wandb.ai/guides/track/config)
+    "wandb.init": NAMESPACE_RECORD,
+    "yaml.dump": NAMESPACE_RECORD,
+    "yaml.safe_dump": NAMESPACE_RECORD,
+    "json.dump": NAMESPACE_RECORD,
+    "json.dumps": NAMESPACE_RECORD,
+    "builtins.print": NAMESPACE_RECORD,
+}
+
+
+def classify_read(name: cst.Name, stack: list, ctx: FileContext) -> tuple[str, tuple]:
+    """What the read ``name`` (the last of ``stack``, its ancestors before it) does with the value."""
+    parent = stack[-2] if len(stack) >= 2 else None
+    grand = stack[-3] if len(stack) >= 3 else None
+    if isinstance(parent, cst.Arg) and parent.value is name and isinstance(grand, cst.Call):
+        call = grand
+        keyword = parent.keyword.value if parent.keyword is not None else None
+        qual = ctx.qualname(call.func) or ""
+        method = call.func.attr.value if isinstance(call.func, cst.Attribute) else None
+        if keyword is None and call.args and call.args[0] is parent:
+            if qual in _FIRST_ARG_DEVICE or (method == "to" and not qual.startswith("torch.")):
+                return "device", ()
+        if keyword is None and len(call.args) > 1 and call.args[1] is parent and qual in _LOADERS:
+            return "device", ()
+        if keyword == "device" and (qual.startswith(("torch.", "torch_xla.")) or (method in _PLACING_METHODS and not qual)):
+            return "device", ()
+        if keyword == "map_location" and qual == "torch.load":
+            return "device", ()
+        if qual == "builtins.print":
+            return "text", ()
+        return OTHER_USE, ()
+    if isinstance(parent, cst.FormattedStringExpression) and parent.expression is name:
+        return "text", ()
+    comparison = parent if isinstance(parent, cst.Comparison) else grand if isinstance(parent, cst.ComparisonTarget) else None
+    if isinstance(comparison, cst.Comparison):
+        literals = _test_literals(comparison, name)
+        return ("test", literals) if literals is not None else (OTHER_USE, ())
+    if isinstance(parent, cst.Attribute) and parent.value is name and parent.attr.value in ("startswith", "endswith") \
+            and isinstance(grand, cst.Call) and grand.func is parent and len(grand.args) == 1 \
+            and grand.args[0].keyword is None and string_value(grand.args[0].value) is not None:
+        first = grand.args[0].value
+        return "test", ((first,) if is_cuda_string(first) or string_value(first) == "cuda" else ())
+    return OTHER_USE, ()
+
+
+def _test_literals(comparison: cst.Comparison, name: cst.Name) -> Optional[tuple]:
+    """The CUDA literals ``name`` is tested against in ``comparison`` (equality, membership in
+    a tuple of strings, a substring test), or None where it is compared with anything else."""
+    operands = [comparison.left, *(c.comparator for c in comparison.comparisons)]
+    ops = [c.operator for c in comparison.comparisons]
+    found: list = []
+    for i, op in enumerate(ops):
+        left, right = operands[i], operands[i + 1]
+        if left is not name and right is not name:
+            continue
+        other = right if left is name else left
+        if isinstance(op, (cst.Equal, cst.NotEqual)) or (isinstance(op, (cst.In, cst.NotIn)) and right is name):
+            strings = [other]
+        elif isinstance(op, (cst.In, cst.NotIn)) and isinstance(other, (cst.Tuple, cst.List, cst.Set)):
+            strings = [e.value for e in other.elements]
+        else:
+            return None
+        if not strings or any(string_value(s) is None for s in strings):
+            return None
+        found.extend(s for s in strings if is_cuda_string(s))
+    return tuple(found)
+
+
+
+# --------------------------------------------------------------------------------------
+# A command-line option whose default is a CUDA device string
+# --------------------------------------------------------------------------------------
+# ``parser.add_argument('--device', default='cuda')`` (on a parser or an argument group): the
+# option is *placement only* when every read of it that the file shows is a device use or text
+# (as above; a device-type test is not: the port would keep the option's CUDA spelling in it),
+# the namespace that holds it is followed from ``parse_args()`` through assignments, returns and
+# the parameters of the file's functions, and every other use of the whole namespace is one of
+# NAMESPACE_FUNCTIONS (a device setup that accepts 'xla', a function that reads other options,
+# a record). Anything else (``getattr(args, ...)``, ``vars(args)`` handed to code porter does
+# not know, the namespace stored or passed to a method) may read the option: not provable.
+
+_PARSE_CALLS = ("parse_args", "parse_intermixed_args")
+_PARSE_KNOWN = ("parse_known_args", "parse_known_intermixed_args")
+_QUOTE = 60
+
+
+def option_dest(call: cst.Call) -> Optional[str]:
+    """The namespace attribute that ``add_argument(...)`` sets, by argparse's rule: ``dest=``,
+    else the first long option string, else the first option string, without the leading
+    dashes and with '-' as '_' (a positional argument: its name). None where not literal."""
+    dest = arg(call, "dest")
+    if dest is not None:
+        return string_value(dest.value)
+    strings = []
+    for a in call.args:
+        if a.keyword is not None or a.star:
+            break
+        value = string_value(a.value)
+        if value is None:
+            return None
+        strings.append(value)
+    if not strings:
+        return None
+    if not strings[0].startswith("-"):
+        return strings[0]
+    chosen = next((s for s in strings if s.startswith("--")), strings[0])
+    return chosen.lstrip("-").replace("-", "_")
+
+
+def _quote(node: cst.CSTNode) -> str:
+    text = " ".join(code(node).split())
+    return text if len(text) <= _QUOTE else text[:_QUOTE - 3] + "..."
+
+
+_INSIDE_EXPRESSIONS = (cst.BaseExpression, cst.Arg, cst.ComparisonTarget, cst.BaseElement, cst.BaseDictElement,
+                       cst.FormattedStringExpression, cst.Index, cst.SubscriptElement)
+
+
+def _context(stack: list) -> cst.CSTNode:
+    """The read ``stack[-1]`` with what it is read in: the whole expression, or the small
+    statement it is part of (``on_gpu = args.device.startswith('cuda')``)."""
+    i = len(stack) - 1
+    while i > 0 and isinstance(stack[i - 1], _INSIDE_EXPRESSIONS):
+        i -= 1
+    while i < len(stack) - 1 and not isinstance(stack[i], cst.BaseExpression):
+        i += 1
+    if i > 0 and isinstance(stack[i - 1], cst.BaseSmallStatement):
+        return stack[i - 1]
+    return stack[i]
+
+
+def _is_store(node: cst.CSTNode, stack: list) -> bool:
+    parent = stack[-2] if len(stack) >= 2 else None
+    if isinstance(parent, (cst.Param, cst.FunctionDef, cst.ClassDef, cst.ImportAlias, cst.NameItem, cst.AsName)):
+        return True
+    if isinstance(parent, cst.Attribute) and parent.attr is node:
+        return True
+    if isinstance(parent, cst.Arg) and parent.keyword is node:
+        return True
+    if isinstance(parent, (cst.AssignTarget, cst.For, cst.CompFor)) and parent.target is node:
+        return True
+    if isinstance(parent, cst.Element) and len(stack) >= 4 and isinstance(stack[-3], (cst.Tuple, cst.List)) \
+            and isinstance(stack[-4], (cst.AssignTarget, cst.For, cst.CompFor)) and stack[-4].target is stack[-3]:
+        return True
+    return False
+
+
+def _bound_param(fn: cst.FunctionDef, call: cst.Call, given: cst.Arg) -> Optional[str]:
+    """The parameter of ``fn`` that ``given`` (an argument of ``call``) binds, None where it
+    goes to ``*args``/``**kwargs`` or an earlier argument is unpacked."""
+    positional = [*fn.params.posonly_params, *fn.params.params]
+    if given.keyword is None:
+        index = 0
+        for a in call.args:
+            if a is given:
+                break
+            if a.star:
+                return None
+            if a.keyword is None:
+                index += 1
+        return positional[index].name.value if index < len(positional) else None
+    named = [*fn.params.params, *fn.params.kwonly_params]
+    return given.keyword.value if any(p.name.value == given.keyword.value for p in named) else None
+
+
+def _option_walk(ctx: FileContext) -> dict:
+    options: dict[str, list] = {}  # dest -> [(add_argument call, default node)]
+    occurrences: dict[str, list] = {}  # name -> [(Name node, ancestors, enclosing function)]
+    local_calls: dict[str, list] = {}  # module-level function name -> [(Call, ancestors)]
+    functions: dict[str, Optional[cst.FunctionDef]] = {}
+    seeds: set[str] = set()
+    parses: list = []  # parse calls whose result is used otherwise than assigned to a name
+    blocked: list[str] = []  # whole-namespace uses that may read any option
+
+    def visit(node: cst.CSTNode, stack: list, fn: Optional[cst.FunctionDef]) -> None:
+        stack.append(node)
+        if isinstance(node, cst.Name):
+            occurrences.setdefault(node.value, []).append((node, list(stack), fn))
+        elif isinstance(node, cst.Call):
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "add_argument":
+                default = arg(node, "default")
+                dest = option_dest(node)
+                if default is not None and is_cuda_string(default.value) and dest is not None:
+                    options.setdefault(dest, []).append((node, default.value))
+            elif isinstance(func, cst.Attribute) and func.attr.value in (*_PARSE_CALLS, *_PARSE_KNOWN):
+                _seed(node, func.attr.value in _PARSE_KNOWN, stack, fn)
+            elif isinstance(func, cst.Name):
+                local_calls.setdefault(func.value, []).append((node, list(stack)))
+        elif isinstance(node, cst.FunctionDef):
+            if len(stack) == 2:  # a module-level function
+                functions[node.name.value] = None if node.name.value in functions else node
+            fn = node
+        for child in children(node):
+            visit(child, stack, fn)
+        stack.pop()
+
+    def _seed(call: cst.Call, known: bool, stack: list, fn: Optional[cst.FunctionDef]) -> None:
+        parent = stack[-2] if len(stack) >= 2 else None
+        if isinstance(parent, cst.Assign) and parent.value is call and len(parent.targets) == 1:
+            target = parent.targets[0].target
+            if not known and isinstance(target, cst.Name):
+                seeds.add(target.value)
+                return
+            if known and isinstance(target, (cst.Tuple, cst.List)) and target.elements \
+                    and isinstance(target.elements[0].value, cst.Name):
+                seeds.add(target.elements[0].value.value)
+                return
+        parses.append((call, known, list(stack), fn))
+
+    visit(ctx.module, [], None)
+    if not options:
+        return {}
+    dests = set(options)
+    reads: dict[str, list[str]] = {d: [] for d in dests}
+    namespaces: set[str] = set()
+    work = list(seeds)
+    if not seeds and not parses:
+        blocked.append("no `parse_args()` in this file: the options are read elsewhere")
+
+    def add(name: str) -> None:
+        if name not in namespaces and name not in work:
+            work.append(name)
+
+    def whole(expr: cst.CSTNode, above: list, fn: Optional[cst.FunctionDef], as_dict: bool) -> None:
+        """A use of the whole namespace ``expr`` (its ancestors: ``above``, innermost last)."""
+        parent = above[-1] if above else None
+        grand = above[-2] if len(above) >= 2 else None
+        if isinstance(parent, cst.Arg) and parent.value is expr and isinstance(grand, cst.Call):
+            qual = ctx.qualname(grand.func) or ""
+            if not parent.star and not as_dict and qual == "builtins.vars" and len(grand.args) == 1:
+                whole(grand, above[:-2], fn, True)
+                return
+            if not parent.star and qual in NAMESPACE_FUNCTIONS:
+                return
+            if not parent.star and not as_dict and qual in ("builtins.getattr", "builtins.setattr", "builtins.hasattr") \
+                    and grand.args[0] is parent and len(grand.args) >= 2:
+                attr = string_value(grand.args[1].value)
+                if attr is not None and (attr not in dests or qual == "builtins.hasattr"):
+                    return  # another option, by name
+            if not parent.star and not as_dict and isinstance(grand.func, cst.Name) and functions.get(grand.func.value):
+                param = _bound_param(functions[grand.func.value], grand, parent)
+                if param is not None:
+                    add(param)
+                    return
+            blocked.append(f"`{_quote(grand)}` gets the parsed options")
+            return
+        if isinstance(parent, cst.FormattedStringExpression):
+            return
+        if isinstance(parent, cst.Assign) and parent.value is expr and not as_dict and len(parent.targets) == 1 \
+                and isinstance(parent.targets[0].target, cst.Name):
+            add(parent.targets[0].target.value)
+            return
+        index: Optional[int] = None
+        ret = None
+        if isinstance(parent, cst.Return):
+            ret = parent
+        elif isinstance(parent, cst.Element) and isinstance(grand, cst.Tuple) and len(above) >= 3 \
+                and isinstance(above[-3], cst.Return) and not isinstance(parent, cst.StarredElement):
+            ret, index = above[-3], grand.elements.index(parent)
+        if ret is not None and not as_dict and fn is not None and functions.get(fn.name.value) is fn:
+            for call, stack in local_calls.get(fn.name.value, []):
+                _returned(call, stack, index)
+            return
+        blocked.append(f"`{_quote(parent if parent is not None else expr)}`")
+
+    def _returned(call: cst.Call, stack: list, index: Optional[int]) -> None:
+        parent = stack[-2] if len(stack) >= 2 else None
+        if isinstance(parent, cst.Assign) and parent.value is call and len(parent.targets) == 1:
+            target = parent.targets[0].target
+            if index is None and isinstance(target, cst.Name):
+                add(target.value)
+                return
+            if index is not None and isinstance(target, (cst.Tuple, cst.List)) \
+                    and not any(isinstance(e, cst.StarredElement) for e in target.elements) \
+                    and index < len(target.elements) and isinstance(target.elements[index].value, cst.Name):
+                add(target.elements[index].value.value)
+                return
+        blocked.append(f"`{_quote(parent if parent is not None else call)}`, the namespace returned")
+
+    for call, known, stack, fn in parses:
+        if known:
+            blocked.append(f"`{_quote(call)}`, whose namespace porter does not follow")
+        else:
+            whole(call, stack[:-1], fn, False)
+    while work:
+        name = work.pop()
+        namespaces.add(name)
+        for node, stack, fn in occurrences.get(name, []):
+            if _is_store(node, stack):
+                continue
+            if fn is not None and any(isinstance(s, cst.Param) and s.name.value == name
+                                      for s in (fn.params.star_arg, fn.params.star_kwarg)):
+                continue  # `*args` of a function: another object
+            parent = stack[-2] if len(stack) >= 2 else None
+            if isinstance(parent, cst.Attribute) and parent.value is node:
+                attr = parent.attr.value
+                if attr in dests:
+                    grand = stack[-3] if len(stack) >= 3 else None
+                    if isinstance(grand, cst.AssignTarget) and grand.target is parent:
+                        continue  # the option set anew
+                    kind, _ = classify_read(parent, stack[:-1], ctx)  # type: ignore[arg-type]
+                    if kind not in ("device", "text"):
+                        reads[attr].append(f"`{_quote(_context(stack[:-1]))}`")
+                elif attr == "__dict__":
+                    whole(parent, stack[:-2], fn, True)
+                continue
+            whole(node, stack[:-1], fn, False)
+
+    out: dict = {}
+    for dest, found in options.items():
+        for call, default in found:
+            out[default] = (call, tuple([*reads[dest], *blocked]))
+    return out
+
+
+def option_default_fact(ctx: FileContext) -> dict:
+    """``add_argument``'s CUDA ``default=`` node -> (the ``add_argument`` call, the reads of the
+    option, or uses of the namespace, that are not device uses or text, quoted)."""
+    return module_fact(ctx, _option_walk)
+
+
+def option_blocker(ctx: FileContext, default: cst.CSTNode, device: str) -> Optional[str]:
+    """For a CUDA ``default=`` of ``add_argument``: "" where every read of the option is a
+    device use or text and ``device`` may replace the default (``choices=`` has it, where
+    there are choices), else the first read (or use of the namespace) that is not, quoted;
+    None where porter does not know the option (no literal ``dest``)."""
+    found = option_default_fact(ctx).get(default)
+    if found is None:
+        return None
+    call, reasons = found
+    choices = arg(call, "choices")
+    if choices is not None and f"'{device}'" not in code(choices) and f'"{device}"' not in code(choices):
+        return f"`choices={_quote(choices.value)}` has no '{device}'"
+    return reasons[0] if reasons else ""
+
+
+def device_string(value: str, like: cst.CSTNode) -> cst.SimpleString:
+    """The device string ``value`` in the quotes of the string it replaces."""
+    quote = '"'
+    if isinstance(like, cst.SimpleString) and like.quote in ('"', "'"):
+        quote = like.quote
+    elif isinstance(like, cst.FormattedString) and like.end in ('"', "'"):
+        quote = like.end
+    return cst.SimpleString(f"{quote}{value}{quote}")
