@@ -3,69 +3,170 @@ from __future__ import annotations
 import libcst as cst
 
 from porter import astutil
-from porter.rules import Example, Rule, Severity
-
-from . import _ops_table as ops
+from porter.device_options import device_string, is_cuda_string, option_blocker, option_dest
+from porter.rules import Example, Fix, Rule, Safety, Severity
 
 
 class CudaDeviceFlag(Rule):
     """
     ## What it does
-    Reports a command-line option for the device whose default is CUDA
-    (`parser.add_argument('--device', default='cuda')`, `'cuda:0'`, any option whose name
-    holds "device"), at its default.
+    Rewrites the CUDA default of a command-line option for the device
+    (`parser.add_argument('--device', default='cuda')`, `'cuda:0'`, `f'cuda:{rank}'`, on a
+    parser or an argument group, any option string or `dest=` that holds "device") to `'cpu'`.
+
+    The fix is safe where every read of the option in the file is a torch device use
+    (`torch.device(args.device)`, `.to(args.device)`, `device=args.device` in a torch call) or
+    text, and the parsed namespace, followed from `parse_args()` through assignments, returns
+    and the parameters of the file's functions, goes only to uses porter knows: a library's
+    device setup that accepts any device type (timm's `utils.init_distributed_device(args)`),
+    functions that read other options only, records (`yaml.safe_dump(vars(args))`,
+    `wandb.init(config=args)`). It is the analysis TX103 makes for torch_xla's `'xla'`
+    default. Otherwise (a device-type test `args.device == 'cuda'`, the namespace handed to
+    code porter does not know, `choices=` without 'cpu') the fix is unsafe, and the finding
+    quotes the first such read.
 
     ## Why
     A JAX port has no CUDA device to name: JAX places arrays on its default device (the TPU
     on a TPU VM). Whatever still reads the flag runs as before: a library's device setup
     (`timm.utils.init_distributed_device(args)` asserts "CUDA is not available but cuda was
-    specified"), `torch.device(args.device)` in the data code, an `if args.device ==
-    'cuda'` branch. With the default the port fails before its first step on a machine
-    without CUDA; what reads the flag needs a hand port (or the default `'cpu'` for the torch
-    code that stays, such as the DataLoader).
+    specified"), `torch.device(args.device)` for the data code, an `if args.device ==
+    'cuda'` branch. With the CUDA default the port fails before its first step on a machine
+    without CUDA. The torch code that stays in a JAX port (the input pipeline, a library's
+    setup) runs on the host: its device is the CPU.
 
     ## Fix safety
-    Report only: which code reads the flag, and what it should do in the port, is the
-    script's.
+    Safe where every read is a device use, text or a use porter knows: the torch code that
+    stays places on the CPU what it placed on the GPU (JAX's arrays are not torch's), and a
+    `--device` the user passes still applies. Unsafe where porter cannot follow a read: code
+    that tests the option for 'cuda', or a function given the namespace, now sees 'cpu' and
+    may take another path than the GPU's.
     """
 
     code = "JX312"
     local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "jax-cuda-device-flag"
     target = "jax"
-    summary = "add_argument('--device', default='cuda'): the JAX port has no CUDA (reported)"
+    summary = "add_argument('--device', default='cuda') -> default='cpu' for the torch code that stays"
     severity = Severity.WARNING
     needs_text = ("add_argument",)
     examples = [
         Example(
             """
             import argparse
+            import torch
 
             parser = argparse.ArgumentParser()
             parser.add_argument('--device', default='cuda', type=str, help='device to train on')
+            args = parser.parse_args()
+            device = torch.device(args.device)
+            print(f"training on {args.device}")
             """,
-            None,
-            title="a device flag defaulting to CUDA",
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument('--device', default='cpu', type=str, help='device to train on')
+            args = parser.parse_args()
+            device = torch.device(args.device)
+            print(f"training on {args.device}")
+            """,
+            title="a device flag read only as a torch device",
+        ),
+        Example(
+            """
+            import argparse
+            import torch
+            from timm import utils
+
+            parser = argparse.ArgumentParser()
+            group = parser.add_argument_group("Device parameters")
+            group.add_argument("--accel", dest="train_device", default="cuda:0")
+
+            def main():
+                args = parser.parse_args()
+                device = utils.init_distributed_device(args)
+                loader = build_loader(args)
+
+            def build_loader(cfg):
+                return torch.zeros(4).to(cfg.train_device)
+            """,
+            """
+            import argparse
+            import torch
+            from timm import utils
+
+            parser = argparse.ArgumentParser()
+            group = parser.add_argument_group("Device parameters")
+            group.add_argument("--accel", dest="train_device", default="cpu")
+
+            def main():
+                args = parser.parse_args()
+                device = utils.init_distributed_device(args)
+                loader = build_loader(args)
+
+            def build_loader(cfg):
+                return torch.zeros(4).to(cfg.train_device)
+            """,
+            title="an argument group, dest=, a library's device setup and a function of the file",
+        ),
+        Example(
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--device", default=f"cuda:{0}")
+            args = parser.parse_args()
+            if args.device == "cuda:0":
+                torch.backends.cudnn.benchmark = True
+            """,
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--device", default="cpu")
+            args = parser.parse_args()
+            if args.device == "cuda:0":
+                torch.backends.cudnn.benchmark = True
+            """,
+            unsafe=True,
+            title="a flag that is also tested: an unsafe fix",
         ),
     ]
     valid = [
         "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--device', default='cpu')\n",
         "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--name', default='cuda')\n",
         "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--device', default=None)\n",
+        "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--device', default=pick())\n",
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
         if astutil.method_name(node) != "add_argument":
             return
-        names = [ops.literal(a.value) for a in node.args if a.keyword is None]
-        if not any(isinstance(n, str) and n.startswith("-") and "device" in n.lower() for n in names):
-            return
         default = astutil.arg(node, "default")
-        value = ops.literal(default.value) if default is not None else None
-        if not (isinstance(value, str) and value.split(":")[0].lower() == "cuda"):
+        if default is None or not is_cuda_string(default.value):
             return
-        flag = next(n for n in names if isinstance(n, str) and "device" in n.lower())
-        self.report(default, f"{flag} defaults to {value!r}: the JAX port has no CUDA device, and code that still reads "
-                             "the flag (a library's device setup, torch.device(args.device)) fails with CUDA is not "
-                             "available but cuda was specified: port what reads it by hand, or default to 'cpu' for "
-                             "the torch code that stays")
+        names = [astutil.string_value(a.value) for a in node.args if a.keyword is None and not a.star]
+        dest = option_dest(node)
+        flags = [n for n in names if n is not None and n.startswith("-") and "device" in n.lower()]
+        if not flags and not (dest is not None and "device" in dest.lower() and any(n and n.startswith("-") for n in names)):
+            return
+        flag = flags[0] if flags else next(n for n in names if n and n.startswith("-"))
+        shown = astutil.code(default.value)
+        fix = (self.replace(default.value, device_string("cpu", default.value)),)
+        blocker = option_blocker(self.ctx, default.value, "cpu")
+        if blocker == "":
+            self.report(default, f"{flag} defaults to {shown}: the JAX port has no CUDA device, and every read of the "
+                                 "option is a torch device use (torch.device(...), .to(...), device=, a device setup "
+                                 "that accepts any device) or text: the torch code that stays runs on the host, so the "
+                                 "default is 'cpu' (JAX places its arrays on its own default device; a device the user "
+                                 "passes still applies)", Fix(fix))
+            return
+        reason = f" (not provable here: {blocker})" if blocker else ""
+        self.report(default, f"{flag} defaults to {shown}: the JAX port has no CUDA device, and code that still reads the "
+                             "flag (a library's device setup, torch.device(args.device)) fails with CUDA is not available "
+                             f"but cuda was specified; porter cannot show that every read is a device use{reason}: the "
+                             "unsafe fix defaults to 'cpu' for the torch code that stays (code that tests the option for "
+                             "'cuda' then takes its CPU path); port what reads it by hand", Fix(fix, Safety.UNSAFE))
