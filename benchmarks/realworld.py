@@ -132,10 +132,11 @@ REASONS = {
     "torch/timm-scripts/": "the port trains on XLA with the original's losses (float64, 3 steps) in both modes: "
                            "TX103 makes `--device`'s default 'xla' as a safe fix (every read of the option is a "
                            "device use or text; the namespace goes to utils.init_distributed_device, which returns "
-                           "torch.device('xla') for it). Over budget: one device-to-host transfer in a step that "
-                           "logs nothing, predicted by TX403 at train.py:1384 (`losses_m.update(loss.item() * "
-                           "accum_steps, batch_size)` in every step; timm's utils.AverageMeter is a library class, "
-                           "which TX406 does not move to the device)",
+                           "torch.device('xla') for it). The unsafe port has no host transfer in a step that logs "
+                           "nothing: TX406 reads timm's utils.AverageMeter in its installed source (update only does "
+                           "arithmetic with the value) and passes `loss.detach() * accum_steps` at train.py:1384. The "
+                           "safe port keeps that `.item()` (TX406's fix is unsafe: the meter's attributes become "
+                           "tensors), one transfer per step, reported there by TX406",
     "torch/pytorch-tutorial/02-intermediate/bidirectional_recurrent_neural_network/": "XLA:CPU compile time of the "
         "unrolled nn.LSTM step, predicted by TX505 (\"nn.LSTM is unrolled over the sequence on XLA\", from `porter "
         "check` at this commit): the sibling recurrent_neural_network's port, traced alone (float64, 2 steps), logged "
