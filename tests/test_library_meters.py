@@ -3,6 +3,9 @@ library, a package on the path, a module beside the script) is read from its sou
 `import` would find it, and moved to the device as a meter class of the file is; one porter
 cannot read is reported at its line with the rewrite."""
 import importlib.util
+import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -160,3 +163,69 @@ def test_timms_average_meter():
     source = step("from timm import utils", "utils.AverageMeter()",
                   "losses_m.update(loss.item() * accum_steps, x.size(0))")
     assert "losses_m.update(loss.detach() * accum_steps, x.size(0))" in run(source).source
+
+
+PROGRAM = '''
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch_xla
+import torch_xla.debug.metrics as met
+from meters import AverageMeter
+
+
+def transfers():
+    data = met.metric_data('TransferFromDeviceTime')
+    return data[0] if data else 0
+
+
+def train(model, batches, optimizer, device, accum_steps):
+    losses = AverageMeter()
+    counts = []
+    for i, (x, y) in enumerate(batches):
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.update(loss.item() * accum_steps, x.size(0))
+        torch_xla.sync()
+        counts.append(transfers())
+    return losses, counts
+
+
+def main():
+    torch.manual_seed(0)
+    device = torch_xla.device()
+    model = nn.Linear(6, 3).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = [(torch.randn(4, 6), torch.randint(0, 3, (4,))) for _ in range(8)]
+    losses, counts = train(model, batches, optimizer, device, 2)
+    print(f"avg {float(losses.avg):.6f} count {losses.count}")
+    print("per-step", [b - a for a, b in zip(counts, counts[1:])])
+
+
+main()
+'''
+
+
+@pytest.mark.xla
+def test_a_library_meter_ported_sums_on_the_device_and_averages_the_same(tmp_path):
+    library(tmp_path, {"meters/__init__.py": "from .average import AverageMeter\n", "meters/average.py": ARITHMETIC})
+    original = tmp_path / "train.py"
+    original.write_text(dedent(PROGRAM))
+    ported = tmp_path / "ported.py"
+    ported.write_text(run(original.read_text(), path=str(original)).source)
+    assert "losses.update(loss.detach() * accum_steps, x.size(0))" in ported.read_text()
+    env = {**os.environ, "PJRT_DEVICE": "CPU"}
+    outs = [subprocess.run([sys.executable, str(p)], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+            for p in (original, ported)]
+    for proc in outs:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    (avg_o, steps_o), (avg_p, steps_p) = (p.stdout.splitlines() for p in outs)
+    assert avg_o.split()[2:] == avg_p.split()[2:]  # the same count
+    assert abs(float(avg_o.split()[1]) - float(avg_p.split()[1])) < 1e-5
+    assert steps_o == "per-step [1, 1, 1, 1, 1, 1, 1]"  # the original's .item() in every step
+    assert steps_p == "per-step [0, 0, 0, 0, 0, 0, 0]"
