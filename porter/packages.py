@@ -35,7 +35,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.machinery
-import importlib.util
 import json
 import multiprocessing
 import os
@@ -53,7 +52,7 @@ from porter import astutil, engine, program, registry
 from porter.rules import Finding, Position, Severity
 from porter.runner import Settings, UsageError, verify_output
 from porter.verify.mxnet_env import MXNetEnvError, mxnet_python
-from porter.sources import SKIP_DIRS, copy_atomic, iter_python_files, read_source, write_atomic
+from porter.sources import SKIP_DIRS, copy_atomic, find_spec, iter_python_files, read_source, write_atomic
 
 MANIFEST = ".porter-package.json"
 MANIFEST_VERSION = 1
@@ -135,19 +134,7 @@ class Environment:
 
     def find(self, name: str) -> Optional[importlib.machinery.ModuleSpec]:
         """The spec of ``name`` without importing it or its parents (None: not found)."""
-        parts = name.split(".")
-        try:
-            if self.python is None:
-                spec = importlib.util.find_spec(parts[0])  # a top-level name imports nothing
-            else:
-                spec = importlib.machinery.PathFinder.find_spec(parts[0], list(self.path))
-            for i in range(1, len(parts)):
-                if spec is None or not spec.submodule_search_locations:
-                    return None
-                spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), list(spec.submodule_search_locations))
-        except (ImportError, ValueError, AttributeError):
-            return None
-        return spec
+        return find_spec(name, None if self.python is None else self.path)
 
 
 def this_environment() -> Environment:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import codecs
 import errno
+import importlib.machinery
+import importlib.util
 import os
 import re
 import shutil
@@ -294,3 +296,22 @@ def iter_other_files(root: Path) -> list[Path]:
             if not name.endswith(SOURCE_SUFFIXES):
                 found.append(dirpath / name)
     return found
+
+
+def find_spec(name: str, roots: Optional[tuple[str, ...]] = None) -> Optional[importlib.machinery.ModuleSpec]:
+    """The spec of module ``name`` as ``import`` would find it, without importing it or its
+    parents: on ``roots`` (folders, in order) or, when None, on this interpreter's finders.
+    None where it is not found (or a folder on the way cannot be read, or the name is malformed)."""
+    parts = name.split(".")
+    try:
+        if roots is None:
+            spec = importlib.util.find_spec(parts[0])  # a top-level name imports nothing
+        else:
+            spec = importlib.machinery.PathFinder.find_spec(parts[0], list(roots))
+        for i in range(1, len(parts)):
+            if spec is None or not spec.submodule_search_locations:
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), list(spec.submodule_search_locations))
+    except (ImportError, OSError, ValueError, AttributeError):
+        return None
+    return spec

@@ -11,7 +11,6 @@ importing anything, and re-exports (`from .metrics import AverageMeter`) are fol
 from __future__ import annotations
 
 import functools
-import importlib.machinery
 import os
 import sys
 from typing import NamedTuple, Optional, Union
@@ -21,6 +20,7 @@ import libcst as cst
 from porter.astutil import dotted_name, target_names, walk
 from porter.context import FileContext
 from porter.rules import module_fact
+from porter.sources import find_spec
 
 from ._host_sync import is_logging_call
 
@@ -196,15 +196,7 @@ def _import_source(node: cst.ImportFrom, package: str) -> Optional[str]:
 
 
 def _module_file(module: str, roots: tuple[str, ...]) -> Optional[str]:
-    parts = module.split(".")
-    try:
-        spec = importlib.machinery.PathFinder.find_spec(parts[0], list(roots))
-        for i in range(1, len(parts)):
-            if spec is None or not spec.submodule_search_locations:
-                return None
-            spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), list(spec.submodule_search_locations))
-    except (ImportError, OSError, ValueError):  # an unreadable folder on the path, a malformed name
-        return None
+    spec = find_spec(module, roots)
     origin = spec.origin if spec is not None else None
     return origin if origin and origin.endswith(".py") and os.path.isfile(origin) else None
 
