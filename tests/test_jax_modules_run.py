@@ -1,7 +1,7 @@
 """Model definitions ported to Flax NNX compute what the originals compute (real torch, real JAX).
 
 For each model of tests/data/jax/models/ (MLP, LeNet-style CNN, ResNet-18, LSTM language
-model, Transformer classifier with padding masks, VAE, layer factories and builder functions, module classes reached through values, named children: nn.Sequential subclasses, OrderedDict, add_module, layers built with *args / **kwargs; ModuleDict / ModuleList subclasses with their own forward, torch._assert, torch.fx.wrap, checkpointing and F.dropout in module code): the source is ported with the jax
+model, Transformer classifier with padding masks, VAE, layer factories and builder functions, module classes reached through values, named children: nn.Sequential subclasses, OrderedDict, add_module, layers built with *args / **kwargs; ModuleDict / ModuleList subclasses with their own forward, torch._assert, torch.fx.wrap, checkpointing and F.dropout in module code, attention through F.scaled_dot_product_attention): the source is ported with the jax
 rules (what `porter migrate --to jax` runs), the port is executed, the original's torch
 weights are converted with the port's own `load_torch_state_dict`, and then
 
@@ -55,6 +55,12 @@ def _tokens(rng):
     return tokens, mask
 
 
+def _attention_inputs(rng):
+    keep = np.ones((2, 5), bool)
+    keep[1, 3:] = False  # the second memory is padded
+    return (rng.standard_normal((2, 8, 16)).astype(np.float32), rng.standard_normal((2, 5, 16)).astype(np.float32), keep)
+
+
 CASES = [
     Case("mlp.py", "MLP(dropout=0.0)", _images((4, 1, 28, 28))),
     Case("lenet.py", "LeNet()", _images((4, 1, 28, 28))),
@@ -68,6 +74,7 @@ CASES = [
     Case("container_blocks.py", "Net()", _images((2, 3, 16, 12))),
     Case("vae.py", "VAE()", lambda rng: (rng.random((4, 1, 28, 28), dtype=np.float32),
                                         rng.standard_normal((4, 20)).astype(np.float32))),
+    Case("attention.py", "Block(dropout=0.0)", _attention_inputs),
 ]
 
 
@@ -237,6 +244,54 @@ def test_functional_dropout_has_torchs_semantics():
     np.testing.assert_array_equal(np.asarray(ported.outside(jnp.asarray(x), 0.0, True)), x)
     with pytest.raises(ValueError, match="PRNG key"):
         ported.outside(jnp.asarray(x), 0.5, True)
+
+
+def test_attention_dropout_in_eval_mode_gives_torchs_numbers():
+    """F.scaled_dot_product_attention with dropout_p=p if self.training else 0 (causal, a
+    boolean mask with a scale, a float mask; three spellings), ported: torch_sdpa with the
+    module's nnx.Rngs. With torch's weights, eval mode computes torch's output (eager and
+    jitted); train mode drops attention weights, with a fresh mask each step of one compiled
+    step, and gives torch's output again at eval."""
+    source = (MODELS / "attention.py").read_text()
+    ported_source = port(source)
+    assert "porter: manual" not in ported_source and "hasattr" not in ported_source
+    assert ported_source.count("rngs=self.rngs)") == 3 and "scaled_dot_product_attention(" not in ported_source.split("class CausalSelfAttention")[1]
+    original = load("orig_attention", source)
+    ported = load("port_attention", ported_source)
+    torch.manual_seed(0)
+    tmodel = original.Block(dropout=0.3).eval()
+    jmodel = ported.Block(dropout=0.3, rngs=nnx.Rngs(0))
+    ported.load_torch_state_dict(jmodel, {k: v.detach().numpy() for k, v in tmodel.state_dict().items()})
+    x, memory, keep = _attention_inputs(np.random.default_rng(1))
+    with torch.no_grad():
+        expected = tmodel(*(torch.from_numpy(a) for a in (x, memory, keep))).numpy()
+    jmodel.eval()
+    step = nnx.jit(lambda m, *a: m(*a))
+    for run in (jmodel, lambda *a: step(jmodel, *a)):
+        np.testing.assert_allclose(np.asarray(run(x, memory, keep)), expected, rtol=1e-5, atol=1e-5)
+    jmodel.train()
+    a, b = (np.asarray(step(jmodel, x, memory, keep)) for _ in range(2))
+    assert np.isfinite(a).all() and np.abs(a - expected).max() > 1e-3 and np.abs(a - b).max() > 1e-3
+    jmodel.eval()
+    np.testing.assert_allclose(np.asarray(step(jmodel, x, memory, keep)), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_dropout_drops_torchs_share_of_the_weights():
+    """torch_sdpa in training: each attention weight is kept with probability 1 - p and the
+    kept ones scaled by 1 / (1 - p), as torch's dropout on the weights (value rows one-hot, so
+    the output is the dropped weight matrix itself)."""
+    ported = load("port_attention_stats", port((MODELS / "attention.py").read_text()))
+    p, n = 0.25, 64
+    rng = np.random.default_rng(0)
+    q, k = (jnp.asarray(rng.standard_normal((4, 2, n, 8)).astype(np.float32)) for _ in range(2))
+    v = jnp.broadcast_to(jnp.eye(n, dtype=jnp.float32), (4, 2, n, n))
+    plain = np.asarray(ported.torch_sdpa(q, k, v))
+    dropped = np.asarray(ported.torch_sdpa(q, k, v, dropout_p=p, rngs=nnx.Rngs(0)))
+    kept = dropped != 0
+    assert abs(kept.mean() - (1 - p)) < 0.01, kept.mean()  # 32,768 draws
+    np.testing.assert_allclose(dropped[kept], plain[kept] / (1 - p), rtol=1e-5)
+    with pytest.raises(ValueError, match="PRNG key"):
+        ported.torch_sdpa(q, k, v, dropout_p=p)  # no rngs: no mask
 
 
 _FILLS = '''

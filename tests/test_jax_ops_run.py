@@ -116,6 +116,30 @@ def run_forward(source: str, inputs):
     return namespace["M"]().forward(*inputs)
 
 
+SDPA = "torch.nn.functional.scaled_dot_product_attention"
+_PORT_HELPERS = re.compile(r"\btorch_(sdpa|split)\(")  # functions the port defines (JX011), named after torch's
+
+
+def _sdpa_dropout_in_eval_mode(src: str, case: ops.Case) -> None:
+    """F.scaled_dot_product_attention(..., dropout_p=p if self.training else 0) in a module:
+    torch_sdpa drawing from the module's nnx.Rngs (kept by the __init__ JX001 writes); in
+    eval mode (no dropout) torch's numbers."""
+    ported = engine.fix(src, engine.Options(registry.select("jax"))).source  # the module rules too
+    assert "torch_sdpa(" in ported and "rngs=self.rngs)" in ported and "self.rngs = rngs" in ported, ported
+    assert "F." not in ported.split("def __call__", 1)[1], ported
+    rng = np.random.default_rng(zlib.crc32(case.expr.encode()))
+    arrays = [make_input(spec, rng) for _, spec in case.inputs]
+    namespace: dict = {"__name__": "case"}
+    exec(compile(src, "<case>", "exec"), namespace)
+    with torch.no_grad():
+        expected = namespace["M"]().eval().forward(*[torch.from_numpy(np.array(a)) for a in arrays])
+    namespace = {"__name__": "port"}
+    exec(compile(ported, "<port>", "exec"), namespace)
+    model = namespace["M"](rngs=namespace["nnx"].Rngs(0))
+    model.eval()
+    assert_same(to_numpy(expected), to_numpy(model(*[jax.numpy.asarray(a) for a in arrays])), case.expr)
+
+
 # torch pins memory only with a CUDA driver; `x.pin_memory()` copies the tensor into pinned
 # memory (its values: a copy's), so on a CPU-only machine the reference computes that copy
 _CPU_REFERENCE = {".pin_memory": (".pin_memory()", ".clone()")}
@@ -134,12 +158,15 @@ def test_entry(entry, case):
         ported = engine.fix(src, engine.Options(RULES + (registry.find("JX001"),))).source
         assert "torch_dropout(a, 0.5, True, self.rngs)" in ported and "self.rngs = rngs" in ported, ported
         return  # its numbers: tests/test_jax_modules_run.py::test_functional_dropout_has_torchs_semantics
+    if entry.name == SDPA and "self.training" in case.expr:  # attention dropout in a module method: the module's nnx.Rngs
+        _sdpa_dropout_in_eval_mode(src, case)
+        return
     if entry.manual:
         assert any("manual port needed" in f.message for f in result.remaining), result.remaining
         assert "# porter: manual" in result.source
         return
     body = result.source.split("def forward", 1)[1].split(":", 1)[1]
-    assert "torch" not in body and "F." not in body, f"torch left in the port: {body}"
+    assert "torch" not in _PORT_HELPERS.sub("", body) and "F." not in body, f"torch left in the port: {body}"
     assert not [f for f in result.remaining if f.code.startswith("JX1")], result.remaining
     rng = np.random.default_rng(zlib.crc32(case.expr.encode()))
     arrays = [make_input(spec, rng) for _, spec in case.inputs]

@@ -18,7 +18,7 @@ from porter.astutil import has_param as has_param
 from porter.astutil import kwarg as kwarg
 from porter._layout import templates_dir
 from porter.context import FileContext, dotted_name
-from porter.rules import module_fact
+from porter.rules import Edit, module_fact
 
 from . import _program
 
@@ -1029,8 +1029,8 @@ def dropout_call(call: cst.Call, ctx) -> Optional[dict]:
     """The arguments of `F.dropout(input, p=0.5, training=True, inplace=False)` /
     `torch.dropout(input, p, train)` as code ("input", "p", "training"; absent: torch's
     default), and "module": the (class, method) the call is in (also inside a function nested
-    in the method: its `self` is the method's), else None. None when it is not such a call or
-    its arguments cannot be bound (a star argument, an unknown keyword)."""
+    in the method: its `self` is the method's; :func:`rngs_scope`), else None. None when it is
+    not such a call or its arguments cannot be bound (a star argument, an unknown keyword)."""
     flag = DROPOUTS.get(ctx.qualname(call.func) or "")
     if flag is None or any(a.star for a in call.args):
         return None
@@ -1047,21 +1047,41 @@ def dropout_call(call: cst.Call, ctx) -> Optional[dict]:
             return None
     if "input" not in bound:
         return None
-    out = {"input": code(bound["input"]), "p": code(bound["p"]) if "p" in bound else "0.5",
-           "training": code(bound[flag]) if flag in bound else "True", "module": None}
-    cls = method = None
+    return {"input": code(bound["input"]), "p": code(bound["p"]) if "p" in bound else "0.5",
+            "training": code(bound[flag]) if flag in bound else "True", "module": rngs_scope(ctx)}
+
+
+def rngs_scope(ctx) -> Optional[tuple[cst.ClassDef, cst.FunctionDef]]:
+    """(module class, method) whose nnx.Rngs (`self.rngs`, kept by :func:`keep_rngs`) the
+    current node can draw random numbers from: a method other than `__init__` of a module
+    class of the file, or a function nested in such a method (its `self` is the method's).
+    None in a lambda, in `__init__`, outside a module class (JX107, the op table's calls that
+    draw: attention dropout)."""
+    method = None
     for anc in reversed(ctx.ancestors[:-1]):
         if isinstance(anc, cst.Lambda):
-            return out
+            return None
         if isinstance(anc, cst.FunctionDef):
             method = anc
         elif isinstance(anc, cst.ClassDef):
             cls = module_classes(ctx).get(anc.name.value)
             if cls is anc and method is not None and method.name.value != "__init__" \
                     and any(s is method for s in cls.body.body):
-                out["module"] = (cls, method)
-            return out
-    return out
+                return cls, method
+            return None
+    return None
+
+
+def keep_rngs(cls: cst.ClassDef) -> Optional[tuple]:
+    """The edits that make a module class keep its nnx.Rngs for its methods' draws:
+    `self.rngs = rngs` appended to `__init__` (none when it already does); None when the
+    class has no `__init__` yet (JX001 adds one first, with its `rngs` parameter)."""
+    init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
+    if init is None:
+        return None
+    if stores_rngs(init):
+        return ()
+    return (Edit(init.body, appended(f"self.{RNGS_STREAM} = rngs")),)
 
 
 def stores_rngs(init: cst.FunctionDef) -> bool:
@@ -1070,14 +1090,20 @@ def stores_rngs(init: cst.FunctionDef) -> bool:
 
 
 def appended(text: str):
-    """An edit of a function body: `text` (one statement) appended as its last statement (a
-    body of only `pass` replaced)."""
+    """An edit of a function body: `text` (one statement) appended as its last statement (its
+    `pass` statements dropped: another edit of the pass may have added to a body of only
+    `pass`); a body that has the statement already stays as it is
+    (two rules that both need it in one pass append it once)."""
+    new = cst.parse_statement(text)
 
     def apply(body: cst.IndentedBlock) -> cst.IndentedBlock:
         stmts = list(body.body)
-        if len(stmts) == 1 and isinstance(stmts[0], cst.SimpleStatementLine) and isinstance(stmts[0].body[0], cst.Pass):
-            stmts = []
-        return body.with_changes(body=[*stmts, cst.parse_statement(text)])
+        if any(s.deep_equals(new) for s in stmts):
+            return body  # another rule's edit of the same pass appended it already
+        stmts = [s for s in stmts if not (isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
+                                          and isinstance(s.body[0], cst.Pass) and not s.trailing_whitespace.comment
+                                          and not any(line.comment for line in s.leading_lines))]
+        return body.with_changes(body=[*stmts, new])
 
     return apply
 

@@ -30,6 +30,8 @@ from porter.astutil import literal as literal
 from porter.context import FileContext
 from porter.rules import StatementFact, module_fact
 
+from ._nnx import RNGS_STREAM, keep_rngs, rngs_scope
+
 
 class Manual(Exception):
     """This call cannot be ported with the same semantics; the message says why."""
@@ -137,6 +139,9 @@ class Sig:
         return self.names + ((self.varargs,) if self.varargs else ()) + self.kwonly
 
 
+LOOKUP = object()  # Bound.rngs_scope not read yet
+
+
 class Bound:
     """The arguments of one torch call, by torch parameter name, plus the JAX names in use."""
 
@@ -149,6 +154,10 @@ class Bound:
         self.varargs = varargs or []
         self.used: set[str] = set()
         self.float_target = False  # the target is known to be class probabilities (a loss module's calls say so)
+        # the (module class, method) whose nnx.Rngs a drawing call uses (_nnx.rngs_scope); LOOKUP:
+        # read from ctx when the builder asks (port_call passes the one it read when it rebuilds)
+        self.rngs_scope = LOOKUP
+        self.needs_rngs = False  # the builder drew from the module's nnx.Rngs (its __init__ must keep them)
 
     # module names, recorded for Fix.imports
     def _mod(self, module: str) -> str:
@@ -170,6 +179,18 @@ class Bound:
     @property
     def optax(self) -> str:
         return self._mod("optax")
+
+    def module_rngs(self, why: str) -> str:
+        """`self.rngs`: the nnx.Rngs of the module whose method the call is in, which its
+        `__init__` keeps (as for JX107's F.dropout and JX014's draws); Manual outside a module
+        method, where the port has no key to draw with."""
+        if self.rngs_scope is LOOKUP:
+            self.rngs_scope = rngs_scope(self.ctx)
+        if self.rngs_scope is None:
+            raise Manual(f"{why} needs a PRNG key, and outside a module method there is no nnx.Rngs to draw it from: "
+                         "move the call into a module's method (the port keeps the module's rngs) or port it by hand")
+        self.needs_rngs = True
+        return f"self.{RNGS_STREAM}"
 
     def has(self, name: str) -> bool:
         return name in self.args
@@ -1434,24 +1455,69 @@ op("F.embedding", "input, weight, padding_idx, max_norm, norm_type, scale_grad_b
 
 
 def _sdpa(b: Bound) -> str:
-    if b.has("dropout_p") and b.lit("dropout_p") != 0.0:
-        raise Manual("attention dropout needs rngs")
-    if b.has("attn_mask") or b.has("scale") or b.has("enable_gqa"):
-        raise Manual("attn_mask/scale/enable_gqa: jax.nn.dot_product_attention takes masks in its own form; write it by hand")
-    causal = b.lit("is_causal", False)
-    # torch: (..., L, E) with heads before L; jax.nn.dot_product_attention: (B, T, N, H)
+    """F.scaled_dot_product_attention. Without a mask or dropout: jax.nn.dot_product_attention
+    inline, on JAX's layout (the length and head axes swapped there and back). With an
+    attn_mask (its dtype says how torch reads it, known only when the code runs) or a
+    dropout_p that is not literally 0: the port's torch_sdpa (JX011), the dropout drawn from
+    the module's nnx.Rngs."""
     q, k, v = b["query"], b["key"], b["value"]
+    dropout = b.has("dropout_p") and b.lit("dropout_p") != 0.0  # not literally 0: may draw a mask
+    masked = b.has("attn_mask") and b.lit("attn_mask") is not None
+    scale = b["scale"] if b.has("scale") and b.lit("scale") is not None else None
+    causal = b.lit("is_causal", False)
+    if dropout or masked:
+        args = [q, k, v]
+        if masked:
+            args.append(f"attn_mask={b['attn_mask']}")
+        if dropout:
+            args.append(f"dropout_p={b['dropout_p']}")
+        if causal is not False:
+            args.append(f"is_causal={b['is_causal']}")
+        if scale is not None:
+            args.append(f"scale={scale}")
+        if b.has("enable_gqa") and b.lit("enable_gqa") is not False:
+            args.append(f"enable_gqa={b['enable_gqa']}")
+        if dropout:
+            p = b["dropout_p"]
+            args.append(f"rngs={b.module_rngs(f'attention dropout (dropout_p={p})')}")
+        return f"torch_sdpa({', '.join(args)})"
+    # torch: (..., L, E) with heads before L; jax.nn.dot_product_attention: (B, T, N, H). JAX
+    # shares key/value heads among query heads when their numbers differ (torch's enable_gqa)
     j = b.jnp
-    c = ", is_causal=True" if causal is True else ""
+    extra = "" if causal is False else f", is_causal={b['is_causal']}"
+    if scale is not None:
+        extra += f", scale={scale}"
     return (f"{j}.swapaxes({b.jax}.nn.dot_product_attention({j}.swapaxes({q}, -2, -3), {j}.swapaxes({k}, -2, -3), "
-            f"{j}.swapaxes({v}, -2, -3){c}), -2, -3)")
+            f"{j}.swapaxes({v}, -2, -3){extra}), -2, -3)")
 
 
-op("F.scaled_dot_product_attention", "query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa", _sdpa,
-   "jnp.swapaxes(jax.nn.dot_product_attention(q', k', v'), -2, -3) with (B, H, L, E) -> (B, L, H, E)",
-   "torch's layout is (batch, heads, length, dim), JAX's (batch, length, heads, dim): the port swaps twice",
-   [Case("F.scaled_dot_product_attention(q, k, v)", q="f2,3,5,4", k="f2,3,6,4", v="f2,3,6,4"),
-    Case("F.scaled_dot_product_attention(q, k, v, is_causal=True)", q="f2,3,5,4", k="f2,3,5,4", v="f2,3,5,4")])
+_QKV = dict(q="f2,3,5,4", k="f2,3,6,4", v="f2,3,6,4")
+_SELF = dict(q="f2,3,5,4", k="f2,3,5,4", v="f2,3,5,4")
+op("F.scaled_dot_product_attention", "query, key, value, attn_mask, dropout_p, is_causal, *, scale, enable_gqa", _sdpa,
+   "jnp.swapaxes(jax.nn.dot_product_attention(q', k', v', is_causal=..., scale=...), -2, -3); torch_sdpa(q, k, v, attn_mask=..., dropout_p=..., rngs=self.rngs)",
+   "torch's layout is (batch, heads, length, dim), JAX's (batch, length, heads, dim): the port swaps twice (3-D and 4-D "
+   "inputs, values of the queries' size: JAX raises otherwise); is_causal keeps key j <= query i as torch (top left); scale= kept. An attn_mask (boolean: True takes part; "
+   "float: added) or a dropout_p that is not literally 0 goes to the emitted torch_sdpa (any number of leading axes, "
+   "rows with every key masked give zeros as torch's kernels do), whose attention-weight dropout draws from the "
+   "module's nnx.Rngs (in a module method; elsewhere reported): `p if self.training else 0` gives torch's numbers in eval mode",
+   [Case("F.scaled_dot_product_attention(q, k, v)", **_QKV),
+    Case("F.scaled_dot_product_attention(q, k, v, is_causal=True)", **_SELF),
+    Case("F.scaled_dot_product_attention(q, k, v, None, 0.0, True)", **_SELF),
+    Case("F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0, is_causal=False, scale=None)", **_QKV),
+    Case("F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3)", **_QKV),
+    Case("F.scaled_dot_product_attention(query=q, key=k, value=v, scale=1.0 / q.shape[-1])", **_QKV),
+    Case("F.scaled_dot_product_attention(q, k, v, m)", m="b5,6", **_QKV),
+    Case("F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.7)", m="b2,1,5,6", **_QKV),
+    Case("F.scaled_dot_product_attention(q, k, v, attn_mask=m)", m="f2,3,5,6", **_QKV),
+    Case("F.scaled_dot_product_attention(q, k, v, attn_mask=m > 0)", m="f5,6", **_QKV),
+    Case("F.scaled_dot_product_attention(q, k, v, attn_mask=m & (m.sum(-1, keepdim=True) > 3))", m="b5,6", **_QKV),
+    Case("F.scaled_dot_product_attention(q, k, v, m, 0.0, True)", m="b5,6", **_QKV),
+    Case("F.scaled_dot_product_attention(q, k, v, attn_mask=m)", m="b5,6", q="f2,5,4", k="f2,6,4", v="f2,6,4"),
+    Case("F.scaled_dot_product_attention(q, k, v, attn_mask=m)", m="f5,6", q="f5,4", k="f6,4", v="f6,4"),
+    Case("F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=True)", m="b5,6", q="f2,3,5,4", k="f2,3,6,4", v="f2,3,6,7"),
+    Case("F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)", q="f2,4,5,4", k="f2,2,5,4", v="f2,2,5,4"),
+    Case("F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)", m="b5,6", q="f2,4,5,4", k="f2,2,6,4", v="f2,2,6,4"),
+    Case("F.scaled_dot_product_attention(q, k, v, dropout_p=0.1 if self.training else 0.0, is_causal=True)", **_SELF)])
 
 # Reported for manual porting
 _RANDOM = "random numbers need an explicit PRNG key in JAX (jax.random.<fn>(key, ...)): thread a key (nnx.Rngs) through this code"
@@ -1831,6 +1897,12 @@ METHODS: dict[str, Op] = {}
 for _op in TABLE:
     (METHODS if _op.is_method else FUNCTIONS)[_op.name.lstrip(".")] = _op
 
+
+def known_function(qualname: str) -> bool:
+    """A torch function of the table (each call ported, or reported where it cannot be) or a
+    functional loss (JX150): torch 2.x has them all (JX110's feature probes)."""
+    return qualname in FUNCTIONS or qualname in LOSS_FUNCTIONS
+
 # In-place tensor methods (x.add_(y)) map to their functional entry.
 # In-place tensor methods (x.add_(y)) map to their functional entry.
 _TORCH_INPLACE = (
@@ -1851,11 +1923,20 @@ INPLACE["copy_"] = Op(".copy_", Sig.parse("input, src, non_blocking"),
 
 def build(o: Op, call_node: cst.Call, ctx: FileContext, receiver: Optional[cst.BaseExpression] = None):
     """(code or pair, modules used) for one call; raises Manual / NotMine."""
+    out, b = build_bound(o, call_node, ctx, receiver)
+    return out, b.used
+
+
+def build_bound(o: Op, call_node: cst.Call, ctx: FileContext, receiver: Optional[cst.BaseExpression] = None,
+                scope=LOOKUP):
+    """(code or pair, the Bound it was built from: modules used, the nnx.Rngs it draws from);
+    ``scope``: the rngs scope an earlier build of the same call read (Bound.rngs_scope)."""
     if o.manual:
         raise Manual(o.manual)
     b = bind(call_node, o.sig, ctx, receiver)
+    b.rngs_scope = scope
     out = o.build(b)
-    return out, b.used
+    return out, b
 
 
 # --------------------------------------------------------------------------------------
@@ -2507,12 +2588,18 @@ def port_call(rule, node: cst.Call, o: Op, receiver: Optional[cst.BaseExpression
 
     ctx = rule.ctx
     try:
-        out, used = build(o, node, ctx, receiver)
+        out, bound = build_bound(o, node, ctx, receiver)
     except NotMine:
         return
     except Manual as exc:
         report_manual(rule, node, f"{o.torch_display}: {exc}")
         return
+    used, scope = bound.used, bound.rngs_scope
+    keep: tuple = ()
+    if bound.needs_rngs:  # the port draws from self.rngs: the module's __init__ keeps them
+        keep = keep_rngs(scope[0])
+        if keep is None:
+            return  # a module class without __init__ yet (JX001 adds one, with its rngs)
     target: cst.CSTNode = node
     pick = None  # which part of a (values, indices) pair the parent takes
     parent = ctx.parent
@@ -2542,7 +2629,7 @@ def port_call(rule, node: cst.Call, o: Op, receiver: Optional[cst.BaseExpression
         call_node = updated.value if target is not node else updated
         recv = call_node.func.value if is_method else None
         try:
-            result, _ = build(o, call_node, ctx, recv)
+            result, _ = build_bound(o, call_node, ctx, recv, scope)
         except (Manual, NotMine):  # an edit inside changed the call: the next pass decides again
             return updated
         return as_expression(text_of(result), parent, updated)
@@ -2552,7 +2639,7 @@ def port_call(rule, node: cst.Call, o: Op, receiver: Optional[cst.BaseExpression
     rule.report(
         target,
         f"{what} -> {new_text if len(new_text) < 70 else o.target}" + (f" ({o.note})" if o.note and len(o.note) < 90 else ""),
-        Fix((Edit(target, replacement),), imports=tuple(sorted(used)), remove_imports=leftover_imports(node, ctx)),
+        Fix((Edit(target, replacement), *keep), imports=tuple(sorted(used)), remove_imports=leftover_imports(node, ctx)),
     )
 
 

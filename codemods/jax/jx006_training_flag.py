@@ -13,7 +13,9 @@ class NnxTrainingFlag(Rule):
     ## What it does
     In a module class that reads `self.training`, the reads become `not self.deterministic`
     and `__init__` starts with `self.deterministic = False` (a module starts in training
-    mode, as in torch).
+    mode, as in torch); so does the `__init__` of a class that reads `self.deterministic`
+    without setting it (the reads of a class without `__init__` are rewritten in the pass
+    where JX001 writes one).
 
     ## Why
     NNX modules have no `training` attribute. `model.train()` / `model.eval()` of an
@@ -32,7 +34,7 @@ class NnxTrainingFlag(Rule):
     target = "jax"
     summary = "self.training -> not self.deterministic (set by model.train() / model.eval())"
     severity = Severity.ERROR
-    needs_text = ("training",)
+    needs_text = ("training", "deterministic")
     examples = [
         Example(
             """
@@ -63,6 +65,30 @@ class NnxTrainingFlag(Rule):
                     return x, (not self.deterministic) == False
             """,
         ),
+        Example(
+            """
+            from flax import nnx
+
+            class Gate(nnx.Module):
+                def __init__(self, *, rngs: nnx.Rngs):
+                    self.rngs = rngs
+
+                def __call__(self, x):
+                    return x if not self.deterministic else 0.5 * x
+            """,
+            """
+            from flax import nnx
+
+            class Gate(nnx.Module):
+                def __init__(self, *, rngs: nnx.Rngs):
+                    self.deterministic = False
+                    self.rngs = rngs
+
+                def __call__(self, x):
+                    return x if not self.deterministic else 0.5 * x
+            """,
+            title="reads rewritten before the class had an __init__ (JX001 writes one for a module class without)",
+        ),
     ]
     valid = ["import torch.nn as nn\nclass M(nn.Module):\n    def forward(self, x):\n        return x\n"]
 
@@ -76,11 +102,14 @@ class NnxTrainingFlag(Rule):
             for child in astutil.children(n):
                 if _is_self_training(child):
                     edits.append(self.replace(child, _not_deterministic(n, child)))
+        init = next((s for s in node.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
+        if not edits and (init is None or not _reads_deterministic(node)):
+            return
+        if init is not None and not _assigns_deterministic(init):
+            # also where an earlier pass rewrote the reads before JX001 gave the class its __init__
+            edits.append(self.replace(init.body, _prepend(cst.parse_statement("self.deterministic = False"))))
         if not edits:
             return
-        init = next((s for s in node.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
-        if init is not None and not _assigns_deterministic(init):
-            edits.append(self.replace(init.body, _prepend(cst.parse_statement("self.deterministic = False"))))
         self.report(node, f"class {node.name.value} reads self.training: NNX modules switch `deterministic` "
                     "(model.train() / model.eval())", Fix(tuple(edits)))
 
@@ -101,6 +130,11 @@ def _not_deterministic(parent: cst.CSTNode, node: cst.Attribute) -> cst.BaseExpr
     if isinstance(parent, _BARE_OK):
         return expr.with_changes(lpar=node.lpar, rpar=node.rpar)
     return expr.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _reads_deterministic(cls: cst.ClassDef) -> bool:
+    return any(isinstance(n, cst.Attribute) and n.attr.value == "deterministic" and isinstance(n.value, cst.Name)
+               and n.value.value == "self" for n in astutil.walk(cls.body, into_functions=True))
 
 
 def _assigns_deterministic(func: cst.FunctionDef) -> bool:

@@ -15,7 +15,7 @@ HELPERS = {
     "pool_nd": ("_ntuple",), "adaptive_pool_nd": ("_ntuple",), "layer_norm_nd": (), "interpolate_nd": (), "torch_split": (), "TorchLayerNormBase": ("layer_norm_nd",),
     **{f"Torch{kind}Pool{n}d": ("pool_nd", "_ntuple") for kind in ("Max", "Avg") for n in (1, 2, 3)},
     **{f"TorchAdaptive{kind}Pool{n}d": ("adaptive_pool_nd", "_ntuple") for kind in ("Max", "Avg") for n in (1, 2, 3)},
-    "TorchEmbedding": (), "TorchTiedLinear": (), "TorchSequential": (), "TorchModuleDict": (), "TorchModuleList": (), "torch_dropout": (), "TorchStochasticDepth": (),
+    "TorchEmbedding": (), "TorchTiedLinear": (), "TorchSequential": (), "TorchModuleDict": (), "TorchModuleList": (), "torch_dropout": (), "torch_sdpa": ("torch_dropout",), "TorchStochasticDepth": (),
     # torch layer classes used as values (JX017): factories with torch's arguments
     "TorchLinear": (), "TorchLayerNorm": ("_ntuple",), "TorchDropout": (),
     **{f"Torch{name}": () for name in ("ReLU", "ReLU6", "SiLU", "Hardswish", "Hardsigmoid", "Tanh", "Sigmoid", "GELU",

@@ -118,10 +118,6 @@ class NnxModuleRandom(Rule):
         "import torch\nimport torch.nn as nn\nclass M(nn.Module):\n    def __init__(self):\n        self.w = torch.randn(3)\n",
     ]
 
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._stored: set[int] = set()
-
     def visit_Call(self, node: cst.Call) -> None:
         spec = sampler(node, self.ctx)
         if spec is None:
@@ -133,11 +129,7 @@ class NnxModuleRandom(Rule):
             new = self._multinomial(node, jax)
         else:
             new = self._draw(node, fn, shaped, jax)
-        edits = [Edit(node, new)]
-        init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
-        if init is not None and not _nnx.stores_rngs(init) and id(init) not in self._stored:
-            self._stored.add(id(init))
-            edits.append(Edit(init.body, _nnx.appended(f"self.{STREAM} = rngs")))
+        edits = [Edit(node, new), *(_nnx.keep_rngs(cls) or ())]
         self.report(node, f"{_nnx.code(node.func)}: random numbers from the module's nnx.Rngs (self.{STREAM})",
                     Fix(tuple(edits), imports=("jax", "jax.numpy") if fn == "multinomial" else ("jax",)))
 

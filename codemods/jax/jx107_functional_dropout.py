@@ -96,10 +96,6 @@ class FunctionalDropout(Rule):
         "import torch.nn.functional as F\ny = F.dropout(*args)\n",
     ]
 
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._stored: set[int] = set()
-
     def visit_Call(self, node: cst.Call) -> None:
         if isinstance(node.func, cst.Name) and node.func.value == "torch_dropout" and len(node.args) == 3:
             # the port's call outside a module, which has no key: said where it is left
@@ -111,16 +107,14 @@ class FunctionalDropout(Rule):
         if spec is None:
             return
         args = [spec["input"], spec["p"], spec["training"]]
-        edits = []
+        edits: tuple = ()
         if spec["module"] is not None:
             cls, _ = spec["module"]
-            init = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
-            if init is None:
+            keep = _nnx.keep_rngs(cls)
+            if keep is None:
                 return  # a module class without __init__ (JX001 adds one first)
             args.append(f"self.{STREAM}")
-            if not _nnx.stores_rngs(init) and id(init) not in self._stored:
-                self._stored.add(id(init))
-                edits.append(Edit(init.body, _nnx.appended(f"self.{STREAM} = rngs")))
+            edits = keep
         new = cst.parse_expression(f"torch_dropout({', '.join(args)})")
         where = f"the module's nnx.Rngs (self.{STREAM})" if spec["module"] is not None else \
             "no key outside a module: the port raises if it has to draw a mask"
