@@ -1514,7 +1514,7 @@ op("F.scaled_dot_product_attention", "query, key, value, attn_mask, dropout_p, i
     Case("F.scaled_dot_product_attention(q, k, v, m, 0.0, True)", m="b5,6", **_QKV),
     Case("F.scaled_dot_product_attention(q, k, v, attn_mask=m)", m="b5,6", q="f2,5,4", k="f2,6,4", v="f2,6,4"),
     Case("F.scaled_dot_product_attention(q, k, v, attn_mask=m)", m="f5,6", q="f5,4", k="f6,4", v="f6,4"),
-    Case("F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=True)", m="b5,6", q="f2,3,5,4", k="f2,3,6,4", v="f2,3,6,7"),
+    Case("F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.4)", m="b2,1,5,6", q="f2,3,5,4", k="f2,3,6,4", v="f2,3,6,7"),
     Case("F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)", q="f2,4,5,4", k="f2,2,5,4", v="f2,2,5,4"),
     Case("F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)", m="b5,6", q="f2,4,5,4", k="f2,2,6,4", v="f2,2,6,4"),
     Case("F.scaled_dot_product_attention(q, k, v, dropout_p=0.1 if self.training else 0.0, is_causal=True)", **_SELF)])
