@@ -1496,8 +1496,8 @@ _SELF = dict(q="f2,3,5,4", k="f2,3,5,4", v="f2,3,5,4")
 op("F.scaled_dot_product_attention", "query, key, value, attn_mask, dropout_p, is_causal, *, scale, enable_gqa", _sdpa,
    "jnp.swapaxes(jax.nn.dot_product_attention(q', k', v', is_causal=..., scale=...), -2, -3); torch_sdpa(q, k, v, attn_mask=..., dropout_p=..., rngs=self.rngs)",
    "torch's layout is (batch, heads, length, dim), JAX's (batch, length, heads, dim): the port swaps twice (3-D and 4-D "
-   "inputs, values of the queries' size: JAX raises otherwise); is_causal keeps key j <= query i as torch (top left); scale= kept. An attn_mask (boolean: True takes part; "
-   "float: added) or a dropout_p that is not literally 0 goes to the emitted torch_sdpa (any number of leading axes, "
+   "inputs, values of the queries' size: JAX raises otherwise); is_causal keeps key j <= query i as torch (top left); "
+   "scale= kept. An attn_mask (boolean: True takes part; float: added) or a dropout_p that is not literally 0 goes to the emitted torch_sdpa (any number of leading axes, "
    "rows with every key masked give zeros as torch's kernels do), whose attention-weight dropout draws from the "
    "module's nnx.Rngs (in a module method; elsewhere reported): `p if self.training else 0` gives torch's numbers in eval mode",
    [Case("F.scaled_dot_product_attention(q, k, v)", **_QKV),
@@ -1903,7 +1903,7 @@ def known_function(qualname: str) -> bool:
     functional loss (JX150): torch 2.x has them all (JX110's feature probes)."""
     return qualname in FUNCTIONS or qualname in LOSS_FUNCTIONS
 
-# In-place tensor methods (x.add_(y)) map to their functional entry.
+
 # In-place tensor methods (x.add_(y)) map to their functional entry.
 _TORCH_INPLACE = (
     "abs neg exp exp2 log log2 log10 log1p expm1 sqrt rsqrt sin cos tan asin acos atan sinh cosh tanh asinh atanh "
