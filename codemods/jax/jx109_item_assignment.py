@@ -15,8 +15,9 @@ _AT = {cst.AddAssign: "add", cst.SubtractAssign: "subtract", cst.MultiplyAssign:
 class ItemAssignment(Rule):
     """
     ## What it does
-    Rewrites item assignment to a tensor in a module's methods into JAX's functional update of
-    a plain local name: `x[idx] = v` -> `x = x.at[idx].set(v)`, `x[idx] += v` ->
+    Rewrites item assignment to a tensor in a module's methods, or to a JAX array in host code
+    (`losses = jnp.zeros(n)` then `losses[k] = loss.item()` in an evaluation loop), into JAX's
+    functional update of a plain local name: `x[idx] = v` -> `x = x.at[idx].set(v)`, `x[idx] += v` ->
     `x = x.at[idx].add(v)` (`-=`, `*=`, `/=`, `**=`: `subtract`, `multiply`, `divide`,
     `power`); a mask made by a comparison (`logits[logits < v] = -float('inf')`, a boolean
     index whose true count is data-dependent) -> `logits = jnp.where(logits < v, -float('inf'),
@@ -37,7 +38,7 @@ class ItemAssignment(Rule):
     local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "jax-item-assignment"
     target = "jax"
-    summary = "x[idx] = v / x[idx] += v in module code -> x = x.at[idx].set(v) / .add(v); a comparison mask -> jnp.where"
+    summary = "x[idx] = v / x[idx] += v on a JAX array -> x = x.at[idx].set(v) / .add(v); a comparison mask -> jnp.where"
     severity = Severity.ERROR
     needs_text = ("] =", "] +=", "] -=", "] *=", "] /=")
     examples = [
@@ -68,15 +69,46 @@ class ItemAssignment(Rule):
                     return y
             """,
         ),
+        Example(
+            """
+            import jax.numpy as jnp
+
+            def estimate_loss(model, batches, n):
+                losses = jnp.zeros(n)
+                for k in range(n):
+                    losses[k] = model(*batches[k])
+                return losses.mean()
+
+
+            totals = jnp.zeros((2, 3))
+            totals[0, :] += 1.0
+            """,
+            """
+            import jax.numpy as jnp
+
+            def estimate_loss(model, batches, n):
+                losses = jnp.zeros(n)
+                for k in range(n):
+                    losses = losses.at[k].set(model(*batches[k]))
+                return losses.mean()
+
+
+            totals = jnp.zeros((2, 3))
+            totals = totals.at[0, :].add(1.0)
+            """,
+            title="a JAX array filled item by item in host code (an evaluation loop, the module level)",
+        ),
     ]
     valid = [
         "import torch\nd = {}\nd['a'] = 1\n",
+        "import torch\ndef collate(n):\n    buf = torch.zeros(n)\n    buf[0] = 1.0\n    return buf\n",
         "import torch.nn as nn\nclass M(nn.Module):\n    def forward(self, x):\n        cache = {}\n        cache[0] = x\n        return x\n",
     ]
 
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-        if len(node.body) != 1 or _nnx.module_method(self.ctx) is None:
+        if len(node.body) != 1:
             return
+        in_module = _nnx.module_method(self.ctx) is not None
         small = node.body[0]
         if isinstance(small, cst.Assign) and len(small.targets) == 1:
             target, value, op = small.targets[0].target, small.value, None
@@ -89,6 +121,8 @@ class ItemAssignment(Rule):
         name = target.value.value
         if name not in ops.tensor_names(self.ctx):
             return
+        if not in_module and not self._jax_array(name):
+            return  # host code: a torch tensor the port keeps (the input pipeline) takes item assignment
         index = target.slice
         jnp = self.ctx.module_alias("jax.numpy")
         rhs = astutil.code(value)
@@ -103,3 +137,11 @@ class ItemAssignment(Rule):
             imports = ()
         self.report(node, f"item assignment to {name}: JAX arrays are immutable; a functional update of {name}",
                     Fix((self.replace(node, node.with_changes(body=[cst.parse_statement(text).body[0]])),), imports=imports))
+
+    def _jax_array(self, name: str) -> bool:
+        """Outside module code: every value the function (or the module level) gives ``name``
+        is made by JAX (``losses = jnp.zeros(n)``, once JX101 has ported ``torch.zeros``)."""
+        fn = self.ctx.enclosing(cst.FunctionDef)
+        values = astutil.assigned_values(fn.body if fn is not None else self.ctx.module, name)
+        return bool(values) and all(
+            isinstance(v, cst.Call) and (self.ctx.qualname(v.func) or "").startswith("jax.") for v in values)
