@@ -97,10 +97,18 @@ def test_leftovers_are_reported_at_their_line(body, needle):
     assert any(needle in text for _, text in found), (found, result.source.split("class Net", 1)[1])
 
 
-def test_torchvision_model_given_to_nnx_optimizer_is_named():
-    result = port("model = torchvision.models.resnet18()\noptimizer = torch.optim.Adam(model.parameters(), lr=1e-3)\n")
-    assert any(f.code == "JX901" and "is a torch module (torchvision.models.resnet18(...))" in f.message
-               for f in result.remaining), result.remaining
+def test_a_library_model_is_reported_where_it_is_built():
+    """A model torchvision, timm or torch.hub builds stays a torch module: the finding is at the
+    line that builds it, and the port does not count its parameters as an NNX module's."""
+    result = port("import timm\nmodel = torchvision.models.resnet18().to(device)\n"
+                  "optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)\n"
+                  "backbone = timm.create_model('resnet18', num_classes=10)\n"
+                  "print(sum(p.numel() for p in backbone.parameters()))\n")
+    lines = result.source.splitlines()
+    built = [lines[f.position.line - 1] for f in result.remaining if "a torch module built by" in f.message]
+    assert built == ["model = torchvision.models.resnet18()", "backbone = timm.create_model('resnet18', num_classes=10)"], \
+        result.remaining
+    assert "nnx.state(backbone" not in result.source
 
 
 def test_a_loop_still_calling_backward_is_reported():

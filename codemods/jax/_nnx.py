@@ -861,6 +861,62 @@ def handled_tree_walk(call: cst.Call, ctx) -> bool:
     return False
 
 
+# --------------------------------------------------------------------------------------
+# Models a torch library builds (they stay torch modules in a JAX port of the script)
+# --------------------------------------------------------------------------------------
+# torchvision.models' functions that return no model
+_TORCHVISION_NOT_MODELS = frozenset({"get_weight", "get_model_weights", "get_model_builder", "list_models"})
+_MODEL_CHAIN = ("to", "cuda", "cpu", "train", "eval", "float", "half", "double", "bfloat16", "requires_grad_")
+
+
+def library_model_factory(call: cst.BaseExpression, ctx: FileContext) -> Optional[str]:
+    """The qualified name of the torch model library function ``call`` calls when that builds a
+    model: a model builder of ``torchvision.models`` (and its detection, segmentation, video
+    subpackages; ``get_model``), ``timm``'s ``create_model``, ``torch.hub.load``, a
+    ``transformers`` class's ``from_pretrained`` / ``from_config`` (not a tokenizer's, a
+    config's or a processor's); a ``.to(device)`` / ``.cuda()`` / ``.eval()`` chain on such a
+    call counts as the call. None otherwise."""
+    while isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value in _MODEL_CHAIN:
+        call = call.func.value
+    if not isinstance(call, cst.Call):
+        return None
+    qual = ctx.qualname(call.func) or ""
+    last = qual.rsplit(".", 1)[-1]
+    if qual.startswith("torchvision.models.") and last[:1].islower() and last not in _TORCHVISION_NOT_MODELS:
+        return qual
+    if qual.split(".")[0] == "timm" and last == "create_model":
+        return qual
+    if qual in ("torch.hub.load",):
+        return qual
+    if qual.split(".")[0] == "transformers" and last in ("from_pretrained", "from_config"):
+        owner = qual.split(".")[-2] if qual.count(".") >= 2 else ""
+        if not any(word in owner for word in ("Tokenizer", "Config", "Processor", "FeatureExtractor")):
+            return qual
+    return None
+
+
+def library_models(ctx: FileContext) -> dict[str, tuple[str, cst.Call]]:
+    """Names (``model``, ``self.backbone``) the file binds to a model a torch library builds
+    (:func:`library_model_factory`): name -> (the factory's qualified name, the call). A module
+    fact."""
+    return module_fact(ctx, _library_models_of)
+
+
+def _library_models_of(ctx: FileContext) -> dict[str, tuple[str, cst.Call]]:
+    found: dict[str, tuple[str, cst.Call]] = {}
+    for node in astutil.walk(ctx.module, into_functions=True):
+        if isinstance(node, (cst.Assign, cst.AnnAssign)) and node.value is not None:
+            qual = library_model_factory(node.value, ctx)
+            if qual is None:
+                continue
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            for target in targets:
+                name = dotted_name(target)
+                if name and name not in found:
+                    found[name] = (qual, node.value)  # type: ignore[assignment]
+    return found
+
+
 _COUNT_METHODS = ("numel", "nelement")
 
 
@@ -884,6 +940,8 @@ def parameter_count(loop, outer: tuple, ctx) -> Optional[tuple[str, list]]:
     call = loop.iter
     if not isinstance(call, cst.Call) or call.args or astutil.method_name(call) not in ("parameters", "named_parameters"):
         return None
+    if dotted_name(call.func.value) in library_models(ctx):  # type: ignore[attr-defined]
+        return None  # a torch library's model stays a torch module (JX901 reports where it is built)
     target = loop.target
     named = astutil.method_name(call) == "named_parameters"
     if named:

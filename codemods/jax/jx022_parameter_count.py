@@ -79,6 +79,7 @@ class ParameterCount(Rule):
         "n = sum(p.numel() for p in model.parameters() if not p.requires_grad)\n",
         "for p in model.parameters():\n    total += p.numel()\n    p.grad = None\n",
         "sizes = [p.numel() for p in model.parameters()]\n",
+        "from timm import create_model\nmodel = create_model('resnet18').cuda()\nn = sum(p.numel() for p in model.parameters())\n",
     ]
 
     def visit_CompFor(self, node: cst.CompFor) -> None:

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from typing import Optional
 
 import libcst as cst
 
@@ -49,8 +48,10 @@ class TorchLeft(Rule):
       the host-side input pipeline (`torch.utils.data`, `torchvision.datasets` /
       `transforms`, `torch.manual_seed`, device checks) is not reported: its batches
       cross into the jitted step as numpy arrays;
-    - a torchvision model (`torchvision.models.resnet18()`) given to `nnx.Optimizer`:
-      a torch module cannot be trained by optax;
+    - a model a torch library builds (`torchvision.models.resnet18()`, `timm.create_model(...)`,
+      `torch.hub.load(...)`, a `transformers` model's `from_pretrained`), reported where it is
+      built: it stays a torch module, which nnx.Optimizer, `nnx.state` and the jitted step cannot
+      train (the library's model code has to be ported too);
     - calls only torch objects have: `loss.backward()` / `optimizer.zero_grad()` left in a
       loop the training-step rules did not rewrite, `.cuda()`, `.is_cuda`,
       `.requires_grad_()`, hooks;
@@ -90,7 +91,8 @@ class TorchLeft(Rule):
     target = "jax"
     summary = "torch code left in the JAX port after the other rules (torch.* calls, .backward(), .cuda(), tensor attributes on JAX values): reported at its line"
     severity = Severity.ERROR
-    needs_text = ("torch", "backward", "zero_grad", "cuda", ".data", ".grad", ".weight", ".bias")
+    needs_text = ("torch", "backward", "zero_grad", "cuda", ".data", ".grad", ".weight", ".bias",
+                  "create_model", "from_pretrained", "from_config")
     examples = [
         Example(
             """
@@ -152,6 +154,24 @@ class TorchLeft(Rule):
             """,
             None,
             title="a torchvision model given to nnx.Optimizer, a loop that still calls backward(), is_cuda",
+        ),
+        Example(
+            """
+            import jax
+            import flax.nnx as nnx
+            from timm.models import create_model, safe_model_name
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            def build(args, device):
+                model = create_model(args.model, pretrained=False, num_classes=10).to(device)
+                print(safe_model_name(args.model))
+                return model
+
+            tokenizer = AutoTokenizer.from_pretrained("gpt2")
+            lm = AutoModelForCausalLM.from_pretrained("gpt2")
+            """,
+            None,
+            title="models timm and transformers build, reported where they are built (a tokenizer and a name helper are not)",
         ),
         Example(
             """
@@ -277,13 +297,16 @@ class TorchLeft(Rule):
             if id(n) in data:  # an argument of TensorDataset(...) / DataLoader(...)
                 reported.update(id(m) for m in astutil.walk(n))
                 continue
-            if isinstance(n, cst.Call) and (ctx.qualname(n.func) or "") == "flax.nnx.Optimizer" and n.args:
-                model = n.args[0].value
-                src = _torch_source(stmt, model, ctx)
-                if src:
-                    self.report(n, f"{_code(model)} is a torch module ({src}): nnx.Optimizer and the jitted step cannot "
-                                   "train it; define the model as an nn.Module class in the file (porter ports it to NNX) "
-                                   "or use an NNX implementation")
+            if isinstance(n, (cst.Assign, cst.AnnAssign)) and n.value is not None:
+                factory = _nnx.library_model_factory(n.value, ctx)
+                if factory:
+                    reported.update(id(m) for m in astutil.walk(n.value))
+                    library = factory.split(".")[0]
+                    self.report(n.value, f"a torch module built by {factory}(...): the JAX port cannot train it "
+                                         "(nnx.Optimizer, nnx.state and the jitted step take NNX modules); port the "
+                                         f"model's code too ({library}'s model source with `porter zoo` or `porter "
+                                         "migrate`, or the model as an nn.Module class in the program) and build the "
+                                         "model from that port, or port this script to torch-xla")
             if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "isinstance" and len(n.args) == 2:
                 kinds = n.args[1].value
                 elts = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
@@ -471,19 +494,3 @@ _NNX_NAMES = {
     "GroupNorm": {"weight": "scale"}, "RMSNorm": {"weight": "scale"},
 }
 
-
-def _torch_source(stmt: cst.CSTNode, model: cst.CSTNode, ctx) -> Optional[str]:
-    """What the name given to nnx.Optimizer was bound to, when that is a torch / torchvision call
-    (``torchvision.models.resnet18(...)``) in the same scope."""
-    if not isinstance(model, cst.Name):
-        return None
-    for n in astutil.walk(ctx.module, into_functions=True):
-        if isinstance(n, cst.Assign) and any(isinstance(t.target, cst.Name) and t.target.value == model.value for t in n.targets):
-            v = n.value
-            while isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute) and v.func.attr.value in ("to", "cuda", "train", "eval"):
-                v = v.func.value
-            if isinstance(v, cst.Call):
-                qual = ctx.qualname(v.func) or ""
-                if qual.startswith(("torchvision.", "torch.", "timm.")):
-                    return f"{qual}(...)"
-    return None
