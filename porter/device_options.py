@@ -13,7 +13,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.astutil import arg, children, code, string_value
+from porter.astutil import arg, children, code, function_locals, string_value
 from porter.context import FileContext
 from porter.rules import module_fact
 
@@ -431,3 +431,90 @@ def device_string(value: str, like: cst.CSTNode) -> cst.SimpleString:
     elif isinstance(like, cst.FormattedString) and like.end in ('"', "'"):
         quote = like.end
     return cst.SimpleString(f"{quote}{value}{quote}")
+
+
+# --------------------------------------------------------------------------------------
+# A script's module-level device string
+# --------------------------------------------------------------------------------------
+# ``device = 'cuda'  # examples: 'cpu', 'cuda', 'cuda:0'`` at a script's top level (nanoGPT's
+# configuration style: globals a config file or the command line may override before they are
+# read): the same question as for an option's default, asked of every read of the global name
+# in the file (functions that bind the name themselves, without ``global``, read another
+# variable). The string is a device string where its name says so (``device``, ``dev``,
+# ``*_device``) or a read of it is a device use.
+
+
+def _is_device_name(name: str) -> bool:
+    last = name.lower()
+    return last in ("device", "dev") or last.endswith("device")
+
+
+def _module_string_walk(ctx: FileContext) -> dict:
+    candidates: dict[str, list] = {}  # name -> [the CUDA string node of each top-level `name = '...'`]
+    for stmt in ctx.module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name) \
+                    and is_cuda_string(small.value):
+                candidates.setdefault(small.targets[0].target.value, []).append(small.value)
+    if not candidates:
+        return {}
+    reads: dict[str, list] = {n: [] for n in candidates}  # name -> [(kind, quoted context)]
+
+    def shadowed(fn: cst.FunctionDef) -> set[str]:
+        declared = {n.name.value for node in children_walk(fn) if isinstance(node, cst.Global) for n in node.names}
+        return {n for n in function_locals(fn) if n in candidates and n not in declared}
+
+    def visit(node: cst.CSTNode, stack: list, hidden: frozenset) -> None:
+        stack.append(node)
+        if isinstance(node, (cst.FunctionDef, cst.Lambda)):
+            if isinstance(node, cst.FunctionDef):
+                hidden = hidden | shadowed(node)
+            else:
+                hidden = hidden | {p.name.value for p in _lambda_params(node)}
+        if isinstance(node, cst.Name) and node.value in candidates and node.value not in hidden \
+                and not _is_store(node, stack):
+            kind, _ = classify_read(node, stack, ctx)
+            reads[node.value].append((kind, f"`{_quote(_context(stack))}`"))
+        for child in children(node):
+            visit(child, stack, hidden)
+        stack.pop()
+
+    visit(ctx.module, [], frozenset())
+    out: dict = {}
+    for name, values in candidates.items():
+        found = reads[name]
+        if not _is_device_name(name) and not any(kind == "device" for kind, _ in found):
+            continue
+        blockers = tuple(quoted for kind, quoted in found if kind not in ("device", "text"))
+        for value in values:
+            out[value] = (name, blockers)
+    return out
+
+
+def _lambda_params(node: cst.Lambda):
+    p = node.params
+    return [*p.posonly_params, *p.params, *p.kwonly_params,
+            *([p.star_arg] if isinstance(p.star_arg, cst.Param) else []), *([p.star_kwarg] if p.star_kwarg else [])]
+
+
+def children_walk(node: cst.CSTNode):
+    """Every node under ``node`` (itself included), nested functions too."""
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        yield n
+        todo.extend(children(n))
+
+
+def module_string_blocker(ctx: FileContext, value: cst.CSTNode) -> Optional[tuple[str, str]]:
+    """For a CUDA string assigned to a name at the module's top level (``device = 'cuda'``):
+    (the name, "") where every read of the global name in the file is a device use or text,
+    else (the name, the first read that is not, quoted); None where the string is not a
+    device string porter knows (its name is not a device's and no read is a device use)."""
+    found = module_fact(ctx, _module_string_walk).get(value)
+    if found is None:
+        return None
+    name, reasons = found
+    return name, (reasons[0] if reasons else "")

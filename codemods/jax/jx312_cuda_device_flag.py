@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from porter import astutil
-from porter.device_options import device_string, is_cuda_string, option_blocker, option_dest
+from porter.device_options import device_string, is_cuda_string, module_string_blocker, option_blocker, option_dest
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
 
@@ -24,6 +24,14 @@ class CudaDeviceFlag(Rule):
     default. Otherwise (a device-type test `args.device == 'cuda'`, the namespace handed to
     code porter does not know, `choices=` without 'cpu') the fix is unsafe, and the finding
     quotes the first such read.
+
+    The same for a script's module-level device string (`device = 'cuda'  # examples: 'cpu',
+    'cuda', 'cuda:0'`, nanoGPT's configuration globals, which a config file or the command
+    line may override): a name that says it is a device (`device`, `dev`, `*_device`), or
+    whose reads include a device use, gets `'cpu'`; safe where every read of the global in the
+    file (`torch.randint(..., device=device)`, `x.pin_memory().to(device, non_blocking=True)`,
+    `torch.load(p, map_location=device)`) is a device use or text, unsafe with the first other
+    read quoted (`device_type = 'cuda' if 'cuda' in device else 'cpu'`).
 
     ## Why
     A JAX port has no CUDA device to name: JAX places arrays on its default device (the TPU
@@ -46,9 +54,9 @@ class CudaDeviceFlag(Rule):
     local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "jax-cuda-device-flag"
     target = "jax"
-    summary = "add_argument('--device', default='cuda') -> default='cpu' for the torch code that stays"
+    summary = "add_argument('--device', default='cuda') / device = 'cuda' -> 'cpu' for the torch code that stays"
     severity = Severity.WARNING
-    needs_text = ("add_argument",)
+    needs_text = ("add_argument", "cuda")
     examples = [
         Example(
             """
@@ -134,13 +142,90 @@ class CudaDeviceFlag(Rule):
             unsafe=True,
             title="a flag that is also tested: an unsafe fix",
         ),
+        Example(
+            """
+            import numpy as np
+            import torch
+
+            batch_size = 4
+            device = 'cuda' # examples: 'cpu', 'cuda', 'cuda:0'
+            exec(open('configurator.py').read())
+
+            def get_batch(data):
+                ix = torch.randint(len(data) - 8, (batch_size,))
+                x = torch.stack([torch.from_numpy(data[i:i + 8].astype(np.int64)) for i in ix])
+                return x.pin_memory().to(device, non_blocking=True)
+
+            noise = torch.randn(batch_size, 8, device=device)
+            print(f"running on {device}")
+            """,
+            """
+            import numpy as np
+            import torch
+
+            batch_size = 4
+            device = 'cpu' # examples: 'cpu', 'cuda', 'cuda:0'
+            exec(open('configurator.py').read())
+
+            def get_batch(data):
+                ix = torch.randint(len(data) - 8, (batch_size,))
+                x = torch.stack([torch.from_numpy(data[i:i + 8].astype(np.int64)) for i in ix])
+                return x.pin_memory().to(device, non_blocking=True)
+
+            noise = torch.randn(batch_size, 8, device=device)
+            print(f"running on {device}")
+            """,
+            title="a module-level device string read only as a torch device",
+        ),
+        Example(
+            """
+            import torch
+
+            train_device = "cuda:0"
+            device_type = 'cuda' if 'cuda' in train_device else 'cpu'
+            x = torch.zeros(3).to(train_device)
+            """,
+            """
+            import torch
+
+            train_device = "cpu"
+            device_type = 'cuda' if 'cuda' in train_device else 'cpu'
+            x = torch.zeros(3).to(train_device)
+            """,
+            unsafe=True,
+            title="a module-level device string that is also tested: an unsafe fix",
+        ),
     ]
     valid = [
+        "import torch\nbackend = 'cuda'\nprint(backend)\n",
+        "import torch\ndevice = 'cpu'\nx = torch.zeros(3, device=device)\n",
+        "import torch\ndef f():\n    device = 'cuda'\n    return torch.zeros(3, device=device)\n",
         "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--device', default='cpu')\n",
         "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--name', default='cuda')\n",
         "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--device', default=None)\n",
         "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--device', default=pick())\n",
     ]
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if not is_cuda_string(node.value) or len(self.ctx.ancestors) != 3:
+            return  # (Module, SimpleStatementLine, Assign): a script's top level only
+        found = module_string_blocker(self.ctx, node.value)
+        if found is None:
+            return
+        name, blocker = found
+        shown = astutil.code(node.value)
+        fix = (self.replace(node.value, device_string("cpu", node.value)),)
+        if blocker == "":
+            self.report(node.value, f"{name} = {shown}: the JAX port has no CUDA device, and every read of {name} is a "
+                                    "torch device use or text: the torch code that stays runs on the host, so it is "
+                                    "'cpu' (JAX places its arrays on its own default device; a value a config file "
+                                    "or the command line sets still applies)", Fix(fix))
+            return
+        self.report(node.value, f"{name} = {shown}: the JAX port has no CUDA device, and torch code that still "
+                                f"reads {name} asks for one (Found no NVIDIA driver); porter cannot show that every "
+                                f"read is a device use (not provable here: {blocker}): the unsafe fix makes it 'cpu' "
+                                "for the torch code that stays (code that tests it for 'cuda' then takes its CPU "
+                                "path)", Fix(fix, Safety.UNSAFE))
 
     def visit_Call(self, node: cst.Call) -> None:
         if astutil.method_name(node) != "add_argument":
