@@ -47,6 +47,7 @@ FRAMEWORK_TESTS: dict[str, tuple[str, ...]] = {
     "test_jax_apply_init.py": ("jax",),
     "test_jax_tied_weights.py": ("jax",),  # tied embeddings ported and run against torch
     "test_jax_split_sizes.py": ("jax",),  # torch.split with run-time sizes, against torch
+    "test_jax_torch_calls.py::test_the_port_runs_*": ("jax",),  # device barriers, torch.compile, the profiler ported and run
     "test_gluon_jax_models.py": ("jax",),
     "test_host_sync_run.py": ("xla",),
     "test_loop_rules_run.py": ("xla",),

@@ -7,6 +7,8 @@ import libcst as cst
 from porter import astutil
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
+from . import _loop as lp
+
 _PROFILE = ("torch.profiler.profile",)
 _HANDLER = ("torch.profiler.tensorboard_trace_handler",)
 _RECORD = ("torch.profiler.record_function", "torch.autograd.profiler.record_function")
@@ -26,7 +28,8 @@ class TorchProfiler(Rule):
       handler writes one);
     - `prof.step()` at the end of a `for k in ...:` loop body becomes the loop body wrapped in
       `with jax.profiler.StepTraceAnnotation("train", step_num=k):` (the steps marked in the
-      trace, as torch's step marks them), and elsewhere it goes;
+      trace, as torch's step marks them), and elsewhere it goes. A training loop in the block
+      is rewritten into its jitted step (JX301) first;
     - `with torch.profiler.record_function(name):` becomes `with jax.profiler.TraceAnnotation(name):`.
 
     A profiler whose results are read in the script (`prof.key_averages()`,
@@ -133,6 +136,9 @@ class TorchProfiler(Rule):
                               "port the profiling by hand")
             return
         log_dir, name = blocker
+        if any(isinstance(n, cst.For) and lp.has_backward(n.body) and not lp.has_manual_marker(n)
+               for n in astutil.walk(node.body)):
+            return  # JX301 rewrites the training loop first (the step marks then wrap the jitted step's call)
         unsafe = astutil.arg(call, "schedule") is not None
         trace = cst.WithItem(astutil.parse_expression(f"jax.profiler.trace({astutil.code(log_dir)})"),
                              comma=item.comma)
