@@ -116,6 +116,7 @@ def _file_facts_of(ctx: FileContext) -> FileFacts:
                     d = dotted_name(local)
                     if d:
                         facts.toplevel.add(d.split(".")[0])
+    makers: Optional[dict] = None
     for node in astutil.walk(module, into_functions=True):
         if isinstance(node, cst.Assign) and len(node.targets) == 1:
             target = code(node.targets[0].target)
@@ -124,6 +125,12 @@ def _file_facts_of(ctx: FileContext) -> FileFacts:
                 qual = ctx.qualname(value.func) or ""
                 if is_optimizer_ctor(qual):
                     facts.optimizers[target] = _optimized_model(value, qual)
+                    continue
+                if makers is None:
+                    makers = optimizer_factories(ctx)
+                built_on = _factory_model(value, makers)
+                if built_on is not None:  # `optimizer = model.configure_optimizers(...)`
+                    facts.optimizers[target] = built_on
                 elif qual.startswith("torch.nn.") and qual.endswith("Loss"):
                     facts.losses.add(target)
                 elif qual.startswith(("torch.nn.", "flax.nnx.")) and qual.split(".")[-1][:1].isupper():
@@ -176,6 +183,155 @@ def _optimized_model(call: cst.Call, qual: str) -> Optional[str]:
         if astutil.method_name(c) in ("parameters", "named_parameters")
     }
     return receivers.pop() if len(receivers) == 1 else None
+
+
+def _factory_model(call: cst.Call, makers: dict) -> Optional[str]:
+    """The model a call of an optimizer factory builds its optimizer on: the receiver of a
+    method (`model.configure_optimizers(...)`), the argument given for the parameter of a
+    function (`make_optimizer(model, lr)`)."""
+    if isinstance(call.func, cst.Attribute):
+        if makers.get(("method", call.func.attr.value)) is None:
+            return None
+        receiver = _strip_moves(call.func.value)
+        text = code(receiver)
+        return text if dotted_name(receiver) is not None else None
+    if isinstance(call.func, cst.Name):
+        where = makers.get(("function", call.func.value))
+        if where is None:
+            return None
+        index, name = where
+        given = astutil.arg(call, name, index)
+        if given is None or dotted_name(given.value) is None:
+            return None
+        return code(given.value)
+    return None
+
+
+def optimizer_factories(ctx: FileContext) -> dict:
+    """Functions and methods that build an optimizer on a model and return it, in this file
+    and in the files of the program it imports from: ("method", name) -> "self" for a method
+    returning an optimizer of `self`'s parameters (`torch.optim.AdamW(groups)` whose groups
+    are made of `self.named_parameters()`, or `nnx.Optimizer(self, ...)`: nanoGPT's
+    `configure_optimizers`), ("function", name) -> (index, parameter) for a function
+    returning an optimizer of one of its parameters (`def make_opt(net, lr): return
+    SGD(net.parameters(), lr)`). Imported functions count under the name they are bound to."""
+    key = ("jx.optimizer_factories",)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    out: dict = {}
+    ctx.cache[key] = out  # a file importing itself sees what is known so far
+    _collect_factories(ctx, ctx.module, out, imported=None)
+    for module, fctx, names in _imported_modules(ctx):
+        _collect_factories(fctx, module, out, imported=names)
+    return out
+
+
+def _imported_modules(ctx: FileContext) -> list:
+    """(module, its FileContext, {name there: local name} or None for `import m`) for each
+    file of the program a top-level `from m import ...` / `import m` of this file names."""
+    from pathlib import Path
+
+    from . import _program
+
+    if not ctx.path or ctx.path.startswith("<") or not Path(ctx.path).is_file():
+        return []
+    folder = Path(ctx.path).resolve().parent
+    out = []
+    for stmt in ctx.module.body:
+        for small in _smalls(stmt):
+            node, names = None, None
+            if isinstance(small, cst.ImportFrom):
+                node = small
+                if not isinstance(small.names, cst.ImportStar):
+                    names = {}
+                    for alias in small.names:
+                        name = dotted_name(alias.name)
+                        names[name] = dotted_name(alias.asname.name) if alias.asname else name
+            elif isinstance(small, cst.Import):
+                for alias in small.names:
+                    full = dotted_name(alias.name)
+                    if full:
+                        node = cst.ImportFrom(module=cst.parse_expression(full), names=cst.ImportStar())
+                        names = {}  # methods only: its functions are read through the module's name
+            if node is None:
+                continue
+            path = _program._resolve(node, folder)
+            module = _program._parse(path) if path is not None else None
+            if module is not None:
+                out.append((module, FileContext(module, str(path)), names))
+    return out
+
+
+def _collect_factories(ctx: FileContext, module: cst.Module, out: dict, imported: Optional[dict]) -> None:
+    for stmt in module.body:
+        if isinstance(stmt, cst.FunctionDef):
+            where = _returns_optimizer_of(stmt, ctx)
+            if where is None or where[0] is None:
+                continue
+            local = stmt.name.value if imported is None else imported.get(stmt.name.value)
+            if local is not None:
+                out[("function", local)] = where
+        elif isinstance(stmt, cst.ClassDef) and isinstance(stmt.body, cst.IndentedBlock):
+            for item in stmt.body.body:
+                if isinstance(item, cst.FunctionDef):
+                    where = _returns_optimizer_of(item, ctx)
+                    if where is not None and where[0] == 0:  # built on `self`
+                        out[("method", item.name.value)] = "self"
+
+
+def _returns_optimizer_of(fn: cst.FunctionDef, ctx: FileContext) -> Optional[tuple]:
+    """(index, name) of the parameter of ``fn`` whose parameters the optimizer ``fn``
+    returns is built on; None when it returns no optimizer porter can follow."""
+    params = [p.name.value for p in fn.params.params]
+    if not params:
+        return None
+    assigned: dict[str, list[cst.BaseExpression]] = {}
+    returned: list[cst.BaseExpression] = []
+    for n in astutil.walk(fn.body):
+        if isinstance(n, cst.Assign):
+            for t in n.targets:
+                for name in astutil.target_names(t.target):
+                    assigned.setdefault(name, []).append(n.value)
+        elif isinstance(n, cst.Return) and n.value is not None:
+            returned.append(n.value)
+    ctors = []
+    for value in returned:
+        if isinstance(value, cst.Name):
+            ctors.extend(assigned.get(value.value, []))
+        else:
+            ctors.append(value)
+    owners: set[str] = set()
+    for value in ctors:
+        value = _strip_moves(value)
+        if not isinstance(value, cst.Call) or not is_optimizer_ctor(ctx.qualname(value.func)):
+            return None
+        qual = ctx.qualname(value.func) or ""
+        if qual == "flax.nnx.Optimizer":
+            first = astutil.arg(value, "model", 0)
+            owners.add(code(first.value) if first is not None else "")
+            continue
+        first = astutil.arg(value, "params", 0)
+        if first is None:
+            return None
+        owners |= _parameter_owners(first.value, assigned)
+    if len(owners) != 1:
+        return None
+    owner = owners.pop()
+    return (params.index(owner), owner) if owner in params else None
+
+
+def _parameter_owners(expr: cst.CSTNode, assigned: dict, depth: int = 0) -> set[str]:
+    """The receivers of `.parameters()` / `.named_parameters()` calls that ``expr`` is built
+    from, following the names it reads through the function's assignments (parameter
+    groups: `[{"params": decay}, ...]`, `decay = [p for n, p in param_dict.items() ...]`)."""
+    owners = {code(c.func.value) for c in astutil.calls_in(expr)  # type: ignore[attr-defined]
+              if astutil.method_name(c) in ("parameters", "named_parameters")}
+    if depth < 8:
+        for name in reads(expr):
+            for value in assigned.get(name, []):
+                if value is not expr:
+                    owners |= _parameter_owners(value, assigned, depth + 1)
+    return owners
 
 
 # --------------------------------------------------------------------------------------
@@ -328,6 +484,7 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
                 raise Unsupported(f"`{code(between[0]).strip()}` uses {', '.join(sorted(called_models))} between loss.backward() and optimizer.step()")
             after.extend(between)
         forward, after = _pull_aliases(domain, forward, after, in_window)
+        before, after = _defer_prefetch(domain, forward, before, after, slice_ids)
         _check_order(domain, forward, before, after)
         for s in forward:
             text = code(s)
@@ -392,6 +549,28 @@ def _pull_aliases(domain, forward, after, in_window):
     in_domain = [s for s in domain if id(s) in ids]
     rest = [s for s in forward if id(s) not in position]  # none today; kept in order if any
     return in_domain + rest, [s for s in after if s not in pulled]
+
+
+def _defer_prefetch(domain, forward, before, after, slice_ids):
+    """A statement that needs no model and rebinds what an earlier forward statement read
+    (`X, Y = get_batch('train')` after `logits, loss = model(X, Y)`: the next batch fetched
+    while the device computes) runs after the step call, with the statements before the
+    call that read what it binds; the step reads the batch torch's forward pass read."""
+    position = {id(s): i for i, s in enumerate(domain)}
+    moved: list = []
+    moved_binds: set[str] = set()
+    for s in before:
+        at = position[id(s)]
+        bound = binds(s)
+        earlier_reads = {n for f in forward if position.get(id(f), len(domain)) < at for n in reads(f)}
+        if id(s) not in slice_ids and (bound & earlier_reads or moved_binds & set(reads(s))):
+            moved.append(s)
+            moved_binds |= bound
+    if not moved:
+        return before, after
+    ids = {id(s) for s in moved}
+    later = sorted([*after, *moved], key=lambda s: position.get(id(s), len(domain)))
+    return [s for s in before if id(s) not in ids], later
 
 
 def _plain_alias(stmt: cst.BaseStatement) -> bool:
