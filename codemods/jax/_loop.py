@@ -469,7 +469,9 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
         for s in domain:
             sid = id(s)
             if sid in in_window:
-                if sid in slice_ids and sid in dep_ids:
+                if _sets_model_attributes(s, models):
+                    before.append(s)  # a flag on the model (`model.require_backward_grad_sync = ...`)
+                elif sid in slice_ids and sid in dep_ids:
                     forward.append(s)
                 elif sid in dep_ids:
                     after.append(s)
@@ -524,6 +526,26 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
         readers.update(free_reads(region.forward))
         region.outputs = [n for n in _ordered_binds(region.forward) if n in readers]
     return Plan(regions, tail)
+
+
+def _sets_model_attributes(stmt: cst.BaseStatement, models: set[str]) -> bool:
+    """``stmt`` only assigns attributes of models (`model.require_backward_grad_sync = ...`,
+    under an `if` on the settings or not) and calls none: a flag for the framework, not a
+    statement of the forward pass."""
+    stores = 0
+    for n in astutil.walk(stmt):
+        if isinstance(n, cst.Call):
+            if models & set(reads(n.func)):
+                return False
+        elif isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [n.target]
+            for t in targets:
+                if not isinstance(t, cst.Attribute) or root_name(t) not in models:
+                    return False
+                stores += 1
+        elif isinstance(n, (cst.For, cst.While, cst.With, cst.FunctionDef, cst.ClassDef, cst.Return)):
+            return False
+    return stores > 0
 
 
 def _pull_aliases(domain, forward, after, in_window):

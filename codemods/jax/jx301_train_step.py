@@ -643,6 +643,8 @@ class TrainStep(Rule):
         if not isinstance(loop.body, cst.IndentedBlock) or not lp.imports_torch(self.ctx):
             return
         top = [lp.classify(s, self.ctx) for s in loop.body.body]
+        if self._accumulation(loop, top):
+            return
         if not any(p.kind == "backward" for p in top) and not any(
             p.kind == "other" and lp.has_backward(p.stmt) and not isinstance(p.stmt, (cst.For, cst.While)) for p in top
         ):
@@ -715,6 +717,302 @@ class TrainStep(Rule):
             ) + " are computed again in a later step"
         self.report(loop, message, Fix(tuple(edits), Safety.UNSAFE if unsafe else Safety.SAFE, imports))
 
+    # ----------------------------------------------------------------------------------
+    # Gradient accumulation: several backward() calls per optimizer step
+    # ----------------------------------------------------------------------------------
+    def _accumulation(self, loop, top) -> bool:
+        """A loop that accumulates gradients: an inner loop of micro-steps with the backward
+        pass, followed by the step (nested), or a backward pass every iteration and the step
+        under an `if` (every `accum` iterations). Rewritten (or marked) here: True."""
+        stmts = list(loop.body.body)
+        nested = [k for k, p in enumerate(top) if p.kind == "other" and isinstance(p.stmt, (cst.For, cst.While))
+                  and lp.has_backward(p.stmt)]
+        steps_at_top = [k for k, p in enumerate(top) if p.kind == "step"]
+        backs_at_top = [k for k, p in enumerate(top) if p.kind == "backward"]
+        if nested and not backs_at_top:
+            inner = stmts[nested[0]]
+            if not any(astutil.method_name(c) == "step" for s in stmts[nested[0] + 1:] for c in astutil.calls_in(s)):
+                return False
+            form = "nested"
+        elif backs_at_top and not steps_at_top:
+            gated = [k for k, p in enumerate(top) if k > backs_at_top[-1] and isinstance(p.stmt, cst.If)
+                     and any(astutil.method_name(c) == "step" for c in astutil.calls_in(p.stmt.body))]
+            if not gated:
+                return False
+            inner = None
+            form = "gated"
+        else:
+            return False
+        if not lp.imports_torch(self.ctx):
+            return False
+        fn = self.ctx.enclosing(cst.FunctionDef)
+        scope = fn if fn is not None else self.ctx.module
+        original = loop
+        aliases = lp.self_aliases(loop, fn)
+        if aliases:
+            loop = loop.visit(lp.ToNames(aliases))
+            stmts = list(loop.body.body)
+            inner = stmts[nested[0]] if form == "nested" else None
+        try:
+            if form == "nested":
+                new_body, defs, imports, lead_stmt = self._nested_accumulation(loop, stmts, nested[0], fn, scope, original, aliases)
+            else:
+                new_body, defs, imports, lead_stmt = self._gated_accumulation(loop, stmts, gated[0], fn, scope, original, aliases)
+        except lp.Unsupported as exc:
+            self._manual(original, f"gradient accumulation: {exc}")
+            return True
+        if aliases:
+            new_body = [s.visit(lp.ToAttributes(aliases)) for s in new_body]
+            if lead_stmt is not None:
+                lead_stmt = lead_stmt.visit(lp.ToAttributes(aliases))
+        def_nodes = [cst.parse_module(text).body[0] for text in defs]
+        holder = self.ctx.ancestors[1] if len(self.ctx.ancestors) > 1 else loop
+        lead = [line for line in original.leading_lines
+                if line.comment is None or f"{MANUAL} (JX301)" not in line.comment.value]
+        edits = [self.replace(original.body, original.body.with_changes(body=new_body))]
+
+        def before_loop(updated, init=lead_stmt):
+            # `grads = None` before the loop takes the loop's comments
+            updated = updated.with_changes(leading_lines=lead)
+            if init is None:
+                return updated
+            return cst.FlattenSentinel([init.with_changes(leading_lines=updated.leading_lines),
+                                        updated.with_changes(leading_lines=[])])
+
+        if holder is original:
+            def both(updated):
+                placed = before_loop(updated)
+                nodes = list(placed.nodes) if isinstance(placed, cst.FlattenSentinel) else [placed]
+                first = _insert_defs_before(def_nodes)(nodes[0])
+                return cst.FlattenSentinel([*first.nodes, *nodes[1:]])
+            edits.append(self.replace(original, both))
+        else:
+            if lead_stmt is not None or len(lead) != len(original.leading_lines):
+                edits.append(self.replace(original, before_loop))
+            edits.append(self.replace(holder, _insert_defs_before(def_nodes)))
+        names = ", ".join(d.name.value for d in def_nodes)
+        message = (f"PyTorch training step with gradient accumulation: rewrite as {names} (@nnx.jit: "
+                   "nnx.value_and_grad per micro-step, gradients summed, optimizer.update once)")
+        self.report(original, message, Fix(tuple(edits), Safety.SAFE, imports))
+        return True
+
+    def _micro_region(self, micro: list, step_stmt, fn, scope, original, later_extra, aliases, what: str):
+        """The gradient step of one micro-batch: ``micro`` analysed as a loop body ending in
+        ``step_stmt``; (region, definition, call, gradients name)."""
+        body = [s for s in micro if lp.classify(s, self.ctx, aliases).kind != "zero_grad"]
+        for s in body:
+            piece = lp.classify(s, self.ctx, aliases)
+            if piece.kind in ("step", "clip"):
+                raise lp.Unsupported(f"`{lp.code(s).strip()}` inside the {what}")
+        fake = cst.While(test=cst.Name("True"), body=cst.IndentedBlock([*body, step_stmt]))
+        later = self._later_reads(scope, original) | later_extra
+        plan = lp.plan_steps(fake, self.ctx, later, aliases)
+        if len(plan.regions) != 1 or plan.tail:
+            raise lp.Unsupported(f"the {what} is not one forward and backward pass")
+        region = plan.regions[0]
+        facts = lp.file_facts(self.ctx)
+        taken = set(lp.reads(self.ctx.module)) | facts.toplevel | lp.bound_in(micro)
+        micro_grads = _fresh("micro_grads", taken)
+        text, call = self._build(region, fn, fake, False, aliases or None, micro_grads, update=False)
+        return region, text, call, micro_grads
+
+    def _update_step(self, model: str, opt: str, grads: str, clips: list, fn, several: bool) -> tuple[str, cst.BaseStatement]:
+        """The update step: torch's clipping of the summed gradients (``clips``: clip
+        statements, or `if`s holding only them) and ``opt.update``."""
+        ctx = self.ctx
+        facts = lp.file_facts(ctx)
+        nnx = lp.nnx_name(ctx)
+        jax, jnp, optax = ctx.module_alias("jax"), ctx.module_alias("jax.numpy"), ctx.module_alias("optax")
+        if fn is not None:
+            local = lp.function_locals(fn)
+        else:
+            local = set()
+            for anc in ctx.ancestors:
+                if isinstance(anc, (cst.For, cst.While)):
+                    local |= _module_assigned(anc)
+        exprs: list = []
+        rendered: list = []  # (indent, kind, limit expression, test expression or None)
+        for stmt in clips:
+            test = None
+            inner = [stmt]
+            if isinstance(stmt, cst.If):
+                if stmt.orelse is not None:
+                    raise lp.Unsupported(f"`{lp.code(stmt).strip().splitlines()[0]}` has an else branch around the clipping")
+                test = stmt.test
+                inner = list(stmt.body.body)
+                exprs.append(test)
+            for s in inner:
+                piece = lp.classify(s, ctx)
+                if piece.kind != "clip":
+                    raise lp.Unsupported(f"`{lp.code(s).strip()}` runs between the backward passes and optimizer.step()")
+                kind = lp._CLIP[ctx.qualname(piece.call.func) or ""]
+                params_arg = astutil.arg(piece.call, "parameters", 0)
+                if params_arg is None or lp.code(params_arg.value).replace(" ", "") != f"{model}.parameters()":
+                    raise lp.Unsupported(f"`{lp.code(s).strip()}` clips other parameters than {model}'s")
+                limit = astutil.arg(piece.call, "max_norm" if kind == "norm" else "clip_value", 1)
+                other = [a for a in piece.call.args[2:] if a.keyword is None or a.keyword.value != "max_norm"]
+                if limit is None or (kind == "norm" and other):
+                    raise lp.Unsupported(f"`{lp.code(s).strip()}`: only (parameters, max_norm) is translated")
+                exprs.append(limit.value)
+                rendered.append((test, kind, limit.value))
+        static: list[str] = []
+        static_values: list[str] = []
+        renames: dict[str, str] = {}
+        taken = {model, opt, grads, "norm"}
+        free: dict[str, None] = {}
+        for e in exprs:
+            free.update(dict.fromkeys(lp.reads(e)))
+        for n in free:
+            if n in lp._BUILTINS and n not in local or n in (model, opt):
+                continue
+            if n in facts.modules:
+                raise lp.Unsupported(f"the clipping reads the model {n}")
+            if n not in local:
+                continue  # a module-level setting: read by the traced function as it is
+            if n in facts.namespaces or n in ("args", "cfg", "config", "hparams", "flags", "FLAGS", "opt_args"):
+                chains = _attribute_chains(n, exprs)
+                if chains is None:
+                    raise lp.Unsupported(f"the clipping uses the namespace `{n}` other than through its fields")
+                for chain in chains:
+                    pname = chain.split(".")[-1]
+                    if pname in taken or not pname.isidentifier():
+                        pname = chain.replace(".", "_")
+                    taken.add(pname)
+                    renames[chain] = pname
+                    static.append(pname)
+                    static_values.append(chain)
+                continue
+            static.append(n)
+            static_values.append(n)
+            taken.add(n)
+        step = _step_name(ctx, opt, several, "update_step")
+        decorator = f"@{nnx}.jit"
+        if static:
+            decorator += "(static_argnames=(" + ", ".join(f'"{x}"' for x in static) + ("," if len(static) == 1 else "") + "))"
+        lines = [decorator, f"def {step}({', '.join([model, opt, grads, *static])}):"]
+        for test, kind, limit in rendered:
+            pad = "    "
+            if test is not None:
+                lines.append(f"    if {lp.code(_rename(test, renames))}:")
+                pad = "        "
+            value = lp.code(_rename(limit, renames))
+            if kind == "norm":  # torch: coef = max_norm / (total_norm + 1e-6), clamped to 1
+                lines.append(f"{pad}norm = {optax}.global_norm({grads})")
+                lines.append(f"{pad}{grads} = {jax}.tree.map(lambda g: g * {jnp}.minimum({value} / (norm + 1e-6), 1.0), {grads})")
+            else:
+                lines.append(f"{pad}{grads} = {jax}.tree.map(lambda g: {jnp}.clip(g, -({value}), {value}), {grads})")
+        lines.append(f"    {opt}.update({model}, {grads})")
+        text = "\n".join(lines) + "\n"
+        call = cst.parse_statement(f"{step}({', '.join([model, opt, grads, *static_values])})\n")
+        return text, call
+
+    def _accumulate_stmt(self, total: str, micro: str) -> cst.BaseStatement:
+        jax, jnp = self.ctx.module_alias("jax"), self.ctx.module_alias("jax.numpy")
+        return cst.parse_statement(f"{total} = {micro} if {total} is None else {jax}.tree.map({jnp}.add, {total}, {micro})\n")
+
+    def _imports(self, clips) -> tuple:
+        has_norm = any(lp._CLIP.get(self.ctx.qualname(c.func) or "") == "norm"
+                       for s in clips for c in astutil.calls_in(s))
+        return ("flax.nnx", "jax", "jax.numpy") + (("optax",) if has_norm else ())
+
+    def _nested_accumulation(self, loop, stmts, at, fn, scope, original, aliases):
+        """`for micro_step in range(n): forward; loss.backward()` then clipping, step(), zero_grad()."""
+        inner = stmts[at]
+        if not isinstance(inner.body, cst.IndentedBlock) or inner.orelse is not None:
+            raise lp.Unsupported("the micro-step loop has an else branch or a one-line body")
+        pieces = [lp.classify(s, self.ctx, aliases) for s in stmts]
+        after = pieces[at + 1:]
+        step_at = next((k for k, p in enumerate(after) if p.kind == "step"), None)
+        if step_at is None:
+            stepper = next(s for s in stmts[at + 1:] if any(astutil.method_name(c) == "step" for c in astutil.calls_in(s)))
+            raise lp.Unsupported(f"`{lp.code(stepper).strip()}` is not the step of an optimizer porter knows")
+        step_piece = after[step_at]
+        opt = lp.code(step_piece.receiver)
+        clips = [p.stmt for p in after[:step_at] if p.kind != "zero_grad"]
+        tail = [p for p in after[step_at + 1:]]
+        for p in tail:
+            if p.kind in ("step", "backward", "clip") or (p.kind == "other" and lp.has_backward(p.stmt)):
+                raise lp.Unsupported(f"`{lp.code(p.stmt).strip()}` after optimizer.step()")
+        head = pieces[:at]
+        for p in head:
+            if p.kind in ("step", "backward", "clip"):
+                raise lp.Unsupported(f"`{lp.code(p.stmt).strip()}` before the micro-step loop")
+        zeroed = [p for p in [*head, *tail] if p.kind == "zero_grad"]
+        if not zeroed:
+            raise lp.Unsupported(f"{opt}'s gradients are not zeroed in the loop: they accumulate across optimizer steps")
+        later_extra: set[str] = set()
+        for k, s in enumerate(stmts):
+            if k != at:
+                later_extra.update(lp.reads(s))
+        region, grad_text, grad_call, micro = self._micro_region(
+            list(inner.body.body), step_piece.stmt, fn, scope, original, later_extra, aliases, "micro-step loop")
+        model = region.model
+        facts = lp.file_facts(self.ctx)
+        total = _fresh("grads", set(lp.reads(self.ctx.module)) | facts.toplevel | lp.bound_in(stmts) | {micro})
+        upd_text, upd_call = self._update_step(model, opt, total, clips, fn, False)
+        comments = [line for d in region.dropped if d is not step_piece.stmt
+                    for line in d.leading_lines if line.comment is not None]
+        grad_call = grad_call.with_changes(leading_lines=comments)
+        new_inner = [*region.before, grad_call, self._accumulate_stmt(total, micro), *region.after]
+        # the comments of the clipping and the step go above the update call
+        upd_comments = [line for s in [*clips, step_piece.stmt] for line in s.leading_lines]
+        upd_call = upd_call.with_changes(leading_lines=upd_comments)
+        init = cst.parse_statement(f"{total} = None\n")
+        new_body = [p.stmt for p in head if p.kind != "zero_grad"]
+        new_body += [init.with_changes(leading_lines=inner.leading_lines),
+                     inner.with_changes(body=inner.body.with_changes(body=new_inner), leading_lines=[]),
+                     upd_call]
+        new_body += [p.stmt for p in tail if p.kind != "zero_grad"]
+        return new_body, [grad_text, upd_text], self._imports(clips), None
+
+    def _gated_accumulation(self, loop, stmts, at, fn, scope, original, aliases):
+        """`forward; loss.backward()` every iteration and `if (i + 1) % accum == 0: step();
+        zero_grad()`."""
+        gate = stmts[at]
+        if gate.orelse is not None or not isinstance(gate.body, cst.IndentedBlock):
+            raise lp.Unsupported("the `if` around optimizer.step() has an else branch")
+        inside = [lp.classify(s, self.ctx, aliases) for s in gate.body.body]
+        step_at = next((k for k, p in enumerate(inside) if p.kind == "step"), None)
+        if step_at is None:
+            raise lp.Unsupported("the step under the `if` is not the step of an optimizer porter knows")
+        step_piece = inside[step_at]
+        opt = lp.code(step_piece.receiver)
+        clips = [p.stmt for p in inside[:step_at] if p.kind != "zero_grad"]
+        rest = inside[step_at + 1:]
+        for p in rest:
+            if p.kind in ("step", "backward", "clip") or lp.has_backward(p.stmt):
+                raise lp.Unsupported(f"`{lp.code(p.stmt).strip()}` after optimizer.step()")
+        if not any(p.kind == "zero_grad" for p in rest):
+            raise lp.Unsupported(f"{opt}.zero_grad() does not follow the step under the `if`")
+        pieces = [lp.classify(s, self.ctx, aliases) for s in stmts]
+        if any(p.kind == "zero_grad" for p in pieces):
+            raise lp.Unsupported("gradients are also zeroed outside the `if` around optimizer.step()")
+        tail = stmts[at + 1:]
+        for s in tail:
+            if lp.has_backward(s) or any(astutil.method_name(c) == "step" and lp.classify(s, self.ctx, aliases).kind == "step"
+                                         for c in astutil.calls_in(s)):
+                raise lp.Unsupported(f"`{lp.code(s).strip()}` after the `if` around optimizer.step()")
+        later_extra: set[str] = set(lp.reads(gate.test))
+        for s in [*tail, *(p.stmt for p in rest)]:
+            later_extra.update(lp.reads(s))
+        region, grad_text, grad_call, micro = self._micro_region(
+            stmts[:at], step_piece.stmt, fn, scope, original, later_extra, aliases, "loop body")
+        model = region.model
+        facts = lp.file_facts(self.ctx)
+        total = _fresh("grads", set(lp.reads(self.ctx.module)) | facts.toplevel | lp.bound_in(stmts) | {micro})
+        upd_text, upd_call = self._update_step(model, opt, total, clips, fn, False)
+        lead = list(region.first.leading_lines) if region.first is not None and any(region.first is d for d in region.dropped) else []
+        part = [*region.before, grad_call, self._accumulate_stmt(total, micro), *region.after]
+        if lead:
+            part[0] = part[0].with_changes(leading_lines=lead)
+        upd_comments = [line for s in [*clips, step_piece.stmt] for line in s.leading_lines]
+        kept = [p.stmt for p in rest if p.kind != "zero_grad"]
+        reset = cst.parse_statement(f"{total} = None\n")
+        new_gate = gate.with_changes(body=gate.body.with_changes(
+            body=[upd_call.with_changes(leading_lines=upd_comments), *kept, reset]))
+        init = cst.parse_statement(f"{total} = None\n")
+        return [*part, new_gate, *tail], [grad_text, upd_text], self._imports(clips), init
+
     def _later_reads(self, scope, loop) -> set[str]:
         stripped = loop.with_changes(body=cst.IndentedBlock([cst.SimpleStatementLine([cst.Pass()])]))
         body = scope.body if isinstance(scope, cst.FunctionDef) else scope
@@ -737,7 +1035,9 @@ class TrainStep(Rule):
 
     # ----------------------------------------------------------------------------------
     def _build(self, region: lp.Region, fn, loop, several: bool, aliases=None,
-               grads_out: "str | None" = None) -> tuple[str, cst.BaseStatement]:
+               grads_out: "str | None" = None, update: bool = True) -> tuple[str, cst.BaseStatement]:
+        """The step's definition and its call. ``update=False``: a gradient step of one
+        micro-batch (no optimizer parameter, no update): it returns the gradients too."""
         ctx = self.ctx
         facts = lp.file_facts(ctx)
         nnx = lp.nnx_name(ctx)
@@ -817,11 +1117,11 @@ class TrainStep(Rule):
             loss_expr = " + ".join(_paren(lp.code(x)) for x in losses)
         aux = [n for n in region.outputs if n != loss_var]
         aux_text = aux[0] if len(aux) == 1 else "(" + ", ".join(aux) + ")"
-        step = _step_name(ctx, opt, several)
+        step = _step_name(ctx, opt, several, "train_step" if update else "grad_step")
         decorator = f"@{nnx}.jit"
         if static:
             decorator += "(static_argnames=(" + ", ".join(f'"{s}"' for s in static) + ("," if len(static) == 1 else "") + "))"
-        params = [model, opt, *dynamic, *static]
+        params = [model, opt, *dynamic, *static] if update else [model, *dynamic, *static]
         # a name the forward pass reads and then rebinds (`output, hidden = model(x, hidden)`)
         # is a parameter of loss_fn: a closure variable cannot be rebound in the inner function
         carried = [renames.get(n, n) for n in free if n in bound and n != model]
@@ -856,14 +1156,15 @@ class TrainStep(Rule):
                 if limit is None:
                     raise lp.Unsupported(f"`{lp.code(piece.stmt).strip()}`: no clip value")
                 lines.append(f"    grads, _ = optax.clip({lp.code(limit.value)}).update(grads, optax.EmptyState())")
-        lines.append(f"    {opt}.update({model}, grads)")
+        if update:
+            lines.append(f"    {opt}.update({model}, grads)")
         outs = [loss_var, *aux]
         # the gradients, where the code between backward() and step() reads them (`.grad`)
         lines.append(f"    return {', '.join(outs + (['grads'] if grads_out else []))}")
         text = "\n".join(lines) + "\n"
         module = cst.parse_module(text)
         module = module.visit(_Splice(forward))
-        args = [model, opt, *dynamic, *static_values]
+        args = [model, opt, *dynamic, *static_values] if update else [model, *dynamic, *static_values]
         targets = outs + ([grads_out] if grads_out else [])
         call = cst.parse_statement(f"{', '.join(targets)} = {step}({', '.join(args)})\n")
         return module.code, call
@@ -1021,10 +1322,9 @@ def _module_assigned(module: cst.Module) -> set[str]:
     return names
 
 
-def _step_name(ctx, opt: str, several: bool) -> str:
+def _step_name(ctx, opt: str, several: bool, base: str = "train_step") -> str:
     taken = ctx.cache.setdefault(("jx.step_names",), set())
     facts = lp.file_facts(ctx)
-    base = "train_step"
     candidates = [f"{base}_{opt}"] if several else [base, f"{base}_{opt}"]
     for c in candidates:
         if c not in taken and c not in facts.toplevel:
@@ -1035,6 +1335,10 @@ def _step_name(ctx, opt: str, several: bool) -> str:
         i += 1
     taken.add(f"{base}_{i}")
     return f"{base}_{i}"
+
+
+def _spaced(defs):
+    return [d.with_changes(leading_lines=[cst.EmptyLine()] if i else []) for i, d in enumerate(defs)]
 
 
 def _insert_defs_before(defs):
