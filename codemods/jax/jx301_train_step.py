@@ -59,6 +59,27 @@ class TrainStep(Rule):
     that a later forward statement rebinds is taken inside the step and returned, so the
     loop reads the value torch's loop reads.
 
+    The optimizer may also be made by a factory: a method of the model's class returning an
+    optimizer of `self`'s parameters (`optimizer = model.configure_optimizers(...)`, its
+    parameter groups built from `self.named_parameters()`, or `nnx.Optimizer(self, ...)` once
+    ported), or a function returning one built on a parameter (`make_optimizer(model, lr)`),
+    in the file or in a file of the program it imports from. A statement that needs no model
+    and rebinds what the forward pass read (`X, Y = get_batch('train')` between the forward
+    pass and `backward()`) runs after the step call; one that only sets an attribute of the
+    model (`model.require_backward_grad_sync = ...`) stays before it.
+
+    Gradient accumulation, an inner loop of micro-steps holding the forward pass and
+    `backward()` followed by the clipping, `optimizer.step()` and `optimizer.zero_grad()`,
+    or a `backward()` every iteration with the step under an `if` (`if (i + 1) % accum ==
+    0:`), becomes two jitted functions: `grad_step` (the forward pass under
+    `nnx.value_and_grad`, returning the loss, what the loop reads and the gradients) called
+    each micro-step, its gradients summed (`jax.tree.map(jnp.add, ...)`, as torch adds into
+    `.grad`), and `update_step`, which clips the sum as torch does (`clip_grad_norm_`:
+    coefficient `max_norm / (norm + 1e-6)`, at most 1; an `if` on the settings around the
+    clip moves with it) and calls `optimizer.update`. The sum starts at `None` where torch
+    zeroes the gradients. A loop that never zeroes them, or does other work between the
+    micro-steps and the step, is reported at the loop with the reason.
+
     One step written out without a loop (a tutorial's: the forward pass, `backward()`,
     `step()` as statements of a script's top level or of a function) is rewritten the same
     way, from the first statement of its forward pass to `optimizer.step()`; a step found in
@@ -514,6 +535,239 @@ class TrainStep(Rule):
             print('dL/dw: ', grads["kernel"][...].T)
             """,
             title="one step outside a loop (a tutorial's): the layer's weight.grad read from the step's gradients",
+        ),
+        Example(
+            """
+            import torch
+
+            def train(model, loader, accum_steps, clip):
+                optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+                batches = iter(loader)
+                for it in range(100):
+                    for micro_step in range(accum_steps):
+                        x, y = next(batches)
+                        loss = torch.nn.functional.mse_loss(model(x), y)
+                        loss = loss / accum_steps
+                        loss.backward()
+                    if clip != 0.0:
+                        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    print(it, loss.item())
+            """,
+            """
+            import torch
+            import jax
+            import optax
+            import flax.nnx as nnx
+            import jax.numpy as jnp
+
+            @nnx.jit
+            def grad_step(model, x, y, accum_steps):
+                def loss_fn(model):
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    loss = loss / accum_steps
+                    return loss
+                loss, grads = nnx.value_and_grad(loss_fn)(model)
+                return loss, grads
+
+            @nnx.jit(static_argnames=("clip",))
+            def update_step(model, optimizer, grads, clip):
+                if clip != 0.0:
+                    norm = optax.global_norm(grads)
+                    grads = jax.tree.map(lambda g: g * jnp.minimum(clip / (norm + 1e-6), 1.0), grads)
+                optimizer.update(model, grads)
+
+            def train(model, loader, accum_steps, clip):
+                optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+                batches = iter(loader)
+                for it in range(100):
+                    grads = None
+                    for micro_step in range(accum_steps):
+                        x, y = next(batches)
+                        loss, micro_grads = grad_step(model, x, y, accum_steps)
+                        grads = micro_grads if grads is None else jax.tree.map(jnp.add, grads, micro_grads)
+                    update_step(model, optimizer, grads, clip)
+                    print(it, loss.item())
+            """,
+            title="a loop of micro-steps (gradient accumulation): a gradient step per micro-batch, the gradients summed, one update step with torch's clip_grad_norm_ (coefficient max_norm / (norm + 1e-6), at most 1)",
+        ),
+        Example(
+            """
+            import torch
+
+            def train(model, loader, accum):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for i, (x, y) in enumerate(loader):
+                    loss = torch.nn.functional.mse_loss(model(x), y) / accum
+                    loss.backward()
+                    if (i + 1) % accum == 0:
+                        optimizer.step()
+                        optimizer.zero_grad()
+            """,
+            """
+            import torch
+            import jax
+            import flax.nnx as nnx
+            import jax.numpy as jnp
+
+            @nnx.jit
+            def grad_step(model, x, y, accum):
+                def loss_fn(model):
+                    loss = torch.nn.functional.mse_loss(model(x), y) / accum
+                    return loss
+                loss, grads = nnx.value_and_grad(loss_fn)(model)
+                return loss, grads
+
+            @nnx.jit
+            def update_step(model, optimizer, grads):
+                optimizer.update(model, grads)
+
+            def train(model, loader, accum):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                grads = None
+                for i, (x, y) in enumerate(loader):
+                    loss, micro_grads = grad_step(model, x, y, accum)
+                    grads = micro_grads if grads is None else jax.tree.map(jnp.add, grads, micro_grads)
+                    if (i + 1) % accum == 0:
+                        update_step(model, optimizer, grads)
+                        grads = None
+            """,
+            title='the step every `accum` iterations of one loop: the gradients summed until the `if` applies them',
+        ),
+        Example(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(4, 2)
+
+                def configure_optimizers(self, lr):
+                    decay = [p for n, p in self.named_parameters() if p.dim() >= 2]
+                    rest = [p for n, p in self.named_parameters() if p.dim() < 2]
+                    groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
+                    optimizer = torch.optim.AdamW(groups, lr=lr)
+                    return optimizer
+
+            model = Net()
+            optimizer = model.configure_optimizers(1e-3)
+            X, Y = get_batch()
+            for k in range(10):
+                logits = model(X)
+                loss = ((logits - Y) ** 2).mean()
+                X, Y = get_batch()
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                print(loss.item())
+            """,
+            """
+            import torch
+            import torch.nn as nn
+            import flax.nnx as nnx
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(4, 2)
+
+                def configure_optimizers(self, lr):
+                    decay = [p for n, p in self.named_parameters() if p.dim() >= 2]
+                    rest = [p for n, p in self.named_parameters() if p.dim() < 2]
+                    groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
+                    optimizer = torch.optim.AdamW(groups, lr=lr)
+                    return optimizer
+
+            model = Net()
+            optimizer = model.configure_optimizers(1e-3)
+            X, Y = get_batch()
+            @nnx.jit
+            def train_step(model, optimizer, X, Y):
+                def loss_fn(model):
+                    logits = model(X)
+                    loss = ((logits - Y) ** 2).mean()
+                    return loss
+                loss, grads = nnx.value_and_grad(loss_fn)(model)
+                optimizer.update(model, grads)
+                return loss
+
+            for k in range(10):
+                loss = train_step(model, optimizer, X, Y)
+                X, Y = get_batch()
+                print(loss.item())
+            """,
+            title="an optimizer made by a method of the model's class from its parameter groups (nanoGPT's configure_optimizers); the next batch fetched between the forward pass and backward() is fetched after the step call",
+        ),
+        Example(
+            """
+            import torch
+
+            def make_optimizer(net, lr):
+                return torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
+
+            def fit(model, loader):
+                opt = make_optimizer(model, 0.01)
+                for x, y in loader:
+                    opt.zero_grad()
+                    loss = (model(x) - y).pow(2).mean()
+                    loss.backward()
+                    opt.step()
+            """,
+            """
+            import torch
+            import flax.nnx as nnx
+
+            def make_optimizer(net, lr):
+                return torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
+
+            @nnx.jit
+            def train_step(model, opt, x, y):
+                def loss_fn(model):
+                    loss = (model(x) - y).pow(2).mean()
+                    return loss
+                loss, grads = nnx.value_and_grad(loss_fn)(model)
+                opt.update(model, grads)
+                return loss
+
+            def fit(model, loader):
+                opt = make_optimizer(model, 0.01)
+                for x, y in loader:
+                    loss = train_step(model, opt, x, y)
+            """,
+            title='an optimizer made by a function of the program given the model',
+        ),
+        Example(
+            """
+            import torch
+
+            def fit(model, loader, accum):
+                opt = torch.optim.SGD(model.parameters(), lr=0.01)
+                it = iter(loader)
+                for step in range(10):
+                    for micro in range(accum):
+                        x, y = next(it)
+                        loss = (model(x) - y).pow(2).mean()
+                        loss.backward()
+                    opt.step()
+            """,
+            """
+            import torch
+
+            def fit(model, loader, accum):
+                opt = torch.optim.SGD(model.parameters(), lr=0.01)
+                it = iter(loader)
+                # porter: manual (JX301): gradient accumulation: opt's gradients are not zeroed in the loop: they accumulate across optimizer steps
+                for step in range(10):
+                    for micro in range(accum):
+                        x, y = next(it)
+                        loss = (model(x) - y).pow(2).mean()
+                        loss.backward()
+                    opt.step()
+            """,
+            title='micro-steps whose gradients are never zeroed: marked `# porter: manual` and reported at the loop',
         ),
     ]
     valid = [

@@ -7,7 +7,10 @@ JAX port's process (``--jax``) before the script runs.
   function is one optimizer step, and so is an ``nnx.Optimizer.update`` / ``optax.apply_updates``
   called eagerly. The step's loss is the first floating-point scalar among the function's
   outputs (``loss``, ``(loss, logits)``, ``(params, opt_state, loss)``), kept on the device and
-  read when the script ends.
+  read when the script ends. A jitted function that takes gradients (``nnx.value_and_grad``,
+  ``nnx.grad``, ``jax.value_and_grad``, ``jax.grad`` ran inside it) without updating is a
+  *gradient step* (a micro-step of gradient accumulation): its loss is pending, and belongs
+  to the next optimizer step, as the original's backward passes before a step are.
 * **Initial weights.** The i-th ``nnx.Optimizer(model, ...)`` the script builds gets, just
   before its constructor runs, the state dict of the original's i-th torch.optim optimizer's
   model (``porter.verify.weights``), through the port's own ``load_torch_state_dict``.
@@ -44,6 +47,7 @@ class JaxHooks:
         self.step_functions: dict[str, Any] = {}  # name -> the jitted object
         self.callbacks: dict[str, dict[str, int]] = {}  # step function -> {callback: count}
         self.tracing: list[str] = []  # names of the jitted functions being called, innermost last
+        self.grads = 0  # gradient functions called (traced or eager)
         self.optimizers = 0
         self.loaded: list[str] = []
 
@@ -103,6 +107,9 @@ class JaxHooks:
         optax.apply_updates = apply_updates
 
         nnx.jit = self._jit_wrapper(nnx.jit)
+        for module in (nnx, jax):
+            for name in ("value_and_grad", "grad"):
+                setattr(module, name, self._grad_wrapper(getattr(module, name)))
         jax.jit = self._jit_wrapper(jax.jit)
         for module_name, attr in _CALLBACKS:
             try:
@@ -173,6 +180,26 @@ class JaxHooks:
 
         return jit
 
+    def _grad_wrapper(self, real: Callable) -> Callable:
+        """``value_and_grad`` / ``grad`` whose functions count their calls in ``self.grads``."""
+        hooks = self
+
+        def make(*args: Any, **kwargs: Any) -> Any:
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            if caller.split(".")[0] in ("jax", "flax", "optax", "jaxlib"):
+                return real(*args, **kwargs)
+            if not args:  # nnx.value_and_grad(has_aux=True)(fn)
+                return lambda fn: make(fn, **kwargs)
+            taken = real(*args, **kwargs)
+
+            def call(*a: Any, **k: Any) -> Any:
+                hooks.grads += 1
+                return taken(*a, **k)
+
+            return call
+
+        return make
+
     def _callback_wrapper(self, name: str, real: Callable) -> Callable:
         hooks = self
 
@@ -185,7 +212,7 @@ class JaxHooks:
         return callback
 
     def on_call(self, fn: "_Jitted", args: tuple, kwargs: dict) -> Any:
-        before = self.updates
+        before, grads_before = self.updates, self.grads
         self.depth += 1
         self.tracing.append(fn.name)
         try:
@@ -198,10 +225,18 @@ class JaxHooks:
             self.step_functions.setdefault(fn.name, fn.compiled)
             if fn.name not in self.callbacks:
                 self.callbacks[fn.name] = {}
+        elif self.grads > grads_before:  # it took gradients and updated nothing: a micro-step
+            fn.is_grad = True
         if fn.is_step and self.depth == 0:
             self.calls += 1
             loss = _loss_of(result)
             self.recorder.on_step(fn.name, (), {}, [loss] if loss is not None else [])
+        elif fn.is_grad and self.depth == 0:
+            self.calls += 1
+            loss = _loss_of(result)
+            if loss is not None:  # the next step's, as a backward pass before step() is
+                self.recorder.pending.append(loss)
+                self.recorder.pending_leaves.append({})
         return result
 
 
@@ -213,6 +248,7 @@ class _Jitted:
         self.compiled = compiled
         self.name = name
         self.is_step = False
+        self.is_grad = False
         self.__name__ = name
         self.__wrapped__ = compiled
 
