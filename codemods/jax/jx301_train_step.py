@@ -984,7 +984,6 @@ class TrainStep(Rule):
         steps_at_top = [k for k, p in enumerate(top) if p.kind == "step"]
         backs_at_top = [k for k, p in enumerate(top) if p.kind == "backward"]
         if nested and not backs_at_top:
-            inner = stmts[nested[0]]
             if not any(astutil.method_name(c) == "step" for s in stmts[nested[0] + 1:] for c in astutil.calls_in(s)):
                 return False
             form = "nested"
@@ -993,7 +992,6 @@ class TrainStep(Rule):
                      and any(astutil.method_name(c) == "step" for c in astutil.calls_in(p.stmt.body))]
             if not gated:
                 return False
-            inner = None
             form = "gated"
         else:
             return False
@@ -1006,7 +1004,6 @@ class TrainStep(Rule):
         if aliases:
             loop = loop.visit(lp.ToNames(aliases))
             stmts = list(loop.body.body)
-            inner = stmts[nested[0]] if form == "nested" else None
         try:
             if form == "nested":
                 new_body, defs, imports, lead_stmt = self._nested_accumulation(loop, stmts, nested[0], fn, scope, original, aliases)
