@@ -181,3 +181,22 @@ def test_the_port_matches_the_original(tmp_path, name):
     assert proc.returncode == 0 and report["passed"], (report["summary"], ported.read_text())
     if name != "factory-prefetch":  # every step compares the micro-steps' losses
         assert all(len(s["port"]) == 3 for s in report["steps"]), report["steps"]
+
+
+@pytest.mark.parametrize("after", ["        scheduler.step()\n", "        print(epoch)\n"])
+def test_an_epoch_loop_around_a_whole_step_is_no_accumulation(after):
+    source = textwrap.dedent(HEAD).lstrip("\n") + textwrap.dedent('''
+        def fit(model, loader, epochs):
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+            for epoch in range(epochs):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    loss = F.cross_entropy(model(x), y)
+                    loss.backward()
+                    optimizer.step()
+    ''') + after
+    result = engine.fix(source, JAX, "train.py")
+    assert "loss = train_step(model, optimizer, x, y)" in result.source, result.source
+    assert "grad_step" not in result.source and "porter: manual (JX301)" not in result.source, result.source
+    assert not [f for f in result.remaining if f.code == "JX301"], [f.message for f in result.remaining]

@@ -983,13 +983,22 @@ class TrainStep(Rule):
                   and lp.has_backward(p.stmt)]
         steps_at_top = [k for k, p in enumerate(top) if p.kind == "step"]
         backs_at_top = [k for k, p in enumerate(top) if p.kind == "backward"]
+        optimizers = lp.file_facts(self.ctx).optimizers
+
+        def steps_in(node) -> bool:  # an optimizer porter knows steps in ``node``
+            return any(astutil.method_name(c) == "step" and not c.args and lp.code(c.func.value) in optimizers
+                       for c in astutil.calls_in(node))
+
         if nested and not backs_at_top:
-            if not any(astutil.method_name(c) == "step" for s in stmts[nested[0] + 1:] for c in astutil.calls_in(s)):
+            # the micro-steps only take gradients (an epoch loop around a whole training loop,
+            # then `scheduler.step()`, is no accumulation); a known optimizer steps after them
+            if steps_in(stmts[nested[0]]) or not any(k > nested[0] for k in steps_at_top):
                 return False
             form = "nested"
         elif backs_at_top and not steps_at_top:
             gated = [k for k, p in enumerate(top) if k > backs_at_top[-1] and isinstance(p.stmt, cst.If)
-                     and any(astutil.method_name(c) == "step" for c in astutil.calls_in(p.stmt.body))]
+                     and isinstance(p.stmt.body, cst.IndentedBlock)
+                     and any(lp.classify(s, self.ctx).kind == "step" for s in p.stmt.body.body)]
             if not gated:
                 return False
             form = "gated"

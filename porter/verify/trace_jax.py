@@ -7,9 +7,9 @@ JAX port's process (``--jax``) before the script runs.
   function is one optimizer step, and so is an ``nnx.Optimizer.update`` / ``optax.apply_updates``
   called eagerly. The step's loss is the first floating-point scalar among the function's
   outputs (``loss``, ``(loss, logits)``, ``(params, opt_state, loss)``), kept on the device and
-  read when the script ends. A jitted function that takes gradients (``nnx.value_and_grad``,
-  ``nnx.grad``, ``jax.value_and_grad``, ``jax.grad`` ran inside it) without updating is a
-  *gradient step* (a micro-step of gradient accumulation): its loss is pending, and belongs
+  read when the script ends. A jitted function that takes gradients of a model
+  (``nnx.value_and_grad`` / ``nnx.grad`` of an NNX module ran inside it) without updating is
+  a *gradient step* (a micro-step of gradient accumulation): its loss is pending, and belongs
   to the next optimizer step, as the original's backward passes before a step are.
 * **Initial weights.** The i-th ``nnx.Optimizer(model, ...)`` the script builds gets, just
   before its constructor runs, the state dict of the original's i-th torch.optim optimizer's
@@ -107,9 +107,8 @@ class JaxHooks:
         optax.apply_updates = apply_updates
 
         nnx.jit = self._jit_wrapper(nnx.jit)
-        for module in (nnx, jax):
-            for name in ("value_and_grad", "grad"):
-                setattr(module, name, self._grad_wrapper(getattr(module, name)))
+        for name in ("value_and_grad", "grad"):
+            setattr(nnx, name, self._grad_wrapper(getattr(nnx, name), nnx.Module))
         jax.jit = self._jit_wrapper(jax.jit)
         for module_name, attr in _CALLBACKS:
             try:
@@ -180,8 +179,10 @@ class JaxHooks:
 
         return jit
 
-    def _grad_wrapper(self, real: Callable) -> Callable:
-        """``value_and_grad`` / ``grad`` whose functions count their calls in ``self.grads``."""
+    def _grad_wrapper(self, real: Callable, module_type: type) -> Callable:
+        """``nnx.value_and_grad`` / ``nnx.grad`` whose functions count their calls in
+        ``self.grads`` when they differentiate a model (an NNX module first: gradients of plain
+        arrays, an autograd demonstration, are no micro-step)."""
         hooks = self
 
         def make(*args: Any, **kwargs: Any) -> Any:
@@ -193,7 +194,8 @@ class JaxHooks:
             taken = real(*args, **kwargs)
 
             def call(*a: Any, **k: Any) -> Any:
-                hooks.grads += 1
+                if a and isinstance(a[0], module_type):
+                    hooks.grads += 1
                 return taken(*a, **k)
 
             return call
