@@ -85,12 +85,13 @@ def test_isinstance_torch_tensor_becomes_jax_array_unsafe(body, words):
     ("model = Net()\nfor x, y in loader:\n    out = model(x)\n    torchvision.utils.save_image(out, 'a.png')\n", "save_image"),
     ("model = Net()\nimport torchvision.utils as vutils\nfor x, y in loader:\n    vutils.save_image(model(x), 'b.png', nrow=4)\n",
      "save_image"),
-    ("model = Net()\nfor x, y in loader:\n    out = model(x)\n    torch.cuda.synchronize()\n", "torch.cuda.synchronize()"),
+    ("model = Net()\nfor x, y in loader:\n    out = model(x)\n    print(torch.cuda.max_memory_allocated())\n",
+     "torch.cuda.max_memory_allocated()"),
     # (JX313 ports a plain chain of assignments; one through an in-place op stays)
     ("w = torch.tensor([1.0], requires_grad=True)\nh = w * 2\nh.mul_(3)\ny = h.sum()\ny.backward()\nprint(w.grad)\n",
      "y.backward()"),
     ("model = Net()\nfor name, p in model.named_parameters():\n    print(name)\n", "named_parameters"),
-], ids=["torchvision-model", "is_cuda", "save_image", "save_image-alias", "cuda-synchronize", "backward-outside-loop", "named_parameters"])
+], ids=["torchvision-model", "is_cuda", "save_image", "save_image-alias", "cuda-memory", "backward-outside-loop", "named_parameters"])
 def test_leftovers_are_reported_at_their_line(body, needle):
     result = port(body)
     found = left(result)
