@@ -26,6 +26,7 @@ import libcst as cst
 
 from porter import astutil
 from porter.context import FileContext
+from porter.rules import module_fact
 
 from ._ops_table import NOT_LITERAL, Bound, Manual, Sig, atom, bare, bind, code, literal
 
@@ -775,7 +776,7 @@ def updates_per_step(ctx: FileContext, sched_target: str, optimizer_target: str)
     None when porter cannot tell (also when the scheduler is never stepped)."""
     functions = {s.name.value: s for s in astutil.walk(ctx.module, into_functions=True) if isinstance(s, cst.FunctionDef)}
     answers = set()
-    for loop, call in _sched_steps(ctx.module, sched_target):
+    for loop, call in _sched_steps(ctx, sched_target):
         if loop is None:
             return None
         if _steps_optimizer(loop.body, optimizer_target):
@@ -800,13 +801,19 @@ def updates_per_step(ctx: FileContext, sched_target: str, optimizer_target: str)
     return answers.pop()
 
 
-def _sched_steps(module: cst.Module, target: str):
-    """(innermost loop or None, call) for every ``<target>.step()``."""
-    out = []
+def _sched_steps(ctx: FileContext, target: str) -> list:
+    """(innermost loop or None, call) for every ``<target>.step()`` of the module."""
+    return module_fact(ctx, _step_calls).get(target, [])
+
+
+def _step_calls(ctx: FileContext) -> dict:
+    """Every ``X.step()`` call of the module by the code of ``X``: [(innermost loop or None,
+    call)], in file order (one walk, however many optimizers and schedulers ask)."""
+    out: dict[str, list] = {}
 
     def visit(node: cst.CSTNode, loop: Optional[cst.CSTNode]) -> None:
-        if isinstance(node, cst.Call) and astutil.method_name(node) == "step" and code(node.func.value) == target:  # type: ignore[attr-defined]
-            out.append((loop, node))
+        if isinstance(node, cst.Call) and astutil.method_name(node) == "step":
+            out.setdefault(code(node.func.value), []).append((loop, node))  # type: ignore[attr-defined]
         if isinstance(node, (cst.For, cst.While)):
             loop = node
         if isinstance(node, cst.FunctionDef) and loop is not None:
@@ -814,7 +821,7 @@ def _sched_steps(module: cst.Module, target: str):
         for child in astutil.children(node):
             visit(child, loop)
 
-    visit(module, None)
+    visit(ctx.module, None)
     return out
 
 
@@ -946,7 +953,7 @@ def fold(ctx: FileContext, p: Plan):
             expr, _per_batch = schedule(kind, sb, lr)
             m_sched = momentum_schedule(kind, sb)
         used |= sb.used
-        if any(call.args for _loop, call in _sched_steps(ctx.module, p.scheduler_target)):
+        if any(call.args for _loop, call in _sched_steps(ctx, p.scheduler_target)):
             raise Manual(f"{p.scheduler_target}.step(...) is given the epoch (or a metric): the schedule would follow "
                          "that value, not the update count")
         found = updates_per_step(ctx, p.scheduler_target, p.target)
@@ -983,7 +990,7 @@ def _plateau(ctx: FileContext, p: Plan, b: Bound, lr: str, used: set):
     if sb.has("min_lr") and isinstance(sb.lit("min_lr"), (list, tuple)):
         raise Manual("min_lr= per parameter group is not ported")
     sb.args.pop("verbose", None)
-    for _loop, call in _sched_steps(ctx.module, p.scheduler_target):
+    for _loop, call in _sched_steps(ctx, p.scheduler_target):
         if len(call.args) != 1 or call.args[0].keyword is not None:
             raise Manual(f"{p.scheduler_target}.step() is not given the metric alone")
     tx = inject_learning_rate(transformation(p.qual, b, lr), b.optax)

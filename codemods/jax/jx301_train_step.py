@@ -743,6 +743,53 @@ class TrainStep(Rule):
             """
             import torch
 
+            model = Net()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            if profile:
+                for k in range(5):
+                    loss = criterion(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    prof.step()
+            else:
+                for stage, steps in enumerate([10, 20]):
+                    for k in range(steps):
+                        loss = criterion(model(x), y)
+                        optimizer.zero_grad()
+                        loss.backward()
+                        optimizer.step()
+            """,
+            """
+            import torch
+            import flax.nnx as nnx
+
+            model = Net()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            @nnx.jit
+            def train_step(model, optimizer):
+                def loss_fn(model):
+                    loss = criterion(model(x), y)
+                    return loss
+                loss, grads = nnx.value_and_grad(loss_fn)(model)
+                optimizer.update(model, grads)
+                return loss
+
+            if profile:
+                for k in range(5):
+                    loss = train_step(model, optimizer)
+                    prof.step()
+            else:
+                for stage, steps in enumerate([10, 20]):
+                    for k in range(steps):
+                        loss = train_step(model, optimizer)
+            """,
+            title="two loops stepping the same model and optimizer (a profiled run and a timed one): one step function, called by both",
+        ),
+        Example(
+            """
+            import torch
+
             def fit(model, loader, accum):
                 opt = torch.optim.SGD(model.parameters(), lr=0.01)
                 it = iter(loader)
@@ -915,13 +962,14 @@ class TrainStep(Rule):
             loop = loop.visit(lp.ToNames(aliases))
         try:
             plan = lp.plan_steps(loop, self.ctx, self._later_reads(scope, original), aliases)
-            built = [self._build(region, fn, loop, len(plan.regions) > 1, aliases) for region in plan.regions]
+            built = [self._build(region, fn, loop, len(plan.regions) > 1, aliases, reuse=True) for region in plan.regions]
         except lp.Unsupported as exc:
             self._manual(original, str(exc))
             return
         defs, calls = [], []
         for region, (text, call) in zip(plan.regions, built):
-            defs.append(text)
+            if text:
+                defs.append(text)
             calls.append(call)
         new_body: list[cst.BaseStatement] = []
         for region, call in zip(plan.regions, calls):
@@ -949,6 +997,13 @@ class TrainStep(Rule):
         # one blank line after each step definition; the definitions go before the top-level
         # statement holding the loop
         holder = self.ctx.ancestors[1] if len(self.ctx.ancestors) > 1 else loop
+        holders = self.ctx.cache.setdefault(("jx.step_holders",), set())
+        # another step of this pass goes before the same top-level statement (a script's
+        # second loop over the model): the edits of one node do not compose, so this one is
+        # reported without its fix and made next pass, where it may call the step defined now
+        later = bool(def_nodes) and id(holder) in holders
+        if def_nodes:
+            holders.add(id(holder))
         nnx = lp.nnx_name(self.ctx)
         optax_needed = any(r.clips for r in plan.regions)
         imports = ("flax.nnx",) + (("optax",) if optax_needed else ())
@@ -960,8 +1015,9 @@ class TrainStep(Rule):
             self.replace(original, original.with_changes(body=original.body.with_changes(body=new_body), leading_lines=lead))
             if len(lead) != len(original.leading_lines) else
             self.replace(original.body, original.body.with_changes(body=new_body)),
-            self.replace(holder, _insert_defs_before(def_nodes)),
         ]
+        if def_nodes:
+            edits.append(self.replace(holder, _insert_defs_before(def_nodes)))
         names = ", ".join(call_name(c) for c in calls)
         unsafe = any(r.recomputed for r in plan.regions)
         message = f"PyTorch training step (backward/step): rewrite as {names} (@nnx.jit, nnx.value_and_grad, optimizer.update)"
@@ -969,7 +1025,7 @@ class TrainStep(Rule):
             message += "; the forward statements " + ", ".join(
                 f"`{lp.code(s).strip()}`" for r in plan.regions for s in r.recomputed
             ) + " are computed again in a later step"
-        self.report(loop, message, Fix(tuple(edits), Safety.UNSAFE if unsafe else Safety.SAFE, imports))
+        self.report(loop, message, None if later else Fix(tuple(edits), Safety.UNSAFE if unsafe else Safety.SAFE, imports))
 
     # ----------------------------------------------------------------------------------
     # Gradient accumulation: several backward() calls per optimizer step
@@ -1295,9 +1351,12 @@ class TrainStep(Rule):
 
     # ----------------------------------------------------------------------------------
     def _build(self, region: lp.Region, fn, loop, several: bool, aliases=None,
-               grads_out: "str | None" = None, update: bool = True) -> tuple[str, cst.BaseStatement]:
+               grads_out: "str | None" = None, update: bool = True, reuse: bool = False) -> tuple[str, cst.BaseStatement]:
         """The step's definition and its call. ``update=False``: a gradient step of one
-        micro-batch (no optimizer parameter, no update): it returns the gradients too."""
+        micro-batch (no optimizer parameter, no update): it returns the gradients too.
+        ``reuse``: where the module already defines the same step under another name (a
+        script's second loop over the same model, optimizer and forward pass), the definition
+        is "" and the call calls that one."""
         ctx = self.ctx
         facts = lp.file_facts(ctx)
         nnx = lp.nnx_name(ctx)
@@ -1426,8 +1485,22 @@ class TrainStep(Rule):
         module = module.visit(_Splice(forward))
         args = [model, opt, *dynamic, *static_values] if update else [model, *dynamic, *static_values]
         targets = outs + ([grads_out] if grads_out else [])
+        same = _same_definition(ctx.module, module.body[0]) if reuse else None
+        if same is not None:
+            call = cst.parse_statement(f"{', '.join(targets)} = {same}({', '.join(args)})\n")
+            return "", call
         call = cst.parse_statement(f"{', '.join(targets)} = {step}({', '.join(args)})\n")
         return module.code, call
+
+
+def _same_definition(module: cst.Module, new: cst.FunctionDef) -> "str | None":
+    """The name of a top-level function of ``module`` that is ``new`` but for its name."""
+    want = cst.Module([new.with_changes(leading_lines=[])]).code
+    for stmt in module.body:
+        if isinstance(stmt, cst.FunctionDef) and stmt.name.value != new.name.value:
+            if cst.Module([stmt.with_changes(name=new.name, leading_lines=[])]).code == want:
+                return stmt.name.value
+    return None
 
 
 def _fresh(base: str, taken: set[str]) -> str:
