@@ -57,6 +57,7 @@ class Editor:
             source = "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
             self.cells.append([kind, f"vscode-notebook-cell:{path}#{c.get('id', i)}", source, 1])
         self.version = 1
+        self.changed = 0  # the cell changed last (0: none since the notebook was opened)
         self.mark = len(client.published)  # type: ignore[attr-defined]
         client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
             notebook_document=types.NotebookDocument(
@@ -73,8 +74,15 @@ class Editor:
         """(cell, code, line, column) of every diagnostic, once the check after the last
         change has published its last code cell."""
         last = max(i for i, c in enumerate(self.cells, 1) if c[0] == types.NotebookCellKind.Code)
+        # the check of the notebook as it is now publishes the changed cell at its new version,
+        # then the others in order (a check of the version before may still publish after the
+        # change was sent: its cells of unchanged versions would read as current)
+        _, changed_uri, _, changed_version = self.cell(self.changed) if self.changed else (None, None, None, None)
         for _ in range(3000):
-            if any(p.uri == self.cell(last)[1] for p in self.client.published[self.mark:]):  # type: ignore[attr-defined]
+            published = self.client.published[self.mark:]  # type: ignore[attr-defined]
+            start = next((i for i, p in enumerate(published)
+                          if changed_uri is None or (p.uri == changed_uri and p.version == changed_version)), None)
+            if start is not None and any(p.uri == self.cell(last)[1] for p in published[start:]):
                 break
             await asyncio.sleep(0.01)
         else:
@@ -95,6 +103,7 @@ class Editor:
         lines = old.splitlines(keepends=True)
         end = types.Position(line=len(lines) - 1, character=len(lines[-1])) if lines and not lines[-1].endswith("\n") else types.Position(line=len(lines), character=0)
         cell[2], cell[3] = text, cell[3] + 1
+        self.changed = number
         self.version += 1
         self.mark = len(self.client.published)  # type: ignore[attr-defined]
         self.client.notebook_document_did_change(types.DidChangeNotebookDocumentParams(
