@@ -6,7 +6,7 @@ torch_xla (PJRT_DEVICE=CPU), one epoch with dropout off, random numbers drawn on
 the same order on both sides, in float64 through `porter verify --script`. Then: the verifier
 passes, at least 12 optimizer steps, the losses of every common step within 1e-5, and in the
 port's float32 run no compilation after the warm-up steps and device-to-host transfers only in
-steps that log.
+steps that log (in a float32 run of the port over the warm-up and two logging intervals).
 """
 import json
 import os
@@ -104,9 +104,11 @@ def test_port_runs_on_xla_and_matches_the_original(fx, tmp_path):
     first = compare_losses(original, port, rtol=1e-5, atol=1e-5)
     assert first is None, f"step {first + 1}: original {original[first]} port {port[first]}"
 
-    # the float32 run: every step but the last (whose record also holds evaluation and the script's end)
+    # the float32 run, for the warm-up and two logging intervals after it (the float64 run went
+    # to the end): every step but the last (whose record also holds what follows the last step)
     (tmp_path / "port32").mkdir()
     port32 = trace_script(fx.expected, fx.run, host_random=True, cwd=tmp_path / "port32", timeout=900,
+                          max_steps=warmup + 2 * fx.log_interval * k + 1, synthetic_size=DEFAULT_SIZE,
                           env={"PJRT_DEVICE": "CPU"})
     assert port32.get("status") == "ok", (port32.get("exception"), port32.get("output"))
     compiles = port32["compiles_per_step"][:-1]

@@ -315,9 +315,21 @@ def _harness(*args, cwd, env):
         pytest.fail(f"harness {args[0]} side failed: {errors[-1] if errors else ''}\n{proc.stderr[-5000:]}", pytrace=False)
 
 
+def _compiled_once(report: dict, ir: Path) -> None:
+    """Each jitted step traced once, lowered once, with no host callback in it."""
+    assert report["cache_sizes"] and all(n == 1 for n in report["cache_sizes"].values()), report["cache_sizes"]
+    lowered = sorted(ir.glob("*jit_train_step*"))
+    assert len(lowered) == len(report["cache_sizes"]), [p.name for p in lowered]
+    for module in lowered:
+        text = module.read_text(encoding="utf-8")
+        assert "callback" not in text.lower(), f"{module.name} has a host callback"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("fx", FIXTURES, ids=[f.name for f in FIXTURES])
+@pytest.mark.parametrize("fx", TO_THE_END, ids=lambda fx: fx.name)
 def test_jax_port_takes_the_pytorch_ports_steps_compiled_once(fx, tmp_path):
+    """Against the PyTorch port's steps, from its weights; the fixtures whose log lines are
+    compared with MXNet's (the test below, which checks the compilation too) are not run here."""
     jax_port, torch_port = _ports(fx, tmp_path)
     k = fx.optimizer_steps_per_iteration
     steps = str(COMPARED * k)
@@ -335,12 +347,7 @@ def test_jax_port_takes_the_pytorch_ports_steps_compiled_once(fx, tmp_path):
     assert len(got) == len(want) == COMPARED * k, (got, want)
     rel = np.abs(got - want) / np.maximum(np.abs(want), 1e-12)
     assert rel.max() < RTOL, f"losses differ: PyTorch port {want.tolist()} JAX port {got.tolist()}"
-    assert report["cache_sizes"] and all(n == 1 for n in report["cache_sizes"].values()), report["cache_sizes"]
-    lowered = sorted(ir.glob("*jit_train_step*"))
-    assert len(lowered) == len(report["cache_sizes"]), [p.name for p in lowered]
-    for module in lowered:
-        text = module.read_text(encoding="utf-8")
-        assert "callback" not in text.lower(), f"{module.name} has a host callback"
+    _compiled_once(report, ir)
 
 
 # --------------------------------------------------------------------------------------
@@ -358,7 +365,8 @@ def test_jax_port_prints_the_mxnet_originals_log_lines(fx, tmp_path):
     own read_gluon_parameters, loaded by its load_torch_state_dict) and its loaders shuffle
     with Gluon's permutation of numpy's generator (seeded by the script's np.random.seed):
     every log line both print (the JAX port drops the ragged last batch) has the same words
-    and the same numbers within 1e-5 (they are printed with 4 or 6 decimals)."""
+    and the same numbers within 1e-5 (they are printed with 4 or 6 decimals); each train step is
+    compiled once, with no host callback."""
     python = mxnethelp.mxnet_python()
     init = tmp_path / "init.params"
     mx = subprocess.run([python, str(REPO / "tests" / "data" / "gluon" / "mxnet_initial_weights.py"), str(fx.original),
@@ -375,8 +383,9 @@ def test_jax_port_prints_the_mxnet_originals_log_lines(fx, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     proc = subprocess.run([sys.executable, str(HARNESS), "jax", str(jax_port), "--numpy-shuffle", "--weights", "weights.npz",
                            "--steps", "1000", "--out", "jax.json", "--", *fx.run], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=900, env=_env())
+                          text=True, timeout=900, env=_env(JAX_DUMP_IR_TO=str(tmp_path / "ir")))
     assert proc.returncode == 0, proc.stderr[-4000:]
+    _compiled_once(json.loads((tmp_path / "jax.json").read_text(encoding="utf-8")), tmp_path / "ir")
     want, got = _LOG.findall(mx.stdout), _LOG.findall(proc.stdout)
     assert len(got) >= 2 and want[:len(got)] and len(want) >= len(got), (want, got)
     for a, b in zip(want, got):

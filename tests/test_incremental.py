@@ -364,26 +364,27 @@ def test_adversarial_and_random_edits_mnist(target):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target,source", [("torch-xla", p) for p in fixture_slice(TORCH_XLA, 4)]
-                         + [("jax", p) for p in fixture_slice(JAX, 4)],
+@pytest.mark.parametrize("target,source", [("torch-xla", p) for p in fixture_slice(TORCH_XLA, 6)]
+                         + [("jax", p) for p in fixture_slice(JAX, 6)],
                          ids=lambda v: f"{v.parent.parent.name}/{v.parent.name}" if isinstance(v, Path) else v)
 def test_every_fixture(source, target):
-    """Adversarial edits then random ones (20 on LF text, 8 on CRLF text), each fixture with
+    """Adversarial edits then random ones (12 on LF text, 4 on CRLF text), each fixture with
     the rules of the target it is written for (the MNIST test above crosses them); the suite
-    runs every fourth fixture (tests/lanes.py; about 30 s each in the full lane)."""
+    runs every sixth fixture (tests/lanes.py; 40-120 s each in the full lane, where every
+    edit is also checked in full)."""
     for crlf in (False, True):
         checker = run_sequence(target, source.read_text(encoding="utf-8"), seed=len(source.parent.name) * 31 + crlf,
-                               n_random=8 if crlf else 20, crlf=crlf)
+                               n_random=4 if crlf else 12, crlf=crlf)
         assert checker.doc.stats["incremental"] >= 10, checker.doc.stats
         checker.compare_fixes()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target,lines", [("torch-xla", 1000), ("jax", 300)])
+@pytest.mark.parametrize("target,lines", [("torch-xla", 500), ("jax", 150)])
 def test_bench_document(target, lines):
-    """The benchmark's document, built at 1,000 lines (300 for the JAX target, whose rules
-    take about 20 s to check 3,000 lines; every edit is checked in full too): the adversarial
-    edits and 10 random ones."""
+    """The benchmark's document (several fixtures joined, their names made unique), built at
+    500 lines (150 for the JAX target, whose rules take about 20 s to check 3,000 lines; every
+    edit is checked in full too): the adversarial edits and 10 random ones."""
     checker = run_sequence(target, bench_lsp.build_document(lines), seed=7, n_random=10)
     assert checker.doc.stats["incremental"] >= 10, checker.doc.stats
     checker.compare_fixes()
