@@ -136,9 +136,12 @@ class TorchProfiler(Rule):
                               "port the profiling by hand")
             return
         log_dir, name = blocker
-        if any(isinstance(n, cst.For) and lp.has_backward(n.body) and not lp.has_manual_marker(n)
-               for n in astutil.walk(node.body)):
-            return  # JX301 rewrites the training loop first (the step marks then wrap the jitted step's call)
+        if any(isinstance(n, cst.For) and lp.has_backward(n.body) for n in astutil.walk(node.body)):
+            # JX301 rewrites the training loop first (the step marks then wrap the jitted step's
+            # call); a loop it marked for a human waits too: the mark may be of a pass before
+            # another rule removed what stopped it (`with ctx:`), and a body wrapped in a step
+            # mark would stop it for good
+            return
         unsafe = astutil.arg(call, "schedule") is not None
         trace = cst.WithItem(astutil.parse_expression(f"jax.profiler.trace({astutil.code(log_dir)})"),
                              comma=item.comma)
