@@ -917,6 +917,40 @@ def _library_models_of(ctx: FileContext) -> dict[str, tuple[str, cst.Call]]:
     return found
 
 
+_MODEL_ITERATORS = ("parameters", "named_parameters", "buffers", "named_buffers", "modules", "named_modules", "children")
+
+
+def library_model_value(expr: cst.BaseExpression, ctx: FileContext) -> bool:
+    """``expr`` is a torch library model (:func:`library_models`) or a value read from one: its
+    attributes (``model.fc``), or the loop variable of a loop or comprehension over its
+    ``parameters()`` / ``buffers()`` / ``modules()`` (``p`` in ``for p in model.parameters()``).
+    Such values stay torch tensors and modules in a JAX port of the script."""
+    models = library_models(ctx)
+    if not models:
+        return False
+    name = dotted_name(expr)
+    if name is None:
+        return False
+    if any(name == m or name.startswith(m + ".") for m in models):
+        return True
+    root = name.split(".")[0]
+    for anc in reversed(ctx.ancestors):
+        loops: list = []
+        if isinstance(anc, cst.For):
+            loops = [anc]
+        elif isinstance(anc, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+            comp: Optional[cst.CompFor] = anc.for_in
+            while comp is not None:
+                loops.append(comp)
+                comp = comp.inner_for_in
+        for loop in loops:
+            if root in set(astutil.target_names(loop.target)):
+                it = loop.iter
+                return (isinstance(it, cst.Call) and astutil.method_name(it) in _MODEL_ITERATORS
+                        and dotted_name(it.func.value) in models)  # type: ignore[attr-defined]
+    return False
+
+
 _COUNT_METHODS = ("numel", "nelement")
 
 

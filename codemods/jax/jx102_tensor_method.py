@@ -3,7 +3,7 @@ import libcst as cst
 from porter.rules import Example, Rule, Severity
 
 from . import _ops_table as ops
-from ._nnx import fresh_random_fill
+from ._nnx import fresh_random_fill, library_model_value
 
 
 class TensorMethod(Rule):
@@ -148,12 +148,16 @@ class TensorMethod(Rule):
         "import torch\ndef f(x, device):\n    return x.to(device)\n",
         "import numpy as np\nimport torch\ndef f(a):\n    return np.sum(a)\n",
         "import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return x.reshape(3, 4)\n",
+        "import torch\nfrom timm.models import create_model\nmodel = create_model('resnet18')\n"
+        "print(sum([m.numel() for m in model.parameters()]))\nfor n, b in model.named_buffers():\n    print(b.float().mean())\n",
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
         o = ops.method_op(node, self.ctx)
         if o is None or ops.in_data_pipeline(self.ctx):
             return
+        if library_model_value(node.func.value, self.ctx):
+            return  # a torch library's model and its parameters stay torch (JX901 reports where it is built)
         if o.manual and fresh_random_fill(node, self.ctx):
             return  # a fresh tensor's random fill where a module is built: JX108, from the module's rngs
         ops.port_call(self, node, o, node.func.value)
