@@ -28,7 +28,9 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import difflib
+import io
 import re
+import tokenize
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional, Protocol, Sequence, Union
 
@@ -381,7 +383,7 @@ def _remove_in_statements(module: cst.Module, items: list[tuple[str, Optional[st
     runs: list[list[cst.BaseStatement]] = []
     for stmt in body:
         text = module.code_for_node(stmt)
-        if mention.search(text):
+        if mention.search(text) and _mentions_in_code(text, mention):
             kept.append(stmt)
         else:
             if not kept or not _is_stand_in(kept[-1]):
@@ -397,6 +399,32 @@ def _remove_in_statements(module: cst.Module, items: list[tuple[str, Optional[st
         run = _stand_in_run(stmt)
         out.extend(runs[run] if run is not None else (stmt,))
     return module.with_changes(body=out)
+
+
+_LINE_START = {tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING}
+
+
+def _mentions_in_code(text: str, mention: re.Pattern) -> bool:
+    """Whether ``text`` (a top-level statement whose text matches ``mention``) mentions the name
+    where Python or the scope analysis can read it: as a name, or inside a string that could be
+    a string annotation or an ``__all__`` entry. A comment, or a string that is a statement of
+    its own (a docstring), reads nothing: the helpers a port emits name ``torch`` in their
+    docstrings and comments, and the scope analysis of them was most of a JAX port's time on a
+    small module. Text that does not tokenize counts as a mention."""
+    try:
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type != tokenize.COMMENT]
+    except (tokenize.TokenError, SyntaxError):
+        return True
+    for i, tok in enumerate(tokens):
+        if tok.type == tokenize.NAME:
+            if mention.fullmatch(tok.string):
+                return True
+        elif tok.type == tokenize.STRING and mention.search(tok.string):
+            before = tokens[i - 1].type if i else tokenize.NEWLINE
+            after = tokens[i + 1].type if i + 1 < len(tokens) else tokenize.NEWLINE
+            if not (before in _LINE_START and after in (tokenize.NEWLINE, tokenize.ENDMARKER)):
+                return True
+    return False
 
 
 def _is_stand_in(stmt: cst.CSTNode) -> bool:

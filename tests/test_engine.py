@@ -223,6 +223,13 @@ def test_only_requested_and_applied_removals():
     assert engine.fix(src, opts(DropCalls)).source == "from m import drop\n__all__ = ['drop']\n"
 
 
+def test_a_name_in_a_comment_or_docstring_is_no_use_and_a_string_annotation_is():
+    tail = 'def f():\n    """Calls drop() as m does."""\n    return 1  # drop\n'
+    assert engine.fix(f"from m import drop\ndrop()\n\n{tail}", opts(DropCalls)).source == f"\n{tail}"
+    tail = 'def f(x: "drop"):\n    """drop"""\n    return x\n'
+    assert engine.fix(f"from m import drop\ndrop()\n\n{tail}", opts(DropCalls)).source == f"from m import drop\n\n{tail}"
+
+
 def test_removal_is_idempotent_and_composes_with_additions():
     src = '"""doc."""\nimport torch\nimport a.b as c\n\nc.drop()\ntorch.cuda.synchronize()\n'
     once = engine.fix(src, opts(DropCalls, RenameCuda))
