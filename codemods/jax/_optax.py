@@ -674,6 +674,7 @@ class Plan:
     scheduler_after: bool = False  # the scheduler's statement reads the optimizer (ReduceLROnPlateau)
     # SequentialLR's schedulers built in statements of their own: name -> (statement, call)
     sub_schedulers: dict = field(default_factory=dict)
+    returned: bool = False  # `return torch.optim.X(...)`: the function's caller names it (target "")
 
 
 def _assign_of(stmt: cst.CSTNode) -> Optional[tuple[str, cst.Call]]:
@@ -681,6 +682,14 @@ def _assign_of(stmt: cst.CSTNode) -> Optional[tuple[str, cst.Call]]:
         a = stmt.body[0]
         if len(a.targets) == 1 and isinstance(a.value, cst.Call):
             return code(a.targets[0].target), a.value
+    return None
+
+
+def _return_of(stmt: cst.CSTNode) -> Optional[cst.Call]:
+    """``return <call>``, a statement of its own: the call."""
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Return) \
+            and isinstance(stmt.body[0].value, cst.Call):
+        return stmt.body[0].value
     return None
 
 
@@ -705,13 +714,19 @@ def plans(ctx: FileContext) -> list[Plan]:
         body = list(block.body)
         for i, stmt in enumerate(body):
             got = _assign_of(stmt)
+            returned = _return_of(stmt)
+            if returned is not None:
+                # `return torch.optim.AdamW(groups, ...)` (a configure_optimizers method, a
+                # make_optimizer function): the optimizer has no name here, so no scheduler
+                # of this block is its own and its caller names it
+                got = ("", returned)
             if not got:
                 continue
             target, call = got
             qual = optimizer_qual(ctx, call.func) or ""
             if qual not in OPTIMIZERS:
                 continue
-            plan = Plan(stmt, call, qual, target, block)
+            plan = Plan(stmt, call, qual, target, block, returned=returned is not None)
             out.append(plan)
     # schedulers: attach each to its optimizer (same block, after it)
     found: dict[int, list] = {}
@@ -725,7 +740,7 @@ def plans(ctx: FileContext) -> list[Plan]:
             if not is_scheduler(qual):
                 continue
             first = astutil.arg(call, "optimizer", 0)
-            owner = [p for p in out if first is not None and code(first.value) == p.target]
+            owner = [p for p in out if first is not None and not p.returned and code(first.value) == p.target]
             if owner:
                 found.setdefault(id(owner[0]), []).append((stmt, call, target, block, qual))
     for p in out:
@@ -924,7 +939,7 @@ def fold(ctx: FileContext, p: Plan):
     if groups is not None:
         if b.has("weight_decay"):
             raise Manual("weight_decay= both per parameter group and for the optimizer")
-        if one_group_lr_written(ctx, p.target):
+        if not p.returned and one_group_lr_written(ctx, p.target):
             raise Manual(f"the script sets the learning rate of one parameter group ({p.target}.param_groups[i]['lr'] = v) "
                          "and the port has one rate for both groups: set every group's rate "
                          f"(for g in {p.target}.param_groups: g['lr'] = v) if that is what is meant")
@@ -970,13 +985,15 @@ def fold(ctx: FileContext, p: Plan):
         raise Manual(f"porter cannot tell how many optimizer updates run per {p.scheduler_target}.step() "
                      "(optax counts updates): build the schedule by hand")
     used |= b.used
-    if sched_text is None and (lr_written(ctx, p.target) or (
-            returned_optimizer_fn(ctx, p) is not None and rate_set_by_callers(ctx, returned_optimizer_fn(ctx, p)))):
+    maker = returned_optimizer_fn(ctx, p)
+    if sched_text is None and ((not p.returned and lr_written(ctx, p.target)) or (
+            maker is not None and (rate_set_by_callers(ctx, maker) or _rate_set_by_callers_here(ctx, maker)))):
         tx = inject_learning_rate(tx, ctx.module_alias("optax"))
         used.add("optax")
     nnx = ctx.module_alias("flax.nnx")
     used.add("flax.nnx")
-    return sched_text, f"{p.target} = {nnx}.Optimizer({model}, {tx}, wrt={nnx}.Param)", used
+    lhs = "return " if p.returned else f"{p.target} = "
+    return sched_text, f"{lhs}{nnx}.Optimizer({model}, {tx}, wrt={nnx}.Param)", used
 
 
 _PLATEAU = Sig.parse("optimizer, mode, factor, patience, threshold, threshold_mode, cooldown, min_lr, eps, verbose")
@@ -1194,35 +1211,49 @@ def rate_set_by_callers(ctx: FileContext, fn: str) -> bool:
 
 def returned_optimizer_fn(ctx: FileContext, p) -> Optional[str]:
     """The name of the function (or method) whose body builds plan ``p``'s optimizer and
-    returns it (``return optimizer``), else None."""
+    returns it (``return optimizer``, ``return torch.optim.AdamW(...)``), else None."""
     for n in astutil.walk(ctx.module, into_functions=True):
         if isinstance(n, cst.FunctionDef) and n.body is p.block:
-            if any(isinstance(r, cst.Return) and r.value is not None and code(r.value) == p.target
-                   for r in astutil.walk(n.body)):
+            if p.returned or any(isinstance(r, cst.Return) and r.value is not None and code(r.value) == p.target
+                                 for r in astutil.walk(n.body)):
                 return n.name.value
     return None
 
 
+def _rate_set_by_callers_here(ctx: FileContext, fn: str) -> bool:
+    """This file assigns the result of a call of ``fn`` (``optimizer = make_optimizer(model)``)
+    and sets the rate of that optimizer through its param_groups."""
+    return any(isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.value, cst.Call)
+               and _callee(n.value) == fn and lr_written(ctx, code(n.targets[0].target))
+               for n in astutil.walk(ctx.module, into_functions=True))
+
+
 def built_by_sibling(ctx: FileContext, fn: str) -> Optional[str]:
-    """For ``fn`` a function of another file next to this one that builds and returns a
-    torch.optim AdamW (ported: its optax transformation alone, no chain) or an nnx.Optimizer
-    of optax.inject_hyperparams(...)(...): where the port keeps its hyperparameters
-    (``opt_state``), else None."""
-    for module in _siblings(ctx):
+    """For ``fn`` a function (or method) of this file or of another file next to it that builds
+    and returns a torch.optim AdamW (ported: its optax transformation alone, no chain) or an
+    nnx.Optimizer of optax.inject_hyperparams(...)(...), named or returned alone: where the
+    port keeps its hyperparameters (``opt_state``, ``opt_state[i]`` in a chain), else None."""
+    for module in [ctx.module, *_siblings(ctx)]:
         for n in astutil.walk(module, into_functions=True):
             if not (isinstance(n, cst.FunctionDef) and n.name.value == fn):
                 continue
-            returned = {code(r.value) for r in astutil.walk(n.body) if isinstance(r, cst.Return) and r.value is not None}
-            for a in astutil.walk(n.body):
-                if isinstance(a, cst.Assign) and len(a.targets) == 1 and code(a.targets[0].target) in returned \
-                        and isinstance(a.value, cst.Call):
-                    func = code(a.value.func)
-                    if func.rsplit(".", 1)[-1] == "AdamW" and "optim" in func:
-                        return "opt_state"
-                    if func.endswith("Optimizer") and len(a.value.args) > 1 and isinstance(a.value.args[1].value, cst.Call) \
-                            and isinstance(a.value.args[1].value.func, cst.Call) \
-                            and code(a.value.args[1].value.func.func).endswith("inject_hyperparams"):
-                        return "opt_state"
+            returns = [r.value for r in astutil.walk(n.body) if isinstance(r, cst.Return) and r.value is not None]
+            returned = {code(r) for r in returns}
+            built = [r for r in returns if isinstance(r, cst.Call)]
+            built += [a.value for a in astutil.walk(n.body) if isinstance(a, cst.Assign) and len(a.targets) == 1
+                      and code(a.targets[0].target) in returned and isinstance(a.value, cst.Call)]
+            for value in built:
+                func = code(value.func)
+                if module is not ctx.module and func.rsplit(".", 1)[-1] == "AdamW" and "optim" in func:
+                    return "opt_state"
+                if func.endswith("Optimizer") and len(value.args) > 1:
+                    tx = value.args[1].value
+                    path = "opt_state"
+                    if isinstance(tx, cst.Call) and code(tx.func).endswith("chain") and tx.args:
+                        path, tx = f"opt_state[{len(tx.args) - 1}]", tx.args[-1].value
+                    if isinstance(tx, cst.Call) and isinstance(tx.func, cst.Call) \
+                            and code(tx.func.func).endswith("inject_hyperparams"):
+                        return path
     return None
 
 

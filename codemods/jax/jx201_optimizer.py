@@ -106,6 +106,14 @@ class OptimizerToOptax(Rule):
     `configure_optimizers`, train.py's loop). With two parameter groups (a decay mask), setting one group's rate
     (`param_groups[0]["lr"] = v`) is reported: the port has one rate for both.
 
+    An optimizer a function or method returns alone (`return torch.optim.AdamW(groups, ...)` in
+    `configure_optimizers`, the groups built before it as above; `def make_optimizer(net, lr):
+    return torch.optim.SGD(net.parameters(), ...)`) becomes `return nnx.Optimizer(...)`, which
+    JX301 follows to the caller's `optimizer = model.configure_optimizers(...)`; where that
+    caller, in this file or another next to it, sets the rate through param_groups, the
+    transformation is built with `optax.inject_hyperparams`. An optimizer returned with other
+    values (`return [torch.optim.SGD(...)], [scheduler]`, Lightning's lists) is reported.
+
     ## Why
     A JAX training step updates parameters with an optax transformation; the learning rate
     schedule is part of it rather than a separate object mutating the optimizer.
@@ -307,6 +315,66 @@ class OptimizerToOptax(Rule):
             """,
             title='a learning rate the script sets (param_groups): optax.inject_hyperparams',
         ),
+        Example(
+            """
+            import torch
+            import torch.nn as nn
+
+
+            class Net(nn.Module):
+                def configure_optimizers(self, lr):
+                    return torch.optim.AdamW(self.parameters(), lr=lr, weight_decay=0.1)
+
+
+            def make_optimizer(net, lr):
+                return torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
+
+
+            def main(model, lr):
+                opt = make_optimizer(model, lr)
+                for g in opt.param_groups:
+                    g["lr"] = lr / 10
+            """,
+            """
+            import torch
+            import torch.nn as nn
+            import optax
+            import flax.nnx as nnx
+
+
+            class Net(nn.Module):
+                def configure_optimizers(self, lr):
+                    return nnx.Optimizer(self, optax.adamw(lr, weight_decay=0.1), wrt=nnx.Param)
+
+
+            def make_optimizer(net, lr):
+                return nnx.Optimizer(net, optax.inject_hyperparams(optax.sgd)(lr, momentum=0.9), wrt=nnx.Param)
+
+
+            def main(model, lr):
+                opt = make_optimizer(model, lr)
+                for g in opt.param_groups:
+                    g["lr"] = lr / 10
+            """,
+            title="an optimizer returned by a method or a function (its caller sets the rate: inject_hyperparams)",
+        ),
+        Example(
+            """
+            import torch
+
+
+            def configure_optimizers(model):
+                return [torch.optim.SGD(model.parameters(), lr=0.1)], []
+            """,
+            """
+            import torch
+
+
+            def configure_optimizers(model):
+                return [torch.optim.SGD(model.parameters(), lr=0.1)], []  # porter: manual
+            """,
+            title="an optimizer returned with other values (Lightning's lists): reported",
+        ),
     ]
     valid = ["import optax\nfrom flax import nnx\noptimizer = nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)\n"]
 
@@ -342,7 +410,14 @@ class OptimizerToOptax(Rule):
         plan = next((p for p in _optax.plans(self.ctx) if p.call is node), None)
         display = qual.replace("torch.optim.", "optim.").replace(_optax.GLUON_ADAM, "GluonAdam")
         if plan is None:
-            ops.report_manual(self, node, f"{display}: porter ports optimizers assigned to a name in a statement of their own")
+            if any(isinstance(a, cst.Return) for a in self.ctx.ancestors):
+                # `return [torch.optim.SGD(...)], [sched]`, `return opt_ctor(...), sched`
+                ops.report_manual(self, node, f"{display} returned with other values: porter ports an optimizer "
+                                              "assigned to a name or returned alone (`return torch.optim.X(...)`), "
+                                              "which the training step then follows")
+                return
+            ops.report_manual(self, node, f"{display}: porter ports optimizers assigned to a name in a statement of "
+                                          "their own or returned alone")
             return
         try:
             sched_text, opt_text, used = _optax.fold(self.ctx, plan)
