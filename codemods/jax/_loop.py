@@ -920,6 +920,205 @@ def loader_batch_target(loop: cst.For, ctx: FileContext) -> Optional[cst.BaseAss
     return target
 
 
+# --------------------------------------------------------------------------------------
+# Batches that are no for loop's target: `x, y = next(iter(loader))`, `batch = next(it)` in
+# a while loop, `x, y = batch`, a function's parameter given a loader's batch
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BatchBinding:
+    """A statement binding names to a torch DataLoader's batch, outside a for loop's target."""
+
+    stmt: cst.SimpleStatementLine  # `x, y = next(iter(loader))`, `batch = next(it)`, `x, y = batch`
+    names: tuple  # the names it binds (one: the whole batch)
+    scope: cst.CSTNode  # the function (or module) whose names they are
+    handed: bool = False  # the unpacking of a parameter that a caller gives a batch (np.asarray)
+
+
+@dataclass
+class BatchFacts:
+    bindings: dict = field(default_factory=dict)  # id(statement) -> BatchBinding
+    # (id(scope), name) of a single batch name handed to a function of the file that unpacks it
+    handed_over: set = field(default_factory=set)
+    names: dict = field(default_factory=dict)  # id(scope) -> names bound to batches or their parts there
+
+
+def batch_facts(ctx: FileContext) -> BatchFacts:
+    return module_fact(ctx, _batch_facts_of)
+
+
+def _scopes(module: cst.Module):
+    """(scope, the statements of it, not entering nested functions) for the module and every function."""
+    yield module, module
+    for n in astutil.walk(module, into_functions=True):
+        if isinstance(n, cst.FunctionDef):
+            yield n, n.body
+
+
+def _single_assign(stmt: cst.CSTNode) -> Optional[cst.Assign]:
+    if isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Assign) \
+            and len(stmt.body[0].targets) == 1:
+        return stmt.body[0]
+    return None
+
+
+def _target_names(target: cst.CSTNode) -> Optional[tuple]:
+    """``x`` -> ("x",); ``x, y`` / ``(x, y)`` / ``[x, y]`` -> ("x", "y"); None for anything else."""
+    if isinstance(target, cst.Name):
+        return (target.value,)
+    if isinstance(target, (cst.Tuple, cst.List)) and target.elements \
+            and all(isinstance(e, cst.Element) and isinstance(e.value, cst.Name) for e in target.elements):
+        return tuple(e.value.value for e in target.elements)
+    return None
+
+
+def _loader_iterators(ctx: FileContext) -> set:
+    """The code of names (attribute chains) bound to ``iter(<a DataLoader>)``."""
+    loaders = loader_names(ctx)
+    out = set()
+    for n in astutil.walk(ctx.module, into_functions=True):
+        if isinstance(n, cst.Assign) and isinstance(n.value, cst.Call) and isinstance(n.value.func, cst.Name) \
+                and n.value.func.value == "iter" and n.value.args and code(n.value.args[0].value) in loaders:
+            out |= {code(t.target) for t in n.targets}
+    return out
+
+
+def _is_loader_next(value: cst.CSTNode, ctx: FileContext, iterators: set) -> bool:
+    """``next(iter(loader))``, ``next(it)`` for ``it = iter(loader)``."""
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "next"
+            and len(value.args) == 1):
+        return False
+    it = value.args[0].value
+    if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "iter" and it.args:
+        return code(it.args[0].value) in loader_names(ctx)
+    return code(it) in iterators
+
+
+def _function_defs(module: cst.Module) -> tuple[dict, dict]:
+    """(module-level function name -> its def, id(method) -> {name: def} of its class's methods)."""
+    functions = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
+    methods: dict = {}
+    for n in astutil.walk(module, into_functions=True):
+        if isinstance(n, cst.ClassDef) and isinstance(n.body, cst.IndentedBlock):
+            own = {s.name.value: s for s in n.body.body if isinstance(s, cst.FunctionDef)}
+            for fn in own.values():
+                methods[id(fn)] = own
+    return functions, methods
+
+
+def _item_of(value: cst.CSTNode, name: str) -> bool:
+    """``name[0]``, ``name["image"]``: one item of a batch (a literal index or key)."""
+    return isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name) and value.value.value == name \
+        and len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Index) \
+        and isinstance(value.slice[0].slice.value, (cst.Integer, cst.SimpleString))
+
+
+def _unpacks(body: cst.CSTNode, name: str) -> list:
+    """The statements of ``body`` (nested functions aside) that take ``name`` apart: ``x, y =
+    name``, ``x, y = name[0], name[1]``, ``x = name["image"]``."""
+    out = []
+    for n in astutil.walk(body):
+        a = _single_assign(n)
+        if a is None:
+            continue
+        target, value = a.targets[0].target, a.value
+        names = _target_names(target)
+        if names is None:
+            continue
+        if isinstance(value, cst.Name) and value.value == name and len(names) > 1 \
+                and isinstance(target, (cst.Tuple, cst.List)):
+            out.append((n, names))
+        elif len(names) == 1 and isinstance(target, cst.Name) and _item_of(value, name):
+            out.append((n, names))
+        elif isinstance(value, cst.Tuple) and isinstance(target, (cst.Tuple, cst.List)) \
+                and len(value.elements) == len(names) and all(_item_of(e.value, name) for e in value.elements):
+            out.append((n, names))
+    return out
+
+
+def _batch_facts_of(ctx: FileContext) -> BatchFacts:
+    facts = BatchFacts()
+    if not loader_names(ctx):
+        return facts
+    iterators = _loader_iterators(ctx)
+    functions, methods = _function_defs(ctx.module)
+    singles: list = []  # (scope, scope body, single batch name)
+    for scope, body in _scopes(ctx.module):
+        for n in astutil.walk(body):
+            if isinstance(n, cst.For):
+                target = loader_batch_target(n, ctx)
+                if isinstance(target, cst.Name):
+                    singles.append((scope, body, target.value))
+                continue
+            a = _single_assign(n)
+            if a is None or not _is_loader_next(a.value, ctx, iterators):
+                continue
+            names = _target_names(a.targets[0].target)
+            if names is None:
+                continue
+            facts.bindings[id(n)] = BatchBinding(n, names, scope)
+            if len(names) == 1:
+                singles.append((scope, body, names[0]))
+    seen = set()
+    while singles:
+        scope, body, name = singles.pop()
+        if (id(scope), name) in seen:
+            continue
+        seen.add((id(scope), name))
+        handed = not isinstance(scope, cst.Module) and name in [p.name.value for p in astutil.params(scope.params)] \
+            and (id(scope), name) in facts.handed_over
+        for stmt, names in _unpacks(body, name):
+            facts.bindings[id(stmt)] = BatchBinding(stmt, names, scope, handed=handed)
+        # handed to a function of the file (`train_step(model, batch)`) that unpacks it there
+        for call in astutil.walk(body):
+            if not isinstance(call, cst.Call):
+                continue
+            if isinstance(call.func, cst.Name):
+                fn = functions.get(call.func.value)
+            elif isinstance(call.func, cst.Attribute) and code(call.func.value) == "self":
+                fn = methods.get(id(scope), {}).get(call.func.attr.value)
+            else:
+                fn = None
+            if fn is None:
+                continue
+            given = next((a for a in call.args if isinstance(a.value, cst.Name) and a.value.value == name), None)
+            if given is None or given.star:
+                continue
+            positional = [p.name.value for p in (*fn.params.posonly_params, *fn.params.params)]
+            if isinstance(call.func, cst.Attribute) and positional[:1] == ["self"]:
+                positional = positional[1:]
+            if given.keyword is not None:
+                param = given.keyword.value
+            else:
+                index = [a for a in call.args if a.keyword is None].index(given)
+                param = positional[index] if index < len(positional) else None
+            if param is None or not _unpacks(fn.body, param):
+                continue
+            facts.handed_over.add((id(scope), name))
+            facts.handed_over.add((id(fn), param))
+            singles.append((fn, fn.body, param))
+            seen.discard((id(fn), param))
+    for b in facts.bindings.values():
+        facts.names.setdefault(id(b.scope), set()).update(b.names)
+    return facts
+
+
+def handed_over(ctx: FileContext, scope: cst.CSTNode, name: str) -> bool:
+    """The single batch name ``name`` of ``scope`` is given to a function of the file that
+    unpacks it (where its parts become NumPy arrays)."""
+    return (id(scope), name) in batch_facts(ctx).handed_over
+
+
+def batch_binding(ctx: FileContext, stmt: cst.CSTNode) -> Optional[BatchBinding]:
+    return batch_facts(ctx).bindings.get(id(stmt))
+
+
+def bound_batch_names(ctx: FileContext) -> set:
+    """The names the current node's function (or the module) binds to loader batches or their
+    parts outside for loops' targets."""
+    fn = ctx.enclosing(cst.FunctionDef)
+    return batch_facts(ctx).names.get(id(fn if fn is not None else ctx.module), set())
+
+
 def root_name(expr: cst.CSTNode) -> Optional[str]:
     while isinstance(expr, (cst.Attribute, cst.Subscript, cst.Call)):
         expr = expr.func if isinstance(expr, cst.Call) else expr.value

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Optional
+
 import libcst as cst
 
 from porter import astutil
@@ -22,6 +24,13 @@ class DevicePlacement(Rule):
       enumerate(loader)` with no `.to(device)`) becomes a NumPy array where the loop body
       begins (`x, y = x.numpy(), y.numpy()`); a single batch name the body indexes or unpacks
       (a list of tensors) stays as it is;
+    - a batch that is no for loop's target becomes a NumPy array on the line after the
+      statement that binds it: `x, y = next(iter(loader))` (the one-batch overfit), `batch =
+      next(it)` for `it = iter(loader)` (a `while` loop, a `try: ... except StopIteration`
+      refill), the parts of a single batch name (`x, y = batch`, `x, y = batch[0], batch[1]`,
+      `x = batch["image"]`); a single batch name given to a function (or a method of the same
+      class, `self.train_step(batch)`) that takes it apart stays, and the parts become NumPy
+      arrays there (`np.asarray`: the function's other callers may give it arrays);
     - a sample collated by torch for a model call
       (`net(torch.utils.data.default_collate([ds[0]])[0])`, a dry forward that gives lazy
       layers their shapes) is handed over as a NumPy array (`.numpy()`);
@@ -154,6 +163,68 @@ class DevicePlacement(Rule):
             """,
             title="batches a loop never moves to a device (enumerate, a tuple, a single tensor) become NumPy arrays "
                   "where the body begins; a batch the body unpacks (a list of tensors) stays",
+        ),
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+
+            def train_step(model, batch):
+                inputs, targets = batch
+                return step(model, inputs, targets)
+
+
+            def main(model, train_set, device):
+                loader = DataLoader(train_set, batch_size=8)
+                x, y = next(iter(loader))
+                x = x.to(device)
+                overfit(model, x, y)
+                it = iter(loader)
+                while True:
+                    try:
+                        batch = next(it)
+                    except StopIteration:
+                        it = iter(loader)
+                        batch = next(it)
+                    images, labels = batch[0], batch[1]
+                    step(model, images, labels)
+                for batch in loader:
+                    train_step(model, batch)
+            """,
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            import numpy as np
+
+
+            def train_step(model, batch):
+                inputs, targets = batch
+                inputs, targets = np.asarray(inputs), np.asarray(targets)
+                return step(model, inputs, targets)
+
+
+            def main(model, train_set, device):
+                loader = DataLoader(train_set, batch_size=8)
+                x, y = next(iter(loader))
+                y = y.numpy()
+                x = x.numpy()
+                overfit(model, x, y)
+                it = iter(loader)
+                while True:
+                    try:
+                        batch = next(it)
+                    except StopIteration:
+                        it = iter(loader)
+                        batch = next(it)
+                    images, labels = batch[0], batch[1]
+                    images, labels = images.numpy(), labels.numpy()
+                    step(model, images, labels)
+                for batch in loader:
+                    train_step(model, batch)
+            """,
+            title="batches no for loop binds (next(iter(loader)), next(it) in a while loop, a batch taken apart, "
+                  "a batch given to a function that takes it apart) become NumPy arrays after the line that binds them",
         ),
         Example(
             """
@@ -358,6 +429,10 @@ class DevicePlacement(Rule):
     def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
         if lp.in_placement_if(self.ctx):
             return  # visit_If removes the whole statement
+        binding = lp.batch_binding(self.ctx, node) if lp.imports_torch(self.ctx) else None
+        if binding is not None:
+            self._convert_binding(node, binding)
+            return
         if len(node.body) == 1 and isinstance(node.body[0], cst.Expr):
             receiver = lp.device_move(node.body[0].value, self.ctx)
             if receiver is not None and isinstance(receiver, (cst.Name, cst.Attribute)):
@@ -409,6 +484,23 @@ class DevicePlacement(Rule):
             return
         self.report(node, "JAX places arrays itself: no device object", Fix((self.remove(node),), Safety.SAFE))
 
+    def _convert_binding(self, node: cst.SimpleStatementLine, binding) -> None:
+        """``x, y = next(iter(loader))``, ``batch = next(it)``, ``x, y = batch``: the torch tensors
+        it binds become NumPy arrays on the next line (``np.asarray`` in a function given the
+        batch by its callers, which may give it other arrays too)."""
+        names = _unconverted(binding, self.ctx)
+        if not names:
+            return
+        if binding.handed:
+            np_ = self.ctx.module_alias("numpy")
+            values, imports = [f"{np_}.asarray({n})" for n in names], ("numpy",)
+        else:
+            values, imports = [f"{n}.numpy()" for n in names], ()
+        new = cst.parse_statement(f"{', '.join(names)} = {', '.join(values)}\n")
+        self.report(node, f"{', '.join(names)}: a batch of the torch DataLoader, torch tensors: JAX takes NumPy arrays "
+                          "(converted on the next line)",
+                    Fix((self.replace(node, astutil.insert_after([new])),), Safety.SAFE, imports=imports))
+
     def _unread(self, assign: cst.Assign) -> bool:
         """Nothing in the assignment's scope (its function, with the functions inside it, or the
         module) reads the name it binds (attribute names and keywords of the same spelling aside)."""
@@ -438,7 +530,8 @@ class DevicePlacement(Rule):
     def _batch(self, receiver) -> bool:
         """A batch a for loop around the node reads from its iterable (not a model)."""
         root = lp.root_name(receiver)
-        return root is not None and root in lp.loop_targets(self.ctx) and root not in lp.file_facts(self.ctx).modules
+        return root is not None and (root in lp.loop_targets(self.ctx) or root in lp.bound_batch_names(self.ctx)) \
+            and root not in lp.file_facts(self.ctx).modules
 
     def _other_uses(self, name: str) -> set[str]:
         """Where ``name`` is read other than as the device of a move this rule removes."""
@@ -484,9 +577,26 @@ def _unconverted_batch(target, loop: cst.For, ctx) -> list[str]:
     else:
         return []
     candidates = [n for n in candidates if n != "_" and not n.startswith("_")]
+    if single and candidates and lp.handed_over(ctx, ctx.enclosing(cst.FunctionDef) or ctx.module, candidates[0]):
+        return []  # given to a function of the file that unpacks it: converted there
+    read, handled = _reads_and_conversions(loop.body, ctx)
+    for n in astutil.walk(loop.body, into_functions=False):
+        if single and isinstance(n, cst.Subscript) and isinstance(n.value, cst.Name) and n.value.value in candidates:
+            return []
+        if single and isinstance(n, cst.Assign) and isinstance(n.value, cst.Name) and n.value.value in candidates:
+            return []
+    return [n for n in candidates if n in read and n not in handled]
+
+
+def _reads_and_conversions(body: cst.CSTNode, ctx, skip: Optional[cst.CSTNode] = None) -> tuple[set, set]:
+    """(names ``body`` reads, names it moves to a device or converts to arrays already:
+    ``x.to(device)``, ``x.numpy()``, ``np.asarray(x)``), nested functions and ``skip`` aside."""
     read: set[str] = set()
     handled: set[str] = set()
-    for n in astutil.walk(loop.body, into_functions=False):
+    skipped = {id(n) for n in astutil.walk(skip)} if skip is not None else set()
+    for n in astutil.walk(body, into_functions=False):
+        if id(n) in skipped:
+            continue
         if isinstance(n, cst.Name):
             read.add(n.value)
         if isinstance(n, cst.Call):  # a move in a placement `if` too: JX303 makes it unconditional
@@ -501,11 +611,27 @@ def _unconverted_batch(target, loop: cst.For, ctx) -> list[str]:
                 for a in n.args:
                     if isinstance(a.value, cst.Name):
                         handled.add(a.value.value)
-        if single and isinstance(n, cst.Subscript) and isinstance(n.value, cst.Name) and n.value.value in candidates:
+    return read, handled
+
+
+def _unconverted(binding, ctx) -> list[str]:
+    """The names of a batch binding its scope reads as torch tensors (as _unconverted_batch: a
+    single name only where the scope neither indexes nor unpacks it nor hands it to a function
+    that does)."""
+    body = binding.scope.body if isinstance(binding.scope, cst.FunctionDef) else binding.scope
+    names = [n for n in binding.names if n != "_" and not n.startswith("_")]
+    if len(binding.names) == 1 and names:
+        name = names[0]
+        if lp.handed_over(ctx, binding.scope, name):
             return []
-        if single and isinstance(n, cst.Assign) and isinstance(n.value, cst.Name) and n.value.value in candidates:
-            return []
-    return [n for n in candidates if n in read and n not in handled]
+        for n in astutil.walk(body, into_functions=False):
+            if isinstance(n, cst.Subscript) and isinstance(n.value, cst.Name) and n.value.value == name:
+                return []
+            if isinstance(n, cst.Assign) and isinstance(n.value, cst.Name) and n.value.value == name:
+                return []
+    # the reads after the binding (on the following lines: a statement's own names aside)
+    read, handled = _reads_and_conversions(body, ctx, skip=binding.stmt)
+    return [n for n in names if n in read and n not in handled]
 
 
 def _has_main_guard(module: cst.Module) -> bool:
