@@ -156,6 +156,160 @@ def _test_literals(comparison: cst.Comparison, name: cst.Name) -> Optional[tuple
 
 
 # --------------------------------------------------------------------------------------
+# A device-type string derived from a device (nanoGPT's `device_type = 'cuda' if 'cuda' in
+# device else 'cpu'`, for torch.autocast)
+# --------------------------------------------------------------------------------------
+# The derived string follows the device: with the device 'cpu' it is 'cpu', what the script
+# computes when its user passes a CPU device. A read of the device in such a derivation is a
+# device use for a rewrite to 'cpu' when every read of the derived name is one too (a device
+# use, text, a device type given to torch.autocast / torch.amp), asked the same way.
+
+_TYPE_USES = ("torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast", "torch.amp.GradScaler",
+              "torch.get_autocast_dtype", "torch.is_autocast_available")
+
+
+class Derived(str):
+    """A read of a device that only derives a device-type string which follows it (its reads
+    are device uses): not provable for a rewrite to any device but 'cpu'. The quoted read."""
+
+
+def _up(stack: list, node: cst.CSTNode, ctx: FileContext) -> tuple[cst.CSTNode, list]:
+    """``node`` (the last of ``stack``) widened over what only re-spells the device:
+    ``str(d)``, ``torch.device(d)``, ``d.type`` -> (the widest such expression, its stack)."""
+    while len(stack) >= 3:
+        parent, grand = stack[-2], stack[-3]
+        if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "type" \
+                and not (isinstance(grand, cst.Call) and grand.func is parent):
+            node, stack = parent, stack[:-1]
+            continue
+        if isinstance(parent, cst.Arg) and parent.value is node and parent.keyword is None and isinstance(grand, cst.Call) \
+                and len(grand.args) == 1 and ctx.qualname(grand.func) in ("builtins.str", "torch.device"):
+            node, stack = grand, stack[:-2]
+            continue
+        break
+    return node, stack
+
+
+def _cpu_value(test: cst.CSTNode, device: cst.CSTNode) -> Optional[bool]:
+    """The value of the device-type test ``test`` of ``device`` when the device is 'cpu':
+    ``'cuda' in d``, ``d == 'cuda'``, ``d != 'cpu'``, ``d.startswith('cuda')`` (negated with
+    ``not``); None for any other test."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _cpu_value(test.expression, device)
+        return None if inner is None else not inner
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        op, right = test.comparisons[0].operator, test.comparisons[0].comparator
+        other = right if test.left is device else test.left if right is device else None
+        text = string_value(other) if other is not None else None
+        if text is None:
+            return None
+        if isinstance(op, (cst.In, cst.NotIn)) and right is device:
+            return (text in "cpu") == isinstance(op, cst.In)
+        if isinstance(op, (cst.Equal, cst.NotEqual)):
+            return (text == "cpu") == isinstance(op, cst.Equal)
+        return None
+    if isinstance(test, cst.Call) and isinstance(test.func, cst.Attribute) and test.func.value is device \
+            and test.func.attr.value == "startswith" and len(test.args) == 1:
+        text = string_value(test.args[0].value)
+        return None if text is None else "cpu".startswith(text)
+    return None
+
+
+def reads_type(stack: list, ctx: FileContext) -> bool:
+    """The read (the last of ``stack``) is made a torch.device whose type is read:
+    ``torch.device(d).type``, a device-type string (not a device use)."""
+    node, _ = _up(stack, stack[-1], ctx)
+    return node is not stack[-1] and isinstance(node, cst.Attribute) and node.attr.value == "type"
+
+
+def derivation(stack: list, ctx: FileContext) -> Optional[tuple[cst.Assign, list]]:
+    """For a read of a device (the last of ``stack``) that derives a device type assigned to a
+    name whose value, for the device 'cpu', is 'cpu' (``t = 'cuda' if 'cuda' in d else 'cpu'``,
+    ``... if str(d).startswith('cuda') ...``, ``... if torch.device(d).type == 'cuda' ...``,
+    ``t = torch.device(d).type``, ``t = d.split(':')[0]``): (the assignment, its stack)."""
+    node, stack = _up(stack, stack[-1], ctx)
+    value, above = node, stack
+    parent = stack[-2] if len(stack) >= 2 else None
+    if isinstance(node, cst.Attribute) and node.attr.value == "type" and isinstance(parent, cst.Assign):
+        pass  # t = torch.device(d).type: the type itself
+    elif isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "split" \
+            and len(stack) >= 4 and isinstance(stack[-3], cst.Call) and isinstance(stack[-4], cst.Subscript) \
+            and len(stack[-4].slice) == 1 and code(stack[-4].slice[0].slice) == "0":
+        value, above = stack[-4], stack[:-3]  # d.split(':')[0]
+    else:
+        # a test of the device in `'cuda' if <test> else 'cpu'`
+        i = len(stack) - 2
+        while i >= 0 and isinstance(stack[i], (cst.Comparison, cst.ComparisonTarget, cst.Attribute, cst.Call, cst.Arg,
+                                               cst.UnaryOperation)):
+            i -= 1
+        if i < 0 or not isinstance(stack[i], cst.IfExp) or stack[i].test is not stack[i + 1]:
+            return None
+        ifexp = stack[i]
+        taken = _cpu_value(ifexp.test, node)
+        if taken is None:
+            return None
+        branch, other = (ifexp.body, ifexp.orelse) if taken else (ifexp.orelse, ifexp.body)
+        if string_value(branch) != "cpu" or string_value(other) is None:
+            return None
+        value, above = ifexp, stack[:i + 1]
+    assign = above[-2] if len(above) >= 2 else None
+    if isinstance(assign, cst.Assign) and assign.value is value and len(assign.targets) == 1 \
+            and isinstance(assign.targets[0].target, cst.Name):
+        return assign, above[:-1]
+    return None
+
+
+def _reads_of(scope: cst.CSTNode, name: str, stack: list):
+    """(read, its stack) of ``name`` under ``scope`` (whose ancestors are ``stack``), functions
+    that bind the name themselves aside."""
+    todo = [(scope, stack)]
+    while todo:
+        node, above = todo.pop()
+        here = [*above, node]
+        if isinstance(node, cst.FunctionDef) and node is not scope and name in function_locals(node):
+            continue
+        if isinstance(node, cst.Name) and node.value == name and not _is_store(node, here):
+            yield node, here
+        todo.extend((c, here) for c in children(node))
+
+
+def derived_blocker(ctx: FileContext, stack: list, depth: int = 0) -> Optional[str]:
+    """For a read of a device (the last of ``stack``) in a device-type derivation (see
+    :func:`derivation`): "" where every read of the derived name is a device use, text or a
+    device type given to torch.autocast / torch.amp (or derives another such name), else the
+    first read that is not, quoted; None where the read derives nothing."""
+    found = derivation(stack, ctx)
+    if found is None or depth > 3:
+        return None
+    assign, above = found
+    name = assign.targets[0].target.value
+    # the derived name's scope: the function holding the assignment, else the module
+    i = next((k for k in range(len(above) - 1, -1, -1) if isinstance(above[k], cst.FunctionDef)), None)
+    scope, scope_stack = (above[i], above[:i]) if i is not None else (above[0], [])
+    for read, here in _reads_of(scope, name, scope_stack):
+        kind, _ = classify_read(read, here, ctx)
+        if (kind in ("device", "text") and not reads_type(here, ctx)) or _type_use(read, here, ctx):
+            continue
+        if derived_blocker(ctx, here, depth + 1) == "":
+            continue
+        return f"`{_quote(_context(here))}` ({name} follows the device)"
+    return ""
+
+
+def _type_use(read: cst.CSTNode, stack: list, ctx: FileContext) -> bool:
+    """A device type given to torch.autocast / torch.amp (its first argument or device_type=)."""
+    parent = stack[-2] if len(stack) >= 2 else None
+    grand = stack[-3] if len(stack) >= 3 else None
+    if not (isinstance(parent, cst.Arg) and parent.value is read and isinstance(grand, cst.Call)):
+        return False
+    qual = ctx.qualname(grand.func) or ""
+    if qual not in _TYPE_USES:
+        return False
+    return (parent.keyword is None and grand.args[0] is parent) or (
+        parent.keyword is not None and parent.keyword.value in ("device_type", "device"))
+
+
+# --------------------------------------------------------------------------------------
 # A command-line option whose default is a CUDA device string
 # --------------------------------------------------------------------------------------
 # ``parser.add_argument('--device', default='cuda')`` (on a parser or an argument group): the
@@ -388,8 +542,10 @@ def _option_walk(ctx: FileContext) -> dict:
                     if isinstance(grand, cst.AssignTarget) and grand.target is parent:
                         continue  # the option set anew
                     kind, _ = classify_read(parent, stack[:-1], ctx)  # type: ignore[arg-type]
-                    if kind not in ("device", "text"):
-                        reads[attr].append(f"`{_quote(_context(stack[:-1]))}`")
+                    if kind not in ("device", "text") or reads_type(stack[:-1], ctx):
+                        follows = derived_blocker(ctx, stack[:-1])
+                        quote = f"`{_quote(_context(stack[:-1]))}`"
+                        reads[attr].append(Derived(quote) if follows == "" else follows or quote)
                 elif attr == "__dict__":
                     whole(parent, stack[:-2], fn, True)
                 continue
@@ -420,6 +576,8 @@ def option_blocker(ctx: FileContext, default: cst.CSTNode, device: str) -> Optio
     choices = arg(call, "choices")
     if choices is not None and f"'{device}'" not in code(choices) and f'"{device}"' not in code(choices):
         return f"`choices={_quote(choices.value)}` has no '{device}'"
+    if device == "cpu":  # a device type derived from the device follows it to 'cpu'
+        reasons = tuple(r for r in reasons if not isinstance(r, Derived))
     return reasons[0] if reasons else ""
 
 
@@ -476,7 +634,11 @@ def _module_string_walk(ctx: FileContext) -> dict:
         if isinstance(node, cst.Name) and node.value in candidates and node.value not in hidden \
                 and not _is_store(node, stack):
             kind, _ = classify_read(node, stack, ctx)
-            reads[node.value].append((kind, f"`{_quote(_context(stack))}`"))
+            quote = f"`{_quote(_context(stack))}`"
+            if kind not in ("device", "text") or reads_type(stack, ctx):
+                follows = derived_blocker(ctx, list(stack))
+                kind, quote = ("derived", quote) if follows == "" else (OTHER_USE, follows or quote)
+            reads[node.value].append((kind, quote))
         for child in children(node):
             visit(child, stack, hidden)
         stack.pop()
@@ -487,7 +649,8 @@ def _module_string_walk(ctx: FileContext) -> dict:
         found = reads[name]
         if not _is_device_name(name) and not any(kind == "device" for kind, _ in found):
             continue
-        blockers = tuple(quoted for kind, quoted in found if kind not in ("device", "text"))
+        blockers = tuple(Derived(quoted) if kind == "derived" else quoted for kind, quoted in found
+                         if kind not in ("device", "text"))
         for value in values:
             out[value] = (name, blockers)
     return out
@@ -508,7 +671,7 @@ def children_walk(node: cst.CSTNode):
         todo.extend(children(n))
 
 
-def module_string_blocker(ctx: FileContext, value: cst.CSTNode) -> Optional[tuple[str, str]]:
+def module_string_blocker(ctx: FileContext, value: cst.CSTNode, device: str = "cpu") -> Optional[tuple[str, str]]:
     """For a CUDA string assigned to a name at the module's top level (``device = 'cuda'``):
     (the name, "") where every read of the global name in the file is a device use or text,
     else (the name, the first read that is not, quoted); None where the string is not a
@@ -517,4 +680,6 @@ def module_string_blocker(ctx: FileContext, value: cst.CSTNode) -> Optional[tupl
     if found is None:
         return None
     name, reasons = found
+    if device == "cpu":  # a device type derived from the device follows it to 'cpu'
+        reasons = tuple(r for r in reasons if not isinstance(r, Derived))
     return name, (reasons[0] if reasons else "")

@@ -31,7 +31,16 @@ class CudaDeviceFlag(Rule):
     whose reads include a device use, gets `'cpu'`; safe where every read of the global in the
     file (`torch.randint(..., device=device)`, `x.pin_memory().to(device, non_blocking=True)`,
     `torch.load(p, map_location=device)`) is a device use or text, unsafe with the first other
-    read quoted (`device_type = 'cuda' if 'cuda' in device else 'cpu'`).
+    read quoted (`on_gpu = device.startswith('cuda')`).
+
+    A device type derived from the device (`device_type = 'cuda' if 'cuda' in device else
+    'cpu'`, `... if str(device).startswith('cuda') ...`, `... if torch.device(d).type ==
+    'cuda' ...`, `torch.device(d).type`, `d.split(':')[0]`) follows it: with the device 'cpu'
+    it is 'cpu', as when the script's user passes a CPU device. Such a read is a device use
+    where every read of the derived name is one too (a device use, text, the device type
+    given to `torch.autocast` / `torch.amp.autocast` / `torch.amp.GradScaler`); a derived name
+    that is tested (`if device_type == 'cuda':`) or handed on keeps the fix unsafe, with that
+    read quoted.
 
     ## Why
     A JAX port has no CUDA device to name: JAX places arrays on its default device (the TPU
@@ -43,7 +52,8 @@ class CudaDeviceFlag(Rule):
     setup) runs on the host: its device is the CPU.
 
     ## Fix safety
-    Safe where every read is a device use, text or a use porter knows: the torch code that
+    Safe where every read is a device use, text, a use porter knows or a device type derived
+    from it that is read only so: the torch code that
     stays places on the CPU what it placed on the GPU (JAX's arrays are not torch's), and a
     `--device` the user passes still applies. Unsafe where porter cannot follow a read: code
     that tests the option for 'cuda', or a function given the namespace, now sees 'cpu' and
@@ -182,18 +192,77 @@ class CudaDeviceFlag(Rule):
             import torch
 
             train_device = "cuda:0"
-            device_type = 'cuda' if 'cuda' in train_device else 'cpu'
+            on_gpu = train_device.startswith("cuda")
             x = torch.zeros(3).to(train_device)
             """,
             """
             import torch
 
             train_device = "cpu"
-            device_type = 'cuda' if 'cuda' in train_device else 'cpu'
+            on_gpu = train_device.startswith("cuda")
             x = torch.zeros(3).to(train_device)
             """,
             unsafe=True,
             title="a module-level device string that is also tested: an unsafe fix",
+        ),
+        Example(
+            """
+            import argparse
+            import torch
+
+            device = 'cuda'
+            device_type = 'cuda' if 'cuda' in device else 'cpu'
+            ctx = torch.amp.autocast(device_type=device_type, dtype=torch.bfloat16)
+            parser = argparse.ArgumentParser()
+            parser.add_argument('--device', default='cuda:0')
+            args = parser.parse_args()
+
+            def main():
+                kind = 'cpu' if not str(args.device).startswith('cuda') else 'cuda'
+                amp_type = torch.device(args.device).type
+                with torch.autocast(kind, dtype=torch.bfloat16):
+                    y = torch.ones(2, device=args.device)
+                scaler = torch.amp.GradScaler(amp_type)
+            """,
+            """
+            import argparse
+            import torch
+
+            device = 'cpu'
+            device_type = 'cuda' if 'cuda' in device else 'cpu'
+            ctx = torch.amp.autocast(device_type=device_type, dtype=torch.bfloat16)
+            parser = argparse.ArgumentParser()
+            parser.add_argument('--device', default='cpu')
+            args = parser.parse_args()
+
+            def main():
+                kind = 'cpu' if not str(args.device).startswith('cuda') else 'cuda'
+                amp_type = torch.device(args.device).type
+                with torch.autocast(kind, dtype=torch.bfloat16):
+                    y = torch.ones(2, device=args.device)
+                scaler = torch.amp.GradScaler(amp_type)
+            """,
+            title="a device type derived from the device (for torch.autocast) follows it to 'cpu'",
+        ),
+        Example(
+            """
+            import torch
+
+            device = 'cuda'
+            device_type = 'cuda' if 'cuda' in device else 'cpu'
+            if device_type == 'cuda':
+                torch.backends.cuda.matmul.allow_tf32 = True
+            """,
+            """
+            import torch
+
+            device = 'cpu'
+            device_type = 'cuda' if 'cuda' in device else 'cpu'
+            if device_type == 'cuda':
+                torch.backends.cuda.matmul.allow_tf32 = True
+            """,
+            unsafe=True,
+            title="a derived device type that is tested: unsafe, as a test of the device is",
         ),
     ]
     valid = [
@@ -217,7 +286,7 @@ class CudaDeviceFlag(Rule):
         fix = (self.replace(node.value, device_string("cpu", node.value)),)
         if blocker == "":
             self.report(node.value, f"{name} = {shown}: the JAX port has no CUDA device, and every read of {name} is a "
-                                    "torch device use or text: the torch code that stays runs on the host, so it is "
+                                    "torch device use or text (or derives a device type that follows it): the torch code that stays runs on the host, so it is "
                                     "'cpu' (JAX places its arrays on its own default device; a value a config file "
                                     "or the command line sets still applies)", Fix(fix))
             return
