@@ -89,10 +89,14 @@ def import_bindings(node: cst.CSTNode, package: Optional[str] = None) -> Iterato
 
 
 class FileContext:
-    def __init__(self, module: cst.Module, path: str = "<string>", text: Optional[str] = None) -> None:
+    def __init__(self, module: cst.Module, path: str = "<string>", text: Optional[str] = None,
+                 document: Optional[str] = None) -> None:
         self.module = module
         self.path = path
         self._text = text  # the code the module was parsed from, when the caller has it
+        # the text a fix run (`porter migrate`) began from, in every pass; None in a check, whose
+        # text is the document
+        self.document = document
         # local name -> fully qualified name it is bound to by an import
         self.aliases: dict[str, str] = {}
         # fully qualified module -> local name it is imported as (``import a.b as c`` -> c)
@@ -111,6 +115,12 @@ class FileContext:
         if self._text is None:
             self._text = self.module.code
         return self._text
+
+    @property
+    def fixing(self) -> bool:
+        """The rules run in a fix run (`porter migrate`, engine.fix), whose findings are those
+        of its last pass, once no rule has a fix left to make; not in a check."""
+        return self.document is not None
 
     # Imports -------------------------------------------------------------------------
     def add_import(self, node: cst.CSTNode) -> None:

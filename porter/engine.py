@@ -294,14 +294,16 @@ def applicable_rules(rules: Iterable[type[Rule]], source: str, document: Optiona
 
 
 def run_rules(module: cst.Module, rules: Sequence[type[Rule]], path: str = "<string>",
-              ctx: Optional[FileContext] = None, text: Optional[str] = None) -> list[Finding]:
+              ctx: Optional[FileContext] = None, text: Optional[str] = None,
+              document: Optional[str] = None) -> list[Finding]:
     """Every rule of ``rules`` over ``module`` in one walk. ``ctx``: a fresh FileContext of
     this module to use (porter.incremental shares the module facts it computed with it);
-    ``text``: the code ``module`` was parsed from (``FileContext.text`` without a codegen)."""
+    ``text``: the code ``module`` was parsed from (``FileContext.text`` without a codegen);
+    ``document``: the text a fix run began from (``FileContext.document``)."""
     if not rules:
         return []
     if ctx is None:
-        ctx = FileContext(module, path, text)
+        ctx = FileContext(module, path, text, document)
     instances = []
     crashed_init = []
     for rule in rules:
@@ -396,6 +398,21 @@ def drop_suppressed(source: str, findings: list[Finding]) -> list[Finding]:
     return kept
 
 
+def drop_yielding(findings: list[Finding]) -> list[Finding]:
+    """Drop the findings of rules that yield a line (Rule.yields_line) on a line where a
+    finding of another rule starts or ends: a line is reported once, by the rule that acts on
+    it (the lines inside another finding's node, a class's body under its header, are not
+    taken)."""
+    if not any(f.yields for f in findings):
+        return findings
+    taken: set[int] = set()
+    for f in findings:
+        if not f.yields and f.position is not None:
+            taken.update((f.position.line, f.position.end_line))
+    return [f for f in findings if not (f.yields and f.position is not None
+                                        and any(n in taken for n in range(f.position.line, f.position.end_line + 1)))]
+
+
 def _suppressed(lines: list[str], f: Finding) -> bool:
     assert f.position is not None
     for lineno in {f.position.line, f.position.end_line}:
@@ -418,7 +435,7 @@ def check(source: str, options: Options, path: str = "<string>") -> CheckResult:
     except RecursionError:
         raise PorterError(_TOO_DEEP) from None
     attach_positions(module, findings)
-    return CheckResult(drop_suppressed(source, findings), module)
+    return CheckResult(drop_yielding(drop_suppressed(source, findings)), module)
 
 
 # --------------------------------------------------------------------------------------
@@ -565,7 +582,7 @@ def _fix(source: str, options: Options, path: str) -> FixResult:
     for _ in range(MAX_PASSES):
         # the text pre-filter reads this pass's text: a rule may act on another rule's output;
         # the document gate (Rule.needs_document) reads the text the migrate began with
-        findings = run_rules(module, applicable_rules(rules, current, source), path, text=current)
+        findings = run_rules(module, applicable_rules(rules, current, source), path, text=current, document=source)
         suppressions = _SUPPRESS.search(current) is not None  # (not "porter: manual" marks)
         if suppressions:
             attach_positions(module, findings)
@@ -600,5 +617,6 @@ def _fix(source: str, options: Options, path: str) -> FixResult:
     remaining = settled
     if not suppressions:
         attach_positions(module, remaining)
+    remaining = drop_yielding(remaining)
     seen = {id(f) for f in remaining}
     return FixResult(current, current != source, counts, remaining + [f for f in problems if id(f) not in seen])

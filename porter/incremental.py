@@ -845,7 +845,7 @@ class Document:
         if not stmts:  # a document that cannot be split: the engine as it is
             whole = engine.run_rules(module, rules, self.path)
             self._position(whole, positions, None)
-            return Checked(text, module, engine.drop_suppressed(text, whole), positions, None, None, 0, len(rules))
+            return Checked(text, module, engine.drop_yielding(engine.drop_suppressed(text, whole)), positions, None, None, 0, len(rules))
         # the imports as the full walk has them at each statement
         ctx = FileContext(module, self.path)
         states: list[tuple[int, dict, dict]] = []
@@ -933,7 +933,7 @@ class Document:
                         where.append(k)
         self._position(findings, positions, where)
         starts = [0] + first_lines[1:]
-        return Checked(text, module, engine.drop_suppressed(text, findings), positions, starts, None,
+        return Checked(text, module, engine.drop_yielding(engine.drop_suppressed(text, findings)), positions, starts, None,
                        len(rules) - len(wide_rules), len(wide_rules), runs)
 
     @staticmethod

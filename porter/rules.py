@@ -99,6 +99,9 @@ class Finding:
     # True for the engine's report of a rule's own exception (a bug in porter, not in the code
     # checked): see NeedsHuman
     internal_error: bool = False
+    # True for a finding of a rule that reports what the other rules leave (Rule.yields_line):
+    # dropped where another rule's finding covers the same line (engine.drop_yielding)
+    yields: bool = False
 
     @property
     def fixable(self) -> bool:
@@ -157,6 +160,10 @@ class Rule:
     # Not verified: state kept in ``ctx.cache`` from one statement to the next (each
     # statement's run gets a fresh cache): a rule that does so must not declare local.
     local: ClassVar[bool] = False
+    # True: the rule reports what the other rules leave (GL901: MXNet code left in a port), and
+    # its findings are dropped on a line where another rule's finding already stands, so that a
+    # line is reported once (engine.drop_yielding, after every check and fix).
+    yields_line: ClassVar[bool] = False
 
     def __init__(self, ctx: "FileContext") -> None:
         self.ctx = ctx
@@ -170,7 +177,7 @@ class Rule:
         severity: Optional[Severity] = None,
     ) -> None:
         self.findings.append(
-            Finding(self.code, message, node, severity or self.severity, fix)
+            Finding(self.code, message, node, severity or self.severity, fix, yields=self.yields_line)
         )
 
     # Convenience constructors -------------------------------------------------------

@@ -556,6 +556,40 @@ def _tile(b: Bound, t: str) -> str:
 _add("tile", ("data", "reps"), _tile, [Case("OP(a, reps=(2, 1))", {"a": (2, 3)}), Case("OP(a, (2,))", {"a": (2, 3)})])
 
 
+def _flipper(every_axis: bool):
+    """``flip`` / ``reverse``: axis an int or a tuple of them, required by the NDArray API;
+    ``mx.np.flip``'s None (``every_axis``) flips every axis. MXNet 1.9.1 rejects a negative
+    axis (``index = -1 must be in range``) and flips a repeated axis once per mention
+    (measured): both are left for a person."""
+    def build(b: Bound, t: str) -> str:
+        _unknown(b)
+        _no(b, out=None)
+        axis = b.lit("axis", None)
+        if axis is None:
+            data = b.get("data")
+            if not every_axis:
+                raise Manual("flip without axis (MXNet requires it)")
+            if not isinstance(data, cst.Name):
+                raise Manual("flip of every axis of an expression: name it first")
+            return f"{t}.flip({data.value}, dims=tuple(range({data.value}.dim())))"
+        axes = axis if isinstance(axis, tuple) else (axis,)
+        if axis is NOT_LITERAL or not axes or not all(isinstance(a, int) and not isinstance(a, bool) for a in axes):
+            raise Manual("axis is not a literal int or tuple of ints")
+        if any(a < 0 for a in axes):
+            raise Manual("a negative axis: MXNet 1.9.1 rejects it (the original raises here)")
+        if len(set(axes)) != len(axes):
+            raise Manual("an axis named twice: MXNet flips it once per mention")
+        dims = f"({axes[0]},)" if len(axes) == 1 else f"({', '.join(map(str, axes))})"
+        return f"{t}.flip({_x(b)}, dims={dims})"
+    return build
+
+
+_add("flip", ("data", "axis"), _flipper(False),
+     [Case("OP(a, axis=1)", {"a": (2, 3, 4)}), Case("OP(a, axis=(0, 2))", {"a": (2, 3, 4)}), Case("OP(a, 0)", {"a": (3, 4)}),
+      Case("OP(a, axis=[2, 0])", {"a": (2, 3, 4)})],
+     aliases=("reverse",))
+
+
 def _repeat(b: Bound, t: str) -> str:
     _unknown(b)
     axis = b.get("axis")
@@ -736,6 +770,8 @@ _np_add("where", ("condition", "x", "y"), _where, [Case("OP(a > 0, b, c)", {"a":
 _np_add("expand_dims", ("data", "axis"), _expand_dims, [Case("OP(a, 1)", {"a": (3, 4)})])
 _np_add("squeeze", ("data", "axis"), _squeeze, [Case("OP(a)", {"a": (3, 1, 4)}), Case("OP(a, axis=1)", {"a": (3, 1, 4)})])
 _np_add("zeros_like", ("data",), _like("zeros_like"), [Case("OP(a)", {"a": (3, 4)})])
+_np_add("flip", ("data", "axis", "out"), _flipper(True), [Case("OP(a)", {"a": (2, 3)}), Case("OP(a, 1)", {"a": (2, 3, 4)}),
+                                              Case("OP(a, axis=(0, 1))", {"a": (2, 3, 4)})])
 _np_add("ones_like", ("data",), _like("ones_like"), [Case("OP(a)", {"a": (3, 4)})])
 
 # mx.npx: the neural-network operators of the NumPy interface, with the NDArray API's signatures

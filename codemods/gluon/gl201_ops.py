@@ -125,6 +125,28 @@ class GluonOps(Rule):
             """,
             title="an mx.nd operator outside the table is reported at its line",
         ),
+        Example(
+            """
+            import mxnet as mx
+            from mxnet import nd
+
+            mirrored = nd.flip(img, axis=1)
+            upside = mx.nd.reverse(img, axis=(0, 1))
+            every = mx.np.flip(arr)
+            last = nd.flip(img, axis=-1)
+            """,
+            """
+            import mxnet as mx
+            from mxnet import nd
+            import torch
+
+            mirrored = torch.flip(img, dims=(1,))
+            upside = torch.flip(img, dims=(0, 1))
+            every = torch.flip(arr, dims=tuple(range(arr.dim())))
+            last = nd.flip(img, axis=-1)  # porter: manual
+            """,
+            title="flip / reverse: an axis or a tuple of them; MXNet 1.9.1 rejects a negative axis",
+        ),
     ]
     valid = ["import torch\ny = torch.relu(x)\n", "import mxnet as mx\nx = mx.nd.zeros((2, 3))\n"]
 
