@@ -12,7 +12,7 @@ from . import _nnx
 
 # the Gluon helpers (templates/gluon_layers.py.j2) that have a JAX form (templates/gluon_jax_layers.py.j2)
 TWINS = ("LazyDense", "init_xavier", "init_normal", "init_uniform", "init_constant", "init_zero", "init_one",
-         "with_init", "initialize", "begin_state", "with_activation", "gluon_conv")
+         "with_init", "initialize", "begin_state", "with_activation", "gluon_conv", "gluon_imresize")
 # the modules each JAX form uses
 _IMPORTS = {
     "LazyDense": ("jax", "jax.numpy", "flax.nnx", "math"),
@@ -24,6 +24,7 @@ _IMPORTS = {
     "begin_state": ("jax.numpy",),
     "with_activation": ("functools",),
     "gluon_conv": ("flax.nnx", "functools"),
+    "gluon_imresize": ("jax.numpy",),
 }
 _UNSAFE = Safety.UNSAFE
 # torch-only parts of the torch initialize(): the JAX form has its own
@@ -155,7 +156,11 @@ class GluonHelpersJax(Rule):
       -> `GluonBatchNorm` / `GluonLazyBatchNorm` (JX011): the running variance is updated with
       the biased batch variance, as MXNet's BatchNorm does (torch's with the unbiased one);
     - `begin_state`: `jnp.zeros` by default; calls drop `ctx=` (a traced array has no
-      device) and pass `func=jnp.zeros` for `func=torch.zeros`.
+      device) and pass `func=jnp.zeros` for `func=torch.zeros`;
+    - `gluon_imresize` (GL406: `mx.image.imresize`): the same resize in jnp, one axis at a
+      time (torch's source positions and bicubic kernel, OpenCV's nearest neighbour).
+
+    The `import torch` the torch helper needed goes once nothing else uses it.
 
     ## Why
     The torch helpers set tensors in place (`nn.init.uniform_`, `fill_`) and hook lazy
@@ -184,7 +189,6 @@ class GluonHelpersJax(Rule):
                 return lambda weight: torch.nn.init.normal_(weight, 0.0, sigma)
             ''',
             '''
-            import torch
             import jax
             import jax.numpy as jnp
 
@@ -218,7 +222,7 @@ class GluonHelpersJax(Rule):
                 stmt,
                 f"{name}: porter's Gluon helper in its JAX form",
                 Fix((self.replace(stmt, cst.FlattenSentinel(new)),), safety=_UNSAFE,
-                    imports=_IMPORTS[name]),
+                    imports=_IMPORTS[name], remove_imports=(("torch", None),)),  # the torch helper's, once unused
             )
         if "initialize" in torch_helpers:
             for stmt in node.body:
