@@ -191,3 +191,43 @@ def test_gluon_imresize_matches_mxnet_in_torch_and_jax(tmp_path):
             # nearest exact; uint8: OpenCV's fixed point within 1; float32: its rounding
             limit = 0.0 if interp == "0" else 1.0 if dt == "uint8" else 1e-3
             assert diff <= limit, (key, diff)
+
+
+def test_a_local_name_shadowing_an_mxnet_import_is_not_mxnet():
+    src = textwrap.dedent("""\
+        import torch
+        from mxnet import init
+        from mxnet.gluon.nn import BatchNorm
+
+        def initialize(module, init=None):
+            init = init or torch.nn.init.zeros_
+            return init(module.weight)
+
+        def block(channels, norm_layer=BatchNorm):
+            from mxnet.image.image import _get_interp_method as get_interp
+            return norm_layer(channels), get_interp(1)
+        """)
+    checked = engine.check(src, engine.Options(rules=registry.rules_for("torch")))
+    lines = {f.position.line: f.message for f in checked.findings if f.code == "GL901"}
+    assert sorted(lines) == [2, 3, 9, 10, 11], lines  # not 5-7: `init` is the function's own
+    assert "still used by BatchNorm" in lines[3]
+
+
+def test_the_f_of_a_hybrid_forward_that_stays_is_mxnet():
+    src = textwrap.dedent("""\
+        from mxnet import gluon
+
+        class Up(gluon.HybridBlock):
+            def hybrid_forward(self, F, x):
+                y = F.contrib.BilinearResize2D(x, height=4, width=4)
+                return self.resize(F, y)
+
+            def resize(self, F, y):
+                return y
+        """)
+    result = _port(src, "torch")
+    lines = {f.position.line: f for f in result.remaining}
+    text = result.source.splitlines()
+    f_line = next(i for i, t in enumerate(text, 1) if "self.resize(F, y)" in t)
+    assert lines[f_line].code == "GL901" and lines[f_line].message.startswith("F (mxnet.ndarray)")
+    assert not [f for f in result.remaining if f.code == "GL901" and "resize(self, F" in text[f.position.line - 1]]

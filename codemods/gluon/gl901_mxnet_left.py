@@ -26,6 +26,8 @@ class MxnetLeft(Rule):
       chain (`mx.image.imdecode(buf)`, `mx.recordio.unpack(s)`), a name of
       `from mxnet... import ...` (`numeric_types`, `autograd`, `gluon.data.Dataset`), also
       where it is only read (`isinstance(x, mx.nd.NDArray)`, a type hint);
+    - `F` of a `hybrid_forward(self, F, ...)` that stays (an `F.<op>` the op table reports
+      is marked by GL201; `F` passed on, `F.contrib.<op>`, are reported here);
     - the MXNet import that stays because of them (`import mxnet as mx`,
       `from mxnet.base import numeric_types`), with the names that keep it: the port fails
       there with `ModuleNotFoundError: No module named 'mxnet'` where MXNet is not installed,
@@ -52,7 +54,7 @@ class MxnetLeft(Rule):
     target = "torch"
     summary = "MXNet code left in the port after the other Gluon rules (mx.*, nd.*, names of mxnet imports, the import that stays): reported at its line"
     severity = Severity.ERROR
-    needs_text = ("mxnet",)
+    needs_text = ("mxnet", "hybrid_forward")
     needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     yields_line = True
     examples = [
@@ -111,7 +113,7 @@ class MxnetLeft(Rule):
             return  # a check of a Gluon file not ported yet: the other rules' findings say what to port
         users: dict[str, list[str]] = {}  # local name of an MXNet import -> the APIs that read it
         imports: list[tuple[cst.CSTNode, list[str]]] = []
-        for stmt, guarded in _statements(node, False):
+        for stmt, guarded, shadow, fnames in _statements(node):
             marked = astutil.has_manual_marker(stmt)
             skip = _skip(stmt)
             uses: list[tuple[cst.CSTNode, str]] = []
@@ -120,13 +122,14 @@ class MxnetLeft(Rule):
                     names = _mxnet_import_names(n)
                     if names and not guarded and not marked:
                         imports.append((n, names))
-                elif isinstance(n, (cst.Attribute, cst.Name)) and id(n) not in skip:
-                    qual = ctx.qualname(n) or ""
+                elif isinstance(n, (cst.Attribute, cst.Name)) and id(n) not in skip and _head(n) not in shadow:
+                    qual = _f_qualname(n) if _head(n) in fnames else ctx.qualname(n) or ""
                     if qual == "mxnet" or qual.startswith("mxnet."):
                         uses.append((n, qual))
             kept = _longest(uses)
             for n, _ in kept:
-                users.setdefault(_head(n), []).append(_model.code(n))
+                if _head(n) not in fnames:  # a hybrid_forward's F is no import's name
+                    users.setdefault(_head(n), []).append(_model.code(n))
             if kept and not marked:
                 apis = ", ".join(dict.fromkeys(_model.code(n) if _model.code(n) == q else f"{_model.code(n)} ({q})"
                                                for n, q in kept))
@@ -141,20 +144,26 @@ class MxnetLeft(Rule):
                            "ModuleNotFoundError where MXNet is not installed")
 
 
-def _statements(root: cst.CSTNode, guarded: bool) -> Iterator[tuple[cst.CSTNode, bool]]:
-    """Every simple statement line and compound statement of ``root`` (functions and classes
-    too), with whether it sits in a ``try`` that catches ImportError."""
-    body = root.body if isinstance(root, cst.Module) else None
-    if body is None:
-        return
-    for st in body:
-        yield from _statement_tree(st, guarded)
+def _statements(module: cst.Module) -> Iterator[tuple[cst.CSTNode, bool, frozenset, frozenset]]:
+    """Every simple statement line and compound statement of the module (functions and
+    classes too), with whether it sits in a ``try`` that catches ImportError, the names the
+    functions around it bind themselves (a parameter ``init`` is not MXNet's ``init``) and
+    the ``F`` of a ``hybrid_forward(self, F, ...)`` around it (MXNet's nd or sym API)."""
+    for st in module.body:
+        yield from _statement_tree(st, False, frozenset(), frozenset())
 
 
-def _statement_tree(st: cst.CSTNode, guarded: bool) -> Iterator[tuple[cst.CSTNode, bool]]:
-    yield st, guarded
+def _statement_tree(st: cst.CSTNode, guarded: bool, shadow: frozenset,
+                    fnames: frozenset) -> Iterator[tuple[cst.CSTNode, bool, frozenset, frozenset]]:
+    yield st, guarded, shadow, fnames
     if not isinstance(st, cst.BaseCompoundStatement):
         return
+    if isinstance(st, cst.FunctionDef):
+        own = {n for imp in astutil.walk(st.body) if isinstance(imp, (cst.Import, cst.ImportFrom))
+               for n in _mxnet_import_names(imp)}
+        f = st.params.params[1].name.value if st.name.value == "hybrid_forward" and len(st.params.params) >= 2 else None
+        shadow = shadow | frozenset(astutil.function_locals(st) - own - {f})
+        fnames = (fnames - astutil.function_locals(st)) | ({f} if f else set())
     inner_guard = guarded or (isinstance(st, cst.Try) and any(_catches_import_error(h) for h in st.handlers))
     for part in _BLOCKS:
         p = getattr(st, part, None)
@@ -163,16 +172,16 @@ def _statement_tree(st: cst.CSTNode, guarded: bool) -> Iterator[tuple[cst.CSTNod
         for x in (p if isinstance(p, (list, tuple)) else [p]):
             block = x if isinstance(x, cst.BaseSuite) else getattr(x, "body", None)
             if isinstance(x, cst.If):  # an elif
-                yield from _statement_tree(x, guarded)
+                yield from _statement_tree(x, guarded, shadow, fnames)
                 continue
             if isinstance(x, cst.ExceptHandler):
-                yield x, guarded  # its header (the exception types) is code too
+                yield x, guarded, shadow, fnames  # its header (the exception types) is code too
             g = inner_guard if part == "body" else guarded
             if isinstance(block, cst.IndentedBlock):
                 for s in block.body:
-                    yield from _statement_tree(s, g)
+                    yield from _statement_tree(s, g, shadow, fnames)
             elif isinstance(block, cst.SimpleStatementSuite):
-                yield block, g
+                yield block, g, shadow, fnames
 
 
 def _catches_import_error(handler: cst.ExceptHandler) -> bool:
@@ -236,6 +245,11 @@ def _longest(uses: list[tuple[cst.CSTNode, str]]) -> list[tuple[cst.CSTNode, str
         if isinstance(n, cst.Attribute):
             inner.update(id(m) for m in astutil.walk(n.value))
     return [(n, q) for n, q in uses if id(n) not in inner]
+
+
+def _f_qualname(node: cst.CSTNode) -> str:
+    """``F.contrib.BilinearResize2D`` of a hybrid_forward's ``F`` -> "mxnet.ndarray.contrib.BilinearResize2D"."""
+    return "mxnet.ndarray" + _model.code(node)[len(_head(node)):]
 
 
 def _head(node: cst.CSTNode) -> str:
