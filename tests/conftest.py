@@ -15,6 +15,8 @@ import fnmatch
 import importlib.util
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -137,11 +139,33 @@ def _fast_lane() -> bool:
     return bool(os.environ.get(tripwire.ENV))
 
 
+# JAX's persistent compilation cache, one per run of the suite (unless JAX_COMPILATION_CACHE_DIR
+# names one): the JAX processes of the tests compile the same eager operations and often the
+# same steps (a fixture's port run by several tests); every program is kept, however quick its
+# compilation (the eager ops are many quick ones: a JAX fixture's run on the CPU 21 s with a
+# cold cache, 7 s warm). A program loaded from the cache still counts as a compilation in the
+# JAX side's health, and JAX_DUMP_IR_TO still gets its lowered module.
+_JAX_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
+
+
 def pytest_configure(config):
     if _fast_lane():
         # every Python subprocess imports the tripwire too (as sitecustomize)
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(TRIPWIRE), os.environ.get("PYTHONPATH")) if p)
         tripwire.install()
+    elif not hasattr(config, "workerinput") and not os.environ.get(_JAX_CACHE_ENV):
+        # the workers and every subprocess inherit it
+        config._porter_jax_cache = tempfile.mkdtemp(prefix="porter-test-jax-cache-")
+        os.environ[_JAX_CACHE_ENV] = config._porter_jax_cache
+        os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_porter_jax_cache", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+        if os.environ.get(_JAX_CACHE_ENV) == folder:
+            del os.environ[_JAX_CACHE_ENV]
 
 
 def framework_markers(nodeid: str) -> set[str]:
