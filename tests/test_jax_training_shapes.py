@@ -13,23 +13,11 @@ import pytest
 
 from porter import engine, registry
 
+from scripthelp import SMALL_NET
+
 JAX = engine.Options(tuple(registry.rules_for("jax")), unsafe_fixes=False)
 
-HEAD = '''
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-from torch.utils.data import DataLoader, TensorDataset
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layers = nn.Sequential(nn.Linear(10, 16), nn.Tanh(), nn.Linear(16, 4))
-
-    def forward(self, x):
-        return self.layers(x)
-
+HEAD = SMALL_NET + '''
     def configure_optimizers(self, weight_decay, lr):
         decay = [p for n, p in self.named_parameters() if p.dim() >= 2]
         nodecay = [p for n, p in self.named_parameters() if p.dim() < 2]
