@@ -36,7 +36,7 @@ class ScriptRequest:
     # "auto": float64 when both sides run in it (float32 rounding differences between eager
     # CPU and XLA kernels are amplified by adaptive optimizers within a few steps and would
     # hide or fake a divergence), else float32 with tolerances that grow with the step; a JAX
-    # port runs in float32 (jax_enable_x64 off)
+    # port runs in float64 with jax_enable_x64 on (porter.verify.trace_jax)
     dtype: Optional[str] = "auto"
     rtol: Optional[float] = None  # None: by dtype (float64: 1e-5; float32: 5e-4 x the step index)
     atol: Optional[float] = None
@@ -274,9 +274,7 @@ def verify_script(req: ScriptRequest) -> Report:
         return verify_mxnet_script(req)
     jax_port = port_backend(req.port).name == "jax"
     auto = req.dtype in (None, "auto")
-    if jax_port:
-        candidates = ["float32"]
-    elif auto:
+    if auto:
         candidates = ["float64", "float32"]
     else:
         candidates = [req.dtype]
@@ -302,13 +300,14 @@ def verify_script(req: ScriptRequest) -> Report:
     with tempfile.TemporaryDirectory(prefix="porter-verify-") as tmp:
         work = Path(tmp)
         tried: list[str] = []
+        port: dict = {}
         for attempt, dtype in enumerate(candidates):
             last = attempt == len(candidates) - 1
             for side in ("original", "port"):
                 folder = work / f"{side}-{dtype}"
                 folder.mkdir()
                 _copy_files(req.files, folder)
-            common = dict(host_random=True, seed=req.seed, dtype=None if jax_port else dtype, max_steps=req.steps,
+            common = dict(host_random=True, seed=req.seed, dtype=dtype, max_steps=req.steps,
                           timeout=req.timeout, memory_mb=req.memory_mb, synthetic_size=req.synthetic_size)
             extra_o: dict = {}
             extra_p: dict = {}
@@ -332,13 +331,22 @@ def verify_script(req: ScriptRequest) -> Report:
                 continue
             break
     dtype_note = f"both sides ran with torch's default dtype {dtype}"
-    if jax_port:
-        dtype_note = "both sides ran in float32 (a JAX port runs with jax_enable_x64 off)"
-    elif tried:
+    if jax_port and dtype == "float64":
+        dtype_note += " (the JAX port with jax_enable_x64 on and its models' variables widened to float64)"
+    elif jax_port:
+        dtype_note += " (the JAX port with jax_enable_x64 off)"
+    if tried:
         dtype_note += " (" + "; ".join(tried) + ")"
     elif auto and dtype == "float64":
         dtype_note += " (chosen: both sides run in it)"
-    rtol, atol, scaled = tolerance(dtype, req.rtol, req.atol)
+    # a JAX port that casts its own parameters to float32 computes in float32 whatever the
+    # run's dtype: its losses are compared with float32's tolerances
+    narrow = (port.get("jax") or {}).get("narrow_parameters") or [] if dtype == "float64" else []
+    compared_in = "float32" if narrow else dtype
+    if narrow:
+        dtype_note += (f"; the port's parameters stayed narrower than float64 ({', '.join(narrow[:3])}"
+                       f"{' ...' if len(narrow) > 3 else ''}): compared with float32's tolerances")
+    rtol, atol, scaled = tolerance(compared_in, req.rtol, req.atol)
     if scaled:
         dtype_note += (f"; float32 tolerances grow with the step: step k allows |original - port| <= "
                        f"k x ({atol:g} + {rtol:g} x |original|)")

@@ -641,7 +641,8 @@ def run(
     if jax:
         from porter.verify import trace_jax
 
-        recorder.jax = trace_jax.JaxHooks(recorder, jax_weights, seed if reseed_at_optimizer else None, _reseed)
+        recorder.jax = trace_jax.JaxHooks(recorder, jax_weights, seed if reseed_at_optimizer else None, _reseed,
+                                          x64=dtype == "float64", host_random=host_random)
         recorder.jax.install()
     UpdateWatch(recorder).__enter__()
 

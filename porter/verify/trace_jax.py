@@ -14,6 +14,23 @@ JAX port's process (``--jax``) before the script runs.
 * **Initial weights.** The i-th ``nnx.Optimizer(model, ...)`` the script builds gets, just
   before its constructor runs, the state dict of the original's i-th torch.optim optimizer's
   model (``porter.verify.weights``), through the port's own ``load_torch_state_dict``.
+* **float64.** With ``x64`` (a float64 verification: the original ran with torch's default
+  dtype float64), ``jax_enable_x64`` is on before the script runs, and each optimizer's model
+  has its floating-point variables widened to float64 before the original's weights are
+  loaded (Flax creates parameters as float32 whatever the default): the step then computes in
+  float64 (inputs and parameters promote), as the original does. The summary lists the
+  parameters still narrower than float64 after the run (a port that casts its own), so that
+  the comparison can fall back to float32's tolerances.
+* **Random numbers.** With ``host_random`` (the verifier's ``--host-random``: the original
+  draws on torch's CPU generator), once the first optimizer is built the port's
+  ``jax.random.normal`` / ``uniform`` / ``bernoulli`` draw the same numbers from torch's CPU
+  generator, in the order the program runs them (an ordered ``io_callback``, inside jitted
+  steps too; a step that draws is waited for, so that the data loader's draws on the host
+  keep their order): ``normal`` is ``torch.randn``, ``uniform`` ``lo + (hi - lo) *
+  torch.rand``, and ``bernoulli(p)`` ``torch.rand < p`` or, for a dropout (``nnx.Dropout``,
+  the port's ``torch_dropout``), ``torch.rand >= 1 - p``, as the original's dropout keeps
+  ``rand >= p`` (``porter.verify.trace.HostRandomMode``). The reparameterisation noise of a
+  VAE, a noise draw in the step and a dropout mask are then the original's.
 * **Health.** Compilations (every backend compilation ``jax.monitoring`` reports),
   device-to-host transfers (a ``jax.Array`` whose value is fetched to the host for the first
   time: ``float()``, ``.item()``, ``np.asarray``, printing), calls of the step functions; at the
@@ -33,8 +50,14 @@ _CALLBACKS = (("jax.debug", "print"), ("jax.debug", "callback"), ("jax", "pure_c
 
 
 class JaxHooks:
-    def __init__(self, recorder: Any, weights: Optional[str], reseed: Optional[int], reseed_fn: Callable) -> None:
+    def __init__(self, recorder: Any, weights: Optional[str], reseed: Optional[int], reseed_fn: Callable,
+                 x64: bool = False, host_random: bool = False) -> None:
         self.recorder = recorder
+        self.x64 = x64
+        self.host_random = host_random
+        self.drawing = False  # host draws stand in for jax.random's (from the first optimizer on)
+        self.draws = 0  # host draws made or traced
+        self.models: list[Any] = []  # each optimizer's model
         self.weights = weights
         self.reseed = reseed
         self.reseed_fn = reseed_fn
@@ -62,7 +85,10 @@ class JaxHooks:
                 sizes[name] = int(_cache_size(fn))
             except Exception:  # noqa: BLE001 - an object without a jit cache to ask
                 sizes[name] = None
-        return {"jit_cache_sizes": sizes, "host_callbacks": self.callbacks, "weights_loaded": self.loaded}
+        summary = {"jit_cache_sizes": sizes, "host_callbacks": self.callbacks, "weights_loaded": self.loaded}
+        if self.x64:
+            summary["narrow_parameters"] = _narrow_parameters(self.models)
+        return summary
 
     # -- installing --
     def install(self) -> None:
@@ -73,6 +99,8 @@ class JaxHooks:
         from flax import nnx
         from jax._src import array as jarray
 
+        if self.x64:
+            jax.config.update("jax_enable_x64", True)
         jax.monitoring.register_event_duration_secs_listener(self._on_duration)
         hooks = self
 
@@ -106,6 +134,8 @@ class JaxHooks:
 
         optax.apply_updates = apply_updates
 
+        if self.host_random:
+            _HostDraws(self).install()
         nnx.jit = self._jit_wrapper(nnx.jit)
         for name in ("value_and_grad", "grad"):
             setattr(nnx, name, self._grad_wrapper(getattr(nnx, name), nnx.Module))
@@ -126,6 +156,9 @@ class JaxHooks:
     def on_optimizer(self, model: Any) -> None:
         index = self.optimizers
         self.optimizers += 1
+        self.models.append(model)
+        if self.x64:
+            _widen(model)
         if self.weights is not None:
             from porter.verify import weights
 
@@ -148,6 +181,7 @@ class JaxHooks:
                                            f"into {type(model).__name__}: {type(exc).__name__}: {exc}")
         if self.reseed is not None:
             self.reseed_fn(self.reseed)
+        self.drawing = self.host_random
 
     # -- updates and steps --
     def on_update(self, run: Callable) -> Any:
@@ -214,7 +248,7 @@ class JaxHooks:
         return callback
 
     def on_call(self, fn: "_Jitted", args: tuple, kwargs: dict) -> Any:
-        before, grads_before = self.updates, self.grads
+        before, grads_before, draws_before = self.updates, self.grads, self.draws
         self.depth += 1
         self.tracing.append(fn.name)
         try:
@@ -222,6 +256,13 @@ class JaxHooks:
         finally:
             self.depth -= 1
             self.tracing.pop()
+        if self.draws > draws_before:
+            fn.draws = True
+        if fn.draws and self.depth == 0:
+            # its host draws run when it executes: done before the script's next draw on the host
+            import jax
+
+            jax.block_until_ready(result)
         if self.updates > before:  # its trace updated parameters: a step function
             fn.is_step = True
             self.step_functions.setdefault(fn.name, fn.compiled)
@@ -251,6 +292,7 @@ class _Jitted:
         self.name = name
         self.is_step = False
         self.is_grad = False
+        self.draws = False  # its trace drew random numbers on the host (_HostDraws)
         self.__name__ = name
         self.__wrapped__ = compiled
 
@@ -266,6 +308,99 @@ class _Jitted:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.compiled, name)
+
+
+class _HostDraws:
+    """``jax.random.normal`` / ``uniform`` / ``bernoulli`` drawn from torch's CPU generator while
+    ``hooks.drawing`` (see the module docstring); jax.random's own before that."""
+
+    _DROPOUT_CALLERS = ("torch_dropout",)
+
+    def __init__(self, hooks: JaxHooks) -> None:
+        from jax.experimental import io_callback
+
+        self.hooks = hooks
+        self.io_callback = io_callback  # the real one: the verifier's draws are no host callback of the port
+
+    def install(self) -> None:
+        import jax
+
+        for kind in ("normal", "uniform", "bernoulli"):
+            real = getattr(jax.random, kind)
+            setattr(jax.random, kind, getattr(self, f"_{kind}")(real))
+
+    def _draw(self, sampler: str, shape: tuple, dtype: Any) -> Any:
+        """``torch.<sampler>(shape)`` in DTYPE's precision, on the host when the program runs there."""
+        import jax
+        import numpy as np
+        import torch
+
+        shape = tuple(int(d) for d in shape)
+        dtype = np.dtype(dtype)
+        wide = torch.float64 if dtype == np.float64 else torch.float32
+        self.hooks.draws += 1
+
+        def draw() -> Any:
+            return getattr(torch, sampler)(shape, dtype=wide).numpy().astype(dtype)
+
+        value = self.io_callback(draw, jax.ShapeDtypeStruct(shape, dtype), ordered=True)
+        if self.hooks.depth == 0:
+            jax.block_until_ready(value)
+        return value
+
+    @staticmethod
+    def _float(dtype: Any) -> Any:
+        import jax.numpy as jnp
+
+        return jnp.dtype(dtype) if dtype is not None else jnp.dtype(jnp.zeros(()).dtype)
+
+    def _normal(self, real: Callable) -> Callable:
+        def normal(key: Any, shape: Any = (), dtype: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if not self.hooks.drawing or args or _placement_only(kwargs) is None:
+                return real(key, shape, *((dtype,) if dtype is not None else ()), *args, **kwargs)
+            return self._draw("randn", shape, self._float(dtype))
+
+        return normal
+
+    def _uniform(self, real: Callable) -> Callable:
+        def uniform(key: Any, shape: Any = (), dtype: Any = None, minval: Any = 0.0, maxval: Any = 1.0,
+                    **kwargs: Any) -> Any:
+            if not self.hooks.drawing or _placement_only(kwargs) is None:
+                return real(key, shape, *((dtype,) if dtype is not None else ()), minval=minval, maxval=maxval,
+                            **kwargs)
+            dtype = self._float(dtype)
+            return minval + (maxval - minval) * self._draw("rand", shape, dtype)
+
+        return uniform
+
+    def _bernoulli(self, real: Callable) -> Callable:
+        def bernoulli(key: Any, p: Any = 0.5, shape: Any = None, *args: Any, **kwargs: Any) -> Any:
+            if not self.hooks.drawing or args or _placement_only(kwargs) is None:
+                return real(key, p, shape, *args, **kwargs)
+            import jax.numpy as jnp
+
+            p = jnp.asarray(p)
+            noise = self._draw("rand", shape if shape is not None else p.shape, self._float(None))
+            if _dropout_caller():
+                return noise >= 1.0 - p  # the original's dropout keeps rand >= rate
+            return noise < p
+
+        return bernoulli
+
+
+def _placement_only(kwargs: dict) -> Optional[dict]:
+    """KWARGS when they only place the result (``out_sharding=None`` or a sharding, which a
+    host draw on one device has no use for), else None: the draw is left to jax.random."""
+    return kwargs if set(kwargs) <= {"out_sharding"} else None
+
+
+def _dropout_caller() -> bool:
+    """The bernoulli draw is a dropout's keep mask: called by nnx.Dropout or the port's
+    torch_dropout helper."""
+    frame = sys._getframe(2)
+    code = frame.f_code
+    return code.co_name in _HostDraws._DROPOUT_CALLERS or (
+        code.co_name == "__call__" and code.co_filename.replace("\\", "/").endswith("nnx/nn/stochastic.py"))
 
 
 def _cache_size(fn: Any) -> int:
@@ -287,6 +422,36 @@ def _loss_of(result: Any) -> Any:
             if (size == 0 and shape == ()) or (size == 1 and int(getattr(leaf, "size", 0)) == 1):
                 return leaf
     return None
+
+
+def _widen(model: Any) -> None:
+    """The model's floating-point variables (parameters, buffers) as float64, in place."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    def wide(x: Any) -> Any:
+        dtype = getattr(x, "dtype", None)
+        if dtype is None or not jnp.issubdtype(dtype, jnp.floating) or dtype == jnp.float64:
+            return x
+        return jnp.asarray(x, dtype=jnp.float64)
+
+    nnx.update(model, jax.tree.map(wide, nnx.state(model)))
+
+
+def _narrow_parameters(models: list) -> list[str]:
+    """The parameters of MODELS whose floating dtype is narrower than float64 (by path)."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    narrow = []
+    for i, model in enumerate(models):
+        for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(model, nnx.Param)):
+            dtype = getattr(leaf, "dtype", None)
+            if dtype is not None and jnp.issubdtype(dtype, jnp.floating) and dtype != jnp.float64:
+                narrow.append(f"{i}:{jax.tree_util.keystr(path)} {dtype}")
+    return narrow
 
 
 def _loader(model: Any) -> Optional[Callable]:

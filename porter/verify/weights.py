@@ -61,14 +61,16 @@ def _is_wrapper(module: Any, nn: Any) -> bool:
 def export(optimizer: Any, folder: str, index: int) -> str:
     """Write the state dict of OPTIMIZER's model to FOLDER/weights_<index>.npz; a line for the
     record (which model, or why none)."""
+    import torch
+
     model = model_of(optimizer)
     if model is None:
         return f"optimizer {index}: no model of its own (its parameters are not one module's)"
     state = {}
     for key, value in model.state_dict().items():
         t = value.detach()
-        if t.is_floating_point():
-            t = t.float()  # the JAX side runs in float32
+        if t.is_floating_point() and t.dtype != torch.float64:
+            t = t.float()  # half / bfloat16 as float32; a float64 run's weights stay float64
         state[key] = t.cpu().numpy().copy()
     write(folder, index, state, type(model).__name__)
     return f"optimizer {index}: the initial weights of its {type(model).__name__} ({len(state)} tensors)"
