@@ -116,3 +116,13 @@ def test_a_port_one_part_in_ten_thousand_off_is_caught(tmp_path, port_source):
     report = _verify(tmp_path, changed)
     assert not report["passed"] and report["status"] == "diverged", report["summary"]
     assert "step 1" in report["summary"], report["summary"]
+
+
+def test_a_jax_port_that_still_trains_with_torch_is_not_ported(tmp_path):
+    # a port that imports JAX but whose step stayed torch's (a torch library model, an
+    # optimizer from another file's factory): its losses equal the original's, which says
+    # nothing about a JAX port
+    port = ORIGINAL.replace("import argparse\n", "import argparse\n\nimport jax\nimport flax.nnx as nnx\n", 1)
+    report = _verify(tmp_path, port)
+    assert not report["passed"] and report["status"] == "not-ported", report["summary"]
+    assert "4 of its 4 optimizer steps were torch.optim steps" in report["summary"], report["summary"]

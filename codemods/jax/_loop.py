@@ -376,8 +376,11 @@ def classify(stmt: cst.BaseStatement, ctx: FileContext, aliases: Optional[dict] 
     return Piece("other", stmt)
 
 
-def has_backward(node: cst.CSTNode) -> bool:
-    return any(astutil.method_name(c) == "backward" for c in astutil.calls_in(node))
+def has_backward(node: cst.CSTNode, into_functions: bool = False) -> bool:
+    """``node`` calls ``.backward()`` (also in the functions defined in it, ``into_functions``:
+    a loop body's ``def _backward(loss): loss.backward()``)."""
+    return any(isinstance(n, cst.Call) and astutil.method_name(n) == "backward"
+               for n in astutil.walk(node, into_functions=into_functions))
 
 
 @dataclass

@@ -336,6 +336,8 @@ class DevicePlacement(Rule):
             return
         # a loop's batch moved in it still becomes a NumPy array, now on every path
         kept = [line for line in map(self._batch_conversion, _lines(node.body)) if line is not None]
+        if kept and self._step_pending():
+            return
         if kept:
             kept[0] = kept[0].with_changes(leading_lines=node.leading_lines)
             edit = self.replace(node, cst.FlattenSentinel(kept))
@@ -380,6 +382,8 @@ class DevicePlacement(Rule):
             return  # the whole statement goes (visit_SimpleStatementLine)
         if isinstance(self.ctx.parent, cst.Expr) and isinstance(receiver, (cst.Name, cst.Attribute)):
             return  # `net.to(device)` as a statement: the statement goes (visit_SimpleStatementLine)
+        if batch and self._step_pending():
+            return
         if batch:
             new = cst.Call(cst.Attribute(receiver, cst.Name("numpy")))
             message = "a batch from the loader: JAX places arrays itself; hand the step a NumPy array"
@@ -403,8 +407,8 @@ class DevicePlacement(Rule):
         if not isinstance(node.body, cst.IndentedBlock) or not lp.imports_torch(self.ctx):
             return
         target = lp.loader_batch_target(node, self.ctx)
-        if target is None:
-            return
+        if target is None or lp.has_backward(node.body, into_functions=True):
+            return  # a training step still torch's: JX301 first (see _step_pending)
         names = _unconverted_batch(target, node, self.ctx)
         if not names:
             return
@@ -431,7 +435,8 @@ class DevicePlacement(Rule):
             return  # visit_If removes the whole statement
         binding = lp.batch_binding(self.ctx, node) if lp.imports_torch(self.ctx) else None
         if binding is not None:
-            self._convert_binding(node, binding)
+            if not self._step_pending():
+                self._convert_binding(node, binding)
             return
         if len(node.body) == 1 and isinstance(node.body[0], cst.Expr):
             receiver = lp.device_move(node.body[0].value, self.ctx)
@@ -526,6 +531,14 @@ class DevicePlacement(Rule):
             return False
         cls = self.ctx.enclosing(cst.ClassDef)
         return cls is None or not ops.is_module_class(cls, self.ctx)
+
+    def _step_pending(self) -> bool:
+        """A loop around the node still calls ``backward()``: its training step is torch's until
+        JX301 rewrites it into a jitted step, and its batches stay torch tensors until then (the
+        next pass converts them). A step JX301 cannot rewrite (reported there, and by JX901 at
+        the ``backward()``) keeps torch batches, which the torch code left in it takes."""
+        return any(isinstance(a, (cst.For, cst.While)) and lp.has_backward(a.body, into_functions=True)
+                   for a in self.ctx.ancestors)
 
     def _batch(self, receiver) -> bool:
         """A batch a for loop around the node reads from its iterable (not a model)."""

@@ -240,6 +240,13 @@ def jax_health(record: dict, health: dict, budgets: Budgets) -> dict:
             "problems": problems, "within_budget": not problems}
 
 
+def _torch_steps(record: dict) -> int:
+    """How many of a JAX port's recorded steps were torch's (a torch.optim optimizer's step, by
+    its index, or a manual update of torch parameters, -1): a JAX step is named by its step
+    function (or "eager update")."""
+    return sum(1 for step in record.get("steps", []) if isinstance(step.get("optimizer"), int))
+
+
 def _copy_files(folder: Optional[Path], target: Path) -> None:
     if folder is not None:
         shutil.copytree(folder, target, dirs_exist_ok=True, symlinks=True)
@@ -389,6 +396,16 @@ def verify_script(req: ScriptRequest) -> Report:
         count_note = f"the original ran {orig['num_steps']} optimizer steps, the port {port['num_steps']}"
         notes.append(count_note)
     early, stopped = _early_end(orig, port, steps, req.steps, notes)
+    torch_steps = _torch_steps(port) if jax_port else 0
+    if torch_steps:
+        # the port trained with torch (a step JAX could not take over, a torch library model):
+        # its losses are the original's, which proves nothing about a JAX port
+        status = "not-ported"
+        summary = (f"the port's training ran in torch, not JAX: {torch_steps} of its {port['num_steps']} optimizer "
+                   "steps were torch.optim steps or manual updates of torch parameters (see the port's JX901 "
+                   "findings at its backward() and its model)")
+        return Report("script", False, status, summary, side_o, side_p, first_divergence=None, health=health,
+                      notes=notes, settings=settings, steps=steps)
     if first is not None:
         status, summary = "diverged", f"diverged first at {first['where']}: |original - port| = {first['max_abs']:.3g}"
     elif stopped is not None:
@@ -511,6 +528,16 @@ def verify_mxnet_script(req: ScriptRequest) -> Report:
         count_note = f"the original ran {orig['num_steps']} optimizer steps, the port {port['num_steps']}"
         notes.append(count_note)
     early, stopped = _early_end(orig, port, steps, req.steps, notes)
+    torch_steps = _torch_steps(port) if jax_port else 0
+    if torch_steps:
+        # the port trained with torch (a step JAX could not take over, a torch library model):
+        # its losses are the original's, which proves nothing about a JAX port
+        status = "not-ported"
+        summary = (f"the port's training ran in torch, not JAX: {torch_steps} of its {port['num_steps']} optimizer "
+                   "steps were torch.optim steps or manual updates of torch parameters (see the port's JX901 "
+                   "findings at its backward() and its model)")
+        return Report("script", False, status, summary, side_o, side_p, first_divergence=None, health=health,
+                      notes=notes, settings=settings, steps=steps)
     if first is not None:
         status, summary = "diverged", f"diverged first at {first['where']}: |original - port| = {first['max_abs']:.3g}"
         if not _weights_loaded(port, jax_port):
