@@ -126,3 +126,13 @@ def test_a_jax_port_that_still_trains_with_torch_is_not_ported(tmp_path):
     report = _verify(tmp_path, port)
     assert not report["passed"] and report["status"] == "not-ported", report["summary"]
     assert "4 of its 4 optimizer steps were torch.optim steps" in report["summary"], report["summary"]
+
+
+def test_a_torch_model_given_to_nnx_optimizer_fails_with_its_own_error(tmp_path):
+    # the port's own error reaches the report (the verifier's float64 widening and its
+    # parameter check skip a model that is no NNX module)
+    port = ORIGINAL.replace("import argparse\n", "import argparse\n\nimport optax\nimport flax.nnx as nnx\n", 1)
+    port = port.replace("torch.optim.Adam(model.parameters(), lr=1e-2)", "nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param)")
+    report = _verify(tmp_path, port)
+    assert report["status"] == "side-failed", report["summary"]
+    assert "the port could not run" in report["summary"] and "without a record" not in report["summary"], report["summary"]

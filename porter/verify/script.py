@@ -333,8 +333,13 @@ def verify_script(req: ScriptRequest) -> Report:
             env = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""} if jax_port else {"PJRT_DEVICE": "CPU"}
             port = trace_script(req.port, req.args, cwd=work / f"port-{dtype}", env=env, **common, **extra_p)
             port_ran = port.get("status") == "ok" or _failed_after(port, orig.get("num_steps", 0))
-            if not port_ran and not last and _DTYPE_ERROR.search(_error_line(port)):
-                tried.append(f"in {dtype} the port could not run ({_error_line(port)})")
+            # an error about dtypes, or float64's cost (twice the memory, slower kernels: a conv net's
+            # XLA program past the side's memory or time limit): float32 is tried
+            if not port_ran and not last and (_DTYPE_ERROR.search(_error_line(port))
+                                              or port.get("status") in ("memory", "timeout")):
+                why = {"memory": port.get("cause", "memory limit exceeded"),
+                       "timeout": f"timed out after {port.get('timeout_s', 0):.0f} s"}.get(port.get("status"))
+                tried.append(f"in {dtype} the port could not run ({why or _error_line(port)})")
                 continue
             break
     dtype_note = f"both sides ran with torch's default dtype {dtype}"

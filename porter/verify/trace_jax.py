@@ -436,7 +436,8 @@ def _widen(model: Any) -> None:
             return x
         return jnp.asarray(x, dtype=jnp.float64)
 
-    nnx.update(model, jax.tree.map(wide, nnx.state(model)))
+    if isinstance(model, nnx.Module):  # else a torch module given to nnx.Optimizer, which fails there (JX901)
+        nnx.update(model, jax.tree.map(wide, nnx.state(model)))
 
 
 def _narrow_parameters(models: list) -> list[str]:
@@ -447,6 +448,8 @@ def _narrow_parameters(models: list) -> list[str]:
 
     narrow = []
     for i, model in enumerate(models):
+        if not isinstance(model, nnx.Module):
+            continue  # a torch module given to nnx.Optimizer (JX901): no NNX parameters to read
         for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(model, nnx.Param)):
             dtype = getattr(leaf, "dtype", None)
             if dtype is not None and jnp.issubdtype(dtype, jnp.floating) and dtype != jnp.float64:
