@@ -228,14 +228,75 @@ def insert_statements(statements: list[cst.BaseStatement], where: str, used_by: 
         at = _insertion_index(body, where)
         if used_by and any(_calls_any(stmt, used_by) for stmt in body[:at]):
             at = next((i for i, stmt in enumerate(body) if not _is_head(stmt)), len(body))
+        at = min(at, _first_use(body[:at], statements))
         new = list(statements)
         if at < len(body):
             body[at] = body[at].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine(), *_from_comment(body[at].leading_lines)])
         if new and at > 0:
             new[0] = new[0].with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
-        return module.with_changes(body=[*body[:at], *new, *body[at:]])
+        return module.with_changes(body=_hoisted([*body[:at], *new, *body[at:]]))
 
     return apply
+
+
+def _hoisted(body: list) -> list:
+    """``body`` with each top-level function moved up to just before the first statement that
+    runs it (directly or through other functions and classes) where that statement comes first:
+    an emitted helper another block of helpers calls (``init_torch_param_`` calls
+    ``_torch_layout``, placed after the last class) is defined before module-level code runs it.
+    Moving a definition up changes nothing else: its names resolve when it is called."""
+    body = list(body)
+    defs = {stmt.name.value: stmt for stmt in body if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))}
+    if not any(isinstance(stmt, cst.FunctionDef) for stmt in body):
+        return body
+    refs = {id(stmt): names_used(stmt, defs) for stmt in body if not _is_head(stmt)}
+
+    def closure(stmt) -> set:
+        seen, todo = set(), list(refs.get(id(stmt), ()))
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo.extend(refs.get(id(defs[name]), ()) - seen)
+        return seen
+
+    runs = [(stmt, closure(stmt)) for stmt in body
+            if not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and not _is_head(stmt) and refs.get(id(stmt))]
+    for stmt, reached in runs:  # in program order: each moves what it runs above itself
+        at = body.index(stmt)
+        late = [s for s in body[at + 1:] if isinstance(s, cst.FunctionDef) and s.name.value in reached]
+        if not late:
+            continue
+        body = [s for s in body if not any(s is m for m in late)]
+        at = body.index(stmt)
+        moved = [m.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]) for m in late]
+        body[at:at] = moved
+        for old, m in zip(late, moved):
+            refs[id(m)] = refs.get(id(old), set())
+            defs[m.name.value] = m
+    return body
+
+
+def _first_use(body: list, statements: list) -> int:
+    """The index of the first top-level statement of ``body`` that runs code using a name the
+    ``statements`` define, directly or through the file's functions and classes (``netA.apply(
+    weights_init)`` between two classes, where ``weights_init`` calls an emitted ``init_normal_``);
+    ``len(body)`` when none does. Definitions and imports run nothing."""
+    defined = {stmt.name.value for stmt in statements if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))}
+    if not defined:
+        return len(body)
+    defs = [stmt for stmt in body if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))]
+    reach, grown = set(defined), True
+    while grown:
+        grown = False
+        for stmt in defs:
+            if stmt.name.value not in reach and names_used(stmt, reach):
+                reach.add(stmt.name.value)
+                grown = True
+    for i, stmt in enumerate(body):
+        if not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and not _is_head(stmt) and names_used(stmt, reach):
+            return i
+    return len(body)
 
 
 def _from_comment(lines) -> list:
