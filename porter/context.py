@@ -7,7 +7,7 @@ several times a parse: one pass over import statements, then a dictionary lookup
 from __future__ import annotations
 
 import builtins
-from typing import Iterable, Iterator, NamedTuple, Optional
+from typing import Iterable, Iterator, NamedTuple, Optional, Union
 
 import libcst as cst
 
@@ -27,6 +27,46 @@ PREFERRED_ALIASES = {
 }
 
 _BUILTINS = frozenset(dir(builtins))
+
+
+def _bound_in(fn: Union[cst.FunctionDef, cst.Lambda]) -> frozenset:
+    """The names a function binds as its own: parameters, assignment / loop / with / except
+    targets, nested defs and classes (``global`` / ``nonlocal`` names and the function's own
+    imports excepted: an import in a function is still that import); a lambda's parameters."""
+    from porter import astutil
+
+    params = fn.params
+    if isinstance(fn, cst.Lambda):
+        return frozenset(p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params))
+    names = {p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)}
+    for star in (params.star_arg, params.star_kwarg):
+        if isinstance(star, cst.Param):
+            names.add(star.name.value)
+    declared = set()
+    for n in astutil.walk(fn.body):
+        targets: list = []
+        if isinstance(n, cst.Assign):
+            targets = [t.target for t in n.targets]
+        elif isinstance(n, (cst.AnnAssign, cst.AugAssign)):
+            targets = [n.target]
+        elif isinstance(n, (cst.For, cst.CompFor)):
+            targets = [n.target]
+        elif isinstance(n, cst.AsName):
+            targets = [n.name]
+        elif isinstance(n, (cst.FunctionDef, cst.ClassDef)) and n is not fn:
+            names.add(n.name.value)
+        elif isinstance(n, (cst.Global, cst.Nonlocal)):
+            declared |= {a.name.value for a in n.names}
+        elif isinstance(n, (cst.Import, cst.ImportFrom)):
+            declared |= {b.local for b in import_bindings(n)}
+            if isinstance(n, cst.ImportFrom) and n.relative:
+                declared |= {dotted_name(a.asname.name if a.asname else a.name) or ""
+                             for a in (n.names if not isinstance(n.names, cst.ImportStar) else ())}
+        for t in targets:
+            for leaf in astutil.walk(t):
+                if isinstance(leaf, cst.Name) and not isinstance(t, cst.Attribute) and not isinstance(t, cst.Subscript):
+                    names.add(leaf.value)
+    return frozenset(names - declared)
 
 
 def dotted_name(node: cst.CSTNode) -> Optional[str]:
@@ -139,11 +179,29 @@ class FileContext:
             return None
         head, _, rest = dotted.partition(".")
         full = self.aliases.get(head)
+        if full is not None and self._own_name(head):
+            return None  # a function's own name (`def batchify(data, bsz)` beside `import data`)
         if full is None:
             if head in _BUILTINS and not rest:
                 return f"builtins.{head}"
             return None
         return f"{full}.{rest}" if rest else full
+
+    def _own_name(self, name: str) -> bool:
+        """A function (or lambda) around the current node binds ``name`` as its own (a parameter,
+        an assignment, a loop or with target): there it is the function's value, not an import
+        of the same name. Read from the ancestors, so that a rule run on one statement by
+        itself (porter.incremental) needs nothing of the rest of the module."""
+        for anc in self.ancestors[:-1]:
+            kind = type(anc)
+            if kind is cst.FunctionDef or kind is cst.Lambda:
+                key = ("context.own_names", anc)
+                own = self.cache.get(key)
+                if own is None:
+                    own = self.cache[key] = _bound_in(anc)
+                if name in own:
+                    return True
+        return False
 
     def matches(self, node: cst.CSTNode, *names: str) -> bool:
         return self.qualname(node) in names

@@ -251,3 +251,67 @@ def test_contributing_examples_are_rules_that_pass_their_examples():
             assert not again.changed
         for snippet in rule.valid:
             assert not [f for f in engine.check(snippet, engine.Options((rule,))).findings if f.code == rule.code]
+
+
+# ----------------------------------------------------------------------------------------
+# FileContext.qualname: a function's own name shadows an import of the same name
+# ----------------------------------------------------------------------------------------
+SHADOWING = {
+    "parameter": "def batchify(data, bsz):\n    return data.size(0)\n",
+    "assignment": "def load():\n    data = make()\n    return data.size(0)\n",
+    "loop variable": "def total(items):\n    for data in items:\n        print(data.size(0))\n",
+    "with target": "def read(path):\n    with open(path) as data:\n        return data.size(0)\n",
+    "lambda parameter": "sizes = map(lambda data: data.size(0), items)\n",
+    "nested function reading the parameter": "def outer(data):\n    def inner():\n        return data.size(0)\n    return inner\n",
+}
+
+
+def _resolved(source: str, attribute: str) -> list:
+    """ctx.qualname of each ``attribute`` read in SOURCE, asked as a rule visiting it would
+    (the ancestors down to the node)."""
+    from porter.context import FileContext
+
+    module = cst.parse_module(source)
+    ctx = FileContext(module)
+    found = []
+
+    def visit(node, path):
+        path = [*path, node]
+        if isinstance(node, (cst.Import, cst.ImportFrom)):
+            ctx.add_import(node)  # as the engine's walk does
+        if isinstance(node, cst.Attribute) and astutil.code(node) == attribute:
+            ctx.ancestors = path
+            found.append(ctx.qualname(node))
+        for child in node.children:
+            visit(child, path)
+
+    visit(module, [])
+    return found
+
+
+@pytest.mark.parametrize("spelling", list(SHADOWING))
+def test_a_functions_own_name_is_not_the_import(spelling):
+    inside, outside = _resolved("import data\n\n" + SHADOWING[spelling] + "\ndata.size(1)\n", "data.size")
+    assert inside is None
+    assert outside == "data.size"  # the module-level read is the import
+
+
+@pytest.mark.parametrize("source", [
+    "import data\n\ndef reset():\n    global data\n    data = data.reload()\n",
+    "def reset():\n    import data\n    return data.reload()\n",
+], ids=["global", "import in the function"])
+def test_a_global_declaration_or_an_import_in_the_function_reads_the_import(source):
+    assert _resolved(source, "data.reload") == ["data.reload"]
+
+
+def test_a_tensor_parameter_named_like_a_program_module_is_ported_as_a_tensor():
+    # word_language_model's shape: `import data` (the program's corpus module) beside
+    # `def batchify(data, bsz)`: data.size / .narrow are tensor methods there
+    from porter import engine, registry
+
+    source = ("import torch\nimport data\n\n\ndef batchify(data, bsz):\n    n = data.size(0) // bsz\n"
+              "    return data.narrow(0, 0, n * bsz).view(bsz, -1).t().contiguous()\n")
+    result = engine.fix(source, engine.Options(tuple(registry.rules_for("jax"))), "main.py")
+    body = result.source[result.source.index("def batchify"):]
+    assert "data.size(" not in body and "data.narrow(" not in body and ".view(" not in body, body
+    assert "data.shape[0]" in body, body
