@@ -193,8 +193,7 @@ class FileContext:
         of the same name. Read from the ancestors, so that a rule run on one statement by
         itself (porter.incremental) needs nothing of the rest of the module."""
         for anc in self.ancestors[:-1]:
-            kind = type(anc)
-            if kind is cst.FunctionDef or kind is cst.Lambda:
+            if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
                 key = ("context.own_names", anc)
                 own = self.cache.get(key)
                 if own is None:

@@ -1175,18 +1175,25 @@ def sampler(call: cst.Call, ctx) -> Optional[tuple[str, bool]]:
 
 
 # functional dropout (JX107): qualname -> the name of its training flag
-DROPOUTS = {"torch.nn.functional.dropout": "training", "torch.dropout": "train"}
+# the dropouts JX107 ports: (the name of the training flag, the spatial dimensions of a channel
+# dropout's batched input: one draw per (sample, channel); 0 for an elementwise dropout)
+DROPOUTS = {"torch.nn.functional.dropout": ("training", 0), "torch.dropout": ("train", 0),
+            "torch.nn.functional.dropout1d": ("training", 1), "torch.nn.functional.dropout2d": ("training", 2),
+            "torch.nn.functional.dropout3d": ("training", 3)}
 
 
 def dropout_call(call: cst.Call, ctx) -> Optional[dict]:
     """The arguments of `F.dropout(input, p=0.5, training=True, inplace=False)` /
-    `torch.dropout(input, p, train)` as code ("input", "p", "training"; absent: torch's
-    default), and "module": the (class, method) the call is in (also inside a function nested
-    in the method: its `self` is the method's; :func:`rngs_scope`), else None. None when it is
-    not such a call or its arguments cannot be bound (a star argument, an unknown keyword)."""
-    flag = DROPOUTS.get(ctx.qualname(call.func) or "")
-    if flag is None or any(a.star for a in call.args):
+    `torch.dropout(input, p, train)` / `F.dropout1d/2d/3d` as code ("input", "p", "training";
+    absent: torch's default), "spatial" (a channel dropout's spatial dimensions, 0 for
+    elementwise dropout), and "module": the (class, method) the call is in (also inside a
+    function nested in the method: its `self` is the method's; :func:`rngs_scope`), else None.
+    None when it is not such a call or its arguments cannot be bound (a star argument, an
+    unknown keyword)."""
+    known = DROPOUTS.get(ctx.qualname(call.func) or "")
+    if known is None or any(a.star for a in call.args):
         return None
+    flag, spatial = known
     names = ["input", "p", flag, "inplace"]
     bound: dict = {}
     for i, a in enumerate(call.args):
@@ -1201,7 +1208,8 @@ def dropout_call(call: cst.Call, ctx) -> Optional[dict]:
     if "input" not in bound:
         return None
     return {"input": code(bound["input"]), "p": code(bound["p"]) if "p" in bound else "0.5",
-            "training": code(bound[flag]) if flag in bound else "True", "module": rngs_scope(ctx)}
+            "training": code(bound[flag]) if flag in bound else "True", "spatial": spatial,
+            "module": rngs_scope(ctx)}
 
 
 def rngs_scope(ctx) -> Optional[tuple[cst.ClassDef, cst.FunctionDef]]:

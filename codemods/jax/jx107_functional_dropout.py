@@ -15,7 +15,9 @@ class FunctionalDropout(Rule):
     `nn.functional.dropout`, `torch.dropout(x, p, train)`) -> `torch_dropout(x, p, training,
     self.rngs)`, a function the port defines (JX011): in training each element is zeroed with
     probability p and the others scaled by 1 / (1 - p); the identity when not training or at
-    p = 0; all zeros at p = 1; a ValueError for p outside [0, 1], as torch. In a module method
+    p = 0; all zeros at p = 1; a ValueError for p outside [0, 1], as torch. The channel
+    dropouts `F.dropout1d/2d/3d` -> `torch_dropout(..., spatial=1/2/3)`: whole channels are
+    zeroed, one draw per (sample, channel) of a batched input, per channel of an unbatched one. In a module method
     (or a function nested in one) the key comes from the module's `nnx.Rngs`: `__init__` keeps
     it (`self.rngs = rngs`, as JX014 does), and each call draws from its "dropout" stream. In a
     function outside a module (a module-level helper called with `training=self.training`)
@@ -89,9 +91,31 @@ class FunctionalDropout(Rule):
             """,
             title="outside a module: no key (the port raises where it would draw one)",
         ),
+        Example(
+            """
+            import torch.nn.functional as F
+            from flax import nnx
+            class Block(nnx.Module):
+                def __init__(self, *, rngs: nnx.Rngs):
+                    self.p = 0.1
+                    self.rngs = rngs
+                def __call__(self, x, training):
+                    return F.dropout2d(x, self.p, training=training)
+            """,
+            """
+            import torch.nn.functional as F
+            from flax import nnx
+            class Block(nnx.Module):
+                def __init__(self, *, rngs: nnx.Rngs):
+                    self.p = 0.1
+                    self.rngs = rngs
+                def __call__(self, x, training):
+                    return torch_dropout(x, self.p, training, self.rngs, spatial=2)
+            """,
+            title="a channel dropout: whole channels zeroed",
+        ),
     ]
     valid = [
-        "import torch.nn.functional as F\ny = F.dropout2d(x, 0.5, training=True)\n",
         "import torch.nn as nn\ndrop = nn.Dropout(0.1)\n",
         "import torch.nn.functional as F\ny = F.dropout(*args)\n",
     ]
@@ -115,6 +139,8 @@ class FunctionalDropout(Rule):
                 return  # a module class without __init__ (JX001 adds one first)
             args.append(f"self.{STREAM}")
             edits = keep
+        if spec["spatial"]:
+            args.append(f"spatial={spec['spatial']}")
         new = cst.parse_expression(f"torch_dropout({', '.join(args)})")
         where = f"the module's nnx.Rngs (self.{STREAM})" if spec["module"] is not None else \
             "no key outside a module: the port raises if it has to draw a mask"

@@ -112,11 +112,14 @@ class HostRandomMode(TorchFunctionMode):
       ``nn.MultiheadAttention``) cannot read their parameters on the host without a
       transfer, so they are rewritten on EVERY device, the CPU included, in terms of
       standard noise drawn on the host: ``bernoulli(p) = (rand(shape) < p)``,
-      ``normal(m, s) = m + s * randn(shape)``, ``dropout(x) = x * (rand(shape) >= p) / (1 - p)``.
+      ``normal(m, s) = m + s * randn(shape)``, ``dropout(x) = x * (rand(shape) >= p) / (1 - p)``;
+      the channel dropouts (``F.dropout1d/2d/3d``: ``nn.Dropout1d/2d/3d``) the same with one
+      draw per channel, ``rand(N, C, 1, ...)`` (``rand(C, 1, ...)`` for an unbatched input).
       The CPU run's random stream therefore differs from a plain CPU run, but it is the
       same in both traced runs.
 
-    Not covered (they keep the device's own generator): ``dropout1d/2d/3d``,
+    Not covered (they keep the device's own generator): the dropout between the layers of
+    ``nn.LSTM/GRU/RNN(dropout>0)`` (inside torch's RNN kernel; the recorder notes it),
     ``alpha_dropout``, ``scaled_dot_product_attention(dropout_p>0)``, ``multinomial``,
     and calls with an explicit non-CPU ``generator``. An XLA program under this mode uploads
     its random tensors each step (host-to-device) instead of generating them in the graph.
@@ -125,6 +128,9 @@ class HostRandomMode(TorchFunctionMode):
     _FACTORIES = {torch.randn, torch.rand, torch.randint, torch.randperm}
     _LIKE = {torch.randn_like: torch.randn, torch.rand_like: torch.rand}
     _INPLACE = {"normal_", "uniform_", "random_", "exponential_", "bernoulli_"}
+    # channel dropouts: the number of spatial dimensions of a batched input
+    _CHANNEL_DROPOUT = {torch.nn.functional.dropout1d: 1, torch.nn.functional.dropout2d: 2,
+                        torch.nn.functional.dropout3d: 3}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
@@ -148,6 +154,8 @@ class HostRandomMode(TorchFunctionMode):
             return self._inplace(func, name, args, kwargs)
         if func is torch.nn.functional.dropout:
             return self._dropout(*args, **kwargs)
+        if func in self._CHANNEL_DROPOUT:
+            return self._channel_dropout(self._CHANNEL_DROPOUT[func], *args, **kwargs)
         return func(*args, **kwargs)
 
     @staticmethod
@@ -220,6 +228,19 @@ class HostRandomMode(TorchFunctionMode):
         return mean + std * noise
 
     @staticmethod
+    def _channel_dropout(spatial, input, p=0.5, training=True, inplace=False):
+        if not training or p == 0.0:
+            return input
+        if p == 1.0:
+            return input.mul_(0.0) if inplace else input * 0.0
+        shape = _channel_dropout_shape(input.shape, spatial)
+        noise = _host_noise(torch.rand, shape, input.dtype, input.device, None)
+        keep = (noise >= p).to(input.dtype)
+        if inplace:
+            return input.mul_(keep).div_(1.0 - p)
+        return input * keep / (1.0 - p)
+
+    @staticmethod
     def _dropout(input, p=0.5, training=True, inplace=False):
         if not training or p == 0.0:
             return input
@@ -230,6 +251,15 @@ class HostRandomMode(TorchFunctionMode):
         if inplace:
             return input.mul_(keep).div_(1.0 - p)
         return input * keep / (1.0 - p)
+
+
+def _channel_dropout_shape(shape: Sequence[int], spatial: int) -> tuple:
+    """The noise shape of a channel dropout: one draw per (sample, channel), or per channel for
+    an unbatched input (one dimension fewer than a batched one)."""
+    shape = tuple(shape)
+    batched = len(shape) >= spatial + 2
+    kept = 2 if batched else 1
+    return shape[:kept] + (1,) * (len(shape) - kept)
 
 
 def _has_tensor(args: Sequence[Any], kwargs: dict) -> bool:
@@ -254,6 +284,7 @@ def _to_device(value: torch.Tensor, device: Any, kwargs: dict) -> torch.Tensor:
 class _Recorder:
     def __init__(self) -> None:
         self.t0 = time.perf_counter()
+        self.unaligned: list[str] = []  # random draws --host-random cannot align (notes)
         self.pending: list[torch.Tensor] = []
         self.pending_leaves: list[dict[int, weakref.ref]] = []  # the leaves of each pending tensor's graph
         self.steps: list[dict[str, Any]] = []
@@ -377,8 +408,26 @@ class _Recorder:
     def on_optimizer_created(self, optimizer: Any) -> None:
         self.optimizers.append(weakref.ref(optimizer))
         self._own(optimizer)
+        self._note_unaligned_dropout(optimizer)
         for hook in self.on_optimizer_hooks:
             hook(optimizer)
+
+    def _note_unaligned_dropout(self, optimizer: Any) -> None:
+        """A note for the dropout that --host-random cannot give both sides the same draws
+        (between the layers of an RNN, inside torch's kernel): the losses of a model that
+        trains with it cannot match."""
+        from porter.verify import weights
+
+        model = weights.model_of(optimizer)
+        if model is None or not hasattr(model, "modules"):
+            return
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.RNNBase) and module.dropout > 0 and module.num_layers > 1:
+                note = (f"{type(model).__name__}.{name} ({type(module).__name__}, dropout={module.dropout:g}) draws "
+                        "its dropout inside torch's RNN kernel, which the comparison cannot give both sides: "
+                        "run the script with that dropout off to compare")
+                if note not in self.unaligned:
+                    self.unaligned.append(note)
 
     def _own(self, optimizer: Any) -> None:
         for group in getattr(optimizer, "param_groups", ()):
@@ -469,6 +518,7 @@ class _Recorder:
             "losses": [s["losses"] for s in steps],
             "unstepped_losses": values[position:],
             "notes": notes,
+            "unaligned_random": self.unaligned,
         }
         if final is not None and self.jax is not None:
             result["xla"] = {"final": final, "execute_time_count": final["executions"], "fallback_ops": []}
