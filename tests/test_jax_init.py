@@ -313,3 +313,47 @@ def test_lambda_lr_lambda_becomes_a_traceable_schedule():
         assert float(schedule(jnp.int32(epoch))) == pytest.approx(ref.get_last_lr()[0], rel=1e-6)
         opt.step()
         ref.step()
+
+
+ALIAS_MODEL = """
+import torch
+import torch.nn as nn
+from torch.nn import init
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wide = nn.Conv2d(2, 6, 3)          # weight (6, 2, 3, 3): 6 rows of 18
+        self.tall = nn.Linear(4, 32)            # weight (32, 4): 32 rows of 4
+        self.out = nn.Linear(32, 8)
+        init.orthogonal(self.wide.weight, init.calculate_gain('relu'))   # the deprecated spellings
+        nn.init.orthogonal_(self.tall.weight)
+        init.normal(self.out.weight, 0.0, 0.02)
+        init.constant(self.out.bias, 0.5)
+
+    def forward(self, x):
+        return self.out(self.tall(x))
+"""
+
+
+def test_orthogonal_and_the_deprecated_init_spellings():
+    from flax import nnx
+
+    text = port(ALIAS_MODEL)
+    assert "porter: manual" not in text and "init.orthogonal(" not in text and "init.normal(" not in text, text
+    ns = load(text)
+    sd = ns.torch_state_dict(ns.Net(rngs=nnx.Rngs(0)))
+    gain = math.sqrt(2.0)
+    wide = sd["wide.weight"].reshape(6, -1)
+    np.testing.assert_allclose(wide @ wide.T, gain ** 2 * np.eye(6), atol=1e-5)  # orthonormal rows, times the gain
+    tall = sd["tall.weight"]
+    assert tall.shape == (32, 4)
+    np.testing.assert_allclose(tall.T @ tall, np.eye(4), atol=1e-5)  # orthonormal columns
+    np.testing.assert_array_equal(sd["out.bias"], 0.5)
+    assert sd["out.weight"].std() == pytest.approx(0.02, rel=0.2)
+    # torch's own orthogonal_ gives the same structure
+    ref = torch.empty(6, 2, 3, 3)
+    torch.nn.init.orthogonal_(ref, gain)
+    flat = ref.reshape(6, -1).numpy()
+    np.testing.assert_allclose(flat @ flat.T, gain ** 2 * np.eye(6), atol=1e-5)

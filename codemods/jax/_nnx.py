@@ -891,15 +891,22 @@ def seed_in(scope, anchor, ctx: FileContext) -> str:
 INITS = {
     "uniform_": True, "normal_": True, "trunc_normal_": True, "constant_": False, "ones_": False, "zeros_": False,
     "xavier_uniform_": True, "xavier_normal_": True, "kaiming_uniform_": True, "kaiming_normal_": True,
+    "orthogonal_": True,
 }
+# torch.nn.init's deprecated spellings without the underscore (still in torch, with a warning)
+_INIT_ALIASES = {name[:-1]: name for name in INITS if name.endswith("_") and name not in ("ones_", "zeros_",
+                                                                                        "trunc_normal_")}
 RANDOM_INITS = {f"torch.nn.init.{name}" for name, random in INITS.items() if random}
 # the port's init_* functions that draw random numbers (they take key=rngs.params())
 RANDOM_HELPERS = {f"init_{name}" for name, random in INITS.items() if random}
 
 
 def init_name(qual: Optional[str]) -> Optional[str]:
+    """The torch.nn.init function ``qual`` names (``normal_``), a deprecated alias by its
+    current name (``init.orthogonal`` -> ``orthogonal_``); None for another name."""
     if qual and qual.startswith("torch.nn.init."):
-        return qual[len("torch.nn.init."):]
+        name = qual[len("torch.nn.init."):]
+        return _INIT_ALIASES.get(name, name)
     return None
 
 
