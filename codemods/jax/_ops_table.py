@@ -822,6 +822,10 @@ def _minmax(fn: str):
         if (isinstance(v, int) and not isinstance(v, bool)) or "dim" in b.keywords:
             kd = f", keepdims={b['keepdim']}" if b.has("keepdim") else ""
             return (f"{b.jnp}.{fn}({x}, axis={b['dim']}{kd})", f"{b.jnp}.{arg}({x}, axis={b['dim']}{kd})")
+        if not b.has("keepdim") and isinstance(dim, cst.Call) and is_tensor(dim, b.ctx):
+            # torch.max(a, torch.gt(y, 0.6)): a dim is an int, never a torch op's result: the
+            # elementwise maximum (torch.maximum)
+            return f"{b.jnp}.{fn}imum({x}, {b['dim']})"
         raise Manual(f"torch.{fn}(x, y) with a non-literal second argument is either a reduction over dim y "
                      f"(values and indices) or the elementwise {fn}imum: write dim= or torch.{fn}imum")
 
@@ -834,7 +838,8 @@ for _fn in ("max", "min"):
        f"torch.{_fn}(x, dim) returns (values, indices): `.values`/`[0]` become jnp.{_fn}, `.indices`/`[1]` jnp.arg{_fn}, "
        "anything else the pair as a tuple; ties: both pick the first index on CPU",
        [Case("@(a)", a="f3,4"), Case("@(a, 1)", a="f3,4"), Case("@(a, dim=0, keepdim=True)", a="f3,4"),
-        Case("@(a, dim=1).values", a="f3,4"), Case("@(a, 1).indices", a="f3,4"), Case("@(a, 1)[0]", a="f3,4")],
+        Case("@(a, dim=1).values", a="f3,4"), Case("@(a, 1).indices", a="f3,4"), Case("@(a, 1)[0]", a="f3,4"),
+        Case("@(a, torch.sigmoid(a))", a="f3,4")],
        shared=True, pair=True)
 
 
