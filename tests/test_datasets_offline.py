@@ -112,6 +112,23 @@ def test_same_seed_same_data_other_seed_other_data(tv):
     assert not np.array_equal(a, tv.CIFAR10("x").data)
 
 
+def test_fake_data_gives_torchvisions_samples_without_the_global_generator(tv, monkeypatch):
+    # torchvision's FakeData seeds and restores the global generator in __getitem__, which
+    # races with the script's own draws when a loader thread reads it (a port's MpDeviceLoader)
+    import torch
+    from torchvision import transforms
+    from torchvision.datasets import fakedata
+
+    real = synthetic._patched[(fakedata, "FakeData")]
+    kwargs = dict(size=6, image_size=(3, 8, 8), num_classes=5, transform=transforms.ToTensor(), random_offset=3)
+    expected = [real(**kwargs)[i] for i in range(6)]
+    for name in ("manual_seed", "set_rng_state", "get_rng_state"):
+        monkeypatch.setattr(torch, name, lambda *a, **k: pytest.fail("the global generator was used"))
+    got = [tv.FakeData(**kwargs)[i] for i in range(6)]
+    for (x, y), (ex, ey) in zip(got, expected):
+        assert y == ey and torch.equal(x, ex)
+
+
 def test_downloads_and_unknown_loaders_fail_clearly(tv, tmp_path):
     with pytest.raises(RuntimeError, match="runs offline"):
         tv.Caltech101(str(tmp_path), download=True)

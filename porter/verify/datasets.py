@@ -187,6 +187,31 @@ def _svhn(real: type) -> type:
                                   "__doc__": "Synthetic stand-in for SVHN (porter verify)."})
 
 
+def _fake_data(real: type) -> type:
+    """FakeData with the same samples, drawn from a generator of its own: torchvision's
+    ``__getitem__`` seeds the global generator with the index and restores its state after,
+    which races with the script's own draws when a loader thread reads the dataset (a port's
+    MpDeviceLoader does): the script's noise then differs run to run."""
+    import torch
+    from torchvision import transforms
+
+    def __getitem__(self, index):
+        if index >= len(self):
+            raise IndexError(f"{self.__class__.__name__} index out of range")
+        generator = torch.Generator().manual_seed(index + self.random_offset)
+        img = torch.randn(*self.image_size, generator=generator)
+        target = torch.randint(0, self.num_classes, size=(1,), dtype=torch.long, generator=generator)[0]
+        img = transforms.ToPILImage()(img)
+        if self.transform is not None:
+            img = self.transform(img)
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return img, target.item()
+
+    return type("FakeData", (real,), {"__getitem__": __getitem__, "__module__": real.__module__,
+                                      "__doc__": real.__doc__})
+
+
 def _stl10(real: type) -> type:
     def __init__(self, root, split="train", folds=None, transform=None, target_transform=None, download=False):
         if split not in real.splits:
@@ -332,7 +357,7 @@ def _set(module: Any, name: str, value: Any) -> None:
 def _patch(package: Any) -> None:
     """Replace the dataset classes in ``torchvision.datasets`` and in the submodules that
     define them, and the download helpers wherever they were imported."""
-    from torchvision.datasets import cifar, folder, imagenet, mnist, stl10, svhn, utils
+    from torchvision.datasets import cifar, fakedata, folder, imagenet, mnist, stl10, svhn, utils
 
     def real(module: Any, name: str) -> Any:
         return _patched.get((module, name), getattr(module, name))
@@ -350,6 +375,7 @@ def _patch(package: Any) -> None:
         (folder, "DatasetFolder"): _dataset_folder(real(folder, "DatasetFolder"),
                                                    (folder.default_loader, folder.pil_loader, folder.accimage_loader)),
         (imagenet, "ImageNet"): _imagenet(real(imagenet, "ImageNet")),
+        (fakedata, "FakeData"): _fake_data(real(fakedata, "FakeData")),
     }
     for (module, name), substitute in subs.items():
         _set(module, name, substitute)
