@@ -50,6 +50,17 @@ def test_float32_tolerance_grows_with_the_step_and_explicit_tolerances_stay():
     assert ok[1] is None
 
 
+def test_a_loss_that_never_changes_is_said():
+    from porter.verify.script import _constant_loss
+
+    # cross-entropy over a single output column is 0 whatever the weights: every step "matches"
+    steps, first = compare_steps([[0.0]] * 3, [[0.0]] * 3, 1e-5, 1e-5)
+    assert first is None and _constant_loss(steps) == 0.0
+    assert _constant_loss(compare_steps([[0.5]] * 3, [[0.5]] * 3, 1e-5, 1e-5)[0]) == 0.5
+    assert _constant_loss(compare_steps([[0.5], [0.4]], [[0.5], [0.4]], 1e-5, 1e-5)[0]) is None
+    assert _constant_loss(compare_steps([[0.5]], [[0.5]], 1e-5, 1e-5)[0]) is None  # one step shows nothing
+
+
 def test_jax_step_compared_by_the_sum_of_the_originals_losses():
     steps, first = compare_steps([[0.5, 0.25]], [[0.75]], 1e-5, 1e-5, summed=True)
     assert first is None and steps[0]["original"] == [0.75]

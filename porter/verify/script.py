@@ -161,6 +161,15 @@ def compare_steps(original: list, port: list, rtol: float, atol: float, scaled: 
     return steps, first
 
 
+def _constant_loss(steps: list[dict]) -> Optional[float]:
+    """The loss value when two or more compared steps all had that one loss on both sides."""
+    values = {x for s in steps for x in (*s["original"], *s["port"]) if x is not None}
+    if len(steps) < 2 or len(values) != 1:
+        return None
+    value = values.pop()
+    return None if math.isnan(value) else value
+
+
 def _where_it_stopped(record: dict) -> str:
     """'in step N, after N-1 optimizer steps' for a script that raised or exited with an error;
     '' when the record says nothing about steps (timeout, memory limit, crash)."""
@@ -425,6 +434,13 @@ def verify_script(req: ScriptRequest) -> Report:
     else:
         worst = max(s["diff"] for s in steps)
         status, summary = "passed", f"losses of {len(steps)} steps match (worst |difference| {worst:.3g})"
+    constant = _constant_loss(steps)
+    if constant is not None and status in ("passed", "over-budget"):
+        notes.append(f"the loss is {constant:g} at every compared step on both sides: the steps changed nothing the "
+                     "loss shows (a loss that cannot change, such as cross-entropy over a single class, or a "
+                     "learning rate of 0), so matching losses say little about the port; compare more steps, or "
+                     "the model itself (porter verify --model)")
+        summary += " (a constant loss: see the notes)"
     if early and status in ("passed", "over-budget"):
         summary += f" ({early})"
     passed = status == "passed"
@@ -564,6 +580,13 @@ def verify_mxnet_script(req: ScriptRequest) -> Report:
     else:
         worst = max(s["diff"] for s in steps)
         status, summary = "passed", f"losses of {len(steps)} steps match (worst |difference| {worst:.3g})"
+    constant = _constant_loss(steps)
+    if constant is not None and status in ("passed", "over-budget"):
+        notes.append(f"the loss is {constant:g} at every compared step on both sides: the steps changed nothing the "
+                     "loss shows (a loss that cannot change, such as cross-entropy over a single class, or a "
+                     "learning rate of 0), so matching losses say little about the port; compare more steps, or "
+                     "the model itself (porter verify --model)")
+        summary += " (a constant loss: see the notes)"
     if early and status in ("passed", "over-budget"):
         summary += f" ({early})"
     return Report("script", status == "passed", status, summary, side_o, side_p, first_divergence=first,
