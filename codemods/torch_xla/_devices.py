@@ -315,9 +315,45 @@ def int_ordinal(expr: cst.CSTNode, ctx: FileContext) -> Optional[str]:
         if found and all(param or value is not None and _int_value(value, ctx) for _, value, param in found):
             return SPELLING if expr.value in RANK_NAMES else None
         return None
+    if isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self":
+        values = _self_attribute_values(ctx, expr.attr.value)
+        if values and all(_int_value(v, ctx) for v in values):
+            return PROVABLE  # `self.gpu_id = int(os.environ["LOCAL_RANK"])` wherever the class sets it
     if isinstance(expr, cst.Attribute) and expr.attr.value in RANK_NAMES and isinstance(expr.value, cst.Name):
         return SPELLING if expr.value.value in ("args", "opt", "opts", "cfg", "config", "flags", "FLAGS", "self") else None
     return None
+
+
+def _self_attribute_values(ctx: FileContext, attr: str) -> list:
+    """The values the enclosing class's methods assign to ``self.<attr>`` (plain ``=``, one
+    target, the name not unpacked); empty when it is also bound any other way (``+=``, an
+    unpacking, a ``for`` target), or outside a class."""
+    cls = ctx.enclosing(cst.ClassDef)
+    if cls is None:
+        return []
+    key = ("devices.self_attribute_values", cls, attr)
+    if key in ctx.cache:
+        return ctx.cache[key]
+
+    def is_it(node: cst.CSTNode) -> bool:
+        return (isinstance(node, cst.Attribute) and node.attr.value == attr and isinstance(node.value, cst.Name)
+                and node.value.value == "self")
+
+    values: list = []
+    for n in walk(cls, into_functions=True):
+        if isinstance(n, cst.Assign):
+            for t in n.targets:
+                if is_it(t.target):
+                    values.append(n.value)
+                elif any(is_it(x) for x in walk(t.target)):
+                    values = [None]
+        elif isinstance(n, (cst.AugAssign, cst.AnnAssign, cst.For)) and any(is_it(x) for x in walk(n.target)):
+            values = [None]
+        if values[:1] == [None]:
+            break
+    result = [] if values[:1] == [None] else values
+    ctx.cache[key] = result
+    return result
 
 
 def _int_value(value: cst.CSTNode, ctx: FileContext) -> bool:

@@ -46,7 +46,8 @@ class CudaDeviceString(Rule):
     Integer devices are CUDA device numbers: `.to(0)`, `.to(local_rank)`, `device=rank`. A
     literal, or a plain name every binding of which in its scope is an integer literal or a
     call of `int(...)` (`local_rank = int(os.environ['LOCAL_RANK'])`), `dist.get_rank()`,
-    `xr.global_ordinal()`, is provably one: a safe fix. A parameter named `rank`, `local_rank`,
+    `xr.global_ordinal()`, is provably one: a safe fix; so is an attribute `self.gpu_id` that
+    the class only ever sets to such a value (a trainer's `self.gpu_id = int(os.environ[...])`). A parameter named `rank`, `local_rank`,
     `gpu`, `gpu_id`, `device_id`, `local_gpu` or `gpu_index` (say the `rank` of a function that
     `mp.spawn` starts), or such an attribute of the parsed arguments (`args.gpu`,
     `args.local_rank`), is read as one by its spelling alone: an unsafe fix. The device used is
@@ -135,6 +136,34 @@ class CudaDeviceString(Rule):
                 return x.to(device, non_blocking=True)
             """,
             title="integer device numbers; the script's device variable where there is one",
+        ),
+        Example(
+            """
+            import os
+            import torch
+
+            class Trainer:
+                def __init__(self, model):
+                    self.gpu_id = int(os.environ["LOCAL_RANK"])
+                    self.model = model.to(self.gpu_id)
+
+                def run_batch(self, source):
+                    return self.model(source.to(self.gpu_id))
+            """,
+            """
+            import os
+            import torch
+            import torch_xla
+
+            class Trainer:
+                def __init__(self, model):
+                    self.gpu_id = int(os.environ["LOCAL_RANK"])
+                    self.model = model.to(torch_xla.device())
+
+                def run_batch(self, source):
+                    return self.model(source.to(torch_xla.device()))
+            """,
+            title="an attribute every method of the class sets to an int(...): a device number (safe)",
         ),
         Example(
             """
