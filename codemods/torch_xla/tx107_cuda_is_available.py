@@ -3,7 +3,7 @@ from typing import Optional, Sequence
 import libcst as cst
 
 from porter.astutil import walk
-from porter.rules import Example, Fix, Rule, Severity
+from porter.rules import Example, Fix, Rule, Safety, Severity
 
 from ._availability import answer, condition_top, flag_answer, fold, foldable, is_count
 from ._tables import emptied_if, in_availability_choice
@@ -251,6 +251,24 @@ class CudaIsAvailable(Rule):
             None,
             title="a test used as a value, or beside a call that must still run, is reported",
         ),
+        Example(
+            """
+            import torch
+
+            if torch.cuda.is_available():
+                ngpus = torch.cuda.device_count()
+            else:
+                ngpus = 1
+            """,
+            """
+            import torch
+
+            ngpus = torch.cuda.device_count()
+            """,
+            unsafe=True,
+            title=("a kept branch that asks CUDA for its device count: unsafe (0 on a TPU host until TX104's "
+                   "unsafe rewrite of the count; the default port keeps the test, which takes the else branch)"),
+        ),
     ]
     valid = [
         "import torch\ndevice = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n",
@@ -303,6 +321,15 @@ class CudaIsAvailable(Rule):
                 fix = Fix((self.replace(top, folded),))
         message = ("CUDA/MPS availability test: on XLA the accelerator is the XLA device, always there "
                    "(torch_xla always has a device; xr.device_type() != 'CPU' tells whether it is a real accelerator)")
+        kept = _kept_branch(holder, top, folded)
+        query = next((q for n in walk(kept, into_functions=True) if isinstance(n, cst.Call)
+                      for q in [self.ctx.qualname(n.func)] if q in _CUDA_QUERIES), None) if kept is not None else None
+        if fix is not None and query is not None:
+            # the branch kept asks CUDA what only TX104's unsafe rewrite answers for XLA (a device
+            # count of 0 on a TPU host): the fold is safe only together with it
+            fix = Fix(fix.edits, Safety.UNSAFE, imports=fix.imports, remove_imports=fix.remove_imports)
+            message += (f"; the branch it keeps calls {query}(), which answers for CUDA (0 devices on a TPU host) "
+                        "until TX104's unsafe rewrite: unsafe")
         if fix is None:
             message += "; decide what the XLA port needs here"
         else:
@@ -379,6 +406,19 @@ class CudaIsAvailable(Rule):
         else:
             carry = self.replace(owner, lambda n: n.with_changes(footer=[*carried, *n.footer]))
         return Fix((self.replace(stmt, apply), carry))
+
+
+# CUDA queries that have no safe XLA answer (TX104 rewrites device_count as an unsafe fix)
+_CUDA_QUERIES = frozenset({"torch.cuda.device_count", "torch.cuda.current_device", "torch.cuda.get_device_name",
+                           "torch.cuda.get_device_properties", "torch.cuda.get_device_capability",
+                           "torch.cuda.mem_get_info"})
+
+
+def _kept_branch(holder: Optional[cst.CSTNode], top: cst.CSTNode, folded) -> Optional[cst.CSTNode]:
+    """The code a folded test keeps: the branch of its `if` / conditional expression."""
+    if not isinstance(folded, bool) or not isinstance(holder, (cst.If, cst.IfExp)) or holder.test is not top:
+        return None
+    return holder.body if folded else holder.orelse
 
 
 def _merge_lines(carried: list, own: Sequence[cst.EmptyLine]) -> list:
