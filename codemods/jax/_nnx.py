@@ -5,7 +5,7 @@ marker.
 """
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 import jinja2
 import libcst as cst
@@ -239,64 +239,57 @@ def insert_statements(statements: list[cst.BaseStatement], where: str, used_by: 
     return apply
 
 
-def _hoisted(body: list) -> list:
-    """``body`` with each top-level function moved up to just before the first statement that
-    runs it (directly or through other functions and classes) where that statement comes first:
-    an emitted helper another block of helpers calls (``init_torch_param_`` calls
-    ``_torch_layout``, placed after the last class) is defined before module-level code runs it.
-    Moving a definition up changes nothing else: its names resolve when it is called."""
-    body = list(body)
+def _runs(body: list, names: Iterable[str] = ()) -> Iterator[tuple[int, set]]:
+    """(index, the names it runs) for each top-level statement of ``body`` that runs code (no
+    definition or import): the file's top-level functions and classes (and ``names``) it
+    uses, directly or through those functions and classes."""
     defs = {stmt.name.value: stmt for stmt in body if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))}
-    if not any(isinstance(stmt, cst.FunctionDef) for stmt in body):
-        return body
-    refs = {id(stmt): names_used(stmt, defs) for stmt in body if not _is_head(stmt)}
-
-    def closure(stmt) -> set:
-        seen, todo = set(), list(refs.get(id(stmt), ()))
+    vocabulary = set(defs) | set(names)
+    refs = {id(stmt): names_used(stmt, vocabulary) for stmt in body if not _is_head(stmt)}
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) or _is_head(stmt) or not refs[id(stmt)]:
+            continue
+        seen: set = set()
+        todo = list(refs[id(stmt)])
         while todo:
             name = todo.pop()
             if name not in seen:
                 seen.add(name)
-                todo.extend(refs.get(id(defs[name]), ()) - seen)
-        return seen
+                if name in defs:
+                    todo.extend(refs[id(defs[name])] - seen)
+        yield i, seen
 
-    runs = [(stmt, closure(stmt)) for stmt in body
-            if not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and not _is_head(stmt) and refs.get(id(stmt))]
+
+def _first_use(body: list, statements: list) -> int:
+    """The index of the first top-level statement of ``body`` that runs a name the
+    ``statements`` define, directly or through the file's functions and classes (``netA.apply(
+    weights_init)`` between two classes, where ``weights_init`` calls an emitted ``init_normal_``);
+    ``len(body)`` when none does."""
+    defined = {stmt.name.value for stmt in statements if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))}
+    if not defined:
+        return len(body)
+    return next((i for i, reached in _runs(body, defined) if reached & defined), len(body))
+
+
+def _hoisted(body: list) -> list:
+    """``body`` with each top-level function moved up to just before the first statement that
+    runs it, where that statement comes first: an emitted helper another block of helpers calls
+    (``init_torch_param_`` calls ``_torch_layout``, placed after the last class) is defined
+    before module-level code runs it. Moving a definition up changes nothing else: its names
+    resolve when it is called."""
+    if not any(isinstance(stmt, cst.FunctionDef) for stmt in body):
+        return list(body)
+    runs = [(body[i], reached) for i, reached in _runs(body)]
+    body = list(body)
     for stmt, reached in runs:  # in program order: each moves what it runs above itself
-        at = body.index(stmt)
+        at = next(i for i, s in enumerate(body) if s is stmt)
         late = [s for s in body[at + 1:] if isinstance(s, cst.FunctionDef) and s.name.value in reached]
         if not late:
             continue
         body = [s for s in body if not any(s is m for m in late)]
-        at = body.index(stmt)
-        moved = [m.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]) for m in late]
-        body[at:at] = moved
-        for old, m in zip(late, moved):
-            refs[id(m)] = refs.get(id(old), set())
-            defs[m.name.value] = m
+        at = next(i for i, s in enumerate(body) if s is stmt)
+        body[at:at] = [m.with_changes(leading_lines=[cst.EmptyLine(), cst.EmptyLine()]) for m in late]
     return body
-
-
-def _first_use(body: list, statements: list) -> int:
-    """The index of the first top-level statement of ``body`` that runs code using a name the
-    ``statements`` define, directly or through the file's functions and classes (``netA.apply(
-    weights_init)`` between two classes, where ``weights_init`` calls an emitted ``init_normal_``);
-    ``len(body)`` when none does. Definitions and imports run nothing."""
-    defined = {stmt.name.value for stmt in statements if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))}
-    if not defined:
-        return len(body)
-    defs = [stmt for stmt in body if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))]
-    reach, grown = set(defined), True
-    while grown:
-        grown = False
-        for stmt in defs:
-            if stmt.name.value not in reach and names_used(stmt, reach):
-                reach.add(stmt.name.value)
-                grown = True
-    for i, stmt in enumerate(body):
-        if not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) and not _is_head(stmt) and names_used(stmt, reach):
-            return i
-    return len(body)
 
 
 def _from_comment(lines) -> list:
