@@ -59,14 +59,20 @@ def _bound_in(fn: Union[cst.FunctionDef, cst.Lambda]) -> frozenset:
             declared |= {a.name.value for a in n.names}
         elif isinstance(n, (cst.Import, cst.ImportFrom)):
             declared |= {b.local for b in import_bindings(n)}
-            if isinstance(n, cst.ImportFrom) and n.relative:
-                declared |= {dotted_name(a.asname.name if a.asname else a.name) or ""
-                             for a in (n.names if not isinstance(n.names, cst.ImportStar) else ())}
         for t in targets:
-            for leaf in astutil.walk(t):
-                if isinstance(leaf, cst.Name) and not isinstance(t, cst.Attribute) and not isinstance(t, cst.Subscript):
-                    names.add(leaf.value)
+            names.update(_target_names(t))
     return frozenset(names - declared)
+
+
+def _target_names(target: cst.CSTNode) -> Iterator[str]:
+    """The plain names an assignment target binds (``a, (b, *c)``; not ``self.x`` or ``d[k]``)."""
+    if isinstance(target, cst.Name):
+        yield target.value
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from _target_names(element.value)
+    elif isinstance(target, cst.StarredElement):
+        yield from _target_names(target.value)
 
 
 def dotted_name(node: cst.CSTNode) -> Optional[str]:

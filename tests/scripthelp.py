@@ -18,3 +18,21 @@ class Net(nn.Module):
     def forward(self, x):
         return self.layers(x)
 '''
+
+
+def verify_json(folder, original: str, port: str, steps: int, port_name: str = "port.py") -> dict:
+    """`porter verify --script` (JSON report) of the sources ORIGINAL and PORT, written into
+    FOLDER as original.py and PORT_NAME, over STEPS optimizer steps."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (folder / "original.py").write_text(original)
+    (folder / port_name).write_text(port)
+    proc = subprocess.run([sys.executable, "-m", "porter", "verify", "--script", str(folder / "original.py"),
+                           str(folder / port_name), "--steps", str(steps), "--format", "json"],
+                          capture_output=True, text=True, timeout=900, env={**os.environ, "PJRT_DEVICE": "CPU"},
+                          cwd=folder)
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    return json.loads(proc.stdout)

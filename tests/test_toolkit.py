@@ -259,6 +259,7 @@ def test_contributing_examples_are_rules_that_pass_their_examples():
 SHADOWING = {
     "parameter": "def batchify(data, bsz):\n    return data.size(0)\n",
     "assignment": "def load():\n    data = make()\n    return data.size(0)\n",
+    "unpacking": "def load(pair):\n    first, (data, *rest) = pair\n    return data.size(0)\n",
     "loop variable": "def total(items):\n    for data in items:\n        print(data.size(0))\n",
     "with target": "def read(path):\n    with open(path) as data:\n        return data.size(0)\n",
     "lambda parameter": "sizes = map(lambda data: data.size(0), items)\n",
@@ -298,8 +299,9 @@ def test_a_functions_own_name_is_not_the_import(spelling):
 
 @pytest.mark.parametrize("source", [
     "import data\n\ndef reset():\n    global data\n    data = data.reload()\n",
+    "import data\n\ndef keep(self):\n    self.data, other = data.reload(), 1\n",
     "def reset():\n    import data\n    return data.reload()\n",
-], ids=["global", "import in the function"])
+], ids=["global", "import in the function", "an attribute of the same name"])
 def test_a_global_declaration_or_an_import_in_the_function_reads_the_import(source):
     assert _resolved(source, "data.reload") == ["data.reload"]
 

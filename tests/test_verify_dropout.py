@@ -3,16 +3,14 @@
 classic MNIST-style CNN with `Dropout2d` after its convolutions diverged at step 1 (the CPU
 original drew its masks with torch's native kernel, the XLA port with XLA's generator). The
 dropout inside an RNN kernel cannot be aligned: the report says so."""
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
 
 from porter import engine, registry
+
+from scripthelp import verify_json
 
 ORIGINAL = textwrap.dedent('''
     import argparse
@@ -65,16 +63,8 @@ ORIGINAL = textwrap.dedent('''
 
 
 def _verify(tmp_path, target: str) -> dict:
-    original = tmp_path / "original.py"
-    original.write_text(ORIGINAL)
-    port = tmp_path / f"port_{target.replace('-', '_')}.py"
-    port.write_text(engine.fix(ORIGINAL, engine.Options(tuple(registry.rules_for(target))), "train.py").source)
-    proc = subprocess.run([sys.executable, "-m", "porter", "verify", "--script", str(original), str(port),
-                           "--steps", "3", "--format", "json"],
-                          capture_output=True, text=True, timeout=900, env={**os.environ, "PJRT_DEVICE": "CPU"},
-                          cwd=tmp_path)
-    assert proc.stdout.strip(), proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    port = engine.fix(ORIGINAL, engine.Options(tuple(registry.rules_for(target))), "train.py").source
+    return verify_json(tmp_path, ORIGINAL, port, 3, port_name=f"port_{target.replace('-', '_')}.py")
 
 
 @pytest.mark.parametrize("target", [pytest.param("torch-xla", marks=pytest.mark.xla),

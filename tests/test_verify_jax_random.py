@@ -6,15 +6,13 @@ The original is a small VAE-style script written here: four spellings of a draw 
 (`torch.randn_like`, `nn.Dropout`, `F.dropout(training=self.training)`, a `torch.rand_like`
 mask). porter ports it to JAX; the port must match the original to float64 rounding, and a port
 changed by one part in ten thousand must be caught (float32's tolerances let it pass)."""
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from porter import engine, registry
+
+from scripthelp import verify_json
 
 pytestmark = pytest.mark.jax
 
@@ -78,16 +76,7 @@ ORIGINAL = textwrap.dedent('''
 
 
 def _verify(tmp_path, port_source: str) -> dict:
-    original = tmp_path / "original.py"
-    original.write_text(ORIGINAL)
-    port = tmp_path / "port.py"
-    port.write_text(port_source)
-    proc = subprocess.run([sys.executable, "-m", "porter", "verify", "--script", str(original), str(port),
-                           "--steps", "4", "--format", "json"],
-                          capture_output=True, text=True, timeout=900, env={**os.environ, "PJRT_DEVICE": "CPU"},
-                          cwd=tmp_path)
-    assert proc.stdout.strip(), proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    return verify_json(tmp_path, ORIGINAL, port_source, 4)
 
 
 @pytest.fixture(scope="module")

@@ -161,6 +161,19 @@ def compare_steps(original: list, port: list, rtol: float, atol: float, scaled: 
     return steps, first
 
 
+def _constant_loss_note(steps: list[dict], notes: list[str]) -> str:
+    """For losses that match but never changed: a note (appended to ``notes``) and the words the
+    summary ends with; '' otherwise."""
+    constant = _constant_loss(steps)
+    if constant is None:
+        return ""
+    notes.append(f"the loss is {constant:g} at every compared step on both sides: the steps changed nothing the loss "
+                 "shows (a loss that cannot change, such as cross-entropy over a single class, or a learning rate of "
+                 "0), so matching losses say little about the port; compare more steps, or the model itself "
+                 "(porter verify --model)")
+    return " (a constant loss: see the notes)"
+
+
 def _constant_loss(steps: list[dict]) -> Optional[float]:
     """The loss value when two or more compared steps all had that one loss on both sides."""
     values = {x for s in steps for x in (*s["original"], *s["port"]) if x is not None}
@@ -249,11 +262,17 @@ def jax_health(record: dict, health: dict, budgets: Budgets) -> dict:
             "problems": problems, "within_budget": not problems}
 
 
-def _torch_steps(record: dict) -> int:
-    """How many of a JAX port's recorded steps were torch's (a torch.optim optimizer's step, by
-    its index, or a manual update of torch parameters, -1): a JAX step is named by its step
-    function (or "eager update")."""
-    return sum(1 for step in record.get("steps", []) if isinstance(step.get("optimizer"), int))
+def _not_ported(record: dict) -> Optional[str]:
+    """Why a JAX port's run proves nothing about it, when some of its recorded steps were torch's
+    (a torch.optim optimizer's step, by its index, or a manual update of torch parameters, -1; a
+    JAX step is named by its step function, or "eager update"): the port trained with torch (a
+    step JAX could not take over, a torch library model), so its losses are the original's own."""
+    torch_steps = sum(1 for step in record.get("steps", []) if isinstance(step.get("optimizer"), int))
+    if not torch_steps:
+        return None
+    return (f"the port's training ran in torch, not JAX: {torch_steps} of its {record.get('num_steps', 0)} optimizer "
+            "steps were torch.optim steps or manual updates of torch parameters (see the port's JX901 findings at "
+            "its backward() and its model)")
 
 
 def _copy_files(folder: Optional[Path], target: Path) -> None:
@@ -411,16 +430,10 @@ def verify_script(req: ScriptRequest) -> Report:
         count_note = f"the original ran {orig['num_steps']} optimizer steps, the port {port['num_steps']}"
         notes.append(count_note)
     early, stopped = _early_end(orig, port, steps, req.steps, notes)
-    torch_steps = _torch_steps(port) if jax_port else 0
-    if torch_steps:
-        # the port trained with torch (a step JAX could not take over, a torch library model):
-        # its losses are the original's, which proves nothing about a JAX port
-        status = "not-ported"
-        summary = (f"the port's training ran in torch, not JAX: {torch_steps} of its {port['num_steps']} optimizer "
-                   "steps were torch.optim steps or manual updates of torch parameters (see the port's JX901 "
-                   "findings at its backward() and its model)")
-        return Report("script", False, status, summary, side_o, side_p, first_divergence=None, health=health,
-                      notes=notes, settings=settings, steps=steps)
+    not_ported = _not_ported(port) if jax_port else None
+    if not_ported:
+        return Report("script", False, "not-ported", not_ported, side_o, side_p, health=health, notes=notes,
+                      settings=settings, steps=steps)
     if first is not None:
         status, summary = "diverged", f"diverged first at {first['where']}: |original - port| = {first['max_abs']:.3g}"
     elif stopped is not None:
@@ -434,13 +447,8 @@ def verify_script(req: ScriptRequest) -> Report:
     else:
         worst = max(s["diff"] for s in steps)
         status, summary = "passed", f"losses of {len(steps)} steps match (worst |difference| {worst:.3g})"
-    constant = _constant_loss(steps)
-    if constant is not None and status in ("passed", "over-budget"):
-        notes.append(f"the loss is {constant:g} at every compared step on both sides: the steps changed nothing the "
-                     "loss shows (a loss that cannot change, such as cross-entropy over a single class, or a "
-                     "learning rate of 0), so matching losses say little about the port; compare more steps, or "
-                     "the model itself (porter verify --model)")
-        summary += " (a constant loss: see the notes)"
+    if status in ("passed", "over-budget"):
+        summary += _constant_loss_note(steps, notes)
     if early and status in ("passed", "over-budget"):
         summary += f" ({early})"
     passed = status == "passed"
@@ -550,16 +558,10 @@ def verify_mxnet_script(req: ScriptRequest) -> Report:
         count_note = f"the original ran {orig['num_steps']} optimizer steps, the port {port['num_steps']}"
         notes.append(count_note)
     early, stopped = _early_end(orig, port, steps, req.steps, notes)
-    torch_steps = _torch_steps(port) if jax_port else 0
-    if torch_steps:
-        # the port trained with torch (a step JAX could not take over, a torch library model):
-        # its losses are the original's, which proves nothing about a JAX port
-        status = "not-ported"
-        summary = (f"the port's training ran in torch, not JAX: {torch_steps} of its {port['num_steps']} optimizer "
-                   "steps were torch.optim steps or manual updates of torch parameters (see the port's JX901 "
-                   "findings at its backward() and its model)")
-        return Report("script", False, status, summary, side_o, side_p, first_divergence=None, health=health,
-                      notes=notes, settings=settings, steps=steps)
+    not_ported = _not_ported(port) if jax_port else None
+    if not_ported:
+        return Report("script", False, "not-ported", not_ported, side_o, side_p, health=health, notes=notes,
+                      settings=settings, steps=steps)
     if first is not None:
         status, summary = "diverged", f"diverged first at {first['where']}: |original - port| = {first['max_abs']:.3g}"
         if not _weights_loaded(port, jax_port):
@@ -580,13 +582,8 @@ def verify_mxnet_script(req: ScriptRequest) -> Report:
     else:
         worst = max(s["diff"] for s in steps)
         status, summary = "passed", f"losses of {len(steps)} steps match (worst |difference| {worst:.3g})"
-    constant = _constant_loss(steps)
-    if constant is not None and status in ("passed", "over-budget"):
-        notes.append(f"the loss is {constant:g} at every compared step on both sides: the steps changed nothing the "
-                     "loss shows (a loss that cannot change, such as cross-entropy over a single class, or a "
-                     "learning rate of 0), so matching losses say little about the port; compare more steps, or "
-                     "the model itself (porter verify --model)")
-        summary += " (a constant loss: see the notes)"
+    if status in ("passed", "over-budget"):
+        summary += _constant_loss_note(steps, notes)
     if early and status in ("passed", "over-budget"):
         summary += f" ({early})"
     return Report("script", status == "passed", status, summary, side_o, side_p, first_divergence=first,
