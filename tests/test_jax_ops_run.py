@@ -145,6 +145,11 @@ def _sdpa_dropout_in_eval_mode(src: str, case: ops.Case) -> None:
 _CPU_REFERENCE = {".pin_memory": (".pin_memory()", ".clone()")}
 
 
+# the dropouts JX107 ports in module code (the channel ones by their spatial dimensions)
+_JX107_DROPOUTS = {"torch.nn.functional.dropout": 0, "torch.nn.functional.dropout1d": 1,
+                   "torch.nn.functional.dropout2d": 2}
+
+
 @pytest.mark.parametrize("entry,case", CASES)
 def test_entry(entry, case):
     src = module_source(case)
@@ -154,9 +159,11 @@ def test_entry(entry, case):
         ported = engine.fix(src, engine.Options(RULES + (MODULE_RANDOM,))).source
         assert "jax.random." in ported and "self.rngs.noise()" in ported and "torch.rand" not in ported, ported
         return
-    if entry.name == "torch.nn.functional.dropout":  # in a module method: JX107's torch_dropout, with the module's nnx.Rngs
+    if entry.name in _JX107_DROPOUTS:  # in a module method: JX107's torch_dropout, with the module's nnx.Rngs
         ported = engine.fix(src, engine.Options(RULES + (registry.find("JX001"),))).source
-        assert "torch_dropout(a, 0.5, True, self.rngs)" in ported and "self.rngs = rngs" in ported, ported
+        spatial = _JX107_DROPOUTS[entry.name]
+        call = "torch_dropout(a, 0.5, True, self.rngs" + (f", spatial={spatial})" if spatial else ")")
+        assert call in ported and "self.rngs = rngs" in ported, ported
         return  # its numbers: tests/test_jax_modules_run.py::test_functional_dropout_has_torchs_semantics
     if entry.name == SDPA and "self.training" in case.expr:  # attention dropout in a module method: the module's nnx.Rngs
         _sdpa_dropout_in_eval_mode(src, case)
