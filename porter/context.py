@@ -60,19 +60,8 @@ def _bound_in(fn: Union[cst.FunctionDef, cst.Lambda]) -> frozenset:
         elif isinstance(n, (cst.Import, cst.ImportFrom)):
             declared |= {b.local for b in import_bindings(n)}
         for t in targets:
-            names.update(_target_names(t))
+            names.update(astutil.target_names(t))
     return frozenset(names - declared)
-
-
-def _target_names(target: cst.CSTNode) -> Iterator[str]:
-    """The plain names an assignment target binds (``a, (b, *c)``; not ``self.x`` or ``d[k]``)."""
-    if isinstance(target, cst.Name):
-        yield target.value
-    elif isinstance(target, (cst.Tuple, cst.List)):
-        for element in target.elements:
-            yield from _target_names(element.value)
-    elif isinstance(target, cst.StarredElement):
-        yield from _target_names(target.value)
 
 
 def dotted_name(node: cst.CSTNode) -> Optional[str]:
