@@ -356,7 +356,7 @@ class _HostDraws:
 
     def _normal(self, real: Callable) -> Callable:
         def normal(key: Any, shape: Any = (), dtype: Any = None, *args: Any, **kwargs: Any) -> Any:
-            if not self.hooks.drawing or args or _placement_only(kwargs) is None:
+            if not self.hooks.drawing or args or not _placement_only(kwargs):
                 return real(key, shape, *((dtype,) if dtype is not None else ()), *args, **kwargs)
             return self._draw("randn", shape, self._float(dtype))
 
@@ -365,7 +365,7 @@ class _HostDraws:
     def _uniform(self, real: Callable) -> Callable:
         def uniform(key: Any, shape: Any = (), dtype: Any = None, minval: Any = 0.0, maxval: Any = 1.0,
                     **kwargs: Any) -> Any:
-            if not self.hooks.drawing or _placement_only(kwargs) is None:
+            if not self.hooks.drawing or not _placement_only(kwargs):
                 return real(key, shape, *((dtype,) if dtype is not None else ()), minval=minval, maxval=maxval,
                             **kwargs)
             dtype = self._float(dtype)
@@ -375,7 +375,7 @@ class _HostDraws:
 
     def _bernoulli(self, real: Callable) -> Callable:
         def bernoulli(key: Any, p: Any = 0.5, shape: Any = None, *args: Any, **kwargs: Any) -> Any:
-            if not self.hooks.drawing or args or _placement_only(kwargs) is None:
+            if not self.hooks.drawing or args or not _placement_only(kwargs):
                 return real(key, p, shape, *args, **kwargs)
             import jax.numpy as jnp
 
@@ -388,10 +388,10 @@ class _HostDraws:
         return bernoulli
 
 
-def _placement_only(kwargs: dict) -> Optional[dict]:
-    """KWARGS when they only place the result (``out_sharding=None`` or a sharding, which a
-    host draw on one device has no use for), else None: the draw is left to jax.random."""
-    return kwargs if set(kwargs) <= {"out_sharding"} else None
+def _placement_only(kwargs: dict) -> bool:
+    """KWARGS only place the result (``out_sharding=None`` or a sharding, which a host draw on
+    one device has no use for); else the draw is left to jax.random."""
+    return set(kwargs) <= {"out_sharding"}
 
 
 def _dropout_caller() -> bool:
