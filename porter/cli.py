@@ -426,7 +426,7 @@ def verify(
     dtype: str = typer.Option("auto", "--dtype", help="Script level: torch's default float dtype in both runs. auto (default): float64 when both sides run in it (no float32 rounding noise, which adaptive optimizers amplify), else float32 with tolerances that grow with the step; float32 is the run as written."),
     rtol: Optional[float] = typer.Option(None, "--rtol", help="Relative tolerance (default by dtype; float32: 1e-4 model level; script level 1e-5 in float64, 5e-4 x the step index in float32)."),
     atol: Optional[float] = typer.Option(None, "--atol", help="Absolute tolerance (default by dtype; float32: 1e-5)."),
-    reference: bool = typer.Option(False, "--reference", help="Model level: run the torch original's forward, backward and steps once more in float64; a tensor outside the tolerance passes when the port is at most 10x as far from those values as the original itself is (float32 rounding, not a real difference)."),
+    reference: bool = typer.Option(False, "--reference", help="Model level: run the torch original's forward, backward and steps once more in float64; a tensor outside the tolerance passes when the port is at most 10x as far from those values as the original itself is (float32 rounding, not a real difference). Script level judges float32 losses that differ the same way by itself, against a float64 run of the original that draws the same random numbers."),
     max_compiles: int = typer.Option(0, "--max-compiles", min=0, help="Compilations allowed after the warm-up steps."),
     max_transfers: int = typer.Option(0, "--max-transfers-per-step", min=0, help="Device-to-host transfers allowed in a step (script level: in a step that logs nothing)."),
     warmup: int = typer.Option(2, "--warmup-steps", min=0, help="Steps allowed to compile."),
@@ -457,7 +457,8 @@ def verify(
         raise UsageError(f"unknown optimizer {optimizer!r} (sgd, adam)")
     budgets = Budgets(max_compiles, max_transfers, warmup)
     if script and reference:
-        raise UsageError("--reference is for model level (--model); script level compares in float64 itself (--dtype auto)")
+        raise UsageError("--reference is for model level (--model); script level compares in float64 itself "
+                         "(--dtype auto), and float32 losses that differ against a float64 run of the original")
     if script:
         if dtype not in ("auto", "float32", "float64"):
             raise UsageError(f"unknown dtype {dtype!r} (auto, float32, float64)")

@@ -97,3 +97,37 @@ def test_dropout_inside_an_rnn_kernel_is_noted():
     model = LM()  # the optimizer's model is found among the live modules
     recorder.on_optimizer_created(torch.optim.SGD(model.parameters(), lr=0.1))
     assert len(recorder.unaligned) == 1 and "LM.rnn (LSTM, dropout=0.2)" in recorder.unaligned[0], recorder.unaligned
+
+
+def test_rnn_dropout_of_a_model_without_an_optimizer_is_noted(tmp_path):
+    """A script whose updates are manual (`p.data.add_(p.grad, alpha=-lr)`) creates no
+    optimizer: the RNN's dropout is noted as the module runs in training mode (and not for a
+    module that only evaluates)."""
+    from porter.verify.trace import trace_script
+
+    script = tmp_path / "lm.py"
+    script.write_text(textwrap.dedent('''
+        import torch
+        import torch.nn as nn
+
+        torch.manual_seed(0)
+        rnn = nn.GRU(4, 8, num_layers=2, dropout=0.3)
+        frozen = nn.LSTM(4, 8, num_layers=3, dropout=0.5).eval()
+        head = nn.Linear(8, 1)
+        for _ in range(3):
+            x = torch.randn(5, 2, 4)
+            with torch.no_grad():
+                frozen(x)
+            out, _ = rnn(x)
+            loss = head(out).pow(2).mean()
+            rnn.zero_grad()
+            head.zero_grad()
+            loss.backward()
+            for p in list(rnn.parameters()) + list(head.parameters()):
+                p.data.add_(p.grad, alpha=-0.1)
+    ''').lstrip("\n"))
+    record = trace_script(script, host_random=True, seed=0, max_steps=2, cwd=tmp_path, timeout=120)
+    assert record["num_steps"] == 2, record.get("exception")
+    assert record["unaligned_random"] == [
+        "GRU(num_layers=2, dropout=0.3) draws its dropout inside torch's RNN kernel, which the comparison cannot "
+        "give both sides: run the script with that dropout off to compare"], record["unaligned_random"]

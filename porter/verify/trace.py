@@ -123,6 +123,11 @@ class HostRandomMode(TorchFunctionMode):
     ``alpha_dropout``, ``scaled_dot_product_attention(dropout_p>0)``, ``multinomial``,
     and calls with an explicit non-CPU ``generator``. An XLA program under this mode uploads
     its random tensors each step (host-to-device) instead of generating them in the graph.
+
+    ``float32_draws``: every floating sample of a wider dtype is drawn in float32 and widened
+    (the CPU kernels draw float64 from other bits of the generator than float32). A float64 run
+    under it computes what a float32 run computes, from the same random numbers, without the
+    float32 rounding: the reference that tells float32 noise from a real difference.
     """
 
     _FACTORIES = {torch.randn, torch.rand, torch.randint, torch.randperm}
@@ -131,6 +136,21 @@ class HostRandomMode(TorchFunctionMode):
     # channel dropouts: the number of spatial dimensions of a batched input
     _CHANNEL_DROPOUT = {torch.nn.functional.dropout1d: 1, torch.nn.functional.dropout2d: 2,
                         torch.nn.functional.dropout3d: 3}
+
+    def __init__(self, float32_draws: bool = False) -> None:
+        super().__init__()
+        self.float32_draws = float32_draws
+
+    def _narrowed(self, dtype: Any) -> Any:
+        """The dtype to draw a sample of ``dtype`` (None: the default) in."""
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        if self.float32_draws and dtype.is_floating_point and dtype.itemsize > 4:
+            return torch.float32
+        return dtype
+
+    def _noise(self, sampler, shape, dtype, device, generator) -> torch.Tensor:
+        drawn = self._narrowed(dtype)
+        return _host_noise(sampler, shape, drawn, device, generator).to(dtype)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
@@ -141,6 +161,12 @@ class HostRandomMode(TorchFunctionMode):
             return self._init(func, args, kwargs)
         if func in self._FACTORIES or (func is torch.normal and not _has_tensor(args, kwargs)):
             device = kwargs.get("device")
+            floating = func not in (torch.randint, torch.randperm)
+            dtype = kwargs.get("dtype")
+            if floating and self._narrowed(dtype) != (dtype or torch.get_default_dtype()):
+                drawn = func(*args, **{**kwargs, "dtype": self._narrowed(dtype), "device": "cpu",
+                                       "requires_grad": False})
+                return _to_device(drawn.to(dtype or torch.get_default_dtype()), device or "cpu", kwargs)
             if _off_host(device):
                 return _to_device(func(*args, **{**kwargs, "device": "cpu", "requires_grad": False}), device, kwargs)
             return func(*args, **kwargs)
@@ -158,95 +184,88 @@ class HostRandomMode(TorchFunctionMode):
             return self._channel_dropout(self._CHANNEL_DROPOUT[func], *args, **kwargs)
         return func(*args, **kwargs)
 
-    @staticmethod
-    def _init(func, args, kwargs):
+    def _init(self, func, args, kwargs):
         """``torch.nn.init.*_(tensor, ...)`` reach the mode as a whole (with ``tensor=`` as a
         keyword) and then run with the mode off: on a device tensor, initialise a CPU tensor
         of the same shape with the same function (same kernel, same draws) and copy it over."""
         kwargs = dict(kwargs)
         target = kwargs.pop("tensor") if "tensor" in kwargs else args[0]
         rest = args[1:] if args and args[0] is target else args
-        if not isinstance(target, torch.Tensor) or not _off_host(target.device):
+        if not isinstance(target, torch.Tensor) or (
+                not _off_host(target.device) and self._narrowed(target.dtype) == target.dtype):
             return func(target, *rest, **kwargs)
-        sample = func(torch.empty(target.shape, dtype=target.dtype), *rest, **kwargs)
+        sample = func(torch.empty(target.shape, dtype=self._narrowed(target.dtype)), *rest, **kwargs)
         with torch.no_grad():
             return target.copy_(sample)
 
-    @staticmethod
-    def _like(func, args, kwargs):
+    def _like(self, func, args, kwargs):
         source, bounds = args[0], tuple(args[1:])
         device = kwargs.get("device")
         device = source.device if device is None else device
-        if not _off_host(device):
+        dtype = kwargs.get("dtype") or source.dtype
+        narrow = func is not torch.randint_like and self._narrowed(dtype) != dtype
+        if not _off_host(device) and not narrow:
             return func(*args, **kwargs)
-        layout = {
-            "dtype": kwargs.get("dtype") or source.dtype,
-            "device": "cpu",
-            "generator": kwargs.get("generator"),
-        }
+        layout = {"dtype": self._narrowed(dtype) if narrow else dtype, "device": "cpu",
+                  "generator": kwargs.get("generator")}
         if func is torch.randint_like:
             if "high" in kwargs:
                 bounds = (bounds[0] if bounds else kwargs.get("low", 0), kwargs["high"])
             value = torch.randint(*bounds, tuple(source.shape), **layout)
         else:
             value = HostRandomMode._LIKE[func](tuple(source.shape), **layout)
-        return _to_device(value, device, kwargs)
+        return _to_device(value.to(dtype), device, kwargs)
 
-    @staticmethod
-    def _inplace(func, name, args, kwargs):
+    def _inplace(self, func, name, args, kwargs):
         target = args[0]
         if name == "bernoulli_" and (
             (len(args) > 1 and isinstance(args[1], torch.Tensor)) or isinstance(kwargs.get("p"), torch.Tensor)
         ):
             p = args[1] if len(args) > 1 else kwargs["p"]
             dtype = torch.promote_types(p.dtype, torch.float32)
-            noise = _host_noise(torch.rand, target.shape, dtype, target.device, kwargs.get("generator"))
+            noise = self._noise(torch.rand, target.shape, dtype, target.device, kwargs.get("generator"))
             with torch.no_grad():
                 return target.copy_((noise < p).to(target.dtype))
-        if not _off_host(target.device):
+        if not _off_host(target.device) and self._narrowed(target.dtype) == target.dtype:
             return func(*args, **kwargs)
-        sample = func(torch.empty(target.shape, dtype=target.dtype), *args[1:], **kwargs)
+        sample = func(torch.empty(target.shape, dtype=self._narrowed(target.dtype)), *args[1:], **kwargs)
         with torch.no_grad():
             return target.copy_(sample)
 
-    @staticmethod
-    def _bernoulli(source, p=None, *, generator=None, **kwargs):
+    def _bernoulli(self, source, p=None, *, generator=None, **kwargs):
         probs = source if p is None else p
         if not isinstance(probs, torch.Tensor):
             probs = torch.tensor(probs, dtype=source.dtype, device=source.device)
-        noise = _host_noise(torch.rand, source.shape, probs.dtype, source.device, generator)
+        noise = self._noise(torch.rand, source.shape, probs.dtype, source.device, generator)
         return (noise < probs).to(source.dtype)
 
-    @staticmethod
-    def _normal(mean, std=1.0, *args, generator=None, **kwargs):
+    def _normal(self, mean, std=1.0, *args, generator=None, **kwargs):
         like = mean if isinstance(mean, torch.Tensor) else std
         shape = torch.broadcast_shapes(
             tuple(mean.shape) if isinstance(mean, torch.Tensor) else (),
             tuple(std.shape) if isinstance(std, torch.Tensor) else (),
         )
-        noise = _host_noise(torch.randn, shape, like.dtype, like.device, generator)
+        noise = self._noise(torch.randn, shape, like.dtype, like.device, generator)
         return mean + std * noise
 
-    @staticmethod
-    def _channel_dropout(spatial, input, p=0.5, training=True, inplace=False):
+    def _channel_dropout(self, spatial, input, p=0.5, training=True, inplace=False):
         if not training or p == 0.0:
             return input
         if p == 1.0:
             return input.mul_(0.0) if inplace else input * 0.0
         shape = _channel_dropout_shape(input.shape, spatial)
-        noise = _host_noise(torch.rand, shape, input.dtype, input.device, None)
+        noise = self._noise(torch.rand, shape, input.dtype, input.device, None)
         keep = (noise >= p).to(input.dtype)
         if inplace:
             return input.mul_(keep).div_(1.0 - p)
         return input * keep / (1.0 - p)
 
-    @staticmethod
-    def _dropout(input, p=0.5, training=True, inplace=False):
+    def _dropout(self, input, p=0.5, training=True, inplace=False):
         if not training or p == 0.0:
             return input
         if p == 1.0:
             return input.mul_(0.0) if inplace else input * 0.0
-        noise = _host_noise(torch.rand, input.shape, input.dtype, input.device, None)
+        noise = self._noise(torch.rand, input.shape, input.dtype, input.device, None)
         keep = (noise >= p).to(input.dtype)
         if inplace:
             return input.mul_(keep).div_(1.0 - p)
@@ -285,6 +304,7 @@ class _Recorder:
     def __init__(self) -> None:
         self.t0 = time.perf_counter()
         self.unaligned: list[str] = []  # random draws --host-random cannot align (notes)
+        self.unaligned_modules: set[int] = set()  # ids of the modules noted in it
         self.pending: list[torch.Tensor] = []
         self.pending_leaves: list[dict[int, weakref.ref]] = []  # the leaves of each pending tensor's graph
         self.steps: list[dict[str, Any]] = []
@@ -422,12 +442,21 @@ class _Recorder:
         if model is None or not hasattr(model, "modules"):
             return
         for name, module in model.named_modules():
-            if isinstance(module, torch.nn.RNNBase) and module.dropout > 0 and module.num_layers > 1:
-                note = (f"{type(model).__name__}.{name} ({type(module).__name__}, dropout={module.dropout:g}) draws "
-                        "its dropout inside torch's RNN kernel, which the comparison cannot give both sides: "
-                        "run the script with that dropout off to compare")
-                if note not in self.unaligned:
-                    self.unaligned.append(note)
+            self.note_rnn_dropout(module, f"{type(model).__name__}.{name}")
+
+    def note_rnn_dropout(self, module: Any, where: str | None = None) -> None:
+        """The note for ``module`` if it is an RNN with dropout between its layers (once per
+        module): from the optimizer's model (``where`` its path there), or from the module's
+        forward in training mode (a script whose updates are manual has no optimizer)."""
+        if not (isinstance(module, torch.nn.RNNBase) and module.dropout > 0 and module.num_layers > 1):
+            return
+        if id(module) in self.unaligned_modules or (where is None and not module.training):
+            return
+        self.unaligned_modules.add(id(module))
+        what = (f"{where} ({type(module).__name__}, dropout={module.dropout:g})" if where else
+                f"{type(module).__name__}(num_layers={module.num_layers}, dropout={module.dropout:g})")
+        self.unaligned.append(f"{what} draws its dropout inside torch's RNN kernel, which the comparison cannot give "
+                              "both sides: run the script with that dropout off to compare")
 
     def _own(self, optimizer: Any) -> None:
         for group in getattr(optimizer, "param_groups", ()):
@@ -642,11 +671,13 @@ def run(
     reseed_at_optimizer: bool = False,
     torch_weights: str | None = None,
     no_shuffle: bool = False,
+    float32_draws: bool = False,
 ) -> tuple[dict[str, Any], int]:
     """Run SCRIPT in this process and return (record, exit code).
 
     ``dtype`` ("float64") sets torch's default floating dtype before the script runs, so
-    parameters and data it creates without an explicit dtype use it."""
+    parameters and data it creates without an explicit dtype use it. ``float32_draws`` (with
+    ``host_random``): random samples are drawn in float32 and widened (HostRandomMode)."""
     script = os.path.abspath(script)
     recorder = _Recorder()
     recorder.max_steps = max_steps
@@ -698,8 +729,10 @@ def run(
 
     host_mode = None
     if host_random:
-        host_mode = HostRandomMode()
+        host_mode = HostRandomMode(float32_draws=float32_draws)
         host_mode.__enter__()
+        torch.nn.modules.module.register_module_forward_pre_hook(
+            lambda module, inputs: recorder.note_rnn_dropout(module))
     if legacy_xla:
         from porter.verify import legacy_xla as legacy
 
@@ -861,6 +894,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="load DIR/weights_<i>.npz into the model of the i-th torch.optim optimizer "
                              "(load_state_dict) as it is created")
     parser.add_argument("--no-shuffle", action="store_true", help="DataLoaders read their datasets in order")
+    parser.add_argument("--float32-draws", action="store_true",
+                        help="with --host-random: draw random samples in float32 and widen them (a float64 run "
+                             "that computes what a float32 run computes)")
     parser.add_argument("script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for SCRIPT (or after --)")
     options = parser.parse_args(own)
@@ -872,6 +908,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         synthetic_image_size=options.synthetic_image_size, export_weights=options.export_weights,
         jax=options.jax, jax_weights=options.jax_weights, reseed_at_optimizer=options.reseed_at_optimizer,
         torch_weights=options.torch_weights, no_shuffle=options.no_shuffle,
+        float32_draws=options.float32_draws,
     )
     out = Path(options.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -902,6 +939,7 @@ def trace_script(
     reseed_at_optimizer: bool = False,
     torch_weights: str | os.PathLike | None = None,
     no_shuffle: bool = False,
+    float32_draws: bool = False,
     timeout: float = 600.0,
     memory_mb: float = 16384.0,
     env: dict[str, str] | None = None,
@@ -938,7 +976,7 @@ def trace_script(
         command += ["--jax"] * jax + ["--reseed-at-optimizer"] * reseed_at_optimizer
         command += ["--jax-weights", str(jax_weights)] if jax_weights is not None else []
         command += ["--torch-weights", str(torch_weights)] if torch_weights is not None else []
-        command += ["--no-shuffle"] * no_shuffle
+        command += ["--no-shuffle"] * no_shuffle + ["--float32-draws"] * float32_draws
         if synthetic_image_size is not None:
             command += ["--synthetic-image-size", f"{synthetic_image_size[0]}x{synthetic_image_size[1]}"]
         command += [str(Path(script).resolve()), "--", *map(str, args)]

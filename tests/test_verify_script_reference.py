@@ -1,0 +1,69 @@
+"""`porter verify --script` in float32: losses past the tolerance are judged again against a
+float64 run of the original that draws the float32 run's random numbers. The port passes
+where it is as close to that reference as float32 rounding puts the original itself, and a
+real difference still fails. Tolerances far below float32's resolution make every step
+differ, so the reference decides each one."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from porter import engine, registry
+
+pytestmark = pytest.mark.xla
+
+# dropout and Adam: the reference must draw the float32 run's masks, and Adam's division by
+# the root of tiny second moments is where float32 rounding grows
+ORIGINAL = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader, TensorDataset
+
+    device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(96, 20), torch.randint(0, 5, (96,)))
+    loader = DataLoader(data, batch_size=16, shuffle=True)
+    model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Dropout(0.3), nn.Linear(64, 5)).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+''').lstrip("\n")
+
+
+def _verify(tmp_path, port_lr: str) -> dict:
+    original = ORIGINAL.replace("LR", "1e-2")
+    port = engine.fix(ORIGINAL.replace("LR", port_lr), engine.Options(tuple(registry.rules_for("torch-xla"))),
+                      "train.py").source
+    assert "torch_xla" in port
+    (tmp_path / "train.py").write_text(original)
+    (tmp_path / "train_xla.py").write_text(port)
+    proc = subprocess.run([sys.executable, "-m", "porter", "verify", "--script", str(tmp_path / "train.py"),
+                           str(tmp_path / "train_xla.py"), "--steps", "4", "--dtype", "float32",
+                           "--rtol", "1e-12", "--atol", "1e-12", "--format", "json"],
+                          capture_output=True, text=True, timeout=900, env={**os.environ, "PJRT_DEVICE": "CPU"},
+                          cwd=tmp_path)
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_float32_rounding_passes_against_the_float64_reference(tmp_path):
+    report = _verify(tmp_path, "1e-2")
+    assert report["passed"], (report["summary"], report["notes"])
+    rounded = [s for s in report["steps"] if "reference" in s]
+    assert rounded, report["steps"]  # 1e-12 is below float32's resolution: the reference decided
+    assert "within float32 rounding" in report["summary"]
+    assert any(n.startswith("float32 rounding, judged against a float64 run") for n in report["notes"])
+
+
+def test_a_real_difference_still_diverges_with_the_reference(tmp_path):
+    report = _verify(tmp_path, "1.01e-2")  # the port's learning rate 1% off: step 2 on differs
+    assert report["status"] == "diverged", report["summary"]
+    assert report["first_divergence"]["step"] == 2, report["first_divergence"]
