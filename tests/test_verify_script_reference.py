@@ -38,15 +38,28 @@ ORIGINAL = textwrap.dedent('''
 ''').lstrip("\n")
 
 
-def _verify(tmp_path, port_lr: str) -> dict:
-    original = ORIGINAL.replace("LR", "1e-2")
-    port = engine.fix(ORIGINAL.replace("LR", port_lr), engine.Options(tuple(registry.rules_for("torch-xla"))),
+# the same script building float32 tensors of its own, as real scripts do (float32 NumPy data,
+# `.float()`, `dtype=torch.float32`): it cannot run in float64, so both sides compare in
+# float32, and the reference widens those tensors
+EXPLICIT_FLOAT32 = ORIGINAL.replace(
+    "data = TensorDataset(torch.randn(96, 20), torch.randint(0, 5, (96,)))",
+    "import numpy as np\n"
+    "features = np.random.RandomState(0).randn(96, 20).astype(np.float32)\n"
+    "data = TensorDataset(torch.from_numpy(features), torch.randint(0, 5, (96,)))").replace(
+    "x, y = x.to(device), y.to(device)",
+    "x, y = x.to(device).float(), y.to(device)\n"
+    "    x = x * torch.ones(20, dtype=torch.float32, device=device)")
+
+
+def _verify(tmp_path, port_lr: str, original: str = ORIGINAL, dtype: str = "float32") -> dict:
+    port = engine.fix(original.replace("LR", port_lr), engine.Options(tuple(registry.rules_for("torch-xla"))),
                       "train.py").source
+    original = original.replace("LR", "1e-2")
     assert "torch_xla" in port
     (tmp_path / "train.py").write_text(original)
     (tmp_path / "train_xla.py").write_text(port)
     proc = subprocess.run([sys.executable, "-m", "porter", "verify", "--script", str(tmp_path / "train.py"),
-                           str(tmp_path / "train_xla.py"), "--steps", "4", "--dtype", "float32",
+                           str(tmp_path / "train_xla.py"), "--steps", "4", "--dtype", dtype,
                            "--rtol", "1e-12", "--atol", "1e-12", "--format", "json"],
                           capture_output=True, text=True, timeout=900, env={**os.environ, "PJRT_DEVICE": "CPU"},
                           cwd=tmp_path)
@@ -61,6 +74,13 @@ def test_float32_rounding_passes_against_the_float64_reference(tmp_path):
     assert rounded, report["steps"]  # 1e-12 is below float32's resolution: the reference decided
     assert "within float32 rounding" in report["summary"]
     assert any(n.startswith("float32 rounding, judged against a float64 run") for n in report["notes"])
+
+
+def test_a_script_of_explicit_float32_tensors_is_judged_against_its_widened_reference(tmp_path):
+    report = _verify(tmp_path, "1e-2", EXPLICIT_FLOAT32, dtype="auto")
+    assert report["settings"]["dtype"] == "float32", report["notes"]  # float64 failed on the dtypes
+    assert report["passed"], (report["summary"], report["notes"])
+    assert any("reference" in s for s in report["steps"]), report["steps"]
 
 
 def test_a_real_difference_still_diverges_with_the_reference(tmp_path):

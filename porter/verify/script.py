@@ -167,14 +167,14 @@ def compare_steps(original: list, port: list, rtol: float, atol: float, scaled: 
 def _judge_by_reference(req: ScriptRequest, steps: list[dict], side_settings: dict, jax_port: bool,
                         notes: list[str]) -> Optional[dict]:
     """Losses compared in float32 that differ past the tolerance, judged again against a float64
-    run of the original that draws the float32 run's random numbers (``float32_draws``): the
-    same computation without float32's rounding. A step whose port is at most NOISE_FACTOR
+    run of the original that draws the float32 run's random numbers and widens its float32
+    tensors (``float64_reference``): the same computation without float32's rounding. A step whose port is at most NOISE_FACTOR
     times the original's own distance from that reference (plus NOISE_FLOOR of its loss) is
     float32 rounding, as model-level verify's --reference judges tensors. Updates ``steps``
     and ``notes``; returns the first step still divergent (None: every step is within it)."""
     with tempfile.TemporaryDirectory(prefix="porter-reference-") as tmp:
         _copy_files(req.files, Path(tmp))
-        ref = trace_script(req.original, req.args, cwd=tmp, host_random=True, float32_draws=True, seed=req.seed,
+        ref = trace_script(req.original, req.args, cwd=tmp, host_random=True, float64_reference=True, seed=req.seed,
                            dtype="float64", max_steps=req.steps, timeout=req.timeout, memory_mb=req.memory_mb,
                            synthetic_size=req.synthetic_size, reseed_at_optimizer=jax_port, **side_settings)
     losses = [_summed_like(r, s["original"]) for r, s in zip(ref.get("losses") or [], steps)]

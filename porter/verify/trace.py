@@ -124,10 +124,12 @@ class HostRandomMode(TorchFunctionMode):
     and calls with an explicit non-CPU ``generator``. An XLA program under this mode uploads
     its random tensors each step (host-to-device) instead of generating them in the graph.
 
-    ``float32_draws``: every floating sample of a wider dtype is drawn in float32 and widened
-    (the CPU kernels draw float64 from other bits of the generator than float32). A float64 run
-    under it computes what a float32 run computes, from the same random numbers, without the
-    float32 rounding: the reference that tells float32 noise from a real difference.
+    ``float64_reference`` (a run in float64): every floating sample of a wider dtype is drawn in
+    float32 and widened (the CPU kernels draw float64 from other bits of the generator than
+    float32), and every float32 tensor a function returns is widened to float64 (a script's own
+    ``.float()``, ``dtype=torch.float32`` or float32 NumPy data). The run computes what a float32
+    run computes, from the same random numbers, without the float32 rounding: the reference
+    that tells float32 noise from a real difference.
     """
 
     _FACTORIES = {torch.randn, torch.rand, torch.randint, torch.randperm}
@@ -137,14 +139,14 @@ class HostRandomMode(TorchFunctionMode):
     _CHANNEL_DROPOUT = {torch.nn.functional.dropout1d: 1, torch.nn.functional.dropout2d: 2,
                         torch.nn.functional.dropout3d: 3}
 
-    def __init__(self, float32_draws: bool = False) -> None:
+    def __init__(self, float64_reference: bool = False) -> None:
         super().__init__()
-        self.float32_draws = float32_draws
+        self.float64_reference = float64_reference
 
     def _narrowed(self, dtype: Any) -> Any:
         """The dtype to draw a sample of ``dtype`` (None: the default) in."""
         dtype = torch.get_default_dtype() if dtype is None else dtype
-        if self.float32_draws and dtype.is_floating_point and dtype.itemsize > 4:
+        if self.float64_reference and dtype.is_floating_point and dtype.itemsize > 4:
             return torch.float32
         return dtype
 
@@ -153,7 +155,12 @@ class HostRandomMode(TorchFunctionMode):
         return _host_noise(sampler, shape, drawn, device, generator).to(dtype)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = dict(kwargs or {})
+        out = self._dispatch(func, args, dict(kwargs or {}))
+        if self.float64_reference and not getattr(func, "__name__", "").endswith("_"):
+            return _widened(out)
+        return out
+
+    def _dispatch(self, func, args, kwargs):
         name = getattr(func, "__name__", "")
         if "out" in kwargs:
             return func(*args, **kwargs)
@@ -279,6 +286,19 @@ def _channel_dropout_shape(shape: Sequence[int], spatial: int) -> tuple:
     batched = len(shape) >= spatial + 2
     kept = 2 if batched else 1
     return shape[:kept] + (1,) * (len(shape) - kept)
+
+
+def _widened(value: Any) -> Any:
+    """``value`` with its float32 tensors (not parameters; in tuples and lists too) as float64;
+    a leaf that requires grad stays a leaf."""
+    if isinstance(value, (tuple, list)) and any(isinstance(v, torch.Tensor) for v in value):
+        widened = [_widened(v) for v in value]
+        return type(value)(widened) if type(value) in (tuple, list) else value
+    if not isinstance(value, torch.Tensor) or value.dtype != torch.float32 or isinstance(value, torch.nn.Parameter):
+        return value
+    if value.is_leaf and value.requires_grad:
+        return value.detach().to(torch.float64).requires_grad_(True)
+    return value.to(torch.float64)
 
 
 def _has_tensor(args: Sequence[Any], kwargs: dict) -> bool:
@@ -671,13 +691,14 @@ def run(
     reseed_at_optimizer: bool = False,
     torch_weights: str | None = None,
     no_shuffle: bool = False,
-    float32_draws: bool = False,
+    float64_reference: bool = False,
 ) -> tuple[dict[str, Any], int]:
     """Run SCRIPT in this process and return (record, exit code).
 
     ``dtype`` ("float64") sets torch's default floating dtype before the script runs, so
-    parameters and data it creates without an explicit dtype use it. ``float32_draws`` (with
-    ``host_random``): random samples are drawn in float32 and widened (HostRandomMode)."""
+    parameters and data it creates without an explicit dtype use it. ``float64_reference`` (with
+    ``host_random`` and float64): random samples drawn in float32 and float32 tensors widened
+    (HostRandomMode): the float32 run's computation without its rounding."""
     script = os.path.abspath(script)
     recorder = _Recorder()
     recorder.max_steps = max_steps
@@ -729,7 +750,7 @@ def run(
 
     host_mode = None
     if host_random:
-        host_mode = HostRandomMode(float32_draws=float32_draws)
+        host_mode = HostRandomMode(float64_reference=float64_reference)
         host_mode.__enter__()
         torch.nn.modules.module.register_module_forward_pre_hook(
             lambda module, inputs: recorder.note_rnn_dropout(module))
@@ -894,9 +915,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="load DIR/weights_<i>.npz into the model of the i-th torch.optim optimizer "
                              "(load_state_dict) as it is created")
     parser.add_argument("--no-shuffle", action="store_true", help="DataLoaders read their datasets in order")
-    parser.add_argument("--float32-draws", action="store_true",
-                        help="with --host-random: draw random samples in float32 and widen them (a float64 run "
-                             "that computes what a float32 run computes)")
+    parser.add_argument("--float64-reference", action="store_true",
+                        help="with --host-random and --dtype float64: draw random samples in float32 and widen "
+                             "them, and widen every float32 tensor (a float64 run that computes what a float32 run "
+                             "computes)")
     parser.add_argument("script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for SCRIPT (or after --)")
     options = parser.parse_args(own)
@@ -908,7 +930,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         synthetic_image_size=options.synthetic_image_size, export_weights=options.export_weights,
         jax=options.jax, jax_weights=options.jax_weights, reseed_at_optimizer=options.reseed_at_optimizer,
         torch_weights=options.torch_weights, no_shuffle=options.no_shuffle,
-        float32_draws=options.float32_draws,
+        float64_reference=options.float64_reference,
     )
     out = Path(options.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -939,7 +961,7 @@ def trace_script(
     reseed_at_optimizer: bool = False,
     torch_weights: str | os.PathLike | None = None,
     no_shuffle: bool = False,
-    float32_draws: bool = False,
+    float64_reference: bool = False,
     timeout: float = 600.0,
     memory_mb: float = 16384.0,
     env: dict[str, str] | None = None,
@@ -976,7 +998,7 @@ def trace_script(
         command += ["--jax"] * jax + ["--reseed-at-optimizer"] * reseed_at_optimizer
         command += ["--jax-weights", str(jax_weights)] if jax_weights is not None else []
         command += ["--torch-weights", str(torch_weights)] if torch_weights is not None else []
-        command += ["--no-shuffle"] * no_shuffle + ["--float32-draws"] * float32_draws
+        command += ["--no-shuffle"] * no_shuffle + ["--float64-reference"] * float64_reference
         if synthetic_image_size is not None:
             command += ["--synthetic-image-size", f"{synthetic_image_size[0]}x{synthetic_image_size[1]}"]
         command += [str(Path(script).resolve()), "--", *map(str, args)]
