@@ -1269,14 +1269,18 @@ def append_kwarg(name: str, value_code: str) -> Callable[[cst.CSTNode], cst.CSTN
         if not args:
             return updated.with_changes(args=[new])
         last = args[-1]
-        new = new.with_changes(comma=last.comma)
-        between = args[-2].comma if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma) else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
-        if isinstance(last.comma, cst.Comma) and len(args) < 2:
-            ws = updated.whitespace_before_args
-            between = cst.Comma(whitespace_after=ws) if isinstance(ws, cst.ParenthesizedWhitespace) else last.comma
-        if isinstance(between, cst.Comma):
-            between = between.with_changes(whitespace_after=_bare_line_break(between.whitespace_after))
-        args[-1] = last.with_changes(comma=between)
+        # the new argument ends the call as the last one did: its trailing comma, or the line
+        # break before `)` (the last argument's whitespace_after_arg)
+        new = new.with_changes(comma=last.comma, whitespace_after_arg=last.whitespace_after_arg)
+        # and is separated from it as the arguments before are: their line break and
+        # indentation (not a blank line or comment), or, after one argument, as `(` is from it
+        if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma):
+            between = args[-2].comma.with_changes(whitespace_after=_bare_line_break(args[-2].comma.whitespace_after))
+        elif isinstance(updated.whitespace_before_args, cst.ParenthesizedWhitespace):
+            between = cst.Comma(whitespace_after=_bare_line_break(updated.whitespace_before_args))
+        else:
+            between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        args[-1] = last.with_changes(comma=between, whitespace_after_arg=cst.SimpleWhitespace(""))
         args.append(new)
         return updated.with_changes(args=args)
 

@@ -82,6 +82,41 @@ class DropLastTrainBatch(tr.LoaderUsage, Rule):
         ),
         Example(
             """
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(
+                dataset,
+                batch_size=32,
+                sampler=sampler
+            )
+
+            def train(model, optimizer):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    model(x).sum().backward()
+                    optimizer.step()
+            """,
+            """
+            from torch.utils.data import DataLoader
+
+            loader = DataLoader(
+                dataset,
+                batch_size=32,
+                sampler=sampler,
+                drop_last=True
+            )
+
+            def train(model, optimizer):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    model(x).sum().backward()
+                    optimizer.step()
+            """,
+            unsafe=True,
+            title="a closing parenthesis on a line of its own stays there",
+        ),
+        Example(
+            """
             import torch
 
             def train(model, device, train_loader, optimizer):

@@ -25,6 +25,20 @@ F64_TOL = 1e-5
 # a port that fails in float64 is run again in float32 (with its original) when its error is
 # about dtypes: the script builds float32 tensors of its own that meet float64 ones
 _DTYPE_ERROR = re.compile(r"Double|Float|Half|float64|float32|dtype|scalar type", re.I)
+# torch.distributed's env:// rendezvous without the variables torchrun sets
+_TORCHRUN_ERROR = re.compile(r"env:// rendezvous: environment variable \w+ expected|"
+                             r"KeyError: '(RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_WORLD_SIZE|MASTER_ADDR|MASTER_PORT)'")
+
+
+def single_process_env() -> dict:
+    """The variables ``torchrun --nproc_per_node 1`` gives its one process (a free port)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0",
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
 
 
 @dataclass(frozen=True)
@@ -416,10 +430,11 @@ def verify_script(req: ScriptRequest) -> Report:
         work = Path(tmp)
         tried: list[str] = []
         port: dict = {}
+        launch_env: dict = {}  # a single-process torchrun environment, once the original asked for one
         for attempt, dtype in enumerate(candidates):
             last = attempt == len(candidates) - 1
             for side in ("original", "port"):
-                folder = work / f"{side}-{dtype}"
+                folder = work / f"{side}-{dtype}-{attempt}"
                 folder.mkdir()
                 _copy_files(req.files, folder)
             common = dict(host_random=True, seed=req.seed, dtype=dtype, max_steps=req.steps,
@@ -429,9 +444,17 @@ def verify_script(req: ScriptRequest) -> Report:
             if jax_port:
                 extra_o = dict(export_weights=work / "weights", reseed_at_optimizer=True)
                 extra_p = dict(jax=True, jax_weights=work / "weights", reseed_at_optimizer=True)
-            orig = trace_script(req.original, req.args, cwd=work / f"original-{dtype}", **reference, **common,
-                                **extra_o)
+            orig = trace_script(req.original, req.args, cwd=work / f"original-{dtype}-{attempt}",
+                                **{**reference, "env": {**reference["env"], **launch_env}}, **common, **extra_o)
             orig_ran = orig.get("status") == "ok" or _failed_after(orig, 1)
+            if not orig_ran and not launch_env and _TORCHRUN_ERROR.search(_error_line(orig)):
+                # a script written for torchrun, run without it: again as its one process
+                launch_env = single_process_env()
+                notes.append("the script reads torchrun's environment (env:// rendezvous): both sides ran as its "
+                             "single process (" + ", ".join(f"{k}={v}" for k, v in launch_env.items()
+                                                             if k != "MASTER_PORT") + ")")
+                candidates.insert(attempt + 1, dtype)
+                continue
             if not orig_ran and not last:
                 tried.append(f"in {dtype} the original could not run ({_error_line(orig) or orig.get('status')}"
                              f"{', ' + _where_it_stopped(orig) if _where_it_stopped(orig) else ''})")
@@ -439,7 +462,8 @@ def verify_script(req: ScriptRequest) -> Report:
             if not orig_ran:
                 break
             env = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""} if jax_port else {"PJRT_DEVICE": "CPU"}
-            port = trace_script(req.port, req.args, cwd=work / f"port-{dtype}", env=env, **common, **extra_p)
+            port = trace_script(req.port, req.args, cwd=work / f"port-{dtype}-{attempt}",
+                                env={**env, **launch_env}, **common, **extra_p)
             port_ran = port.get("status") == "ok" or _failed_after(port, orig.get("num_steps", 0))
             # an error about dtypes, or float64's cost (twice the memory, slower kernels: a conv net's
             # XLA program past the side's memory or time limit): float32 is tried
