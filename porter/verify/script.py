@@ -500,7 +500,6 @@ def verify_script(req: ScriptRequest) -> Report:
                 "port_backend": "jax" if jax_port else "torch-xla"}
     side_o = _side("original", req.original, backend, orig)
     notes += [n for n in orig.get("synthetic_datasets", []) if n not in notes]
-    notes += [n for n in orig.get("unaligned_random", []) if n not in notes]
     notes += [f"original: {n}" for n in orig.get("exported_weights", [])]
     stopped = _original_outcome(req, orig, orig_ran, side_o, notes, settings)
     if stopped is not None:

@@ -118,9 +118,11 @@ class HostRandomMode(TorchFunctionMode):
       The CPU run's random stream therefore differs from a plain CPU run, but it is the
       same in both traced runs.
 
-    Not covered (they keep the device's own generator): the dropout between the layers of
-    ``nn.LSTM/GRU/RNN(dropout>0)`` (inside torch's RNN kernel; the recorder notes it),
-    ``alpha_dropout``, ``scaled_dot_product_attention(dropout_p>0)``, ``multinomial``,
+    The dropout between the layers of ``nn.LSTM/GRU/RNN(dropout>0)``, drawn inside torch's
+    kernel, is moved out of it: the kernel runs one layer at a time, with ``F.dropout``'s host
+    draws between the layers (``_layered_rnn``).
+
+    Not covered (they keep the device's own generator): ``alpha_dropout``, ``scaled_dot_product_attention(dropout_p>0)``, ``multinomial``,
     and calls with an explicit non-CPU ``generator``. An XLA program under this mode uploads
     its random tensors each step (host-to-device) instead of generating them in the graph.
 
@@ -138,6 +140,9 @@ class HostRandomMode(TorchFunctionMode):
     # channel dropouts: the number of spatial dimensions of a batched input
     _CHANNEL_DROPOUT = {torch.nn.functional.dropout1d: 1, torch.nn.functional.dropout2d: 2,
                         torch.nn.functional.dropout3d: 3}
+
+    # the kernels of nn.LSTM/GRU/RNN (torch._VF): their dropout between layers is drawn inside
+    _RNN_KERNELS = {"lstm", "gru", "rnn_tanh", "rnn_relu"}
 
     def __init__(self, float64_reference: bool = False) -> None:
         super().__init__()
@@ -187,6 +192,8 @@ class HostRandomMode(TorchFunctionMode):
             return self._inplace(func, name, args, kwargs)
         if func is torch.nn.functional.dropout:
             return self._dropout(*args, **kwargs)
+        if name in self._RNN_KERNELS and len(args) >= 9 and not kwargs:
+            return self._layered_rnn(func, args)
         if func in self._CHANNEL_DROPOUT:
             return self._channel_dropout(self._CHANNEL_DROPOUT[func], *args, **kwargs)
         return func(*args, **kwargs)
@@ -254,6 +261,40 @@ class HostRandomMode(TorchFunctionMode):
         )
         noise = self._noise(torch.randn, shape, like.dtype, like.device, generator)
         return mean + std * noise
+
+    def _layered_rnn(self, func, args):
+        """A multi-layer RNN kernel call that drops out between its layers in training, run one
+        layer at a time with the dropout drawn on the host in between (torch drops out each
+        layer's output but the last's). The noise is drawn time-major, (T, N, features), as
+        the JAX port's TorchLSTM/TorchGRU draw theirs, whatever ``batch_first``."""
+        packed = isinstance(args[1], torch.Tensor) and not args[1].is_floating_point()  # batch_sizes
+        if packed:
+            data, batch_sizes, hx, params, bias, layers, p, train, bidirectional = args[:9]
+            batch_first = False
+        else:
+            data, hx, params, bias, layers, p, train, bidirectional, batch_first = args[:9]
+        if not train or not p or layers < 2:
+            return func(*args)
+        directions = 2 if bidirectional else 1
+        per_layer = len(params) // layers
+        states = list(hx) if isinstance(hx, (tuple, list)) else [hx]
+        outputs: list[list[torch.Tensor]] = [[] for _ in states]
+        x = data
+        for k in range(layers):
+            weights = params[k * per_layer:(k + 1) * per_layer]
+            h = [t[k * directions:(k + 1) * directions] for t in states]
+            h_k = tuple(h) if isinstance(hx, (tuple, list)) else h[0]
+            if packed:
+                out = func(x, batch_sizes, h_k, weights, bias, 1, 0.0, train, bidirectional)
+            else:
+                out = func(x, h_k, weights, bias, 1, 0.0, train, bidirectional, batch_first)
+            x = out[0]
+            for kept, t in zip(outputs, out[1:]):
+                kept.append(t)
+            if k < layers - 1:
+                x = (self._dropout(x.transpose(0, 1), p).transpose(0, 1) if batch_first and x.dim() == 3
+                     else self._dropout(x, p))
+        return (x, *[torch.cat(kept, 0) for kept in outputs])
 
     def _channel_dropout(self, spatial, input, p=0.5, training=True, inplace=False):
         if not training or p == 0.0:
@@ -323,8 +364,6 @@ def _to_device(value: torch.Tensor, device: Any, kwargs: dict) -> torch.Tensor:
 class _Recorder:
     def __init__(self) -> None:
         self.t0 = time.perf_counter()
-        self.unaligned: list[str] = []  # random draws --host-random cannot align (notes)
-        self.unaligned_modules: set[int] = set()  # ids of the modules noted in it
         self.pending: list[torch.Tensor] = []
         self.pending_leaves: list[dict[int, weakref.ref]] = []  # the leaves of each pending tensor's graph
         self.steps: list[dict[str, Any]] = []
@@ -448,35 +487,8 @@ class _Recorder:
     def on_optimizer_created(self, optimizer: Any) -> None:
         self.optimizers.append(weakref.ref(optimizer))
         self._own(optimizer)
-        self._note_unaligned_dropout(optimizer)
         for hook in self.on_optimizer_hooks:
             hook(optimizer)
-
-    def _note_unaligned_dropout(self, optimizer: Any) -> None:
-        """A note for the dropout that --host-random cannot give both sides the same draws
-        (between the layers of an RNN, inside torch's kernel): the losses of a model that
-        trains with it cannot match."""
-        from porter.verify import weights
-
-        model = weights.model_of(optimizer)
-        if model is None or not hasattr(model, "modules"):
-            return
-        for name, module in model.named_modules():
-            self.note_rnn_dropout(module, f"{type(model).__name__}.{name}")
-
-    def note_rnn_dropout(self, module: Any, where: str | None = None) -> None:
-        """The note for ``module`` if it is an RNN with dropout between its layers (once per
-        module): from the optimizer's model (``where`` its path there), or from the module's
-        forward in training mode (a script whose updates are manual has no optimizer)."""
-        if not (isinstance(module, torch.nn.RNNBase) and module.dropout > 0 and module.num_layers > 1):
-            return
-        if id(module) in self.unaligned_modules or (where is None and not module.training):
-            return
-        self.unaligned_modules.add(id(module))
-        what = (f"{where} ({type(module).__name__}, dropout={module.dropout:g})" if where else
-                f"{type(module).__name__}(num_layers={module.num_layers}, dropout={module.dropout:g})")
-        self.unaligned.append(f"{what} draws its dropout inside torch's RNN kernel, which the comparison cannot give "
-                              "both sides: run the script with that dropout off to compare")
 
     def _own(self, optimizer: Any) -> None:
         for group in getattr(optimizer, "param_groups", ()):
@@ -567,7 +579,6 @@ class _Recorder:
             "losses": [s["losses"] for s in steps],
             "unstepped_losses": values[position:],
             "notes": notes,
-            "unaligned_random": self.unaligned,
         }
         if final is not None and self.jax is not None:
             result["xla"] = {"final": final, "execute_time_count": final["executions"], "fallback_ops": []}
@@ -711,7 +722,10 @@ def run(
     original_backward = torch.autograd.backward
 
     def backward(tensors: Any, *b_args: Any, **b_kwargs: Any) -> Any:
-        recorder.on_backward(tensors)
+        # torch_xla's own backward passes are no loss of the script: its scan (the nn.GRU it
+        # puts in torch's place) traces the step's backward graph with one
+        if not sys._getframe(1).f_globals.get("__name__", "").startswith("torch_xla."):
+            recorder.on_backward(tensors)
         return original_backward(tensors, *b_args, **b_kwargs)
 
     original_init = optim_mod.Optimizer.__init__
@@ -752,8 +766,6 @@ def run(
     if host_random:
         host_mode = HostRandomMode(float64_reference=float64_reference)
         host_mode.__enter__()
-        torch.nn.modules.module.register_module_forward_pre_hook(
-            lambda module, inputs: recorder.note_rnn_dropout(module))
     if legacy_xla:
         from porter.verify import legacy_xla as legacy
 
