@@ -269,7 +269,7 @@ def apply_fixes(module: cst.Module, fixes: Sequence[Fix], ctx: Optional[FileCont
         new = add_imports(new, modules, ctx or FileContext(module))
     removals = sorted({r for fix in fixes for r in fix.remove_imports}, key=lambda r: (r[0], r[1] or ""))
     if removals:
-        new = remove_imports(new, removals)
+        new = without_leading_blank_lines(new, remove_imports(new, removals))
     return new
 
 
@@ -362,6 +362,59 @@ def remove_imports(module: cst.Module, removals: Sequence[tuple[str, Optional[st
     if not items:
         return module
     return _remove_in_statements(module, items)
+
+
+def without_leading_blank_lines(before: cst.Module, after: cst.Module) -> cst.Module:
+    """``after`` (``before`` with statements removed) without the blank lines that would start
+    the file where its first statement went (those that separated it from the next)."""
+    if not after.body or not before.body or after.body[0] is before.body[0] or after.header:
+        return after
+    first = after.body[0]
+    kept = list(first.leading_lines)
+    while kept and kept[0].comment is None:
+        kept.pop(0)
+    return after.with_changes(body=[first.with_changes(leading_lines=kept), *after.body[1:]])
+
+
+def orphaned_imports(before: cst.Module, after: cst.Module) -> list[tuple[str, Optional[str]]]:
+    """The module-level imports of ``after`` (a port of ``before``) whose name ``before`` used and
+    ``after`` no longer mentions outside its import lines, as :func:`remove_imports` pairs: the
+    imports a port left unused (``import torch.multiprocessing as mp`` once ``mp.spawn`` became
+    ``torch_xla.launch``). An import ``before`` did not use stays as the user had it; the scope
+    analysis of remove_imports makes the final decision."""
+    items: list[tuple[str, Optional[str], str]] = []
+    for stmt in after.body:
+        for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Import):
+                items += [(a.evaluated_name, None, (a.evaluated_alias or a.evaluated_name).split(".")[0])
+                          for a in small.names]
+            elif (isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None
+                  and not isinstance(small.names, cst.ImportStar) and _dotted(small.module) != "__future__"):
+                items += [(_dotted(small.module), a.evaluated_name, a.evaluated_alias or a.evaluated_name)
+                          for a in small.names]
+    if not items:
+        return []
+    heads = sorted({head for _, _, head in items})
+    mention = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, heads)) + r")(?!\w)")
+    used_before, used_after = _mentioned(before, mention, heads), _mentioned(after, mention, heads)
+    return [(mod, name) for mod, name, head in items if head in used_before and head not in used_after]
+
+
+def _mentioned(module: cst.Module, mention: re.Pattern, heads: Sequence[str]) -> set[str]:
+    """Which of ``heads`` the module's statements other than its plain import lines mention in
+    code (comments and docstrings are no mention)."""
+    found: set[str] = set()
+    for stmt in module.body:
+        if isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom))
+                                                             for s in stmt.body):
+            continue
+        text = module.code_for_node(stmt)
+        for head in {m.group(0) for m in mention.finditer(text)} - found:
+            if _mentions_in_code(text, re.compile(r"(?<!\w)" + re.escape(head) + r"(?!\w)")):
+                found.add(head)
+        if len(found) == len(heads):
+            break
+    return found
 
 
 _KEPT = "__porter_kept_statements_"

@@ -23,6 +23,7 @@ from porter.edits import FixFailed, apply_fixes
 from porter.edits import add_imports as add_imports  # (re-exported: the engine's API before porter.edits)
 from porter.edits import binds_looser as binds_looser
 from porter.edits import keep_boundary as keep_boundary
+from porter.edits import orphaned_imports, without_leading_blank_lines
 from porter.edits import remove_imports as remove_imports
 from porter.rules import Finding, NeedsHuman, Position, Rule, Safety, Severity
 
@@ -572,7 +573,7 @@ def fix(source: str, options: Options, path: str = "<string>") -> FixResult:
 
 
 def _fix(source: str, options: Options, path: str) -> FixResult:
-    module = parse(source)
+    module = original = parse(source)
     counts: dict[str, int] = {}
     current = source
     settled: Optional[list[Finding]] = None  # findings of a pass that changed nothing
@@ -589,8 +590,14 @@ def _fix(source: str, options: Options, path: str) -> FixResult:
             findings = drop_suppressed(current, findings)
         chosen = _first_stage([f for f in findings if f.fix is not None and (options.unsafe_fixes or f.fix.safety is Safety.SAFE)], options)
         if not chosen:
-            settled = findings
-            break
+            # the imports the port left unused go (a pass more: the findings are the final text's)
+            orphans = orphaned_imports(original, module) if current != source else []
+            cleaned = without_leading_blank_lines(module, remove_imports(module, orphans)) if orphans else module
+            if cleaned.code == current:
+                settled = findings
+                break
+            module, current = cst.parse_module(cleaned.code), cleaned.code
+            continue
         new_module, applied, left_out = _apply_chosen(module, chosen)
         left_out += [f for f in findings if f.internal_error]
         if left_out:

@@ -87,10 +87,13 @@ def test_names_resolve_through_imports_not_spelling():
 
 
 def test_imports_added_once_and_existing_alias_reused():
-    out = engine.fix("import torch\ntorch.cuda.synchronize()\ntorch.cuda.synchronize()\n", opts(RenameCuda)).source
-    assert out == "import torch\nimport torch_xla.core.xla_model as xm\n\nxm.wait_device_ops()\nxm.wait_device_ops()\n"
-    own = "import torch\nimport torch_xla.core.xla_model as xmod\ntorch.cuda.synchronize()\n"
-    assert engine.fix(own, opts(RenameCuda)).source == "import torch\nimport torch_xla.core.xla_model as xmod\nxmod.wait_device_ops()\n"
+    out = engine.fix("import torch\ntorch.cuda.synchronize()\ntorch.cuda.synchronize()\ntorch.ones(1)\n",
+                     opts(RenameCuda)).source
+    assert out == ("import torch\nimport torch_xla.core.xla_model as xm\n\nxm.wait_device_ops()\nxm.wait_device_ops()\n"
+                   "torch.ones(1)\n")
+    own = "import torch\nimport torch_xla.core.xla_model as xmod\ntorch.cuda.synchronize()\ntorch.ones(1)\n"
+    assert engine.fix(own, opts(RenameCuda)).source == (
+        "import torch\nimport torch_xla.core.xla_model as xmod\nxmod.wait_device_ops()\ntorch.ones(1)\n")
 
 
 def test_callable_edits_compose_with_inner_edits():
@@ -225,7 +228,7 @@ def test_only_requested_and_applied_removals():
 
 def test_a_name_in_a_comment_or_docstring_is_no_use_and_a_string_annotation_is():
     tail = 'def f():\n    """Calls drop() as m does."""\n    return 1  # drop\n'
-    assert engine.fix(f"from m import drop\ndrop()\n\n{tail}", opts(DropCalls)).source == f"\n{tail}"
+    assert engine.fix(f"from m import drop\ndrop()\n\n{tail}", opts(DropCalls)).source == tail  # no blank first line
     tail = 'def f(x: "drop"):\n    """drop"""\n    return x\n'
     assert engine.fix(f"from m import drop\ndrop()\n\n{tail}", opts(DropCalls)).source == f"from m import drop\n\n{tail}"
 
@@ -233,7 +236,8 @@ def test_a_name_in_a_comment_or_docstring_is_no_use_and_a_string_annotation_is()
 def test_removal_is_idempotent_and_composes_with_additions():
     src = '"""doc."""\nimport torch\nimport a.b as c\n\nc.drop()\ntorch.cuda.synchronize()\n'
     once = engine.fix(src, opts(DropCalls, RenameCuda))
-    assert once.source == '"""doc."""\nimport torch\nimport torch_xla.core.xla_model as xm\n\nxm.wait_device_ops()\n'
+    # `import torch` goes too: the port left it unused (engine.orphaned_imports)
+    assert once.source == '"""doc."""\nimport torch_xla.core.xla_model as xm\n\nxm.wait_device_ops()\n'
     assert once.fixed == {"T006": 1, "T001": 1}
     again = engine.fix(once.source, opts(DropCalls, RenameCuda))
     assert not again.changed and again.source == once.source
@@ -243,10 +247,34 @@ def test_removal_is_idempotent_and_composes_with_additions():
 
 
 def test_added_imports_after_docstring_and_future_imports():
-    src = '"""doc."""\nfrom __future__ import annotations\nimport torch\ntorch.cuda.synchronize()\n'
+    src = '"""doc."""\nfrom __future__ import annotations\nimport torch\ntorch.cuda.synchronize()\ntorch.ones(1)\n'
     assert engine.fix(src, opts(RenameCuda)).source == (
-        '"""doc."""\nfrom __future__ import annotations\nimport torch\nimport torch_xla.core.xla_model as xm\n\nxm.wait_device_ops()\n'
+        '"""doc."""\nfrom __future__ import annotations\nimport torch\nimport torch_xla.core.xla_model as xm\n\n'
+        'xm.wait_device_ops()\ntorch.ones(1)\n'
     )
+
+
+@pytest.mark.parametrize("src,want", [
+    # the port's rewrite took the last use: the import goes
+    ("import torch\ntorch.cuda.synchronize()\n", "import torch_xla.core.xla_model as xm\n\nxm.wait_device_ops()\n"),
+    # one the user had unused stays as it was
+    ("import os\nimport sys\nimport torch\n\nos.getcwd()\ntorch.cuda.synchronize()\n",
+     "import os\nimport sys\nimport torch_xla.core.xla_model as xm\n\nos.getcwd()\nxm.wait_device_ops()\n"),
+    # still read elsewhere (a function, an f-string, a string annotation): stays
+    ("import torch\n\ndef f():\n    return torch.ones(1)\ntorch.cuda.synchronize()\n",
+     "import torch\nimport torch_xla.core.xla_model as xm\n\ndef f():\n    return torch.ones(1)\nxm.wait_device_ops()\n"),
+    ("import torch\nprint(f'{torch.__version__}')\ntorch.cuda.synchronize()\n",
+     "import torch\nimport torch_xla.core.xla_model as xm\n\nprint(f'{torch.__version__}')\nxm.wait_device_ops()\n"),
+    ("import torch\ndef f(x: 'torch.Tensor'): ...\ntorch.cuda.synchronize()\n",
+     "import torch\nimport torch_xla.core.xla_model as xm\n\ndef f(x: 'torch.Tensor'): ...\nxm.wait_device_ops()\n"),
+    # an import named only in a comment or a docstring after the port: it goes
+    ("import torch as T\n# T is torch\nT.cuda.synchronize()\n",
+     "import torch_xla.core.xla_model as xm\n\n# T is torch\nxm.wait_device_ops()\n"),
+])
+def test_an_import_the_port_left_unused_goes(src, want):
+    once = engine.fix(src, opts(RenameCuda))
+    assert once.source == want
+    assert not engine.fix(once.source, opts(RenameCuda)).changed
 
 
 @pytest.mark.parametrize("src", [

@@ -8,6 +8,8 @@ import pytest
 
 from porter import engine, registry
 
+from scripthelp import SMALL_NET, verify_json
+
 JAX = engine.Options(tuple(registry.rules_for("jax")), unsafe_fixes=True)
 
 HEAD = '''
@@ -74,3 +76,33 @@ def test_a_rate_the_script_changes_is_reported():
     assert found and "rate the script changes" in found[0].message, result.remaining
     assert "for p in model.parameters():  # porter: manual" in result.source
     assert any(f.code == "JX901" and "backward" in f.message for f in result.remaining), result.remaining
+
+
+VERIFIED = ["add-alpha", "isub-no-grad", "assign"]
+
+
+@pytest.mark.jax
+@pytest.mark.parametrize("name", VERIFIED)
+def test_a_manual_update_port_matches_its_original_in_verify(tmp_path, name):
+    """`porter verify --script` of such a port: the original has no torch.optim optimizer, so
+    its weights are exported at its first backward (the model the loss reaches) and loaded
+    into the port's nnx.Optimizer; the model's initialisation draws apart from the global
+    generator on both sides, so the data drawn after it (here the dataset and the shuffling)
+    is the same. Before, nothing aligned the two and step 1 differed."""
+    original = SMALL_NET + textwrap.dedent('''
+        torch.manual_seed(0)
+        model = Net()
+        learning_rate = 0.05
+        data = TensorDataset(torch.randn(64, 10), torch.randint(0, 4, (64,)))
+        loader = DataLoader(data, batch_size=8, shuffle=True)
+        for x, y in loader:
+            model.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+    ''') + textwrap.indent(textwrap.dedent(UPDATES[name]), "    ")
+    port = engine.fix(original, JAX).source
+    assert "nnx.Optimizer" in port, port
+    report = verify_json(tmp_path, original, port, 3)
+    assert report["passed"], (report["summary"], report["notes"])
+    assert max(step["diff"] for step in report["steps"]) < 1e-9, report["steps"]
+    assert "original: manual updates: the initial weights of its Net (4 tensors)" in report["notes"], report["notes"]

@@ -142,7 +142,8 @@ LM = textwrap.dedent('''
 ''').lstrip("\n")
 
 
-@pytest.mark.parametrize("target", [pytest.param("torch-xla", marks=pytest.mark.xla)])
+@pytest.mark.parametrize("target", [pytest.param("torch-xla", marks=pytest.mark.xla),
+                                    pytest.param("jax", marks=pytest.mark.jax)])
 @pytest.mark.parametrize("kind,batch_first", [("LSTM", True), ("GRU", False)])
 def test_dropout_between_rnn_layers_is_the_same_on_both_sides(tmp_path, target, kind, batch_first):
     """A word-level LM whose multi-layer LSTM/GRU drops out between its layers, trained by

@@ -68,7 +68,6 @@ class MxnetContext(Rule):
                 return net(data.as_in_context(ctx))
             """,
             """
-            import mxnet as mx
             import torch
 
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -86,7 +85,6 @@ class MxnetContext(Rule):
             cpu = mx.cpu()
             """,
             """
-            import mxnet as mx
             import torch
 
             device = torch.device("cuda", 1)
@@ -109,7 +107,6 @@ class MxnetContext(Rule):
                     ctx = [ctx]
             """,
             """
-            import mxnet as mx
             import torch
 
             def contexts(num_gpus):

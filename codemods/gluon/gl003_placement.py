@@ -72,8 +72,6 @@ class MxnetPlacement(Rule):
             parts = gluon.utils.split_and_load(batch, [device])
             """,
             """
-            from mxnet import gluon
-
             parts = [batch.to(device)]
             """,
         ),
@@ -92,7 +90,6 @@ class MxnetPlacement(Rule):
             """,
             """
             import mxnet as mx
-            from mxnet import gluon
 
             ctx = [mx.gpu(i) for i in range(mx.num_gpus())]
 

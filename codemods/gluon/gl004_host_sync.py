@@ -49,7 +49,6 @@ class MxnetHostSync(Rule):
             mx.nd.waitall()
             """,
             """
-            import mxnet as mx
             import torch
 
             print(loss.mean().item())

@@ -62,7 +62,6 @@ class MxnetRandom(Rule):
             jitter = mx.nd.random.uniform(-0.1, 0.1, shape=(4,))
             """,
             """
-            import mxnet as mx
             import torch
 
             torch.manual_seed(args.seed)

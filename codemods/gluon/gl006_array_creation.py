@@ -58,7 +58,6 @@ class MxnetArrayCreation(Rule):
             w = mx.nd.array([0.5, 2], ctx=device)
             """,
             """
-            import mxnet as mx
             import torch
 
             real_label = torch.ones((batch_size,), device=device)

@@ -40,7 +40,6 @@ class GluonDataDir(Rule):
             """,
             """
             import os
-            from mxnet import base
 
 
             def gluon_data_dir():

@@ -119,7 +119,6 @@ class GluonFrameworkProbe(Rule):
             import mxnet
             """,
             """
-            import torch
             import mxnet
             """,
             title="a torch bound that refuses the port's torch",
@@ -141,9 +140,7 @@ class GluonFrameworkProbe(Rule):
                 fast = True
             """,
             """
-            import warnings
             import torch
-            import mxnet as mx
             ready = True
             TORCH = tuple(int(x) for x in torch.__version__.split(".")[:2])
             if TORCH >= (1, 8):
@@ -241,7 +238,6 @@ class GluonFrameworkProbe(Rule):
             """,
             """
             import importlib
-            from importlib.metadata import version
 
             from .base import check_mxnet
             try:

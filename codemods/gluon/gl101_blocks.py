@@ -57,7 +57,6 @@ class GluonBlock(Rule):
                     return self.act(x)
             """,
             """
-            from mxnet import gluon
             from mxnet.gluon import nn
 
             class Net(nn.Module):

@@ -141,7 +141,6 @@ class GluonSequential(Rule):
                 return layer
             """,
             """
-            from mxnet import gluon
             import torch.nn
 
             def stage(blocks):
@@ -166,7 +165,7 @@ class GluonSequential(Rule):
             """,
             """
             from mxnet.gluon import nn
-            from mxnet.gluon.contrib.nn import HybridConcurrent, Identity
+            from mxnet.gluon.contrib.nn import Identity
             import torch
 
 

@@ -63,7 +63,6 @@ class GluonInitialize(Rule):
                 return net
             """,
             """
-            import mxnet as mx
             import torch
             import torch.nn
 

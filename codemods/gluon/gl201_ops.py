@@ -82,7 +82,6 @@ class GluonOps(Rule):
             total = mx.nd.sum(probs)
             """,
             """
-            import mxnet as mx
             import torch
 
             probs = torch.softmax(logits, dim=-1)
@@ -136,7 +135,6 @@ class GluonOps(Rule):
             last = nd.flip(img, axis=-1)
             """,
             """
-            import mxnet as mx
             from mxnet import nd
             import torch
 

@@ -49,7 +49,6 @@ class GluonOpAlias(Rule):
             """,
             """
             from mxnet import gluon
-            from mxnet.util import is_np_array
 
             class Block(gluon.HybridBlock):
                 def hybrid_forward(self, F, x, y):

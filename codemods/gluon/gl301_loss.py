@@ -114,7 +114,6 @@ class GluonLoss(Rule):
             loss = loss_fn(net(data), label)
             """,
             """
-            from mxnet import gluon
             import torch.nn
 
             loss_fn = torch.nn.CrossEntropyLoss(reduction="none")
@@ -130,7 +129,6 @@ class GluonLoss(Rule):
             err = bce(out, fake_label)
             """,
             """
-            from mxnet import gluon
             import torch.nn
 
             bce = torch.nn.BCEWithLogitsLoss(reduction="none")
@@ -146,7 +144,6 @@ class GluonLoss(Rule):
             loss = loss_fn(output, mixed_label)
             """,
             """
-            from mxnet import gluon
             import torch
             import torch.nn
 

@@ -109,7 +109,6 @@ class GluonTrainer(Rule):
             trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 5e-4})
             """,
             """
-            from mxnet import gluon
             import torch
 
             trainer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
@@ -123,7 +122,6 @@ class GluonTrainer(Rule):
             trainer = gluon.Trainer(net.collect_params(), optimizer, {"learning_rate": 0.1, "momentum": 0.9})
             """,
             """
-            from mxnet import gluon
             import torch
 
             optimizer = "nag"
@@ -140,7 +138,6 @@ class GluonTrainer(Rule):
             trainer = gluon.Trainer(net.collect_params(), optimizer, optimizer_params)
             """,
             """
-            from mxnet import gluon
             import torch
 
             optimizer = "nag"
@@ -156,7 +153,6 @@ class GluonTrainer(Rule):
             trainer = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": lr, "beta1": 0.5})
             """,
             """
-            from mxnet import gluon
             import math
             import torch
 

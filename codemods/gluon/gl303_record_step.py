@@ -112,7 +112,7 @@ class GluonRecordStep(Rule):
                 trainer.step(data.shape[0])
             """,
             """
-            from mxnet import autograd, gluon
+            from mxnet import gluon
 
             trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
             for data, label in train_data:
@@ -145,7 +145,7 @@ class GluonRecordStep(Rule):
                 trainer.step(batch_size * 2)
             """,
             """
-            from mxnet import autograd as ag, gluon
+            from mxnet import gluon
 
             trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
             for batch in train_data:

@@ -60,7 +60,6 @@ class GluonData(Rule):
                                                last_batch="discard")
             """,
             """
-            from mxnet import gluon
             import torch
             import torch.utils.data
 

@@ -97,9 +97,6 @@ class GluonMetrics(Rule):
             metric = mx.metric.Accuracy()
             """,
             """
-            import mxnet as mx
-
-
             class GluonAccuracy:
                 \"\"\"mx.metric.Accuracy counted on the device: update() adds to device tensors and reads
                 nothing back; get() reads them (a host sync: call it where the value is logged).\"\"\"

@@ -81,7 +81,6 @@ class GluonVisionData(Rule):
             train_set = gluon.data.vision.MNIST(train=True).transform_first(transform)
             """,
             """
-            from mxnet import gluon
             from mxnet.gluon.data.vision import transforms
             import torchvision
             import torchvision.transforms

@@ -66,7 +66,6 @@ class ImageResize(Rule):
                 return mx.image.imresize(img, 32, 24, interp=0)
             """,
             """
-            import mxnet as mx
             import torch
 
 
@@ -99,8 +98,6 @@ class ImageResize(Rule):
             large = imresize(img, 640, 480, 2)
             """,
             """
-            from mxnet import image
-            from mxnet.image import imresize
             import torch
 
 

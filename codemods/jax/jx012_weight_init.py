@@ -80,7 +80,6 @@ class NnxWeightInit(Rule):
                     nn.init.zeros_(self.fc.bias)
             """,
             """
-            import torch.nn as nn
             import flax.nnx as nnx
 
             class Net(nnx.Module):
@@ -109,7 +108,6 @@ class NnxWeightInit(Rule):
             """,
             """
             import math
-            import torch.nn as nn
             import flax.nnx as nnx
 
             class GPT(nnx.Module):

@@ -96,7 +96,6 @@ class NnxModuleRandom(Rule):
                     return torch.multinomial(probs, num_samples=1)
             """,
             """
-            import torch
             from flax import nnx
             import jax
             import jax.numpy as jnp

@@ -65,7 +65,6 @@ class TorchFunction(Rule):
                 return torch.softmax(h.sum(), dim=-1)
             """,
             """
-            import torch
             import jax
             import jax.numpy as jnp
 
@@ -85,7 +84,6 @@ class TorchFunction(Rule):
                 return z, torch.std(x, dim=0), torch.split(x, 2, dim=1)
             """,
             """
-            import torch
             import jax.numpy as jnp
 
             def stats(x, device):
@@ -177,7 +175,6 @@ class TorchFunction(Rule):
             """,
             """
             import numpy as np
-            import torch
 
             np.random.seed(1)
             for data in loader:

@@ -55,8 +55,6 @@ class TorchAssert(Rule):
                 return x
             """,
             """
-            import torch
-
             def check(x, size):
                 assert x.dim() == 4, f"expected NCHW, got {x.shape}"
                 assert x.shape[-1] == size

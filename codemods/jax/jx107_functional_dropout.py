@@ -59,7 +59,6 @@ class FunctionalDropout(Rule):
                     return F.dropout(x, self.p)
             """,
             """
-            import torch.nn.functional as F
             from flax import nnx
 
             class Layer(nnx.Module):
@@ -82,9 +81,6 @@ class FunctionalDropout(Rule):
                 return functional.dropout(x, p=dropout, training=training, inplace=False)
             """,
             """
-            import torch
-            from torch.nn import functional
-
             def attention(x, dropout: float, training: bool = True):
                 x = torch_dropout(x, dropout, training)
                 return torch_dropout(x, dropout, training)
@@ -103,7 +99,6 @@ class FunctionalDropout(Rule):
                     return F.dropout2d(x, self.p, training=training)
             """,
             """
-            import torch.nn.functional as F
             from flax import nnx
             class Block(nnx.Module):
                 def __init__(self, *, rngs: nnx.Rngs):

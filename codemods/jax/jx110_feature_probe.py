@@ -49,8 +49,6 @@ class TorchFeatureProbe(Rule):
                     self.flash = hasattr(torch.nn.functional, 'scaled_dot_product_attention')
             """,
             """
-            import torch
-
             class Attention:
                 def __init__(self):
                     self.flash = True
@@ -66,10 +64,6 @@ class TorchFeatureProbe(Rule):
                 act = "gelu"
             """,
             """
-            import torch
-            import torch.nn.functional as F
-            from torch.nn import functional
-
             if True and True and True:
                 act = "gelu"
             """,

@@ -50,7 +50,6 @@ class LossModule(Rule):
                 return criterion(model(x), y)
             """,
             """
-            import torch.nn as nn
             import optax
 
             criterion = lambda input, target: optax.softmax_cross_entropy_with_integer_labels(input, target, axis=1).mean()
@@ -93,7 +92,6 @@ class LossModule(Rule):
                 return criterion(model(x), soft.float())
             """,
             """
-            import torch.nn as nn
             import optax
 
             criterion = lambda input, target: optax.softmax_cross_entropy(input, target, axis=1)

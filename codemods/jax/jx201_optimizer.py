@@ -140,7 +140,6 @@ class OptimizerToOptax(Rule):
             optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
             """,
             """
-            import torch
             import optax
             import flax.nnx as nnx
 
@@ -192,7 +191,6 @@ class OptimizerToOptax(Rule):
                     scheduler.step()
             """,
             """
-            import torch
             import optax
             import flax.nnx as nnx
             import jax.numpy as jnp
@@ -251,7 +249,6 @@ class OptimizerToOptax(Rule):
             ''',
             '''
             import math
-            import torch
             import jax
             import optax
             import flax.nnx as nnx
@@ -301,7 +298,6 @@ class OptimizerToOptax(Rule):
                             param_group["lr"] = param_group["lr"] * 0.1
             """,
             """
-            import torch
             import optax
             import flax.nnx as nnx
 
@@ -336,7 +332,6 @@ class OptimizerToOptax(Rule):
                     g["lr"] = lr / 10
             """,
             """
-            import torch
             import torch.nn as nn
             import optax
             import flax.nnx as nnx

@@ -52,8 +52,6 @@ class NoGrad(Rule):
                 return correct
             """,
             """
-            import torch
-
             def test(model, loader):
                 model.eval()
                 correct = 0
@@ -77,8 +75,6 @@ class NoGrad(Rule):
                 f.write(str(sample(model, z)))
             """,
             """
-            import torch
-
             def sample(model, z):
                 return model.decode(z)
 

@@ -59,7 +59,6 @@ class Checkpoint(Rule):
             model.load_state_dict(torch.load("mnist_cnn.pt", map_location="cpu"))
             """,
             """
-            import torch
             import jax
             import pickle
             import flax.nnx as nnx

@@ -55,7 +55,6 @@ class DeviceSynchronize(Rule):
             """,
             """
             import time
-            import torch
             import jax
 
             jax.effects_barrier()
@@ -79,7 +78,7 @@ class DeviceSynchronize(Rule):
                 return fn()
             """,
             """
-            from torch import cuda, mps
+            from torch import mps
             import torch
             import jax
 

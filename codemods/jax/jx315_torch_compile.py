@@ -55,8 +55,6 @@ class TorchCompile(Rule):
             step = torch.compile(train_step, fullgraph=True)
             """,
             """
-            import torch
-
             compile = True
             if compile:
                 print("compiling the model...")
@@ -84,9 +82,6 @@ class TorchCompile(Rule):
                 net = torch.compile(net, backend="eager")
             """,
             """
-            import torch
-            from torch import compile as tcompile
-
             def loss_fn(x, y):
                 return ((x - y) ** 2).mean()
 
@@ -107,8 +102,6 @@ class TorchCompile(Rule):
             model = torch.compile(model, backend=make_backend())
             """,
             """
-            import torch
-
             model = model
             """,
             unsafe=True,

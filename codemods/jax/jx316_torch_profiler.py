@@ -71,7 +71,6 @@ class TorchProfiler(Rule):
                     prof.step()
             """,
             """
-            import torch
             import jax
 
             with jax.profiler.trace('./log'):
@@ -94,7 +93,6 @@ class TorchProfiler(Rule):
                     p.step()
             """,
             """
-            from torch.profiler import profile, schedule, tensorboard_trace_handler
             import jax
 
             with jax.profiler.trace(log_dir):

@@ -124,7 +124,6 @@ class TorchLeft(Rule):
                 return h
             """,
             """
-            import torch
             import jax.numpy as jnp
             import jax
 

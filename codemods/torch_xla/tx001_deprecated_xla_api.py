@@ -56,7 +56,6 @@ class DeprecatedXlaApi(Rule):
                 xm.mark_step()
             """,
             """
-            import torch_xla.core.xla_model as xm
             import torch_xla
             import torch_xla.runtime as xr
 

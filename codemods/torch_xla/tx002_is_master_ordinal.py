@@ -45,7 +45,6 @@ class IsMasterOrdinal(Rule):
             flags = [not xm.is_master_ordinal(), xm.is_master_ordinal() is True]
             """,
             """
-            import torch_xla.core.xla_model as xm
             import torch_xla.runtime as xr
 
             if xr.local_ordinal() == 0:

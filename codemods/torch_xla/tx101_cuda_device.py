@@ -90,7 +90,6 @@ class CudaDevice(Rule):
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
             """,
             """
-            import torch
             import torch_xla
 
             device = torch_xla.device()
@@ -128,7 +127,6 @@ class CudaDevice(Rule):
                 e = torch.device(local)
             """,
             """
-            import torch
             import torch_xla
 
             def worker(rank):
@@ -152,7 +150,6 @@ class CudaDevice(Rule):
                 return device
             """,
             """
-            import torch
             import torch_xla
 
             def place(args):

@@ -51,8 +51,6 @@ class CudaDeviceApi(Rule):
                 return model
             """,
             """
-            import torch
-
             def worker(gpu, args):
                 model = build()
                 return model
@@ -67,7 +65,6 @@ class CudaDeviceApi(Rule):
                 print("devices:", torch.cuda.device_count())
             """,
             """
-            import torch
             import torch_xla
 
             def report():

@@ -89,7 +89,6 @@ class CudaIsAvailable(Rule):
                 return device
             """,
             """
-            import sys
             import torch
 
             def main(args):
@@ -122,8 +121,6 @@ class CudaIsAvailable(Rule):
                 return target
             """,
             """
-            import torch
-
             def step(images, target, gpu):
                 # move the batch
                 target = target.cuda(gpu, non_blocking=True)
@@ -200,8 +197,6 @@ class CudaIsAvailable(Rule):
                 run_on_gpu()
             """,
             """
-            from torch.cuda import is_available
-
             # the CUDA path
             backend = "nccl"
             # tuned for GPUs

@@ -55,7 +55,6 @@ class XlaLaunch(Rule):
             """,
             """
             import torch
-            import torch.multiprocessing as mp
             import torch_xla
 
             if __name__ == "__main__":
@@ -70,7 +69,6 @@ class XlaLaunch(Rule):
             spawn(train, (cfg,), 4, True, False, "forkserver")
             """,
             """
-            from torch.multiprocessing import spawn
             import torch_xla
 
             torch_xla.launch(train, args=(cfg,), start_method="forkserver")
@@ -84,7 +82,6 @@ class XlaLaunch(Rule):
             mp.spawn(run, args=(cfg,))
             """,
             """
-            import torch.multiprocessing as mp
             import torch_xla
 
             torch_xla.launch(run, args=(cfg,), debug_single_process=True)

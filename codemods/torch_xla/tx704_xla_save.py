@@ -48,7 +48,6 @@ class XlaSave(Rule):
                 torch.save(model.state_dict(), "model.pt")
             """,
             """
-            import torch
             import torch_xla.core.xla_model as xm
 
             if epoch % 10 == 0:

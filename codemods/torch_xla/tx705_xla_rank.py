@@ -52,7 +52,6 @@ class XlaRank(Rule):
             sampler = DistributedSampler(ds, num_replicas=dist.get_world_size(), rank=rank)
             """,
             """
-            import torch.distributed as dist
             import torch_xla.runtime as xr
 
             rank = xr.global_ordinal()

@@ -51,7 +51,6 @@ class XlaRendezvous(Rule):
             dist.barrier()
             """,
             """
-            import torch.distributed as dist
             import torch_xla.core.xla_model as xm
 
             def prepare(rank):

@@ -57,7 +57,6 @@ class EnvRank(Rule):
                 world = int(os.getenv("WORLD_SIZE", "1"))
             """,
             """
-            import os
             import torch_xla.runtime as xr
 
             def main_worker(index, args):

@@ -40,7 +40,6 @@ class CudaSynchronize(Rule):
             """,
             """
             import time
-            import torch
             import torch_xla.core.xla_model as xm
 
             xm.wait_device_ops()

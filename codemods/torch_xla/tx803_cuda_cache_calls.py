@@ -61,8 +61,6 @@ class CudaCacheCalls(Rule):
                 torch.cuda.ipc_collect()
             """,
             """
-            import torch
-
             x = 1
             try:
                 pass

@@ -48,7 +48,6 @@ class CudaQueries(Rule):
             dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
             """,
             """
-            import torch
             import torch_xla.core.xla_model as xm
             import torch_xla.runtime as xr
 

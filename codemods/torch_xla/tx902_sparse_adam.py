@@ -61,7 +61,6 @@ class SparseAdamToAdam(Rule):
             opt = SparseAdam(params, 0.01)
             """,
             """
-            from torch.optim import SparseAdam
             import torch
 
             opt = torch.optim.Adam(params, 0.01)

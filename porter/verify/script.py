@@ -190,7 +190,8 @@ def _judge_by_reference(req: ScriptRequest, steps: list[dict], side_settings: di
         _copy_files(req.files, Path(tmp))
         ref = trace_script(req.original, req.args, cwd=tmp, host_random=True, float64_reference=True, seed=req.seed,
                            dtype="float64", max_steps=req.steps, timeout=req.timeout, memory_mb=req.memory_mb,
-                           synthetic_size=req.synthetic_size, reseed_at_optimizer=jax_port, **side_settings)
+                           synthetic_size=req.synthetic_size, reseed_at_optimizer=jax_port, init_apart=jax_port,
+                           **side_settings)
     losses = [_summed_like(r, s["original"]) for r, s in zip(ref.get("losses") or [], steps)]
     unjudged = next((_divergence(s) for s in steps if not s["ok"]), None)
     if len(losses) < len(steps):
@@ -442,8 +443,8 @@ def verify_script(req: ScriptRequest) -> Report:
             extra_o: dict = {}
             extra_p: dict = {}
             if jax_port:
-                extra_o = dict(export_weights=work / "weights", reseed_at_optimizer=True)
-                extra_p = dict(jax=True, jax_weights=work / "weights", reseed_at_optimizer=True)
+                extra_o = dict(export_weights=work / "weights", reseed_at_optimizer=True, init_apart=True)
+                extra_p = dict(jax=True, jax_weights=work / "weights", reseed_at_optimizer=True, init_apart=True)
             orig = trace_script(req.original, req.args, cwd=work / f"original-{dtype}-{attempt}",
                                 **{**reference, "env": {**reference["env"], **launch_env}}, **common, **extra_o)
             orig_ran = orig.get("status") == "ok" or _failed_after(orig, 1)
@@ -462,6 +463,10 @@ def verify_script(req: ScriptRequest) -> Report:
             if not orig_ran:
                 break
             env = {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""} if jax_port else {"PJRT_DEVICE": "CPU"}
+            if jax_port and not orig.get("optimizers_created", 1):
+                # an original that updates by hand never reseeds: neither does the port as its
+                # nnx.Optimizer is made (its weights still load there, from the first loss's model)
+                extra_p["reseed_at_optimizer"] = False
             port = trace_script(req.port, req.args, cwd=work / f"port-{dtype}-{attempt}",
                                 env={**env, **launch_env}, **common, **extra_p)
             port_ran = port.get("status") == "ok" or _failed_after(port, orig.get("num_steps", 0))

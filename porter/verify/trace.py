@@ -144,9 +144,15 @@ class HostRandomMode(TorchFunctionMode):
     # the kernels of nn.LSTM/GRU/RNN (torch._VF): their dropout between layers is drawn inside
     _RNN_KERNELS = {"lstm", "gru", "rnn_tanh", "rnn_relu"}
 
-    def __init__(self, float64_reference: bool = False) -> None:
+    def __init__(self, float64_reference: bool = False, init_seed: int | None = None) -> None:
         super().__init__()
         self.float64_reference = float64_reference
+        # ``init_seed``: torch.nn.init's draws come from a generator of their own, seeded with
+        # it, and leave the global one as it was (init_apart)
+        self.init_generator = None
+        if init_seed is not None:
+            self.init_generator = torch.Generator()
+            self.init_generator.manual_seed(init_seed)
 
     def _narrowed(self, dtype: Any) -> Any:
         """The dtype to draw a sample of ``dtype`` (None: the default) in."""
@@ -205,6 +211,8 @@ class HostRandomMode(TorchFunctionMode):
         kwargs = dict(kwargs)
         target = kwargs.pop("tensor") if "tensor" in kwargs else args[0]
         rest = args[1:] if args and args[0] is target else args
+        if self.init_generator is not None and kwargs.get("generator") is None and _takes_generator(func):
+            kwargs["generator"] = self.init_generator
         if not isinstance(target, torch.Tensor) or (
                 not _off_host(target.device) and self._narrowed(target.dtype) == target.dtype):
             return func(target, *rest, **kwargs)
@@ -329,6 +337,15 @@ def _channel_dropout_shape(shape: Sequence[int], spatial: int) -> tuple:
     return shape[:kept] + (1,) * (len(shape) - kept)
 
 
+def _takes_generator(func: Any) -> bool:
+    import inspect
+
+    try:
+        return "generator" in inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _widened(value: Any) -> Any:
     """``value`` with its float32 tensors (not parameters; in tuples and lists too) as float64;
     a leaf that requires grad stays a leaf."""
@@ -380,6 +397,9 @@ class _Recorder:
         self.backwards = 0
         self.jax: Any = None  # porter.verify.trace_jax.JaxHooks when the port runs on JAX
         self.on_optimizer_hooks: list = []  # callables(optimizer) run when an optimizer is created
+        # callables(leaves) run at the first backward of a script that has created no torch.optim
+        # optimizer (its updates are manual), with the parameters and tensors its loss reaches
+        self.on_manual_hooks: list = []
 
     # -- torch_xla metrics (host-side counters only) --
     def xla(self) -> Any:
@@ -443,6 +463,9 @@ class _Recorder:
                 self.pending.append(tensor.detach())
                 # the parameters a manual update may change: the first backward passes' leaves
                 self.pending_leaves.append(self._track_leaves(tensor, register=self.backwards <= 3))
+                if self.backwards == 1 and not self.optimizers:
+                    for hook in self.on_manual_hooks:
+                        hook([ref() for ref in self.pending_leaves[-1].values()])
 
     def _track_leaves(self, tensor: torch.Tensor, register: bool = True) -> dict[int, weakref.ref]:
         """The leaves of the tensor's graph (id -> weak reference: a freed leaf's id is reused);
@@ -575,6 +598,7 @@ class _Recorder:
             steps.append(record)
         result: dict[str, Any] = {
             "num_steps": len(steps),
+            "optimizers_created": len(self.optimizers),
             "steps": steps,
             "losses": [s["losses"] for s in steps],
             "unstepped_losses": values[position:],
@@ -606,7 +630,8 @@ _DATA_DESCRIPTOR = torch._C.TensorBase.__dict__["data"]
 
 class UpdateWatch(TorchFunctionMode):
     """Sees in-place changes of parameters outside an optimizer's ``step()`` (a manual update:
-    ``p.data.add_(p.grad, alpha=-lr)``, ``p -= lr * p.grad``, ``p.copy_(...)``) and tells the
+    ``p.data.add_(p.grad, alpha=-lr)``, ``p -= lr * p.grad``, ``p.copy_(...)``,
+    ``p.data = p.data - lr * p.grad``) and tells the
     recorder. ``p.data`` is followed: the tensor it returns stands for ``p``."""
 
     def __init__(self, recorder: "_Recorder") -> None:
@@ -619,7 +644,11 @@ class UpdateWatch(TorchFunctionMode):
         if not args or not recorder.params:
             return result
         if getattr(func, "__self__", None) is _DATA_DESCRIPTOR:
-            recorder.on_data(args[0], result)
+            if getattr(func, "__name__", "") == "__set__":  # `p.data = p.data - lr * p.grad`
+                if recorder.tracked(args[0]):
+                    recorder.on_parameter_update()
+            else:
+                recorder.on_data(args[0], result)
             return result
         name = getattr(func, "__name__", "")
         if name.endswith("_") and not name.startswith("_") and recorder.tracked(args[0]):
@@ -703,13 +732,16 @@ def run(
     torch_weights: str | None = None,
     no_shuffle: bool = False,
     float64_reference: bool = False,
+    init_apart: bool = False,
 ) -> tuple[dict[str, Any], int]:
     """Run SCRIPT in this process and return (record, exit code).
 
     ``dtype`` ("float64") sets torch's default floating dtype before the script runs, so
     parameters and data it creates without an explicit dtype use it. ``float64_reference`` (with
     ``host_random`` and float64): random samples drawn in float32 and float32 tensors widened
-    (HostRandomMode): the float32 run's computation without its rounding."""
+    (HostRandomMode): the float32 run's computation without its rounding. ``init_apart`` (with
+    ``host_random``): torch.nn.init draws from a generator of its own, so a model's
+    initialisation leaves the global stream where a JAX port's (drawn from nnx.Rngs) leaves it."""
     script = os.path.abspath(script)
     recorder = _Recorder()
     recorder.max_steps = max_steps
@@ -744,6 +776,15 @@ def run(
 
         recorder.on_optimizer_hooks.append(
             lambda optimizer: exported.append(weights_mod.export(optimizer, export_weights, len(exported))))
+
+        def export_manual(leaves: list) -> None:
+            # a script that updates its parameters by hand: the model its first loss reaches, as
+            # the weights of the port's first optimizer (the update comes after the backward)
+            model = weights_mod.model_with(leaves)
+            exported.append(weights_mod.export_model(model, export_weights, 0, "manual updates") if model is not None
+                            else "manual updates: no module holds the parameters the first loss reaches")
+
+        recorder.on_manual_hooks.append(export_manual)
     if reseed_at_optimizer and seed is not None:
         recorder.on_optimizer_hooks.append(lambda optimizer: _reseed(seed))
     loaded: list[str] = []
@@ -764,7 +805,8 @@ def run(
 
     host_mode = None
     if host_random:
-        host_mode = HostRandomMode(float64_reference=float64_reference)
+        host_mode = HostRandomMode(float64_reference=float64_reference,
+                                   init_seed=(seed or 0) if init_apart else None)
         host_mode.__enter__()
     if legacy_xla:
         from porter.verify import legacy_xla as legacy
@@ -931,6 +973,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="with --host-random and --dtype float64: draw random samples in float32 and widen "
                              "them, and widen every float32 tensor (a float64 run that computes what a float32 run "
                              "computes)")
+    parser.add_argument("--init-apart", action="store_true",
+                        help="with --host-random: torch.nn.init draws from a generator of its own (seeded with "
+                             "--seed), leaving the global generator as it was")
     parser.add_argument("script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for SCRIPT (or after --)")
     options = parser.parse_args(own)
@@ -942,7 +987,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         synthetic_image_size=options.synthetic_image_size, export_weights=options.export_weights,
         jax=options.jax, jax_weights=options.jax_weights, reseed_at_optimizer=options.reseed_at_optimizer,
         torch_weights=options.torch_weights, no_shuffle=options.no_shuffle,
-        float64_reference=options.float64_reference,
+        float64_reference=options.float64_reference, init_apart=options.init_apart,
     )
     out = Path(options.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -974,6 +1019,7 @@ def trace_script(
     torch_weights: str | os.PathLike | None = None,
     no_shuffle: bool = False,
     float64_reference: bool = False,
+    init_apart: bool = False,
     timeout: float = 600.0,
     memory_mb: float = 16384.0,
     env: dict[str, str] | None = None,
@@ -1011,6 +1057,7 @@ def trace_script(
         command += ["--jax-weights", str(jax_weights)] if jax_weights is not None else []
         command += ["--torch-weights", str(torch_weights)] if torch_weights is not None else []
         command += ["--no-shuffle"] * no_shuffle + ["--float64-reference"] * float64_reference
+        command += ["--init-apart"] * init_apart
         if synthetic_image_size is not None:
             command += ["--synthetic-image-size", f"{synthetic_image_size[0]}x{synthetic_image_size[1]}"]
         command += [str(Path(script).resolve()), "--", *map(str, args)]

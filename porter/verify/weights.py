@@ -23,11 +23,9 @@ from typing import Any
 import numpy as np
 
 
-def model_of(optimizer: Any) -> Any:
-    """The module OPTIMIZER trains (None when no live module's parameters are all its)."""
+def _live_modules() -> list:
     import torch.nn as nn
 
-    owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
     with warnings.catch_warnings():  # isinstance on every live object touches deprecated modules
         warnings.simplefilter("ignore")
         modules = []
@@ -37,6 +35,15 @@ def model_of(optimizer: Any) -> Any:
                     modules.append(obj)
             except Exception:  # noqa: BLE001 - objects whose __class__ misbehaves
                 continue
+    return modules
+
+
+def model_of(optimizer: Any) -> Any:
+    """The module OPTIMIZER trains (None when no live module's parameters are all its)."""
+    import torch.nn as nn
+
+    owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    modules = _live_modules()
     best: dict[frozenset, list] = {}
     for m in modules:
         ids = frozenset(id(p) for p in m.parameters())
@@ -58,14 +65,42 @@ def _is_wrapper(module: Any, nn: Any) -> bool:
     return isinstance(module, wrappers) or type(module).__name__ == "OptimizedModule"  # torch.compile's
 
 
+def model_with(parameters: Any) -> Any:
+    """The smallest live module (not a DataParallel-style wrapper) that holds every one of
+    PARAMETERS (a loss's parameter leaves, for a script that updates them by hand); None when
+    no module holds them all."""
+    import torch.nn as nn
+
+    wanted = {id(p) for p in parameters if isinstance(p, nn.Parameter)}
+    if not wanted:
+        return None
+    holders = []
+    for m in _live_modules():
+        ids = {id(p) for p in m.parameters()}
+        if wanted <= ids and not _is_wrapper(m, nn):
+            holders.append((len(ids), m))
+    if not holders:
+        return None
+    fewest = min(n for n, _ in holders)
+    tight = [m for n, m in holders if n == fewest]
+    # of modules with the same parameters, the outermost (the model the script built)
+    return next((m for m in tight if not any(o is not m and any(s is m for s in o.modules()) for o in tight)),
+                tight[0])
+
+
 def export(optimizer: Any, folder: str, index: int) -> str:
     """Write the state dict of OPTIMIZER's model to FOLDER/weights_<index>.npz; a line for the
     record (which model, or why none)."""
-    import torch
-
     model = model_of(optimizer)
     if model is None:
         return f"optimizer {index}: no model of its own (its parameters are not one module's)"
+    return export_model(model, folder, index, f"optimizer {index}")
+
+
+def export_model(model: Any, folder: str, index: int, label: str) -> str:
+    """Write MODEL's state dict to FOLDER/weights_<index>.npz; a line for the record."""
+    import torch
+
     state = {}
     for key, value in model.state_dict().items():
         t = value.detach()
@@ -73,7 +108,7 @@ def export(optimizer: Any, folder: str, index: int) -> str:
             t = t.float()  # half / bfloat16 as float32; a float64 run's weights stay float64
         state[key] = t.cpu().numpy().copy()
     write(folder, index, state, type(model).__name__)
-    return f"optimizer {index}: the initial weights of its {type(model).__name__} ({len(state)} tensors)"
+    return f"{label}: the initial weights of its {type(model).__name__} ({len(state)} tensors)"
 
 
 def write(folder: str, index: int, state: "dict[str, np.ndarray]", cls: str) -> None:
