@@ -384,7 +384,9 @@ def orphaned_imports(before: cst.Module, after: cst.Module) -> list[tuple[str, O
     analysis of remove_imports makes the final decision."""
     items: list[tuple[str, Optional[str], str]] = []
     for stmt in after.body:
-        for small in stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ():
+        if not isinstance(stmt, cst.SimpleStatementLine) or _has_comment(stmt):
+            continue  # a comment on or above the import is the user's: the line stays
+        for small in stmt.body:
             if isinstance(small, cst.Import):
                 items += [(a.evaluated_name, None, (a.evaluated_alias or a.evaluated_name).split(".")[0])
                           for a in small.names]
@@ -398,6 +400,10 @@ def orphaned_imports(before: cst.Module, after: cst.Module) -> list[tuple[str, O
     mention = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, heads)) + r")(?!\w)")
     used_before, used_after = _mentioned(before, mention, heads), _mentioned(after, mention, heads)
     return [(mod, name) for mod, name, head in items if head in used_before and head not in used_after]
+
+
+def _has_comment(stmt: cst.SimpleStatementLine) -> bool:
+    return stmt.trailing_whitespace.comment is not None or any(line.comment for line in stmt.leading_lines)
 
 
 def _mentioned(module: cst.Module, mention: re.Pattern, heads: Sequence[str]) -> set[str]:

@@ -77,7 +77,6 @@ torch.backends.cudnn.benchmark = True
 
 REMOVED = """
 import torch
-from torch import cuda
 
 
 def a():
@@ -150,8 +149,6 @@ def test_names_resolve_through_imports_not_spelling():
     result = port(source)
     assert result.source == textwrap.dedent(
         """
-        import torch as t
-        from torch import cuda as tc
         import torch_xla
         import torch_xla.core.xla_model as xm
 

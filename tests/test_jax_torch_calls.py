@@ -54,8 +54,9 @@ def test_a_barrier_whose_argument_calls_something_is_reported_without_a_fix():
     ("@torch.compile(fullgraph=True)\ndef f(x):\n    return x\n", "def f(x):\n    return x\n"),
 ])
 def test_the_compile_wrapper_goes(before, after):
-    result = fix(("JX315",), "import torch\n" + before)
-    assert result.source == "import torch\n" + after, result.source
+    # torch stays used: `import torch` stays (an import the port leaves unused would go)
+    result = fix(("JX315",), "import torch\n" + before + "torch.ones(1)\n")
+    assert result.source == "import torch\n" + after + "torch.ones(1)\n", result.source
     assert not fix(("JX315",), result.source).changed
 
 
