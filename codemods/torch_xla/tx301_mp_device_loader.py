@@ -269,6 +269,39 @@ class MpDeviceLoader(Rule):
             """,
             title="a CPU-only script (nothing is placed on a device): reported, the loop is kept",
         ),
+        Example(
+            """
+            import torch
+            import torch_xla
+            import torch_xla.distributed.parallel_loader as pl
+
+            def train(loader, model, optimizer, device):
+                for x, y in (pl.MpDeviceLoader(loader, device) if torch.device(device).type == "xla" else loader):
+                    optimizer.zero_grad()
+                    model(x, y).backward()
+                    optimizer.step()
+
+            def main(loader, model, optimizer):
+                device = torch_xla.device()
+                train(loader, model, optimizer, device)
+            """,
+            """
+            import torch_xla
+            import torch_xla.distributed.parallel_loader as pl
+
+            def train(loader, model, optimizer, device):
+                for x, y in pl.MpDeviceLoader(loader, device):
+                    optimizer.zero_grad()
+                    model(x, y).backward()
+                    optimizer.step()
+
+            def main(loader, model, optimizer):
+                device = torch_xla.device()
+                train(loader, model, optimizer, device)
+            """,
+            title="the test for a CPU device goes once every call passes the XLA device (TX107 folded "
+                  "`device = torch.device('cuda' if ... else 'mps' if ... else 'cpu')`)",
+        ),
     ]
     valid = [
         # already a device loader
@@ -361,6 +394,39 @@ class MpDeviceLoader(Rule):
             "per-batch .to(device)",
             Fix(tuple(edits), imports=tuple(imports)),
         )
+
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        """`pl.MpDeviceLoader(loader, d) if torch.device(d).type == "xla" else loader` whose `d` a
+        later pass made provably XLA (TX107 folded the CUDA/MPS branches that bound it): the
+        device loader alone."""
+        test, body = node.test, node.body
+        if not (isinstance(body, cst.Call) and len(body.args) == 2
+                and self.ctx.qualname(body.func) == "torch_xla.distributed.parallel_loader.MpDeviceLoader"
+                and isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+                and isinstance(test.comparisons[0].operator, cst.Equal)):
+            return
+        probe, expected = test.left, test.comparisons[0].comparator
+        if not (isinstance(expected, cst.SimpleString) and expected.evaluated_value == "xla"
+                and isinstance(probe, cst.Attribute) and probe.attr.value == "type"
+                and isinstance(probe.value, cst.Call) and self.ctx.qualname(probe.value.func) == "torch.device"
+                and len(probe.value.args) == 1):
+            return
+        loader, device = body.args[0].value, body.args[1].value
+        same = cst.Module([]).code_for_node
+        if same(probe.value.args[0].value) != same(device) or same(loader) != same(node.orelse):
+            return
+        if not xla_device_value(device, self.ctx, node):
+            return
+        edit = self.replace(node, body)
+        parent = self.ctx.parent
+        if node.lpar and isinstance(parent, cst.For) and parent.iter is node and parent.whitespace_after_in.value:
+            # `for x in (a if t else b):` -> `for x in a:`, not `for x in (a):` (the engine keeps a
+            # replaced expression's parentheses where it cannot tell they are not needed)
+            edit = self.replace(parent, lambda updated: updated.with_changes(iter=updated.iter.body)
+                                if isinstance(updated.iter, cst.IfExp) else updated)
+        self.report(node, f"the device {same(device)} is the XLA device on every path now: the device loader alone, "
+                    "without the test for a CPU device", Fix((edit,)))
 
 
 def _wrap(pl: str, device_code: str, test: Optional[str], parens: bool = False):
