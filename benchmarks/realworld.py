@@ -151,20 +151,6 @@ REASONS = {
     "torch/pytorch-tutorial/02-intermediate/language_model/": "the port timed out at the per-side limit; TX505 "
         "reports its nn.LSTM (sequence 30, hidden 1024: unrolled over the 30 steps, a compile that grows with the "
         "sequence as measured for the tutorials' other LSTMs); this script was not traced alone",
-    "torch/pytorch-cifar/": "the verifier's CUDA shim now builds nn.DataParallel as the single CPU module (it "
-                            "failed there before: \"module must have its parameters and buffers on device "
-                            "cuda:0\"); SimpleDLA at 32x32 is then too slow for the 300 s per side on the "
-                            "loaded machine (load average ~50): the original timed out in float64 in both "
-                            "modes and in float32 in safe mode; in unsafe mode it ran in float32 and the "
-                            "port timed out (its first XLA:CPU compile); no finding predicts it. The backends' "
-                            "rounding alone gives a float32 divergence at step 3 (seen there earlier, |difference| "
-                            "~0.0185), with no port involved: the unported SimpleDLA "
-                            "(same initial weights, three fixed batches of 16, SGD lr 0.1, momentum 0.9, weight "
-                            "decay 5e-4, train mode) run eagerly on the CPU and on XLA:CPU differs in its losses "
-                            "by 2.4e-7, 7.5e-4 and 6.0e-2 at steps 1-3 (measured 2026-12-02 15:40-16:00 UTC): "
-                            "growth by ~100x a step, which verify's float32 tolerance (k x (5e-4 + 5e-4 x "
-                            "|loss|), 5.3e-3 at step 3) cannot follow; float64 (both sides, as verify uses "
-                            "where the original runs in it) is the comparison that says something here",
 }
 
 
