@@ -61,7 +61,11 @@ def test_manual_update_becomes_the_jitted_step(name):
     compile(src, "<port>", "exec")
 
 
-def test_a_rate_the_script_changes_is_reported():
+@pytest.mark.parametrize("change", [
+    "    learning_rate = learning_rate * 0.5\n",  # every epoch
+    "    if epoch == 1:\n        learning_rate /= 4.0\n",  # on a plateau (word-level LMs)
+])
+def test_a_rate_the_script_changes_is_set_before_each_step(change):
     src = HEAD + textwrap.dedent("""
         for epoch in range(3):
             for x, y in loader:
@@ -69,7 +73,26 @@ def test_a_rate_the_script_changes_is_reported():
                 F.cross_entropy(model(x), y).backward()
                 for p in model.parameters():
                     p.data -= learning_rate * p.grad
-            learning_rate = learning_rate * 0.5
+    """) + change
+    src = engine.fix(src, JAX).source
+    assert "optax.inject_hyperparams(optax.sgd)(learning_rate)" in src, src
+    # the rate the loop reads goes into the optimizer's state before the step that uses it
+    assert ('optimizer.opt_state.hyperparams["learning_rate"][...] = learning_rate\n'
+            '        loss = train_step(model, optimizer, x, y)\n') in src, src
+    for gone in (".backward()", ".grad", "param_groups"):
+        assert gone not in src, (gone, src)
+    compile(src, "<port>", "exec")
+
+
+def test_a_rate_first_bound_inside_the_training_loop_is_reported():
+    src = HEAD + textwrap.dedent("""
+        for epoch in range(3):
+            rate = 0.1 * 0.5 ** epoch
+            for x, y in loader:
+                model.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                for p in model.parameters():
+                    p.data -= rate * p.grad
     """)
     result = engine.fix(src, JAX)
     found = [f for f in result.remaining if f.code == "JX204"]
@@ -78,7 +101,7 @@ def test_a_rate_the_script_changes_is_reported():
     assert any(f.code == "JX901" and "backward" in f.message for f in result.remaining), result.remaining
 
 
-VERIFIED = ["add-alpha", "isub-no-grad", "assign"]
+VERIFIED = ["add-alpha", "isub-no-grad", "assign", "decaying"]
 
 
 @pytest.mark.jax
@@ -99,7 +122,9 @@ def test_a_manual_update_port_matches_its_original_in_verify(tmp_path, name):
             model.zero_grad()
             loss = F.cross_entropy(model(x), y)
             loss.backward()
-    ''') + textwrap.indent(textwrap.dedent(UPDATES[name]), "    ")
+    ''') + textwrap.indent(textwrap.dedent(UPDATES.get(name, UPDATES["add-alpha"])), "    ")
+    if name == "decaying":  # a rate that changes after every update: each step uses its own
+        original += "    learning_rate *= 0.5\n"
     port = engine.fix(original, JAX).source
     assert "nnx.Optimizer" in port, port
     report = verify_json(tmp_path, original, port, 3)

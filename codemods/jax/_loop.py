@@ -483,6 +483,12 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
             elif sid in earlier_ids and sid in slice_ids:
                 forward.append(s)
                 recomputed.append(s)
+        # a write of the optimizer's own state (its rate: `optimizer.opt_state.hyperparams[
+        # "learning_rate"][...] = lr`, JX202's form of a param_groups write) that reads nothing
+        # the step computes is for this step: it runs before the step call, as before step()
+        window_binds = set().union(*(binds(p.stmt) for p in window[:last_back + 1]))
+        for_step = [st for st in between if _writes_through(st, opt_text) and not set(reads(st)) & window_binds]
+        between = [st for st in between if st not in for_step]
         if between:
             called_models = {n for st in between for n in reads(st) if n in models}
             if called_models:
@@ -491,6 +497,7 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
         forward, after = _pull_aliases(domain, forward, after, in_window)
         before, after = _defer_prefetch(domain, forward, before, after, slice_ids)
         _check_order(domain, forward, before, after)
+        before.extend(for_step)
         for s in forward:
             text = code(s)
             if ".item()" in text or "print(" in text:
@@ -529,6 +536,17 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
         readers.update(free_reads(region.forward))
         region.outputs = [n for n in _ordered_binds(region.forward) if n in readers]
     return Plan(regions, tail)
+
+
+def _writes_through(stmt: cst.BaseStatement, name: str) -> bool:
+    """``stmt`` is one assignment to an attribute or item of ``name`` (`optimizer.x[...] = v`)."""
+    if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+        return False
+    small = stmt.body[0]
+    targets = ([t.target for t in small.targets] if isinstance(small, cst.Assign)
+               else [small.target] if isinstance(small, (cst.AugAssign, cst.AnnAssign)) else [])
+    return bool(targets) and all(isinstance(t, (cst.Attribute, cst.Subscript)) and root_name(t) == name
+                                 for t in targets)
 
 
 def _sets_model_attributes(stmt: cst.BaseStatement, models: set[str]) -> bool:

@@ -30,8 +30,11 @@ class ManualSGD(Rule):
     not; `p.grad.zero_()` / `p.grad.data.zero_()` / `p.grad = None` in the same loop
     become `optimizer.zero_grad()` after the step, and `model.zero_grad()` in the training
     loop `optimizer.zero_grad()`. A rate the script changes (a name assigned more than once
-    in the file, `lr *= 0.1`) is reported: an optimizer built once would keep the first
-    value.
+    in the file or in a loop, `lr *= 0.1`, `lr /= 4.0` on a plateau) is set in the optimizer
+    before each step (`for group in optimizer.param_groups: group['lr'] = lr`, which JX202
+    and JX201 port as `optax.inject_hyperparams` state), so each update uses the value the
+    loop read; a changing rate with no value before the training loop (first bound inside
+    it) is reported.
 
     ## Why
     A JAX training step updates parameters inside the jitted function that computes the
@@ -122,15 +125,43 @@ class ManualSGD(Rule):
             import torch
 
             lr = 0.1
+            optimizer = torch.optim.SGD(model.parameters(), lr=lr)
             for epoch in range(10):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    criterion(model(x), y).backward()
+                    for group in optimizer.param_groups:
+                        group['lr'] = lr
+                    optimizer.step()
+                lr *= 0.5
+            """,
+            title="a rate the script changes: set in the optimizer before each step (JX202/JX201: "
+                  "optax.inject_hyperparams and its state)",
+        ),
+        Example(
+            """
+            import torch
+
+            for epoch in range(10):
+                lr = 0.1 * 0.5 ** epoch
+                for x, y in loader:
+                    model.zero_grad()
+                    criterion(model(x), y).backward()
+                    for p in model.parameters():
+                        p.data.sub_(lr * p.grad)
+            """,
+            """
+            import torch
+
+            for epoch in range(10):
+                lr = 0.1 * 0.5 ** epoch
                 for x, y in loader:
                     model.zero_grad()
                     criterion(model(x), y).backward()
                     for p in model.parameters():  # porter: manual
                         p.data.sub_(lr * p.grad)
-                lr *= 0.5
             """,
-            title="a rate the script changes: reported",
+            title="a rate first bound inside the training loop (no value to build the optimizer with): reported",
         ),
     ]
     valid = [
@@ -154,9 +185,10 @@ class ManualSGD(Rule):
         train_loop = _outermost_loop(ctx, stmt)
         if train_loop is None:
             return
-        if _changes(ctx.module, lr):
-            self.report(node, f"manual SGD update with a rate the script changes ({code(lr)}): an optimizer built once "
-                              "would keep the first value; port with an optax schedule or inject_hyperparams by hand",
+        changes = _changes(ctx.module, lr)
+        if changes and not _bound_before(ctx, lr, train_loop):
+            self.report(node, f"manual SGD update with a rate the script changes ({code(lr)}), not bound before the "
+                              "training loop: port with an optax schedule or inject_hyperparams by hand",
                         None if _marked(node) else Fix((Edit(node, _mark_header),), description="mark the line # porter: manual"))
             return
         name = "optimizer" if "optimizer" not in _bound_names(ctx.module) else "sgd_optimizer"
@@ -164,6 +196,11 @@ class ManualSGD(Rule):
         new_opt = cst.parse_statement(f"{name} = {torch_name}.optim.SGD({model}.parameters(), lr={ops.bare(lr)})")
         step = cst.parse_statement(f"{name}.step()")
         replacement = [step.with_changes(leading_lines=stmt.leading_lines)]
+        if changes:
+            # the rate of each update, as the loop read it: set in the optimizer before its step
+            # (JX202 and JX201 port that as optax.inject_hyperparams and its state)
+            replacement = [cst.parse_statement(f"for group in {name}.param_groups:\n    group['lr'] = {ops.bare(lr)}\n")
+                           .with_changes(leading_lines=stmt.leading_lines), step]
         if zeroes:
             replacement.append(cst.parse_statement(f"{name}.zero_grad()"))
         edits = [Edit(stmt, cst.FlattenSentinel(replacement)), Edit(train_loop, _insert_before(new_opt))]
@@ -173,6 +210,27 @@ class ManualSGD(Rule):
                 edits.append(Edit(n.func.value, cst.Name(name)))  # type: ignore[attr-defined]
         self.report(node, f"manual SGD update of {model}'s parameters -> torch.optim.SGD(lr={code(lr)}) and {name}.step() "
                           "(ported with the training step)", Fix(tuple(edits), Safety.SAFE, ("torch",)))
+
+
+def _bound_before(ctx, lr: cst.CSTNode, loop: cst.CSTNode) -> bool:
+    """The rate can be read where the optimizer is built, before ``loop``: an attribute of a
+    name (`args.lr`); a name the loop's function assigns before the loop; or, in a function
+    that does not assign it, a module-level name (read as the function runs)."""
+    root = astutil.root_name(lr)
+    if root is None:
+        return False
+    if not isinstance(lr, cst.Name):
+        return True
+    fn = ctx.enclosing(cst.FunctionDef)
+    if fn is not None and not any(root in astutil.binds(n) for n in astutil.walk(fn.body)):
+        return any(root in astutil.binds(stmt) for stmt in ctx.module.body)
+    body = fn.body.body if fn is not None else ctx.module.body
+    for stmt in body:
+        if stmt is loop or any(a is stmt for a in ctx.ancestors):
+            return False
+        if root in astutil.binds(stmt):
+            return True
+    return False
 
 
 def _marked(node: cst.For) -> bool:
@@ -238,6 +296,10 @@ def _changes(module: cst.Module, lr: cst.CSTNode) -> bool:
                         count += 1
         if isinstance(n, cst.For) and code(n.target) == text:
             return True
+        if isinstance(n, (cst.For, cst.While)) and any(
+                isinstance(m, cst.Assign) and any(code(t.target) == text for t in m.targets)
+                for m in astutil.walk(n.body)):
+            return True  # assigned in a loop: a new value each time round (`lr = base * 0.5 ** epoch`)
     return count > 1
 
 
