@@ -73,8 +73,10 @@ class TorchLeft(Rule):
     reported again.
 
     Fixes: `outputs.data` on a JAX value becomes `outputs` (a JAX array is its own data);
-    `isinstance(x, torch.Tensor)` becomes `isinstance(x, jax.Array)` (unsafe: a value of the
-    input pipeline that is still a torch tensor would no longer pass).
+    `isinstance(x, torch.Tensor)` becomes `isinstance(x, (torch.Tensor, jax.Array))` (a value of
+    the input pipeline may still be a torch tensor, and the port's arrays stand for the
+    original's tensors); `isinstance(x, nn.Parameter)` becomes `isinstance(x, jax.Array)`
+    (unsafe).
 
     ## Why
     A JAX port with torch calls left in it fails when it runs (a torch function given a JAX
@@ -82,8 +84,9 @@ class TorchLeft(Rule):
 
     ## Fix safety
     `.data` removal: safe (`x.data` of a torch tensor is the same values without autograd
-    history, which JAX arrays never have). `torch.Tensor` -> `jax.Array` in `isinstance`:
-    unsafe. Everything else is reported only.
+    history, which JAX arrays never have). `jax.Array` added to `torch.Tensor` in `isinstance`:
+    safe (what passed still passes; a JAX array, the port's tensor, passes too).
+    `nn.Parameter` -> `jax.Array`: unsafe. Everything else is reported only.
     """
 
     code = "JX901"
@@ -124,16 +127,17 @@ class TorchLeft(Rule):
                 return h
             """,
             """
+            import torch
             import jax.numpy as jnp
             import jax
 
             def step(h):
-                if isinstance(h, jax.Array):
+                if isinstance(h, (torch.Tensor, jax.Array)):
                     h = jnp.tanh(h)
                 return h
             """,
-            unsafe=True,
-            title="isinstance(h, torch.Tensor) -> jax.Array",
+            title="isinstance(h, torch.Tensor) also holds for a JAX array (a recurrent state that "
+                  "repackage_hidden detaches)",
         ),
         Example(
             """
@@ -309,12 +313,29 @@ class TorchLeft(Rule):
             if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "isinstance" and len(n.args) == 2:
                 kinds = n.args[1].value
                 elts = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+                jax_array = f"{ctx.module_alias('jax')}.Array"
+                if any(_code(e) == jax_array for e in elts):
+                    # the port's arrays pass already: torch.Tensor there is for the input pipeline
+                    for e in elts:
+                        if (ctx.qualname(e) or "") == "torch.Tensor":
+                            reported.update(id(m) for m in astutil.walk(e))
+                    elts = []
                 for e in elts:
-                    if (ctx.qualname(e) or "") in ("torch.Tensor", "torch.nn.Parameter"):
+                    qual = ctx.qualname(e) or ""
+                    if qual == "torch.Tensor":
                         reported.update(id(m) for m in astutil.walk(e))
-                        jax_alias = ctx.module_alias("jax")
+                        added = cst.Element(cst.parse_expression(jax_array))
+                        edit = (Edit(kinds, lambda t: t.with_changes(elements=[*t.elements[:-1], t.elements[-1].with_changes(
+                                    comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), added]))
+                                if isinstance(kinds, cst.Tuple) else
+                                Edit(e, cst.Tuple([cst.Element(e, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))),
+                                                   added])))
+                        self.report(e, f"isinstance(..., {_code(e)}): the port's tensors are JAX arrays: "
+                                       f"{jax_array} passes too", Fix((edit,), imports=("jax",)))
+                    elif qual == "torch.nn.Parameter":
+                        reported.update(id(m) for m in astutil.walk(e))
                         self.report(e, f"isinstance(..., {_code(e)}): the port's tensors are JAX arrays",
-                                    Fix((Edit(e, cst.parse_expression(f"{jax_alias}.Array")),), safety=Safety.UNSAFE,
+                                    Fix((Edit(e, cst.parse_expression(jax_array)),), safety=Safety.UNSAFE,
                                         imports=("jax",)))
             if isinstance(n, cst.Attribute):
                 reported.add(id(n.attr))  # `jax.nn`'s `nn` is no free name (a file's own `nn` may be torch's)
