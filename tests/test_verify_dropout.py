@@ -155,3 +155,20 @@ def test_dropout_between_rnn_layers_is_the_same_on_both_sides(tmp_path, target, 
     assert report["passed"], report["summary"]
     assert report["settings"]["dtype"] == "float64"
     assert max(step["diff"] for step in report["steps"]) < 1e-9, report["steps"]
+
+
+@pytest.mark.jax
+def test_an_rnn_chosen_by_name_ports_and_matches(tmp_path):
+    """The word-level LM spelling `if rnn_type in ['LSTM', 'GRU']: getattr(nn, rnn_type)(...)`:
+    the JAX port builds the emitted TorchLSTM through a table of the allowed names (it kept
+    torch's LSTM, given JAX arrays: "LinearizeTracer has no attribute dim")."""
+    original = LM.replace("RNNKIND", "LSTM").replace("BATCH_FIRST", "False").replace(
+        "def __init__(self, vocab=20, size=16):", "def __init__(self, vocab=20, size=16, rnn_type='LSTM'):").replace(
+        "self.rnn = nn.LSTM(size, size,",
+        "if rnn_type in ['LSTM', 'GRU']:\n            self.rnn = getattr(nn, rnn_type)(size, size,")
+    port = engine.fix(original, engine.Options(tuple(registry.rules_for("jax"))), "train.py").source
+    assert "{'LSTM': TorchLSTM, 'GRU': TorchGRU}[rnn_type](" in port, port
+    report = verify_json(tmp_path, original, port, 3)
+    assert report["passed"], report["summary"]
+    assert max(step["diff"] for step in report["steps"]) < 1e-9, report["steps"]
+

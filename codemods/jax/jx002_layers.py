@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import libcst as cst
 
 from porter import astutil
@@ -12,7 +13,10 @@ class NnxLayer(Rule):
     """
     ## What it does
     Rewrites the construction of torch.nn layers into Flax NNX, with torch's semantics written
-    out where Flax's defaults differ (the table is `codemods/jax/_layers.py`):
+    out where Flax's defaults differ (the table is `codemods/jax/_layers.py`). A layer chosen by
+    name, `getattr(nn, name)(...)`, is translated where the name is a literal or the body of
+    `if name in ['LSTM', 'GRU']:` allows only literals whose translations differ in the class
+    alone (`{'LSTM': TorchLSTM, 'GRU': TorchGRU}[name](..., rngs=rngs)`):
 
     - `nn.Linear(a, b, bias=False)` -> `nnx.Linear(a, b, use_bias=False, rngs=rngs)`;
       `nn.LayerNorm(d)` -> `nnx.LayerNorm(d, epsilon=1e-5, rngs=rngs)` (Flax's default is 1e-6);
@@ -169,6 +173,30 @@ class NnxLayer(Rule):
                 self.bn = nn.BatchNorm2d(cout, **kwargs)
         """,
         title="*args / **kwargs go to an emitted class that takes torch's arguments and checks the values it does not translate (not to BatchNorm, whose momentum=None would pass unseen)",
+    ), Example(
+        """
+        import torch.nn as nn
+
+        class RNNModel(nn.Module):
+            def __init__(self, rnn_type, ninp, nhid, nlayers, dropout=0.5):
+                super().__init__()
+                if rnn_type in ['LSTM', 'GRU']:
+                    self.rnn = getattr(nn, rnn_type)(ninp, nhid, nlayers, dropout=dropout)
+                self.act = getattr(nn, 'Tanh')()
+        """,
+        """
+        import torch.nn as nn
+        import flax.nnx as nnx
+
+        class RNNModel(nn.Module):
+            def __init__(self, rnn_type, ninp, nhid, nlayers, dropout=0.5):
+                super().__init__()
+                if rnn_type in ['LSTM', 'GRU']:
+                    self.rnn = {'LSTM': TorchLSTM, 'GRU': TorchGRU}[rnn_type](ninp, nhid, nlayers, dropout=dropout, rngs=rngs)
+                self.act = nnx.tanh
+        """,
+        title="a layer chosen by name (`getattr(nn, rnn_type)`): the names an `if ... in [...]` allows, "
+              "when their translations differ only in the class",
     )]
     valid = [
         "import flax.nnx as nnx\nfc = nnx.Linear(2, 3, rngs=nnx.Rngs(0))\n",
@@ -182,8 +210,11 @@ class NnxLayer(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         qual = self.ctx.qualname(node.func)
         if not qual:
-            return
-        result = _layers.plan(node, qual, self.ctx)
+            result = self._by_name(node)
+            if result is None:
+                return
+        else:
+            result = _layers.plan(node, qual, self.ctx)
         if result is None or isinstance(result, _layers.Manual):
             return
         if _layers.inside_manual_construct(self.ctx):
@@ -209,3 +240,59 @@ class NnxLayer(Rule):
             Fix(tuple(edits), imports=imports,
                 remove_imports=(("torch.nn", None), ("torch", "nn"), ("torch", None))),
         )
+
+    def _by_name(self, node: cst.Call):
+        """A layer chosen by name, `getattr(nn, rnn_type)(ninp, nhid, nlayers, dropout=dropout)`:
+        its plan when the names it can take are literals (`getattr(nn, 'GRU')`, or the body of
+        `if rnn_type in ['LSTM', 'GRU']:`) whose translations differ only in the class, as
+        `{'LSTM': TorchLSTM, 'GRU': TorchGRU}[rnn_type](...)`; None otherwise."""
+        getter = node.func
+        if not (isinstance(getter, cst.Call) and isinstance(getter.func, cst.Name) and getter.func.value == "getattr"
+                and len(getter.args) == 2 and self.ctx.qualname(getter.args[0].value) == "torch.nn"):
+            return None
+        which = getter.args[1].value
+        names = _literal_names(which, self.ctx, node)
+        if not names:
+            return None
+        plans = []
+        for name in names:
+            synthetic = node.with_changes(func=cst.Attribute(getter.args[0].value, cst.Name(name)))
+            planned = _layers.plan(synthetic, f"torch.nn.{name}", self.ctx)
+            if planned is None or isinstance(planned, _layers.Manual):
+                return None
+            plans.append(planned)
+        first = plans[0]
+        if len(names) == 1:
+            return first
+        if not all(isinstance(p.new, cst.Call) for p in plans):
+            return None
+        calls = [p.new for p in plans]
+        if any(_nnx.code(c.with_changes(func=cst.Name("_"))) != _nnx.code(calls[0].with_changes(func=cst.Name("_")))
+               or p.rngs != first.rngs for c, p in zip(calls, plans)):
+            return None  # the arguments translate differently: reported (JX901)
+        table = cst.parse_expression("{" + ", ".join(f"{n!r}: {_nnx.code(c.func)}" for n, c in zip(names, calls)) + "}")
+        new = calls[0].with_changes(func=cst.Subscript(table, [cst.SubscriptElement(cst.Index(which))]))
+        imports = tuple(dict.fromkeys(i for p in plans for i in p.imports))
+        return dataclasses.replace(first, new=new, imports=imports)
+
+
+def _literal_names(which: cst.BaseExpression, ctx, node: cst.CSTNode) -> list[str]:
+    """The names a `getattr(nn, which)` can take: a string literal, or the literals of an
+    enclosing `if which in [...]:` whose body holds the call."""
+    if isinstance(which, cst.SimpleString):
+        return [which.evaluated_value] if isinstance(which.evaluated_value, str) else []
+    text = _nnx.code(which)
+    inner = node
+    for anc in reversed(ctx.ancestors[:-1]):
+        if isinstance(anc, cst.If) and anc.body is inner \
+                and isinstance(anc.test, cst.Comparison) and len(anc.test.comparisons) == 1 \
+                and isinstance(anc.test.comparisons[0].operator, cst.In) and _nnx.code(anc.test.left) == text:
+            options = anc.test.comparisons[0].comparator
+            if isinstance(options, (cst.List, cst.Tuple, cst.Set)) and all(
+                    isinstance(e.value, cst.SimpleString) for e in options.elements):
+                return [e.value.evaluated_value for e in options.elements]
+            return []
+        if isinstance(anc, (cst.FunctionDef, cst.ClassDef)):
+            return []
+        inner = anc
+    return []
