@@ -101,7 +101,7 @@ def test_a_rate_first_bound_inside_the_training_loop_is_reported():
     assert any(f.code == "JX901" and "backward" in f.message for f in result.remaining), result.remaining
 
 
-VERIFIED = ["add-alpha", "isub-no-grad", "assign", "decaying"]
+VERIFIED = ["add-alpha", "isub-no-grad", "assign", "decaying", "init-in-place"]
 
 
 @pytest.mark.jax
@@ -125,9 +125,19 @@ def test_a_manual_update_port_matches_its_original_in_verify(tmp_path, name):
     ''') + textwrap.indent(textwrap.dedent(UPDATES.get(name, UPDATES["add-alpha"])), "    ")
     if name == "decaying":  # a rate that changes after every update: each step uses its own
         original += "    learning_rate *= 0.5\n"
+    if name == "init-in-place":  # a model that initialises its weights in place (word-level LMs' init_weights)
+        original = original.replace(
+            "        self.layers = nn.Sequential(nn.Linear(10, 16), nn.Tanh(), nn.Linear(16, 4))\n",
+            "        self.layers = nn.Sequential(nn.Linear(10, 16), nn.Tanh(), nn.Linear(16, 4))\n"
+            "        self.first = nn.Linear(10, 10)\n"
+            "        self.first.weight.data.uniform_(-0.1, 0.1)\n"
+            "        self.first.bias.data.zero_()\n").replace(
+            "        return self.layers(x)\n", "        return self.layers(self.first(x))\n")
+        assert "uniform_" in original
     port = engine.fix(original, JAX).source
     assert "nnx.Optimizer" in port, port
     report = verify_json(tmp_path, original, port, 3)
     assert report["passed"], (report["summary"], report["notes"])
     assert max(step["diff"] for step in report["steps"]) < 1e-9, report["steps"]
-    assert "original: manual updates: the initial weights of its Net (4 tensors)" in report["notes"], report["notes"]
+    tensors = 6 if name == "init-in-place" else 4
+    assert f"original: manual updates: the initial weights of its Net ({tensors} tensors)" in report["notes"], report["notes"]

@@ -147,12 +147,25 @@ class HostRandomMode(TorchFunctionMode):
     def __init__(self, float64_reference: bool = False, init_seed: int | None = None) -> None:
         super().__init__()
         self.float64_reference = float64_reference
-        # ``init_seed``: torch.nn.init's draws come from a generator of their own, seeded with
-        # it, and leave the global one as it was (init_apart)
+        # ``init_seed``: torch.nn.init's draws, and in-place samplers on a parameter's storage,
+        # come from a generator of their own seeded with it, and leave the global one as it
+        # was (init_apart)
         self.init_generator = None
+        self.parameter_storages: "weakref.WeakValueDictionary[int, torch.Tensor]" = weakref.WeakValueDictionary()
         if init_seed is not None:
             self.init_generator = torch.Generator()
             self.init_generator.manual_seed(init_seed)
+            _watch_parameters(self.parameter_storages)
+
+    def _of_a_parameter(self, tensor: torch.Tensor) -> bool:
+        """``tensor`` is a parameter or its ``.data`` (the same storage): an initialisation
+        written in place (`self.encoder.weight.data.uniform_(-r, r)`)."""
+        if self.init_generator is None or tensor.device.type != "cpu":
+            return False
+        try:
+            return tensor.untyped_storage().data_ptr() in self.parameter_storages
+        except RuntimeError:
+            return False
 
     def _narrowed(self, dtype: Any) -> Any:
         """The dtype to draw a sample of ``dtype`` (None: the default) in."""
@@ -248,6 +261,8 @@ class HostRandomMode(TorchFunctionMode):
             noise = self._noise(torch.rand, target.shape, dtype, target.device, kwargs.get("generator"))
             with torch.no_grad():
                 return target.copy_((noise < p).to(target.dtype))
+        if kwargs.get("generator") is None and self._of_a_parameter(target):
+            kwargs = {**kwargs, "generator": self.init_generator}
         if not _off_host(target.device) and self._narrowed(target.dtype) == target.dtype:
             return func(*args, **kwargs)
         sample = func(torch.empty(target.shape, dtype=self._narrowed(target.dtype)), *args[1:], **kwargs)
@@ -335,6 +350,21 @@ def _channel_dropout_shape(shape: Sequence[int], spatial: int) -> tuple:
     batched = len(shape) >= spatial + 2
     kept = 2 if batched else 1
     return shape[:kept] + (1,) * (len(shape) - kept)
+
+
+def _watch_parameters(storages: "weakref.WeakValueDictionary[int, torch.Tensor]") -> None:
+    """Remember the storage of every nn.Parameter made from now on (by its data pointer)."""
+    original_new = torch.nn.Parameter.__new__
+
+    def new(cls, data=None, requires_grad=True):
+        param = original_new(cls, data, requires_grad)
+        try:
+            storages[param.untyped_storage().data_ptr()] = param
+        except RuntimeError:  # a storage-less tensor (meta, XLA)
+            pass
+        return param
+
+    torch.nn.Parameter.__new__ = staticmethod(new)
 
 
 def _takes_generator(func: Any) -> bool:
