@@ -188,10 +188,11 @@ def _judge_by_reference(req: ScriptRequest, steps: list[dict], side_settings: di
                         notes: list[str]) -> Optional[dict]:
     """Losses compared in float32 that differ past the tolerance, judged again against a float64
     run of the original that draws the float32 run's random numbers and widens its float32
-    tensors (``float64_reference``): the same computation without float32's rounding. A step whose port is at most NOISE_FACTOR
-    times the original's own distance from that reference (plus NOISE_FLOOR of its loss) is
-    float32 rounding, as model-level verify's --reference judges tensors. Updates ``steps``
-    and ``notes``; returns the first step still divergent (None: every step is within it)."""
+    tensors (``float64_reference``): the same computation without float32's rounding. A step
+    whose port is at most NOISE_FACTOR times the original's own distance from that reference
+    (plus NOISE_FLOOR of its loss) is float32 rounding, as model-level verify's --reference
+    judges tensors. Updates ``steps`` and ``notes``; returns the first step still divergent
+    (None: every step is within it)."""
     with tempfile.TemporaryDirectory(prefix="porter-reference-") as tmp:
         _copy_files(req.files, Path(tmp))
         ref = trace_script(req.original, req.args, cwd=tmp, host_random=True, float64_reference=True, seed=req.seed,
@@ -220,7 +221,7 @@ def _judge_by_reference(req: ScriptRequest, steps: list[dict], side_settings: di
                            f"{max(abs(x - z) for x, z in zip(s['original'], r)):.3g}")
         if not s["ok"] and first is None:
             first = _divergence(s)
-            if _close(s["port"], r, lambda y, z: True) and _close(s["original"], r, lambda x, z: True):
+            if _close(s["port"], r, _any) and _close(s["original"], r, _any):
                 far = max(abs(y - z) for y, z in zip(s["port"], r))
                 own = max(abs(x - z) for x, z in zip(s["original"], r))
                 notes.append(f"not float32 rounding at step {s['step']}: against a float64 run of the original that "
@@ -231,6 +232,10 @@ def _judge_by_reference(req: ScriptRequest, steps: list[dict], side_settings: di
                      f"numbers: the port's losses are within {NOISE_FACTOR:g} times the original's own distance from "
                      "it (|loss - float64 reference|: " + "; ".join(rounded) + ")")
     return first
+
+
+def _any(x: float, y: float) -> bool:
+    return True
 
 
 def _summed_like(losses: list, like: list) -> list:
