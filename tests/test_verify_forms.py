@@ -218,22 +218,3 @@ def test_sides_have_a_terminal_size_and_no_input(tmp_path):
                       "try:\n    input()\nexcept EOFError:\n    print('eof')\n", encoding="utf-8")
     run = run_side([sys.executable, str(script)], dict(os.environ), tmp_path / "log", 60, 1000)
     assert run.ok and run.log.split() == ["['24',", "'80']", "eof"], run.log
-
-
-@pytest.mark.parametrize("logged,compiles,within", [
-    # the first step that logs (batch 2 of a `batch % 2 == 0 and batch > 0` log) compiles the
-    # logging's graph, once: no recompilation of the step
-    ([False, False, True, False, True], [1, 1, 1, 0, 0], True),
-    # a compilation in a step that does not log, after the warm-up, is one
-    ([False, False, False, False, True], [1, 1, 1, 0, 0], False),
-    # and so is a second logging step's
-    ([True, False, False, False, True], [1, 1, 0, 0, 1], False),
-])
-def test_the_first_logging_step_compiles_its_own_graph_once(logged, compiles, within):
-    from porter.verify.model import Budgets
-    from porter.verify.script import script_health
-
-    record = {"ended_by": "stop", "steps": [
-        {"optimizer": 0, "printed": p, "xla_delta": {"compiles": c, "transfers": 0, "executions": 1}}
-        for p, c in zip(logged, compiles)]}
-    assert script_health(record, Budgets())["within_budget"] is within

@@ -91,19 +91,13 @@ def script_health(record: dict, budgets: Budgets) -> dict:
     """Compilations after warm-up and transfers in steps that wrote no output."""
     steps = []
     seen: dict = {}  # optimizer -> its steps so far: each optimizer has its own warm-up steps
-    logged_once: set = set()  # optimizers whose first logging step was seen
     for s in record.get("steps", []):
         d = s.get("xla_delta") or {}
         which = str(s.get("optimizer"))
         seen[which] = seen.get(which, 0) + 1
-        logged = bool(s.get("printed"))
-        # the first step that logs compiles the logging's own graph (`total_loss / interval`), once
-        first_log = logged and which not in logged_once
-        if logged:
-            logged_once.add(which)
         steps.append({"compiles": d.get("compiles", 0), "transfers": d.get("transfers", 0),
-                      "executions": d.get("executions", 0), "logged": logged,
-                      "warmup": seen[which] <= budgets.warmup_steps or first_log})
+                      "executions": d.get("executions", 0), "logged": bool(s.get("printed")),
+                      "warmup": seen[which] <= budgets.warmup_steps})
     # a script that ended by itself: its last step's record also holds whatever ran after it
     # (evaluation, the script's end); stopped after its K steps, the last step is a step like the
     # others (it ended at its own sync or at the next step's start) and is judged
