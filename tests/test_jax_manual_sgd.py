@@ -141,3 +141,30 @@ def test_a_manual_update_port_matches_its_original_in_verify(tmp_path, name):
     assert max(step["diff"] for step in report["steps"]) < 1e-9, report["steps"]
     tensors = 6 if name == "init-in-place" else 4
     assert f"original: manual updates: the initial weights of its Net ({tensors} tensors)" in report["notes"], report["notes"]
+
+
+def test_the_model_of_manual_updates_is_exported_after_a_plain_backward(tmp_path):
+    """A backward of plain tensors first (an autograd demo) exports nothing: the model whose
+    parameters a later loss reaches is weights_0, which the port's first nnx.Optimizer loads."""
+    import numpy as np
+
+    from porter.verify.trace import trace_script
+
+    script = tmp_path / "train.py"
+    script.write_text(SMALL_NET + textwrap.dedent('''
+        a = torch.tensor(2.0, requires_grad=True)
+        (a ** 3).backward()
+        torch.manual_seed(0)
+        model = Net()
+        for step in range(3):
+            model.zero_grad()
+            F.cross_entropy(model(torch.randn(8, 10)), torch.randint(0, 4, (8,))).backward()
+            for p in model.parameters():
+                p.data.add_(p.grad, alpha=-0.1)
+    '''))
+    record = trace_script(script, host_random=True, seed=0, max_steps=2, export_weights=tmp_path / "w",
+                          reseed_at_optimizer=True, init_apart=True, cwd=tmp_path, timeout=120)
+    assert record["num_steps"] == 2 and record["optimizers_created"] == 0, record.get("exception")
+    assert record["exported_weights"] == ["manual updates: the initial weights of its Net (4 tensors)"]
+    assert sorted(np.load(tmp_path / "w" / "weights_0.npz").files) == [
+        "layers.0.bias", "layers.0.weight", "layers.2.bias", "layers.2.weight"]

@@ -427,9 +427,11 @@ class _Recorder:
         self.backwards = 0
         self.jax: Any = None  # porter.verify.trace_jax.JaxHooks when the port runs on JAX
         self.on_optimizer_hooks: list = []  # callables(optimizer) run when an optimizer is created
-        # callables(leaves) run at the first backward of a script that has created no torch.optim
-        # optimizer (its updates are manual), with the parameters and tensors its loss reaches
+        # callables(leaves) -> whether they found a model: run at each backward of a script that
+        # has created no torch.optim optimizer (its updates are manual), with the parameters and
+        # tensors its loss reaches, until one finds the model
         self.on_manual_hooks: list = []
+        self.manual_model_seen = False
 
     # -- torch_xla metrics (host-side counters only) --
     def xla(self) -> Any:
@@ -493,9 +495,9 @@ class _Recorder:
                 self.pending.append(tensor.detach())
                 # the parameters a manual update may change: the first backward passes' leaves
                 self.pending_leaves.append(self._track_leaves(tensor, register=self.backwards <= 3))
-                if self.backwards == 1 and not self.optimizers:
-                    for hook in self.on_manual_hooks:
-                        hook([ref() for ref in self.pending_leaves[-1].values()])
+                if not self.optimizers and not self.manual_model_seen and self.on_manual_hooks:
+                    leaves = [ref() for ref in self.pending_leaves[-1].values()]
+                    self.manual_model_seen = any([hook(leaves) for hook in self.on_manual_hooks])
 
     def _track_leaves(self, tensor: torch.Tensor, register: bool = True) -> dict[int, weakref.ref]:
         """The leaves of the tensor's graph (id -> weak reference: a freed leaf's id is reused);
@@ -807,12 +809,15 @@ def run(
         recorder.on_optimizer_hooks.append(
             lambda optimizer: exported.append(weights_mod.export(optimizer, export_weights, len(exported))))
 
-        def export_manual(leaves: list) -> None:
-            # a script that updates its parameters by hand: the model its first loss reaches, as
-            # the weights of the port's first optimizer (the update comes after the backward)
+        def export_manual(leaves: list) -> bool:
+            # a script that updates its parameters by hand: the model its first loss of a module's
+            # parameters reaches, as the weights of the port's first optimizer (the update comes
+            # after the backward); a backward of plain tensors exports nothing (the next
+            # optimizer's weights are still weights_0)
             model = weights_mod.model_with(leaves)
-            exported.append(weights_mod.export_model(model, export_weights, 0, "manual updates") if model is not None
-                            else "manual updates: no module holds the parameters the first loss reaches")
+            if model is not None:
+                exported.append(weights_mod.export_model(model, export_weights, 0, "manual updates"))
+            return model is not None
 
         recorder.on_manual_hooks.append(export_manual)
     if reseed_at_optimizer and seed is not None:
