@@ -20,9 +20,9 @@ class Net(nn.Module):
 '''
 
 
-def verify_json(folder, original: str, port: str, steps: int, port_name: str = "port.py") -> dict:
+def verify_json(folder, original: str, port: str, steps: int, port_name: str = "port.py", *options: str) -> dict:
     """`porter verify --script` (JSON report) of the sources ORIGINAL and PORT, written into
-    FOLDER as original.py and PORT_NAME, over STEPS optimizer steps."""
+    FOLDER as original.py and PORT_NAME, over STEPS optimizer steps; OPTIONS go to verify."""
     import json
     import os
     import subprocess
@@ -31,7 +31,7 @@ def verify_json(folder, original: str, port: str, steps: int, port_name: str = "
     (folder / "original.py").write_text(original)
     (folder / port_name).write_text(port)
     proc = subprocess.run([sys.executable, "-m", "porter", "verify", "--script", str(folder / "original.py"),
-                           str(folder / port_name), "--steps", str(steps), "--format", "json"],
+                           str(folder / port_name), "--steps", str(steps), "--format", "json", *options],
                           capture_output=True, text=True, timeout=900, env={**os.environ, "PJRT_DEVICE": "CPU"},
                           cwd=folder)
     assert proc.stdout.strip(), proc.stderr[-3000:]

@@ -3,15 +3,13 @@ float64 run of the original that draws the float32 run's random numbers. The por
 where it is as close to that reference as float32 rounding puts the original itself, and a
 real difference still fails. Tolerances far below float32's resolution make every step
 differ, so the reference decides each one."""
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from porter import engine, registry
+
+from scripthelp import verify_json
 
 pytestmark = pytest.mark.xla
 
@@ -54,17 +52,9 @@ EXPLICIT_FLOAT32 = ORIGINAL.replace(
 def _verify(tmp_path, port_lr: str, original: str = ORIGINAL, dtype: str = "float32") -> dict:
     port = engine.fix(original.replace("LR", port_lr), engine.Options(tuple(registry.rules_for("torch-xla"))),
                       "train.py").source
-    original = original.replace("LR", "1e-2")
     assert "torch_xla" in port
-    (tmp_path / "train.py").write_text(original)
-    (tmp_path / "train_xla.py").write_text(port)
-    proc = subprocess.run([sys.executable, "-m", "porter", "verify", "--script", str(tmp_path / "train.py"),
-                           str(tmp_path / "train_xla.py"), "--steps", "4", "--dtype", dtype,
-                           "--rtol", "1e-12", "--atol", "1e-12", "--format", "json"],
-                          capture_output=True, text=True, timeout=900, env={**os.environ, "PJRT_DEVICE": "CPU"},
-                          cwd=tmp_path)
-    assert proc.stdout.strip(), proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    return verify_json(tmp_path, original.replace("LR", "1e-2"), port, 4, "train_xla.py",
+                       "--dtype", dtype, "--rtol", "1e-12", "--atol", "1e-12")
 
 
 def test_float32_rounding_passes_against_the_float64_reference(tmp_path):
