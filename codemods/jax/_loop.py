@@ -426,6 +426,8 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
     if not steps:
         raise Unsupported("no optimizer.step() in the loop body next to loss.backward()")
     facts = file_facts(ctx)
+    taken = bound_in(stmts) | set(reads(body)) | set(later_reads)
+    rewritten: set[int] = set()  # statements of the body the regions hold rewritten (_capture_rebound)
     regions: list[Region] = []
     start = 0
     earlier_forward: list[cst.BaseStatement] = []
@@ -480,7 +482,10 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
                     after.append(s)
                 else:
                     before.append(s)
-            elif sid in earlier_ids and sid in slice_ids:
+            elif sid in earlier_ids and sid in slice_ids and sid in dep_ids:
+                # a model's output an earlier step computed (the generator's `fake` in the
+                # discriminator's step) is computed again where this model's gradient flows
+                # through it; a value computed from no model comes out of the earlier step
                 forward.append(s)
                 recomputed.append(s)
         # a write of the optimizer's own state (its rate: `optimizer.opt_state.hyperparams[
@@ -495,6 +500,10 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
                 raise Unsupported(f"`{code(between[0]).strip()}` uses {', '.join(sorted(called_models))} between loss.backward() and optimizer.step()")
             after.extend(between)
         forward, after = _pull_aliases(domain, forward, after, in_window)
+        forward, before = _pull_rebinding_inputs(domain, forward, before, slice_ids, ctx)
+        kept_ids = {id(x) for x in after}
+        forward, after = _capture_rebound(domain, forward, after, taken)
+        rewritten |= kept_ids - {id(x) for x in after}
         before, after = _defer_prefetch(domain, forward, before, after, slice_ids)
         _check_order(domain, forward, before, after)
         before.extend(for_step)
@@ -527,15 +536,75 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
         readers: set[str] = set(later_reads)
         in_steps = {id(x) for r in regions for x in r.forward} | {id(d) for r in regions for d in r.dropped}
         for other in stmts:
-            if id(other) not in in_steps:
+            if id(other) not in in_steps and id(other) not in rewritten:
                 readers.update(reads(other))
         for r in regions:
             if r is not region:
                 readers.update(free_reads(r.forward))
+            for other in r.after:
+                if id(other) not in {id(x) for x in stmts}:  # rewritten (_capture_rebound)
+                    readers.update(reads(other))
         # read before being rebound: the next iteration reads it (a recurrent state)
         readers.update(free_reads(region.forward))
         region.outputs = [n for n in _ordered_binds(region.forward) if n in readers]
     return Plan(regions, tail)
+
+
+# what makes a model's second forward pass differ from its first, in torch's spellings and
+# the port's: layers that update running statistics or draw (anywhere in its code), random
+# draws (outside its constructor, where they initialise weights)
+_STATEFUL_LAYERS = ("BatchNorm", "InstanceNorm", "Dropout", "dropout", "running_", "RReLU")
+_DRAWS = ("rand", "bernoulli", "multinomial", "normal_", "uniform_", "Rngs(", "rngs.")
+_KNOWN_CODE = ("torch.", "flax.", "jax.", "optax.", "math.", "numpy.", "functools.")
+
+
+def recompute_exact(stmt: cst.BaseStatement, ctx: FileContext) -> bool:
+    """Computing ``stmt`` (a forward statement of an earlier step) again in a later step gives
+    what the original's one computation gave and has no other effect: every model it calls is
+    built by code of this file (its classes and functions, torch's and flax's layers) and
+    none of that code updates running statistics or draws random numbers after construction.
+    A model of imported code, or one with BatchNorm or dropout, is not known to be."""
+    facts = file_facts(ctx)
+    defs = {d.name.value: d for d in ctx.module.body if isinstance(d, (cst.ClassDef, cst.FunctionDef))}
+
+    def clean(node: cst.CSTNode, in_init: bool) -> bool:
+        text = code(node)
+        return not any(w in text for w in _STATEFUL_LAYERS) and (in_init or not any(w in text for w in _DRAWS))
+
+    if not clean(stmt, False):
+        return False
+    todo: list[tuple[cst.CSTNode, bool]] = []
+    for name in reads(stmt):
+        if name in facts.modules:
+            values = astutil.assigned_values(ctx.module, name)
+            if not values or any(v is None for v in values):
+                return False
+            todo.extend((v, True) for v in values)
+    seen: set[str] = set()
+    while todo:
+        node, in_init = todo.pop()
+        if isinstance(node, cst.ClassDef):
+            for item in node.body.body:
+                init = isinstance(item, cst.FunctionDef) and item.name.value == "__init__"
+                todo.append((item, init))
+            continue
+        if not clean(node, in_init):
+            return False
+        for call in astutil.calls_in(node):
+            func = call.func
+            if isinstance(func, cst.Name) and func.value in defs:
+                if func.value not in seen:
+                    seen.add(func.value)
+                    todo.append((defs[func.value], in_init))
+                continue
+            qual = ctx.qualname(func)
+            if isinstance(func, cst.Name) and (func.value in _BUILTINS and qual is None or func.value in facts.modules):
+                continue
+            if qual is not None and not qual.startswith(_KNOWN_CODE):
+                return False  # imported code: porter does not see what it does
+            if qual is None and isinstance(func, cst.Name):
+                return False
+    return True
 
 
 def _writes_through(stmt: cst.BaseStatement, name: str) -> bool:
@@ -616,6 +685,78 @@ def _defer_prefetch(domain, forward, before, after, slice_ids):
     return [s for s in before if id(s) not in ids], later
 
 
+def _pull_rebinding_inputs(domain, forward, before, slice_ids, ctx: FileContext):
+    """A statement the loss needs, that needs no model but rebinds what an earlier forward
+    statement read (`label = jnp.full_like(label, 0.0)` between a GAN's real and fake
+    batches: torch's `label.fill_(fake_label)`), is computed inside the step, in its place
+    between the two forward passes; before the step call both passes would read the rebound
+    value. Only array code moves: no host read, no host random draw, no call of the script's
+    own functions."""
+    position = {id(s): i for i, s in enumerate(domain)}
+    fwd = [(position[id(f)], f) for f in forward if id(f) in position]
+    moved = []
+    for s in before:
+        at = position.get(id(s))
+        if at is None or id(s) not in slice_ids or not _traceable(s, ctx):
+            continue
+        bound = binds(s)
+        if any(i < at and bound & set(reads(f)) for i, f in fwd):
+            moved.append(s)
+    if not moved:
+        return forward, before
+    ids = {id(s) for s in moved}
+    merged = sorted([*forward, *moved], key=lambda s: position.get(id(s), len(domain)))
+    return merged, [s for s in before if id(s) not in ids]
+
+
+_HOST_METHODS = frozenset({"item", "tolist", "numpy", "cpu", "__next__"})
+
+
+def _traceable(stmt: cst.BaseStatement, ctx: FileContext) -> bool:
+    """``stmt`` is one line of array code that can run inside a jitted step: its calls are
+    JAX functions and array methods, none that reads a value on the host."""
+    if not isinstance(stmt, cst.SimpleStatementLine):
+        return False
+    for call in astutil.calls_in(stmt):
+        qual = ctx.qualname(call.func) or ""
+        if qual.split(".")[0] in ("jax", "optax", "flax"):
+            continue
+        if isinstance(call.func, cst.Attribute) and not qual and call.func.attr.value not in _HOST_METHODS:
+            continue  # a method of an array (`x.reshape(-1)`)
+        return False
+    return True
+
+
+def _capture_rebound(domain, forward, after, taken: set[str]):
+    """A statement after the step that reads a forward value a later forward statement
+    rebinds (`d_real = out.mean().item()` between `out = D(real)` and `out = D(fake)`): the
+    step keeps the first value under a name of its own (`out_1 = out`, returned from the
+    step) and the statement reads that name."""
+    position = {id(s): i for i, s in enumerate(domain)}
+    fwd = [(position[id(f)], f) for f in forward if id(f) in position]
+    forward = list(forward)
+    new_after = []
+    for s in after:
+        at = position.get(id(s))
+        renames: dict[str, str] = {}
+        for n in ([] if at is None else reads(s)):
+            if n in binds(s) or not any(i > at and n in binds(f) for i, f in fwd):
+                continue
+            sources = [f for i, f in fwd if i < at and n in binds(f)]
+            if not sources:
+                continue  # bound before the window: _check_order reports it
+            alias = n + "_1"
+            k = 1
+            while alias in taken:
+                k += 1
+                alias = f"{n}_{k}"
+            taken.add(alias)
+            forward.insert(forward.index(sources[-1]) + 1, cst.parse_statement(f"{alias} = {n}\n"))
+            renames[n] = alias
+        new_after.append(s.visit(RenameReads(renames)) if renames else s)
+    return forward, new_after
+
+
 def _plain_alias(stmt: cst.BaseStatement) -> bool:
     if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
         return False
@@ -672,9 +813,8 @@ def _ordered_binds(stmts: list[cst.BaseStatement]) -> list[str]:
             for t in targets:
                 for n in astutil.target_names(t):
                     out[n] = None
-        if isinstance(s, cst.If):
-            for n in sorted(binds(s)):
-                out[n] = None
+        for n in sorted(binds(s)):  # an `if`'s blocks, an in-place update (`label.fill_(0)`)
+            out[n] = None
     return list(out)
 
 
@@ -1175,6 +1315,27 @@ class ToNames(cst.CSTTransformer):
         if isinstance(updated.value, cst.Name) and updated.value.value == "self" and updated.attr.value in self.aliases:
             return cst.Name(updated.attr.value, lpar=updated.lpar, rpar=updated.rpar)
         return updated
+
+
+class RenameReads(cst.CSTTransformer):
+    """Reads of the names in ``renames`` -> the new names (not attribute or keyword names)."""
+
+    def __init__(self, renames: dict[str, str]) -> None:
+        super().__init__()
+        self.renames = renames
+        self.skip: set[int] = set()
+
+    def visit_Attribute(self, node):
+        self.skip.add(id(node.attr))
+
+    def visit_Arg(self, node):
+        if node.keyword is not None:
+            self.skip.add(id(node.keyword))
+
+    def leave_Name(self, original, updated):
+        if id(original) in self.skip or updated.value not in self.renames:
+            return updated
+        return updated.with_changes(value=self.renames[updated.value])
 
 
 class ToAttributes(cst.CSTTransformer):

@@ -15,8 +15,9 @@ _AT = {cst.AddAssign: "add", cst.SubtractAssign: "subtract", cst.MultiplyAssign:
 class ItemAssignment(Rule):
     """
     ## What it does
-    Rewrites item assignment to a tensor in a module's methods, or to a JAX array in host code
-    (`losses = jnp.zeros(n)` then `losses[k] = loss.item()` in an evaluation loop), into JAX's
+    Rewrites item assignment to a tensor in a module's methods, to an argument of a jitted
+    function (a train step's label), or to a JAX array in host code (`losses = jnp.zeros(n)`
+    then `losses[k] = loss.item()` in an evaluation loop; what a jitted step returns), into JAX's
     functional update of a plain local name: `x[idx] = v` -> `x = x.at[idx].set(v)`, `x[idx] += v` ->
     `x = x.at[idx].add(v)` (`-=`, `*=`, `/=`, `**=`: `subtract`, `multiply`, `divide`,
     `power`); a mask made by a comparison (`logits[logits < v] = -float('inf')`, a boolean
@@ -98,6 +99,45 @@ class ItemAssignment(Rule):
             """,
             title="a JAX array filled item by item in host code (an evaluation loop, the module level)",
         ),
+        Example(
+            """
+            import flax.nnx as nnx
+            import jax.numpy as jnp
+
+            @nnx.jit
+            def train_step(model, optimizer, x, label):
+                def loss_fn(model, label):
+                    label[:] = 0.0
+                    return ((model(x) - label) ** 2).mean(), label
+                (loss, label), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model, label)
+                optimizer.update(model, grads)
+                return loss, label
+
+            label = jnp.ones(8)
+            for x in batches:
+                loss, label = train_step(model, optimizer, x, label)
+                label[:] = 1.0
+            """,
+            """
+            import flax.nnx as nnx
+            import jax.numpy as jnp
+
+            @nnx.jit
+            def train_step(model, optimizer, x, label):
+                def loss_fn(model, label):
+                    label = label.at[:].set(0.0)
+                    return ((model(x) - label) ** 2).mean(), label
+                (loss, label), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model, label)
+                optimizer.update(model, grads)
+                return loss, label
+
+            label = jnp.ones(8)
+            for x in batches:
+                loss, label = train_step(model, optimizer, x, label)
+                label = label.at[:].set(1.0)
+            """,
+            title="an argument of a jitted step (traced) and what the step returns (a GAN's label relabelled between passes)",
+        ),
     ]
     valid = [
         "import torch\nd = {}\nd['a'] = 1\n",
@@ -139,9 +179,38 @@ class ItemAssignment(Rule):
                     Fix((self.replace(node, node.with_changes(body=[cst.parse_statement(text).body[0]])),), imports=imports))
 
     def _jax_array(self, name: str) -> bool:
-        """Outside module code: every value the function (or the module level) gives ``name``
-        is made by JAX (``losses = jnp.zeros(n)``, once JX101 has ported ``torch.zeros``)."""
-        fn = self.ctx.enclosing(cst.FunctionDef)
-        values = astutil.assigned_values(fn.body if fn is not None else self.ctx.module, name)
-        return bool(values) and all(
-            isinstance(v, cst.Call) and (self.ctx.qualname(v.func) or "").startswith("jax.") for v in values)
+        """Outside module code: ``name`` is a parameter of a jitted function (or of a function
+        defined in one: a train step's loss_fn), where every argument is traced, or every
+        binding the function (or the module level) gives it is made by JAX: a call of JAX
+        (``losses = jnp.zeros(n)``, once JX101 has ported ``torch.zeros``) or an unpacking of
+        what a jitted function of the file returns (``loss, label = train_step(...)``); an
+        augmented assignment (``x += 1``) keeps what it was."""
+        fns = [a for a in self.ctx.ancestors if isinstance(a, cst.FunctionDef)]
+        for i, fn in enumerate(fns):
+            if any(self._jit(d.decorator) for d in fn.decorators):
+                if any(name in {p.name.value for p in astutil.params(f.params)} for f in fns[i:]):
+                    return True
+        scope = fns[-1].body if fns else self.ctx.module
+        jitted = {d.name.value for d in self.ctx.module.body
+                  if isinstance(d, cst.FunctionDef) and any(self._jit(x.decorator) for x in d.decorators)}
+        found = False
+        for node in astutil.walk(scope):
+            targets = ([t.target for t in node.targets] if isinstance(node, cst.Assign)
+                       else [node.target] if isinstance(node, (cst.AnnAssign, cst.For)) else [])
+            for target in targets:
+                if name not in astutil.target_names(target):
+                    continue
+                value = getattr(node, "value", None)
+                if isinstance(target, cst.Name) and isinstance(node, (cst.Assign, cst.AnnAssign)):
+                    ok = isinstance(value, cst.Call) and (self.ctx.qualname(value.func) or "").startswith("jax.")
+                else:
+                    ok = (isinstance(node, cst.Assign) and isinstance(value, cst.Call)
+                          and isinstance(value.func, cst.Name) and value.func.value in jitted)
+                if not ok:
+                    return False
+                found = True
+        return found
+
+    def _jit(self, decorator: cst.BaseExpression) -> bool:
+        func = decorator.func if isinstance(decorator, cst.Call) else decorator
+        return (self.ctx.qualname(func) or "") in ("jax.jit", "flax.nnx.jit")

@@ -103,8 +103,16 @@ class TrainStep(Rule):
 
     ## Fix safety
     Safe when each step is found as described: the same loss, the same gradients, the same
-    update. Unsafe where a forward statement is recomputed in a later step (a second forward
-    pass of a model with batch statistics updates them twice).
+    update. Where a forward statement of one step is computed again in a later one (a GAN's
+    generator pass, in the discriminator's step and in its own), safe when every model it
+    calls is code of this file with no BatchNorm, dropout or random draw after construction
+    (the second pass gives the first's values and has no other effect); otherwise unsafe (a
+    second pass of a model with batch statistics updates them twice, dropout draws again).
+
+    Several forward passes in one step's window may reuse names: a value of the first pass
+    that the loop reads after the step is kept under a name of its own (`out_1 = out`), and
+    array code between the passes that rebinds what the first pass read (`label.fill_(0.0)`)
+    is computed inside the step, in its place.
     """
 
     code = "JX301"
@@ -816,6 +824,87 @@ class TrainStep(Rule):
             """,
             title='micro-steps whose gradients are never zeroed: marked `# porter: manual` and reported at the loop',
         ),
+        Example(
+            """
+            import torch
+            import torch.nn as nn
+
+            netG = nn.Sequential(nn.Linear(8, 16), nn.Tanh())
+            netD = nn.Sequential(nn.Linear(16, 1), nn.Sigmoid())
+            optD = torch.optim.Adam(netD.parameters(), lr=2e-4)
+            optG = torch.optim.Adam(netG.parameters(), lr=2e-4)
+            criterion = nn.BCELoss()
+
+            def train_gan(loader):
+                for real in loader:
+                    netD.zero_grad()
+                    label = torch.ones(real.shape[0])
+                    out = netD(real)
+                    err_real = criterion(out, label)
+                    err_real.backward()
+                    d_x = out.mean().item()
+                    noise = torch.randn(real.shape[0], 8)
+                    fake = netG(noise)
+                    label.fill_(0.0)
+                    out = netD(fake.detach())
+                    err_fake = criterion(out, label)
+                    err_fake.backward()
+                    optD.step()
+                    netG.zero_grad()
+                    label.fill_(1.0)
+                    err_g = criterion(netD(fake), label)
+                    err_g.backward()
+                    optG.step()
+                    print(d_x, err_real.item() + err_fake.item(), err_g.item())
+            """,
+            """
+            import torch
+            import torch.nn as nn
+            import flax.nnx as nnx
+
+            netG = nn.Sequential(nn.Linear(8, 16), nn.Tanh())
+            netD = nn.Sequential(nn.Linear(16, 1), nn.Sigmoid())
+            optD = torch.optim.Adam(netD.parameters(), lr=2e-4)
+            optG = torch.optim.Adam(netG.parameters(), lr=2e-4)
+            criterion = nn.BCELoss()
+
+            @nnx.jit
+            def train_step_optD(netD, optD, real, label, netG, noise):
+                def loss_fn(netD, label, netG):
+                    out = netD(real)
+                    out_1 = out
+                    err_real = criterion(out, label)
+                    fake = netG(noise)
+                    label.fill_(0.0)
+                    out = netD(fake.detach())
+                    err_fake = criterion(out, label)
+                    return err_real + err_fake, (out_1, err_real, label, err_fake)
+                (loss, (out_1, err_real, label, err_fake)), grads = nnx.value_and_grad(loss_fn, has_aux=True)(netD, label, netG)
+                optD.update(netD, grads)
+                return loss, out_1, err_real, label, err_fake
+
+            @nnx.jit
+            def train_step_optG(netG, optG, noise, netD, label):
+                def loss_fn(netG, netD):
+                    fake = netG(noise)
+                    err_g = criterion(netD(fake), label)
+                    return err_g
+                err_g, grads = nnx.value_and_grad(loss_fn)(netG, netD)
+                optG.update(netG, grads)
+                return err_g
+
+            def train_gan(loader):
+                for real in loader:
+                    label = torch.ones(real.shape[0])
+                    noise = torch.randn(real.shape[0], 8)
+                    loss, out_1, err_real, label, err_fake = train_step_optD(netD, optD, real, label, netG, noise)
+                    d_x = out_1.mean().item()
+                    label.fill_(1.0)
+                    err_g = train_step_optG(netG, optG, noise, netD, label)
+                    print(d_x, err_real.item() + err_fake.item(), err_g.item())
+            """,
+            title="a GAN's discriminator step of two forward passes reusing their names (the label relabelled in place, the first output read on the host): one step; the generator's pass is computed again in its own step, exact for a model of the file without BatchNorm, dropout or draws",
+        ),
     ]
     valid = [
         "import torch\nfor x in loader:\n    with torch.no_grad():\n        out = model(x)\n",
@@ -1019,7 +1108,7 @@ class TrainStep(Rule):
         if def_nodes:
             edits.append(self.replace(holder, _insert_defs_before(def_nodes)))
         names = ", ".join(call_name(c) for c in calls)
-        unsafe = any(r.recomputed for r in plan.regions)
+        unsafe = any(not lp.recompute_exact(s, self.ctx) for r in plan.regions for s in r.recomputed)
         message = f"PyTorch training step (backward/step): rewrite as {names} (@nnx.jit, nnx.value_and_grad, optimizer.update)"
         if unsafe:
             message += "; the forward statements " + ", ".join(
