@@ -190,3 +190,34 @@ def test_the_gan_port_matches_its_original_in_verify(tmp_path, name, hidden, opt
     report = verify_json(tmp_path, src, port, 3)
     assert report["passed"], (report["summary"], report["notes"])
     assert max(step["diff"] for step in report["steps"]) < 1e-9, report["steps"]
+
+
+def test_a_dcgan_style_script_ports_whole_and_matches(tmp_path):
+    """The rest of a DCGAN-style script: modules that dispatch to torch's data_parallel when
+    given a CUDA tensor and several GPUs (`x.is_cuda and self.ngpu > 1`, JX317 keeps the
+    single-device branch), sample images written with torchvision's save_image on the
+    logging steps (JX318 hands it a torch tensor), noise drawn on the host; no finding is
+    left but the deliberate host draws, and the port verifies."""
+    src = original("fill-relabel", BATCHNORM)
+    src = src.replace("import torch.nn as nn\n", "import torch.nn as nn\nimport torchvision.utils as vutils\n", 1)
+    for cls in ("Generator", "Discriminator"):
+        src = src.replace(f"class {cls}(nn.Module):\n    def __init__(self):\n        super().__init__()\n",
+                          f"class {cls}(nn.Module):\n    def __init__(self, ngpu=1):\n        super().__init__()\n"
+                          "        self.ngpu = ngpu\n")
+    src = src.replace("    def forward(self, z):\n        return self.net(z)\n",
+                      "    def forward(self, z):\n        if z.is_cuda and self.ngpu > 1:\n"
+                      "            return nn.parallel.data_parallel(self.net, z, range(self.ngpu))\n"
+                      "        return self.net(z)\n")
+    src = src.replace("        optG.step()\n",
+                      "        optG.step()\n        if i % 2 == 0:\n"
+                      "            vutils.save_image(fake.detach().view(-1, 1, 2, 5), 'fake.png', normalize=True)\n")
+    assert "is_cuda" in src and "save_image(fake.detach()" in src
+    result = engine.fix(src, UNSAFE)
+    port = result.source
+    assert not [f for f in result.remaining if f.code != "JX306"], result.remaining
+    assert "is_cuda" not in port and "data_parallel" not in port, port
+    assert "vutils.save_image(torch.as_tensor(np.asarray(" in port, port
+    report = verify_json(tmp_path, src, port, 3)
+    assert report["passed"], (report["summary"], report["notes"])
+    # the logging step after step 1 ran (a failure after the compared steps would be a note)
+    assert not [n for n in report["notes"] if "failed after" in n], report["notes"]

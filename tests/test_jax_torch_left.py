@@ -92,21 +92,33 @@ def test_isinstance_nn_parameter_becomes_jax_array_unsafe():
     ("model = torchvision.models.resnet18(num_classes=10)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
      "for x, y in loader:\n    optimizer.zero_grad()\n    loss = criterion(model(x), y)\n    loss.backward()\n    optimizer.step()\n",
      "torchvision.models.resnet18"),
-    ("model = Net()\nfor x, y in loader:\n    if x.is_cuda:\n        print('gpu')\n", "x.is_cuda"),
-    ("model = Net()\nfor x, y in loader:\n    out = model(x)\n    torchvision.utils.save_image(out, 'a.png')\n", "save_image"),
-    ("model = Net()\nimport torchvision.utils as vutils\nfor x, y in loader:\n    vutils.save_image(model(x), 'b.png', nrow=4)\n",
-     "save_image"),
     ("model = Net()\nfor x, y in loader:\n    out = model(x)\n    print(torch.cuda.max_memory_allocated())\n",
      "torch.cuda.max_memory_allocated()"),
     # (JX313 ports a plain chain of assignments; one through an in-place op stays)
     ("w = torch.tensor([1.0], requires_grad=True)\nh = w * 2\nh.mul_(3)\ny = h.sum()\ny.backward()\nprint(w.grad)\n",
      "y.backward()"),
     ("model = Net()\nfor name, p in model.named_parameters():\n    print(name)\n", "named_parameters"),
-], ids=["torchvision-model", "is_cuda", "save_image", "save_image-alias", "cuda-memory", "backward-outside-loop", "named_parameters"])
+], ids=["torchvision-model", "cuda-memory", "backward-outside-loop", "named_parameters"])
 def test_leftovers_are_reported_at_their_line(body, needle):
     result = port(body)
     found = left(result)
     assert any(needle in text for _, text in found), (found, result.source.split("class Net", 1)[1])
+
+
+@pytest.mark.parametrize("body,words", [
+    ("model = Net()\nfor x, y in loader:\n    if x.is_cuda:\n        print('gpu')\n    out = model(x)\n", "    out = model(x)"),
+    ("model = Net()\nfor x, y in loader:\n    out = model(x)\n    torchvision.utils.save_image(out, 'a.png')\n",
+     "torchvision.utils.save_image(torch.as_tensor(np.asarray(out)), 'a.png')"),
+    ("model = Net()\nimport torchvision.utils as vutils\nfor x, y in loader:\n    vutils.save_image(model(x), 'b.png', nrow=4)\n",
+     "vutils.save_image(torch.as_tensor(np.asarray(model(x))), 'b.png', nrow=4)"),
+], ids=["is_cuda", "save_image", "save_image-alias"])
+def test_cuda_tests_and_image_helpers_are_fixed_safely(body, words):
+    """`x.is_cuda` is False for every array of a JAX port (JX317 keeps the branch it takes);
+    torchvision's image helpers get a torch tensor of the port's array (JX318)."""
+    result = port(body, SAFE)
+    assert words in result.source, result.source
+    assert "is_cuda" not in result.source and "print('gpu')" not in result.source
+    assert not [text for _, text in left(result) if "is_cuda" in text or "save_image" in text], left(result)
 
 
 def test_a_library_model_is_reported_where_it_is_built():

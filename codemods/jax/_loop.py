@@ -1360,6 +1360,26 @@ class ToAttributes(cst.CSTTransformer):
 
 
 # --------------------------------------------------------------------------------------
+# torch host code a port keeps, given the port's arrays (rule JX318)
+# --------------------------------------------------------------------------------------
+# torchvision's image helpers: they take a torch tensor (or a list of them) and write or
+# arrange pixels on the host
+TORCH_IMAGE_UTILS = ("torchvision.utils.save_image", "torchvision.utils.make_grid")
+HANDOVER = ("torch.as_tensor", "torch.from_numpy")
+
+
+def handed_to_torch(ctx: FileContext, call: cst.Call) -> bool:
+    """``call`` (visited now) is `torch.as_tensor(...)` given as the image of one of
+    TORCH_IMAGE_UTILS: the port's array handed over to the torch code it keeps (JX318's
+    form), not torch code to port."""
+    if ctx.qualname(call.func) not in HANDOVER:
+        return False
+    parent, grand = ctx.parent, ctx.enclosing(cst.Call)
+    return (isinstance(parent, cst.Arg) and isinstance(grand, cst.Call) and bool(grand.args)
+            and grand.args[0] is parent and ctx.qualname(grand.func) in TORCH_IMAGE_UTILS)
+
+
+# --------------------------------------------------------------------------------------
 # Random draws of the host loop (rule JX312; JX101 leaves them to it)
 # --------------------------------------------------------------------------------------
 HOST_DRAWS = ("torch.randn", "torch.rand", "torch.randint", "torch.randperm", "torch.normal")

@@ -191,7 +191,7 @@ class TorchFunction(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         o = ops.function_op(node, self.ctx)
-        if o is None or ops.in_data_pipeline(self.ctx):
+        if o is None or ops.in_data_pipeline(self.ctx) or lp.handed_to_torch(self.ctx, node):
             return
         if o.manual and sampler(node, self.ctx) is not None:
             return  # random numbers in a module method: JX014, from the module's nnx.Rngs

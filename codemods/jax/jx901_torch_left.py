@@ -292,6 +292,15 @@ class TorchLeft(Rule):
             return
         nodes = list(_own_nodes(stmt))
         called = {id(n.func) for n in nodes if isinstance(n, cst.Call)}
+        for n in nodes:  # torchvision's image helpers given a torch tensor of the port's array (JX318)
+            if isinstance(n, cst.Call) and ctx.qualname(n.func) in lp.TORCH_IMAGE_UTILS and n.args and isinstance(
+                    n.args[0].value, cst.Call) and ctx.qualname(n.args[0].value.func) in lp.HANDOVER:
+                reported.update(id(m) for part in (n.func, n.args[0].value.func) for m in astutil.walk(part))
+            # a random draw of torch's generator on the host, handed to JAX as an array (JX101's
+            # form: the original's numbers for the same seed)
+            if isinstance(n, cst.Call) and ctx.qualname(n.func) in ("numpy.asarray", "numpy.array") and n.args and \
+                    isinstance(n.args[0].value, cst.Call) and ctx.qualname(n.args[0].value.func) in lp.HOST_DRAWS:
+                reported.update(id(m) for m in astutil.walk(n.args[0].value.func))
         for n in nodes:
             if isinstance(n, (cst.Import, cst.ImportFrom)):
                 return
