@@ -18,6 +18,7 @@ _CONTAINERS = {
 
 _SEQUENTIALS = ("torch.nn.Sequential", "flax.nnx.Sequential")
 _GROWING = ("append", "extend", "insert")
+_ITERATING = ("len", "enumerate", "list", "tuple", "reversed", "iter", "zip", "sum", "any", "all")
 
 
 def _sequential_target(receiver: cst.BaseExpression, ctx) -> bool:
@@ -46,7 +47,11 @@ class NnxContainers(Rule):
     `nn.ParameterList(...)` -> `nnx.List(...)`, `nn.ModuleDict(...)` / `nn.ParameterDict(...)` ->
     `nnx.Dict(...)` (an empty constructor gets an empty list / dict). A Sequential grown
     after its construction (`seq.append(layer)`, `self.features.extend(...)`, `insert`) grows
-    its `layers` list (`seq.layers.append(layer)`): nnx.Sequential has no append.
+    its `layers` list (`seq.layers.append(layer)`): nnx.Sequential has no append. Reads of it
+    as a sequence go through `layers` too: `seq[i]` -> `seq.layers[i]` (also as an assignment
+    target), `seq[a:b]` -> `nnx.Sequential(*seq.layers[a:b])` (torch's slice is a
+    Sequential), `for m in seq`, `enumerate(seq)`, `len(seq)`, `list(seq)` ->
+    `seq.layers`: nnx.Sequential is neither subscriptable nor iterable.
 
     Every element is kept at its index (activations, which hold no parameters, included), so
     torch's names `features.3.weight` and `blocks.0.fc.weight` still name the same layers:
@@ -101,14 +106,74 @@ class NnxContainers(Rule):
                     self.head.layers.append(nn.Linear(2, 2))
             """,
         ),
+        Example(
+            """
+            import torch.nn as nn
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.features = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+                    nn.init.zeros_(self.features[0].bias)
+
+                def forward(self, x, upto=None):
+                    if upto is not None:
+                        return self.features[:upto](x)
+                    for i, layer in enumerate(self.features):
+                        x = layer(x)
+                    return x
+            """,
+            """
+            import torch.nn as nn
+            import flax.nnx as nnx
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.features = nnx.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+                    nn.init.zeros_(self.features.layers[0].bias)
+
+                def forward(self, x, upto=None):
+                    if upto is not None:
+                        return nnx.Sequential(*self.features.layers[:upto])(x)
+                    for i, layer in enumerate(self.features.layers):
+                        x = layer(x)
+                    return x
+            """,
+            title="a Sequential read as a sequence: an index, a slice (a Sequential again), iteration",
+        ),
     ]
     valid = [
         "from flax import nnx\nseq = nnx.Sequential(nnx.relu)\n",
         
     ]
 
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        if not _sequential_target(node.value, self.ctx):
+            return
+        layers = cst.Attribute(node.value, cst.Name("layers"))
+        sliced = any(isinstance(e.slice, cst.Slice) for e in node.slice)
+        new: cst.BaseExpression = node.with_changes(value=layers)
+        if sliced:  # torch's slice of a Sequential is a Sequential of those layers
+            new = cst.parse_expression(f"{_nnx.nnx_name(self.ctx)}.Sequential(*{_nnx.code(new)})")
+        self.report(node, f"{_nnx.code(node)}: nnx.Sequential is not subscriptable: its layers are `.layers` (an nnx.List)",
+                    Fix((self.replace(node, new),), imports=("flax.nnx",) if sliced else ()))
+
+    def visit_For(self, node: cst.For) -> None:
+        if _sequential_target(node.iter, self.ctx):
+            self._layers_of(node.iter, "iterates over")
+
+    def _layers_of(self, seq: cst.BaseExpression, what: str) -> None:
+        self.report(seq, f"{what} {_nnx.code(seq)}: nnx.Sequential is not iterable: its layers are `.layers` (an nnx.List)",
+                    Fix((self.replace(seq, cst.Attribute(seq, cst.Name("layers"))),)))
+
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
+        if isinstance(func, cst.Name) and func.value in _ITERATING and self.ctx.qualname(func) in (
+                None, func.value, f"builtins.{func.value}") and node.args:
+            first = node.args[0].value
+            if node.args[0].star == "" and _sequential_target(first, self.ctx):
+                self._layers_of(first, f"{func.value}() of")
         if isinstance(func, cst.Attribute) and func.attr.value in _GROWING \
                 and _sequential_target(func.value, self.ctx):
             new = node.with_changes(func=func.with_changes(
