@@ -428,6 +428,7 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
     facts = file_facts(ctx)
     taken = bound_in(stmts) | set(reads(body)) | set(later_reads)
     rewritten: set[int] = set()  # statements of the body the regions hold rewritten (_capture_rebound)
+    body_ids = {id(s) for s in stmts}
     regions: list[Region] = []
     start = 0
     earlier_forward: list[cst.BaseStatement] = []
@@ -542,7 +543,7 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
             if r is not region:
                 readers.update(free_reads(r.forward))
             for other in r.after:
-                if id(other) not in {id(x) for x in stmts}:  # rewritten (_capture_rebound)
+                if id(other) not in body_ids:  # rewritten (_capture_rebound)
                     readers.update(reads(other))
         # read before being rebound: the next iteration reads it (a recurrent state)
         readers.update(free_reads(region.forward))
@@ -1338,23 +1339,11 @@ class RenameReads(cst.CSTTransformer):
         return updated.with_changes(value=self.renames[updated.value])
 
 
-class ToAttributes(cst.CSTTransformer):
+class ToAttributes(RenameReads):
     """``x`` -> ``self.x`` for the aliased names (not attribute or keyword names)."""
 
-    def __init__(self, aliases: dict[str, str]) -> None:
-        super().__init__()
-        self.aliases = aliases
-        self.skip: set[int] = set()
-
-    def visit_Attribute(self, node):
-        self.skip.add(id(node.attr))
-
-    def visit_Arg(self, node):
-        if node.keyword is not None:
-            self.skip.add(id(node.keyword))
-
     def leave_Name(self, original, updated):
-        if id(original) in self.skip or updated.value not in self.aliases:
+        if id(original) in self.skip or updated.value not in self.renames:
             return updated
         return cst.Attribute(cst.Name("self"), cst.Name(updated.value), lpar=updated.lpar, rpar=updated.rpar)
 
