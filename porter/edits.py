@@ -396,10 +396,20 @@ def orphaned_imports(before: cst.Module, after: cst.Module) -> list[tuple[str, O
                           for a in small.names]
     if not items:
         return []
+    # the port first: only the heads it no longer mentions are looked for in the original (most
+    # of a port's imports are used, or new: the original's statements are then not read at all)
     heads = sorted({head for _, _, head in items})
-    mention = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, heads)) + r")(?!\w)")
-    used_before, used_after = _mentioned(before, mention, heads), _mentioned(after, mention, heads)
+    used_after = _mentioned(after, _words(heads), heads)
+    unused = [head for head in heads if head not in used_after]
+    if not unused:
+        return []
+    used_before = _mentioned(before, _words(unused), unused)
     return [(mod, name) for mod, name, head in items if head in used_before and head not in used_after]
+
+
+def _words(names: Sequence[str]) -> re.Pattern:
+    """Any of ``names`` as a whole word."""
+    return re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, names)) + r")(?!\w)")
 
 
 def _has_comment(stmt: cst.SimpleStatementLine) -> bool:
@@ -415,9 +425,9 @@ def _mentioned(module: cst.Module, mention: re.Pattern, heads: Sequence[str]) ->
                                                              for s in stmt.body):
             continue
         text = module.code_for_node(stmt)
-        for head in {m.group(0) for m in mention.finditer(text)} - found:
-            if _mentions_in_code(text, re.compile(r"(?<!\w)" + re.escape(head) + r"(?!\w)")):
-                found.add(head)
+        candidates = {m.group(0) for m in mention.finditer(text)} - found
+        if candidates:
+            found |= _names_in_code(text, candidates)
         if len(found) == len(heads):
             break
     return found
@@ -484,6 +494,35 @@ def _mentions_in_code(text: str, mention: re.Pattern) -> bool:
             if not (before in _LINE_START and after in (tokenize.NEWLINE, tokenize.ENDMARKER)):
                 return True
     return False
+
+
+def _names_in_code(text: str, names: set[str]) -> set[str]:
+    """The ``names`` that ``text`` mentions in code: for each name, what
+    ``_mentions_in_code(text, <the name as a whole word>)`` says, from one tokenization of the
+    text (a statement mentioning ten imported names was tokenized ten times)."""
+    try:
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type != tokenize.COMMENT]
+    except (tokenize.TokenError, SyntaxError):
+        return set(names)
+    words = _words(sorted(names))
+    found: set[str] = set()
+    for i, tok in enumerate(tokens):
+        if tok.type == tokenize.NAME:
+            if tok.string in names:
+                found.add(tok.string)
+        elif tok.type == tokenize.STRING:
+            inside = {m.group(0) for m in words.finditer(tok.string)} - found
+            if not inside:
+                continue
+            before = tokens[i - 1].type if i else tokenize.NEWLINE
+            after = tokens[i + 1].type if i + 1 < len(tokens) else tokenize.NEWLINE
+            if not (before in _LINE_START and after in (tokenize.NEWLINE, tokenize.ENDMARKER)):
+                found |= inside
+        else:
+            continue
+        if len(found) == len(names):
+            break
+    return found
 
 
 def _is_stand_in(stmt: cst.CSTNode) -> bool:
