@@ -10,7 +10,7 @@ output does not parse, is reported as failed and left as it was.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence
 
 import libcst as cst
@@ -53,6 +53,9 @@ class FixResult:
     changed: bool
     fixed: dict[str, int]  # rule code -> number of fixes applied
     remaining: list[Finding]  # findings left for a human (with positions in the new text)
+    # the tree the source text was parsed into (runner.verify_output reads its codegen instead
+    # of parsing the source again)
+    source_module: Optional[cst.Module] = field(default=None, repr=False, compare=False)
 
 
 # --------------------------------------------------------------------------------------
@@ -626,4 +629,5 @@ def _fix(source: str, options: Options, path: str) -> FixResult:
         attach_positions(module, remaining)
     remaining = drop_yielding(remaining)
     seen = {id(f) for f in remaining}
-    return FixResult(current, current != source, counts, remaining + [f for f in problems if id(f) not in seen])
+    return FixResult(current, current != source, counts, remaining + [f for f in problems if id(f) not in seen],
+                     original)

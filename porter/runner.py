@@ -17,7 +17,7 @@ import signal
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from porter import engine, registry
 from porter.gcsdata import GcsDataRule
@@ -26,6 +26,9 @@ from porter.rules import Finding
 from porter.sources import (
     TMP_SUFFIX, copy_atomic, iter_other_files, iter_python_files, read_source, write_atomic,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    import libcst as cst
 
 MODES = ("diff", "write", "out")
 # Per-file budgets by default. The largest real file measured, torch's
@@ -208,14 +211,15 @@ def check_pin_files(paths: Sequence[Path], settings: Settings) -> list[FileOutco
     return out
 
 
-def verify_output(before: str, after: str) -> None:
+def verify_output(before: str, after: str, parsed: Optional[cst.Module] = None) -> None:
     """Refuse output that is not what the fixes meant, or not Python.
 
     LibCST does not reproduce a few inputs byte for byte (platform-facts.md: ``'pass\\n\\n '``
     loses a line); fixing such a file would also change code no rule touched. And the output
-    must compile with CPython whenever the input did.
+    must compile with CPython whenever the input did. ``parsed``: ``before`` already parsed
+    (``engine.FixResult.source_module``), not parsed again.
     """
-    if engine.parse(before).code != before:
+    if (parsed if parsed is not None else engine.parse(before)).code != before:
         raise engine.PorterError(
             "LibCST cannot reproduce this file byte for byte (a LibCST limitation with its "
             "whitespace); left unchanged, port it by hand"
@@ -260,7 +264,7 @@ def migrate_file(path: Path, settings: Settings, mode: str, out: Optional[Path] 
         src = read_source(path)
         result = engine.fix(src.text, settings.options(), name)
         if result.changed:
-            verify_output(src.text, result.source)
+            verify_output(src.text, result.source, result.source_module)
             data = src.encode(result.source)
         shown = out_name if mode == "out" else name
         findings = tuple(FindingRecord.of(shown, f) for f in result.remaining)
