@@ -157,3 +157,49 @@ def relative_positions(module: cst.Module, node: cst.CSTNode, default_indent: Op
     gen = PositionCodegen(default_indent or module.default_indent, module.default_newline)
     gen.add(node)
     return gen.positions
+
+
+# --------------------------------------------------------------------------------------
+# The matcher set-up of LibCST's own codemod visitors, once per class
+# --------------------------------------------------------------------------------------
+# A MatcherDecoratableTransformer/Visitor looks, at every construction, through every name of
+# dir(self) (some 400 visit_/leave_ methods) for the methods decorated with matchers
+# (libcst.matchers._visitors: _gather_constructed_visit_funcs, _gather_constructed_leave_funcs,
+# and _gather_matchers at its first node): about 15 ms a construction. porter.edits builds an
+# AddImportsVisitor (which builds a gatherer of its own) for each fix pass that adds an import
+# and a RemoveImportsVisitor (three gatherers) for each one that removes some. The visitors of
+# libcst.codemod.visitors that porter uses declare no decorated method, so for them the three
+# functions give empty tables every time: a class found empty once is answered empty from then
+# on. Every other class (any class with a decorated method, a subclass of our own) goes through
+# LibCST's functions as before.
+_UNDECORATED_VISITORS = frozenset({
+    "AddImportsVisitor", "RemoveImportsVisitor", "_GatherTopImportsBeforeStatements", "GatherImportsVisitor",
+    "GatherUnusedImportsVisitor", "GatherNamesFromStringAnnotationsVisitor", "GatherExportsVisitor",
+    "GatherCommentsVisitor", "RemovedNodeVisitor",
+})
+
+
+def _memoize_matcher_setup() -> None:
+    from libcst.matchers import _visitors
+
+    for fname in ("_gather_constructed_visit_funcs", "_gather_constructed_leave_funcs", "_gather_matchers"):
+        original = getattr(_visitors, fname)
+        if getattr(original, "porter_memoized", False):
+            continue
+        empty: set[type] = set()
+
+        def gather(obj: object, original: Any = original, empty: set = empty) -> dict:
+            kind = type(obj)
+            if kind in empty:
+                return {}
+            found = original(obj)
+            if (not found and kind.__name__ in _UNDECORATED_VISITORS
+                    and kind.__module__.startswith("libcst.codemod.visitors.")):
+                empty.add(kind)
+            return found
+
+        gather.porter_memoized = True  # type: ignore[attr-defined]
+        setattr(_visitors, fname, gather)
+
+
+_memoize_matcher_setup()
