@@ -137,8 +137,11 @@ def walk(node: cst.CSTNode, into_functions: bool = False) -> Iterator[cst.CSTNod
 
 
 def calls_in(node: cst.CSTNode) -> Iterator[cst.Call]:
+    # (exact node type: LibCST's node classes are never subclassed, and isinstance against
+    # them goes through ABCMeta.__instancecheck__)
+    call = cst.Call
     for n in walk(node):
-        if isinstance(n, cst.Call):
+        if type(n) is call:
             yield n
 
 
@@ -495,6 +498,8 @@ def function_locals(fn: cst.FunctionDef) -> set[str]:
     """Parameters and every name the function binds (not inside nested functions/classes)."""
     names: set[str] = {p.name.value for p in params(fn.params)}
     for node in walk(fn.body):
+        if type(node) not in _LOCAL_BINDERS:  # (the kinds tested below, exactly: see calls_in)
+            continue
         if isinstance(node, cst.Assign):
             for t in node.targets:
                 names.update(target_names(t.target))
@@ -513,6 +518,12 @@ def function_locals(fn: cst.FunctionDef) -> set[str]:
                 if d:
                     names.add(d.split(".")[0])
     return names
+
+
+_LOCAL_BINDERS = frozenset({
+    cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor, cst.WithItem, cst.FunctionDef, cst.ClassDef,
+    cst.Import, cst.ImportFrom,
+})
 
 
 # --------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ several times a parse: one pass over import statements, then a dictionary lookup
 from __future__ import annotations
 
 import builtins
-from typing import Iterable, Iterator, NamedTuple, Optional, Union
+from typing import Any, Iterable, Iterator, NamedTuple, Optional, Union
 
 import libcst as cst
 
@@ -43,34 +43,45 @@ def _bound_in(fn: Union[cst.FunctionDef, cst.Lambda]) -> frozenset:
         if isinstance(star, cst.Param):
             names.add(star.name.value)
     declared = set()
-    for n in astutil.walk(fn.body):
+    # (exact node types: LibCST's node classes are never subclassed, and isinstance against
+    # them goes through ABCMeta.__instancecheck__, most of this walk's cost)
+    for node in astutil.walk(fn.body):
+        kind = type(node)
+        if kind not in _BINDING_KINDS:
+            continue
+        n: Any = node  # one of _BINDING_KINDS (told apart by ``kind`` below)
         targets: list = []
-        if isinstance(n, cst.Assign):
+        if kind is cst.Assign:
             targets = [t.target for t in n.targets]
-        elif isinstance(n, (cst.AnnAssign, cst.AugAssign)):
+        elif kind is cst.AnnAssign or kind is cst.AugAssign or kind is cst.For or kind is cst.CompFor:
             targets = [n.target]
-        elif isinstance(n, (cst.For, cst.CompFor)):
-            targets = [n.target]
-        elif isinstance(n, cst.AsName):
+        elif kind is cst.AsName:
             targets = [n.name]
-        elif isinstance(n, (cst.FunctionDef, cst.ClassDef)) and n is not fn:
-            names.add(n.name.value)
-        elif isinstance(n, (cst.Global, cst.Nonlocal)):
+        elif kind is cst.FunctionDef or kind is cst.ClassDef:
+            if n is not fn:
+                names.add(n.name.value)
+        elif kind is cst.Global or kind is cst.Nonlocal:
             declared |= {a.name.value for a in n.names}
-        elif isinstance(n, (cst.Import, cst.ImportFrom)):
+        else:  # Import, ImportFrom
             declared |= {b.local for b in import_bindings(n)}
         for t in targets:
             names.update(astutil.target_names(t))
     return frozenset(names - declared)
 
 
+_BINDING_KINDS = frozenset({
+    cst.Assign, cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor, cst.AsName, cst.FunctionDef, cst.ClassDef,
+    cst.Global, cst.Nonlocal, cst.Import, cst.ImportFrom,
+})
+
+
 def dotted_name(node: cst.CSTNode) -> Optional[str]:
     """``a.b.c`` for a Name/Attribute chain, else None (no resolution)."""
     parts: list[str] = []
-    while isinstance(node, cst.Attribute):
+    while type(node) is cst.Attribute:  # (exact types: see _bound_in)
         parts.append(node.attr.value)
         node = node.value
-    if isinstance(node, cst.Name):
+    if type(node) is cst.Name:
         parts.append(node.value)
         return ".".join(reversed(parts))
     return None
@@ -187,8 +198,11 @@ class FileContext:
         an assignment, a loop or with target): there it is the function's value, not an import
         of the same name. Read from the ancestors, so that a rule run on one statement by
         itself (porter.incremental) needs nothing of the rest of the module."""
-        for anc in self.ancestors[:-1]:
-            if isinstance(anc, (cst.FunctionDef, cst.Lambda)):
+        ancestors = self.ancestors
+        for at in range(len(ancestors) - 1):
+            anc: Any = ancestors[at]
+            kind = type(anc)
+            if kind is cst.FunctionDef or kind is cst.Lambda:
                 key = ("context.own_names", anc)
                 own = self.cache.get(key)
                 if own is None:

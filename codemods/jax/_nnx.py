@@ -345,7 +345,8 @@ def _is_main_guard(stmt) -> bool:
 
 def names_used(node: cst.CSTNode, wanted: Iterable[str]) -> set[str]:
     wanted = set(wanted)
-    return {n.value for n in astutil.walk(node, into_functions=True) if isinstance(n, cst.Name) and n.value in wanted}
+    name = cst.Name  # (the exact type: isinstance against LibCST's classes goes through ABCMeta)
+    return {n.value for n in astutil.walk(node, into_functions=True) if type(n) is name and n.value in wanted}
 
 
 # --------------------------------------------------------------------------------------

@@ -2092,7 +2092,8 @@ def _data_facts(ctx: FileContext) -> tuple[frozenset, frozenset]:
 
 
 def _function_names_part(ctx: FileContext, stmt: cst.CSTNode, pre) -> frozenset:
-    return frozenset(n.name.value for n in astutil.walk(stmt, into_functions=True) if isinstance(n, cst.FunctionDef))
+    fdef = cst.FunctionDef  # (exact node types here: isinstance against LibCST's classes goes through ABCMeta)
+    return frozenset(n.name.value for n in astutil.walk(stmt, into_functions=True) if type(n) is fdef)
 
 
 def _function_names_combine(ctx: FileContext, parts: list, pre) -> frozenset:
@@ -2107,12 +2108,13 @@ def _data_reads(ctx: FileContext, nodes, functions: frozenset, data_functions: s
     """The names the TensorDataset/DataLoader calls among ``nodes`` read (their arguments
     added to ``data_nodes``, the file's functions they call to ``data_functions``)."""
     read: set[str] = set()
+    call, name = cst.Call, cst.Name
     for n in nodes:
-        if isinstance(n, cst.Call) and (ctx.qualname(n.func) or "") in _DATA_CALLS:
+        if type(n) is call and (ctx.qualname(n.func) or "") in _DATA_CALLS:
             for a in n.args:
                 data_nodes.add(id(a))
                 for m in astutil.walk(a.value):
-                    if isinstance(m, cst.Name):
+                    if type(m) is name:
                         read.add(m.value)
                         if m.value in functions:  # called (`TensorDataset(*make())`) or given (`collate_fn=pad`)
                             data_functions.add(m.value)
@@ -2136,7 +2138,8 @@ def _data_facts_part(ctx: FileContext, stmt: cst.CSTNode, functions: frozenset) 
     its module-level data reads and assignments (the module is one scope: combined below)."""
     data_functions: set[str] = set()
     data_nodes: set[int] = set()
-    for fn in (n for n in astutil.walk(stmt, into_functions=True) if isinstance(n, cst.FunctionDef)):
+    fdef = cst.FunctionDef
+    for fn in (n for n in astutil.walk(stmt, into_functions=True) if type(n) is fdef):
         read = _data_reads(ctx, astutil.walk(fn.body), functions, data_functions, data_nodes)
         for node_id, names, called in _data_assigns(astutil.walk(fn.body), functions) if read else ():
             if names & read:
