@@ -483,10 +483,12 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
                     after.append(s)
                 else:
                     before.append(s)
-            elif sid in earlier_ids and sid in slice_ids and sid in dep_ids:
+            elif sid in earlier_ids and sid in slice_ids and sid in dep_ids and not _read_detached(
+                    [d for d in domain if id(d) in in_window], binds(s)):
                 # a model's output an earlier step computed (the generator's `fake` in the
                 # discriminator's step) is computed again where this model's gradient flows
-                # through it; a value computed from no model comes out of the earlier step
+                # through it; a value computed from no model, or read here only detached
+                # (`D(fake.detach())`), comes out of the earlier step
                 forward.append(s)
                 recomputed.append(s)
         # a write of the optimizer's own state (its rate: `optimizer.opt_state.hyperparams[
@@ -559,13 +561,41 @@ _DRAWS = ("rand", "bernoulli", "multinomial", "normal_", "uniform_", "Rngs(", "r
 _KNOWN_CODE = ("torch.", "flax.", "jax.", "optax.", "math.", "numpy.", "functools.")
 
 
-def recompute_exact(stmt: cst.BaseStatement, ctx: FileContext) -> bool:
+def _read_detached(stmts: list[cst.BaseStatement], names: set[str]) -> bool:
+    """Every read of ``names`` in ``stmts`` is detached from the graph: `x.detach()`,
+    `jax.lax.stop_gradient(x)` (no gradient flows into what computed it)."""
+    seen = False
+    for stmt in stmts:
+        detached: set[int] = set()
+        for n in astutil.walk(stmt):
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute):
+                if n.func.attr.value == "detach" and not n.args and isinstance(n.func.value, cst.Name):
+                    detached.add(id(n.func.value))
+                elif code(n.func) in ("jax.lax.stop_gradient", "lax.stop_gradient") and len(n.args) == 1 \
+                        and isinstance(n.args[0].value, cst.Name):
+                    detached.add(id(n.args[0].value))
+        for n in astutil.walk(stmt):
+            if isinstance(n, cst.Name) and n.value in names and n.value in reads(stmt):
+                if id(n) not in detached and not _a_target(stmt, n):
+                    return False
+                seen = seen or id(n) in detached
+    return seen
+
+
+def _a_target(stmt: cst.BaseStatement, name: cst.Name) -> bool:
+    return any(isinstance(t, cst.AssignTarget) and t.target is name for t in astutil.walk(stmt))
+
+
+def recompute_exact(stmt: cst.BaseStatement, ctx: FileContext, updated: frozenset = frozenset()) -> bool:
     """Computing ``stmt`` (a forward statement of an earlier step) again in a later step gives
-    what the original's one computation gave and has no other effect: every model it calls is
-    built by code of this file (its classes and functions, torch's and flax's layers) and
-    none of that code updates running statistics or draws random numbers after construction.
-    A model of imported code, or one with BatchNorm or dropout, is not known to be."""
+    what the original's one computation gave and has no other effect: it calls no model an
+    earlier step ``updated``, every model it calls is built by code of this file (its classes
+    and functions, torch's and flax's layers) and none of that code updates running
+    statistics or draws random numbers after construction. A model of imported code, or one
+    with BatchNorm or dropout, is not known to be."""
     facts = file_facts(ctx)
+    if set(reads(stmt)) & updated:
+        return False
     defs = {d.name.value: d for d in ctx.module.body if isinstance(d, (cst.ClassDef, cst.FunctionDef))}
 
     def clean(node: cst.CSTNode, in_init: bool) -> bool:

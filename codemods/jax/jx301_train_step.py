@@ -1108,7 +1108,8 @@ class TrainStep(Rule):
         if def_nodes:
             edits.append(self.replace(holder, _insert_defs_before(def_nodes)))
         names = ", ".join(call_name(c) for c in calls)
-        unsafe = any(not lp.recompute_exact(s, self.ctx) for r in plan.regions for s in r.recomputed)
+        unsafe = any(not lp.recompute_exact(s, self.ctx, frozenset(r.model for r in plan.regions[:k] if r.model))
+                     for k, region in enumerate(plan.regions) for s in region.recomputed)
         message = f"PyTorch training step (backward/step): rewrite as {names} (@nnx.jit, nnx.value_and_grad, optimizer.update)"
         if unsafe:
             message += "; the forward statements " + ", ".join(
