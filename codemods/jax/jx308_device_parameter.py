@@ -77,16 +77,18 @@ class DeviceParameter(Rule):
         # `porter lsp` checks this rule one statement at a time (porter.incremental)
         if len(self.ctx.ancestors) != 2:
             return
+        # the function's own parameters first: the file's uses of function names (the module
+        # fact below, a walk of the whole file) are only needed for one with a device parameter
+        params = list(fn.params.params)
+        at = next((i for i, p in enumerate(params) if p.name.value in _NAMES and p.default is None), None)
+        if at is None or fn.params.posonly_params or fn.params.star_arg not in (cst.MaybeSentinel.DEFAULT, None):
+            return
         facts = module_fact(self.ctx, _FUNCTION_USES)
         name = fn.name.value
         if facts.functions.get(name) is not fn:
             return
         calls = {name: facts.calls.get(name, ())}
         refs = {name: facts.refs.get(name, 0)}
-        params = list(fn.params.params)
-        at = next((i for i, p in enumerate(params) if p.name.value in _NAMES and p.default is None), None)
-        if at is None or fn.params.posonly_params or fn.params.star_arg not in (cst.MaybeSentinel.DEFAULT, None):
-            return
         pname = params[at].name.value
         if pname in lp.reads(fn.body):
             return
