@@ -343,6 +343,18 @@ def _is_main_guard(stmt) -> bool:
     return isinstance(stmt, cst.If) and "__name__" in code(stmt.test)
 
 
+def module_names_used(ctx: FileContext, wanted: Iterable[str]) -> set[str]:
+    """``names_used(ctx.module, wanted)``, from one walk of the module per context (a module fact)
+    for every rule that asks."""
+    return set(module_fact(ctx, _module_names) & frozenset(wanted))
+
+
+def _module_names(ctx: FileContext) -> frozenset:
+    """Every name (``cst.Name``) of the module, in functions and classes too."""
+    name = cst.Name
+    return frozenset(n.value for n in astutil.walk(ctx.module, into_functions=True) if type(n) is name)
+
+
 def names_used(node: cst.CSTNode, wanted: Iterable[str]) -> set[str]:
     wanted = set(wanted)
     name = cst.Name  # (the exact type: isinstance against LibCST's classes goes through ABCMeta)
@@ -375,10 +387,11 @@ class RngsPlan:
                     self.functions[stmt] = cls
         # fixed point: methods and factories that construct something taking rngs
         body_calls: dict[cst.FunctionDef, list] = {}  # each round asks again of the same bodies
+        returning = [f for f in top_functions.values() if _returns(f)]  # (the same every round)
         changed = True
         while changed:
             changed = False
-            candidates = [(f, None) for f in top_functions.values() if _returns(f)]
+            candidates: list = [(f, None) for f in returning]
             for cls in self.classes.values():
                 candidates += [(s, cls) for s in cls.body.body if isinstance(s, cst.FunctionDef)]
             for func, cls in candidates:

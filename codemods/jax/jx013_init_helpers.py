@@ -87,7 +87,7 @@ class NnxInitHelpers(Rule):
     valid = ["import torch\nx = 1\n"]
 
     def visit_Module(self, node: cst.Module) -> None:
-        used = _nnx.names_used(node, HELPERS)
+        used = _nnx.module_names_used(self.ctx, HELPERS)  # (node is the context's module)
         if not used:
             return
         defined = _nnx.top_level_defs(node)
