@@ -376,6 +376,66 @@ def without_leading_blank_lines(before: cst.Module, after: cst.Module) -> cst.Mo
     return after.with_changes(body=[first.with_changes(leading_lines=kept), *after.body[1:]])
 
 
+def without_emptied_ifs(before: cst.Module, after: cst.Module) -> cst.Module:
+    """``after`` (a port of ``before``) without the `if flag: pass` statements the port left
+    (its fixes removed every statement of the block: `if distributed: model = DDP(model)`),
+    where the `if` has no `else`, its test calls nothing, the original has an `if` of the same
+    test and no comment is on it or in it; a block left empty gets `pass`. Such a statement
+    ``before`` has itself stays."""
+    own = {_statement_code(s) for s in _empty_ifs(before)}
+    emptied = {_statement_code(n.test) for n in _walk(before) if isinstance(n, cst.If)}  # tests of the original's ifs
+    gone = {id(s) for s in _empty_ifs(after) if _statement_code(s) not in own and _statement_code(s.test) in emptied}
+    return after.visit(_DropStatements(gone)) if gone else after
+
+
+def _empty_ifs(module: cst.Module) -> list[cst.If]:
+    out = []
+    elifs: set[int] = set()
+    for node in _walk(module):
+        if isinstance(node, cst.If):
+            if isinstance(node.orelse, cst.If):
+                elifs.add(id(node.orelse))
+            if id(node) in elifs or node.orelse is not None or node.leading_lines and any(
+                    line.comment for line in node.leading_lines):
+                continue
+            body = node.body
+            if not isinstance(body, cst.IndentedBlock) or body.header.comment is not None or body.footer:
+                continue
+            if all(isinstance(b, cst.SimpleStatementLine) and not _has_comment(b)
+                   and all(isinstance(x, cst.Pass) for x in b.body) for b in body.body) and not any(
+                    isinstance(n, (cst.Call, cst.Await, cst.NamedExpr, cst.Yield)) for n in _walk(node.test)):
+                out.append(node)
+    return out
+
+
+def _statement_code(node: cst.CSTNode) -> str:
+    if hasattr(node, "leading_lines"):
+        node = node.with_changes(leading_lines=[])
+    return cst.Module([]).code_for_node(node).strip()
+
+
+def _walk(node: cst.CSTNode):
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        yield cur
+        stack.extend(reversed(cur.children))
+
+
+class _DropStatements(cst.CSTTransformer):
+    def __init__(self, gone: set[int]) -> None:
+        super().__init__()
+        self.gone = gone
+
+    def leave_If(self, original, updated):
+        return cst.RemoveFromParent() if id(original) in self.gone else updated
+
+    def leave_IndentedBlock(self, original, updated):
+        if not updated.body:
+            return updated.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
+        return updated
+
+
 def orphaned_imports(before: cst.Module, after: cst.Module) -> list[tuple[str, Optional[str]]]:
     """The module-level imports of ``after`` (a port of ``before``) whose name ``before`` used and
     ``after`` no longer mentions outside its import lines, as :func:`remove_imports` pairs: the

@@ -223,6 +223,7 @@ def test_the_gan_port_matches_its_original_in_verify(tmp_path, name, hidden, opt
     assert max(step["diff"] for step in report["steps"]) < 1e-9, report["steps"]
 
 
+@pytest.mark.jax
 def test_a_dcgan_style_script_ports_whole_and_matches(tmp_path):
     """The rest of a DCGAN-style script: modules that dispatch to torch's data_parallel when
     given a CUDA tensor and several GPUs (`x.is_cuda and self.ngpu > 1`, JX317 keeps the

@@ -4,8 +4,6 @@ layer's weight, a head replaced in place), `seq[:k]` (the first k layers as a mo
 nor iterable (flax 0.12: "'Sequential' object is not subscriptable"); its layers are
 `.layers`, an nnx.List, and a slice is a Sequential again as in torch. Each spelling is
 ported and checked by `porter verify --script`."""
-import textwrap
-
 import pytest
 
 from porter import engine, registry

@@ -144,7 +144,46 @@ def _file_facts_of(ctx: FileContext) -> FileFacts:
             elif isinstance(value, cst.Lambda):
                 facts.losses.add(target)
     facts.modules.update(m for m in facts.optimizers.values() if m)
+    _handed_to_classes(module, facts)
     return facts
+
+
+def _handed_to_classes(module: cst.Module, facts: FileFacts) -> None:
+    """A trainer class given its optimizer and model (`Trainer(model, loader, optimizer)`,
+    `self.optimizer = optimizer` and `self.model = model.to(gpu_id)` in its `__init__`): its
+    `self.optimizer` trains its `self.model` when every construction of the class in the file
+    passes an optimizer of the facts and the model that optimizer trains."""
+    for cls in module.body:
+        if not isinstance(cls, cst.ClassDef):
+            continue
+        init = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "__init__"), None)
+        if init is None:
+            continue
+        params = [p.name.value for p in astutil.params(init.params)][1:]
+        stored: dict[str, str] = {}  # parameter -> the attribute holding it
+        for node in astutil.walk(init.body):
+            if isinstance(node, cst.Assign) and len(node.targets) == 1:
+                target, value = node.targets[0].target, _strip_moves(node.value)
+                if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self" \
+                        and isinstance(value, cst.Name) and value.value in params:
+                    stored.setdefault(value.value, target.attr.value)
+        if not stored:
+            continue
+        found: dict[str, set] = {}  # attribute -> the texts the constructions give it
+        for call in astutil.walk(module, into_functions=True):
+            if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value == cls.name.value):
+                continue
+            for i, arg in enumerate(call.args):
+                name = arg.keyword.value if arg.keyword is not None else params[i] if i < len(params) and not arg.star else None
+                if name in stored:
+                    found.setdefault(stored[name], set()).add(code(arg.value))
+        given = {attr: next(iter(texts)) for attr, texts in found.items() if len(texts) == 1}
+        holders = {text: attr for attr, text in given.items()}
+        for attr, text in given.items():
+            model = facts.optimizers.get(text)
+            if model is not None and model in holders:
+                facts.optimizers[f"self.{attr}"] = f"self.{holders[model]}"
+                facts.modules.add(f"self.{holders[model]}")
 
 
 def _zeroed_by(stmt: cst.CSTNode) -> list[str]:

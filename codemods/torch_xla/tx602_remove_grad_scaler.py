@@ -150,8 +150,6 @@ class RemoveGradScaler(Rule):
                     loss = model(x)
                     loss.backward()
                     xm.optimizer_step(opt)
-                    if amp:
-                        pass
                 torch.save({"model": model.state_dict(), "scaler": scaler.state_dict()}, "ckpt.pt")
             """,
             title="checkpointed scaler state: calls unwound, construction kept and reported",
