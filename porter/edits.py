@@ -39,6 +39,7 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, ImportItem, RemoveImportsVisitor
 
 from porter import _libcst_compat as _compat
+from porter.astutil import walk
 from porter._libcst_compat import child_fields, is_node_type
 from porter.context import PREFERRED_ALIASES, FileContext
 from porter.rules import Edit, Fix
@@ -382,16 +383,19 @@ def without_emptied_ifs(before: cst.Module, after: cst.Module) -> cst.Module:
     where the `if` has no `else`, its test calls nothing, the original has an `if` of the same
     test and no comment is on it or in it; a block left empty gets `pass`. Such a statement
     ``before`` has itself stays."""
+    candidates = _empty_ifs(after)
+    if not candidates:  # (the usual case: the original is not read)
+        return after
     own = {_statement_code(s) for s in _empty_ifs(before)}
-    emptied = {_statement_code(n.test) for n in _walk(before) if isinstance(n, cst.If)}  # tests of the original's ifs
-    gone = {id(s) for s in _empty_ifs(after) if _statement_code(s) not in own and _statement_code(s.test) in emptied}
+    tests = {_statement_code(n.test) for n in walk(before, into_functions=True) if isinstance(n, cst.If)}
+    gone = {id(s) for s in candidates if _statement_code(s) not in own and _statement_code(s.test) in tests}
     return after.visit(_DropStatements(gone)) if gone else after
 
 
 def _empty_ifs(module: cst.Module) -> list[cst.If]:
     out = []
     elifs: set[int] = set()
-    for node in _walk(module):
+    for node in walk(module, into_functions=True):
         if isinstance(node, cst.If):
             if isinstance(node.orelse, cst.If):
                 elifs.add(id(node.orelse))
@@ -403,7 +407,7 @@ def _empty_ifs(module: cst.Module) -> list[cst.If]:
                 continue
             if all(isinstance(b, cst.SimpleStatementLine) and not _has_comment(b)
                    and all(isinstance(x, cst.Pass) for x in b.body) for b in body.body) and not any(
-                    isinstance(n, (cst.Call, cst.Await, cst.NamedExpr, cst.Yield)) for n in _walk(node.test)):
+                    isinstance(n, (cst.Call, cst.Await, cst.NamedExpr, cst.Yield)) for n in walk(node.test)):
                 out.append(node)
     return out
 
@@ -412,14 +416,6 @@ def _statement_code(node: cst.CSTNode) -> str:
     if hasattr(node, "leading_lines"):
         node = node.with_changes(leading_lines=[])
     return cst.Module([]).code_for_node(node).strip()
-
-
-def _walk(node: cst.CSTNode):
-    stack = [node]
-    while stack:
-        cur = stack.pop()
-        yield cur
-        stack.extend(reversed(cur.children))
 
 
 class _DropStatements(cst.CSTTransformer):

@@ -189,6 +189,14 @@ class Rule:
     def remove(target: cst.CSTNode) -> Edit:
         return Edit(target, cst.RemoveFromParent())
 
+    def remove_statement(self, node: cst.SimpleStatementLine) -> Edit:
+        """Remove the statement line ``node`` (visited now); `pass` takes its place where it is
+        the only statement of its block (the engine's settle drops an `if flag: pass` so left)."""
+        parent = self.ctx.parent
+        if isinstance(parent, cst.IndentedBlock) and len(parent.body) == 1:
+            return self.replace(node, node.with_changes(body=[cst.Pass()]))
+        return self.remove(node)
+
     @classmethod
     def doc(cls) -> str:
         return textwrap.dedent(cls.__doc__ or "").strip()

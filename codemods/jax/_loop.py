@@ -602,10 +602,11 @@ _KNOWN_CODE = ("torch.", "flax.", "jax.", "optax.", "math.", "numpy.", "functool
 
 def _read_detached(stmts: list[cst.BaseStatement], names: set[str]) -> bool:
     """Every read of ``names`` in ``stmts`` is detached from the graph: `x.detach()`,
-    `jax.lax.stop_gradient(x)` (no gradient flows into what computed it)."""
+    `jax.lax.stop_gradient(x)` (no gradient flows into what computed it); at least one is."""
     seen = False
     for stmt in stmts:
         detached: set[int] = set()
+        not_reads: set[int] = set()  # attribute and keyword names, assignment targets
         for n in astutil.walk(stmt):
             if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute):
                 if n.func.attr.value == "detach" and not n.args and isinstance(n.func.value, cst.Name):
@@ -613,16 +614,18 @@ def _read_detached(stmts: list[cst.BaseStatement], names: set[str]) -> bool:
                 elif code(n.func) in ("jax.lax.stop_gradient", "lax.stop_gradient") and len(n.args) == 1 \
                         and isinstance(n.args[0].value, cst.Name):
                     detached.add(id(n.args[0].value))
+            if isinstance(n, cst.Attribute):
+                not_reads.add(id(n.attr))
+            elif isinstance(n, cst.Arg) and n.keyword is not None:
+                not_reads.add(id(n.keyword))
+            elif isinstance(n, cst.AssignTarget):
+                not_reads.add(id(n.target))
         for n in astutil.walk(stmt):
-            if isinstance(n, cst.Name) and n.value in names and n.value in reads(stmt):
-                if id(n) not in detached and not _a_target(stmt, n):
+            if isinstance(n, cst.Name) and n.value in names and id(n) not in not_reads:
+                if id(n) not in detached:
                     return False
-                seen = seen or id(n) in detached
+                seen = True
     return seen
-
-
-def _a_target(stmt: cst.BaseStatement, name: cst.Name) -> bool:
-    return any(isinstance(t, cst.AssignTarget) and t.target is name for t in astutil.walk(stmt))
 
 
 def recompute_exact(stmt: cst.BaseStatement, ctx: FileContext, updated: frozenset = frozenset()) -> bool:

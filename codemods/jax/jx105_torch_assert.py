@@ -101,11 +101,8 @@ class TorchAssert(Rule):
         call = node.body[0].value
         qual = self.ctx.qualname(call.func) or ""
         if qual in _FX_WRAP:
-            parent = self.ctx.parent
-            only = isinstance(parent, cst.IndentedBlock) and len(parent.body) == 1
-            edit = self.replace(node, node.with_changes(body=[cst.Pass()])) if only else self.remove(node)
             self.report(node, f"{astutil.code(call.func)}(...) registers a torch.fx leaf: JAX never reads it",
-                        Fix((edit,), remove_imports=_FX_IMPORTS))
+                        Fix((self.remove_statement(node),), remove_imports=_FX_IMPORTS))
             return
         if qual not in _ASSERT or any(a.star for a in call.args):
             return

@@ -100,7 +100,7 @@ class CudaBackendFlags(Rule):
                 # torch.cuda.manual_seed(seed) / empty_cache(): CUDA's own RNG and cache
                 self.report(node, f"{self.ctx.qualname(call.func)}: CUDA's own state; JAX has no CUDA "
                                   "(random numbers come from the model's nnx.Rngs)",
-                            Fix((self._remove_statement(node),), Safety.SAFE))
+                            Fix((self.remove_statement(node),), Safety.SAFE))
             return
         if len(node.body) != 1 or not isinstance(node.body[0], cst.Assign):
             return
@@ -112,12 +112,7 @@ class CudaBackendFlags(Rule):
                         severity=Severity.INFO)
             return
         self.report(node, "cuDNN/CUDA backend switch: JAX does not read it",
-                    Fix((self._remove_statement(node),), Safety.SAFE, remove_imports=_CUDNN_IMPORTS))
-
-    def _remove_statement(self, node: cst.SimpleStatementLine):
-        parent = self.ctx.parent
-        only = isinstance(parent, cst.IndentedBlock) and len(parent.body) == 1
-        return self.replace(node, node.with_changes(body=[cst.Pass()])) if only else self.remove(node)
+                    Fix((self.remove_statement(node),), Safety.SAFE, remove_imports=_CUDNN_IMPORTS))
 
 
 _CUDNN_IMPORTS = (("torch.backends.cudnn", None), ("torch.backends", "cudnn"))

@@ -43,7 +43,8 @@ class TorchDistributed(Rule):
       -> `jax.process_index()`, `WORLD_SIZE` -> `jax.process_count()`, `LOCAL_RANK` ->
       `int(os.environ.get("LOCAL_RANK", 0))` (`LOCAL_WORLD_SIZE`, 1): one JAX process per
       host is the host's only process, and a torchrun launch still gives its own;
-    - an `if flag:` left empty goes (`if distributed: dist.destroy_process_group()`).
+    - an `if flag:` left empty goes (`if distributed: dist.destroy_process_group()`; the
+      engine's settle, `edits.without_emptied_ifs`).
 
     ## Why
     A JAX port runs as `python script.py`, one process per host driving all of the host's
@@ -170,30 +171,14 @@ class TorchDistributed(Rule):
             name = (self.ctx.qualname(small.value.func) or "").rsplit(".", 1)[-1]
             self.report(node, self._why(f"{name}: a JAX port runs one process per host, with no torch process group "
                                         "(jax.distributed.initialize() joins the hosts of a multi-host run)"),
-                        self._fix(self._remove(node)))
+                        self._fix(self.remove_statement(node)))
         elif isinstance(small, cst.Assign) and isinstance(small.value, cst.Call) \
                 and self.ctx.qualname(small.value.func) in _DDP and small.value.args:
             inner = small.value.args[0].value
             same = all(astutil.code(t.target) == astutil.code(inner) for t in small.targets)
-            fix = self._fix(self._remove(node) if same else self.replace(small.value, inner))
+            fix = self._fix(self.remove_statement(node) if same else self.replace(small.value, inner))
             self.report(node, self._why("DistributedDataParallel: the JAX port's model is the model itself "
                                         "(one process per host; its gradients need no all-reduce)"), fix)
-
-    def _remove(self, node: cst.SimpleStatementLine):
-        """The statement goes; a block it leaves empty gets `pass`, and an `if flag:` (no
-        else, a test that calls nothing) it leaves empty goes with it."""
-        anc = self.ctx.ancestors
-        parent = self.ctx.parent
-        if not (isinstance(parent, cst.IndentedBlock) and len(parent.body) == 1):
-            return self.remove(node)
-        owner = anc[-3] if len(anc) >= 3 else None
-        holder = anc[-4] if len(anc) >= 4 else None
-        if isinstance(owner, cst.If) and owner.body is parent and owner.orelse is None and not isinstance(holder, cst.If) \
-                and not any(isinstance(n, cst.Call) for n in astutil.walk(owner.test)):
-            if isinstance(holder, cst.IndentedBlock) and len(holder.body) == 1:
-                return self.replace(owner, cst.SimpleStatementLine([cst.Pass()], leading_lines=owner.leading_lines))
-            return self.remove(owner)
-        return self.replace(node, node.with_changes(body=[cst.Pass()]))
 
     def visit_Call(self, node: cst.Call) -> None:
         if not self._active:
