@@ -19,7 +19,7 @@ import libcst as cst
 from porter.context import FileContext
 
 from ._devices import bindings
-from ._tables import side_effect_free
+from ._tables import cuda_qualname, side_effect_free
 
 # availability call -> its answer in the port
 ANSWERS = {
@@ -40,12 +40,12 @@ _COMPARE = {
 def answer(node: cst.CSTNode, ctx: FileContext) -> Optional[bool]:
     """The port's answer of an availability call without arguments, else None."""
     if isinstance(node, cst.Call) and not node.args:
-        return ANSWERS.get(ctx.qualname(node.func) or "")
+        return ANSWERS.get(cuda_qualname(node.func, ctx) or "")
     return None
 
 
 def is_count(node: cst.CSTNode, ctx: FileContext) -> bool:
-    return isinstance(node, cst.Call) and not node.args and ctx.qualname(node.func) == DEVICE_COUNT
+    return isinstance(node, cst.Call) and not node.args and cuda_qualname(node.func, ctx) == DEVICE_COUNT
 
 
 Folded = Union[bool, cst.BaseExpression, None]

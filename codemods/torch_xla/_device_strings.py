@@ -1,8 +1,13 @@
 """Device strings kept in variables: ``device = 'cuda'`` (a script's configuration value that a
 configurator or ``--device=`` may override) and how the file reads each such variable.
 
-A variable is *a device string* when every binding of it in its scope is a CUDA device string
-(``'cuda'``, ``'cuda:0'``, ``f'cuda:{rank}'``) or ``'xla'``. Each read of it is one of:
+A variable is *a device string* when a binding of it in its scope is a CUDA device string
+(``'cuda'``, ``'cuda:0'``, ``f'cuda:{rank}'``) or ``'xla'`` and every other one is a device too:
+another device string (``'cpu'``, ``'mps'``: a user's choice, kept), a CUDA device number (an
+integer literal) or a ``torch.device(...)`` (``device = torch.device(device)`` after an
+``if``/``elif`` chain of strings); or when every binding is a device and one a CUDA number
+(``device = 0``) and the file reads it as a device and only so (or as text). Each read of it is
+one of:
 
 * a device use: the first argument of ``torch.device(...)``, ``.to(...)``,
   ``torch.cuda.set_device(...)``, ``torch.cuda.device(...)``; ``device=`` of a torch function or
@@ -16,9 +21,9 @@ A variable is *a device string* when every binding of it in its scope is a CUDA 
   assigned on): porter cannot tell what it does with the string.
 
 The fact maps nodes to what they are, so that a rule asks about the node it visits:
-``DEVICE_VALUE`` for a binding's CUDA string of a variable all of whose reads are device uses,
-tests or text (and that the file reads at least once: a module-level name nobody reads here
-may be imported by another file); ``DEVICE_TEST`` for a CUDA literal in a device-type test of
+``DEVICE_VALUE`` for a binding's CUDA string (or number) of a variable all of whose reads are
+device uses, tests or text (and that the file reads at least once: a module-level name nobody
+reads here may be imported by another file), ``DEVICE_READ`` for those reads; ``DEVICE_TEST`` for a CUDA literal in a device-type test of
 such a variable; ``OTHER_USE`` for a read of a device string variable (with a CUDA binding)
 that is none of those, the reason its binding stays.
 """
@@ -37,6 +42,10 @@ from ._tables import is_string
 
 DEVICE_VALUE = "value"
 DEVICE_TEST = "test"
+DEVICE_READ = "read"
+# the other devices a device variable may be set to (`if args.cuda: device = 'cuda' elif
+# args.mps: device = 'mps' else: device = 'cpu'`), kept as the user chose them
+_OTHER_DEVICES = ("xla", "cpu", "mps", "xpu", "meta")
 
 _Scope = Optional[cst.CSTNode]  # a FunctionDef, Lambda or ClassDef; None: the module
 
@@ -161,16 +170,29 @@ def _walk(ctx: FileContext) -> dict:
     uses: dict[tuple[_Scope, str], list[tuple[cst.Name, str, tuple]]] = {}
     for chain, name, node, kind, literals in reads:
         uses.setdefault(resolve(chain, name), []).append((node, kind, literals))
+    def device_value(v: Optional[cst.BaseExpression]) -> bool:
+        return v is not None and (is_cuda_string(v) or is_string(v, *_OTHER_DEVICES) or isinstance(v, cst.Integer)
+                                  or (isinstance(v, cst.Call) and ctx.qualname(v.func) == "torch.device"))
+
     out: dict = {}
     for key, values in bindings.items():
-        if not values or any(v is None or not (is_cuda_string(v) or is_string(v, "xla")) for v in values):
+        if not all(device_value(v) for v in values):
             continue
         read = uses.get(key, [])
+        if not any(is_cuda_string(v) or is_string(v, "xla") for v in values):
+            # CUDA numbers (`device = 0`): a device where the file reads it as one and in no other way
+            ordinals = [v for v in values if isinstance(v, cst.Integer)]
+            if ordinals and any(kind == "device" for _, kind, _ in read) \
+                    and all(kind in ("device", "text") for _, kind, _ in read):
+                out.update({v: DEVICE_VALUE for v in ordinals})
+                out.update({node: DEVICE_READ for node, _, _ in read})
+            continue
         ported = all(is_string(v, "xla") for v in values)  # (a test for 'cuda' of it is always false)
         if read and (ported or all(kind != OTHER_USE for _, kind, _ in read)):
             for v in values:
-                if is_cuda_string(v):
+                if is_cuda_string(v) or isinstance(v, cst.Integer):
                     out[v] = DEVICE_VALUE
+            out.update({node: DEVICE_READ for node, _, _ in read})
             for _, _, literals in read:
                 for lit in literals:
                     out[lit] = DEVICE_TEST

@@ -16,10 +16,10 @@ from porter.astutil import arg, children, string_value, target_names, walk
 from porter.context import FileContext, dotted_name
 from porter.rules import computed_module_fact, module_fact
 
-from ._tables import XLA_DEVICE, device_choice, is_cuda_string, is_string, only_availability
+from ._tables import CURRENT_ACCELERATOR, XLA_DEVICE, device_choice, is_cuda_string, is_string, only_availability
 from ._training import DTYPES
 
-XLA_DEVICE_CALLS = ("torch_xla.device", XLA_DEVICE)
+XLA_DEVICE_CALLS = ("torch_xla.device", XLA_DEVICE, CURRENT_ACCELERATOR)
 
 
 Binding = tuple[Optional[cst.FunctionDef], Optional[cst.BaseExpression], bool]  # scope, value, a parameter

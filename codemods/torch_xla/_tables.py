@@ -75,6 +75,42 @@ DEPRECATED_XLA = {
 # xm.xla_device(n, devkind) is handled apart (its arguments change), see tx001.
 XLA_DEVICE = f"{XM}.xla_device"
 
+# torch.accelerator (torch 2.6+), torch's device-generic API. On a CUDA build of torch it is
+# CUDA whether or not a GPU is there (measured, torch 2.9.0+cu128 with torch_xla imported:
+# current_accelerator() is device(type='cuda'), is_available() False), so each of its calls
+# ports as its torch.cuda counterpart does. current_accelerator() itself is TX101's.
+ACCELERATOR_AS_CUDA = {
+    "torch.accelerator.is_available": "torch.cuda.is_available",
+    "torch.accelerator.device_count": "torch.cuda.device_count",
+    "torch.accelerator.current_device_index": "torch.cuda.current_device",
+    "torch.accelerator.current_device_idx": "torch.cuda.current_device",
+    "torch.accelerator.set_device_index": "torch.cuda.set_device",
+    "torch.accelerator.set_device_idx": "torch.cuda.set_device",
+    "torch.accelerator.synchronize": "torch.cuda.synchronize",
+    "torch.accelerator.empty_cache": "torch.cuda.empty_cache",
+    "torch.accelerator.reset_peak_memory_stats": "torch.cuda.reset_peak_memory_stats",
+    "torch.accelerator.reset_accumulated_memory_stats": "torch.cuda.reset_accumulated_memory_stats",
+    "torch.accelerator.memory_allocated": "torch.cuda.memory_allocated",
+    "torch.accelerator.max_memory_allocated": "torch.cuda.max_memory_allocated",
+    "torch.accelerator.memory_reserved": "torch.cuda.memory_reserved",
+    "torch.accelerator.max_memory_reserved": "torch.cuda.max_memory_reserved",
+    "torch.accelerator.memory_stats": "torch.cuda.memory_stats",
+}
+CURRENT_ACCELERATOR = "torch.accelerator.current_accelerator"
+
+
+def cuda_qualname(node: cst.CSTNode, ctx: FileContext) -> Optional[str]:
+    """``ctx.qualname(node)``, a torch.accelerator call read as its torch.cuda counterpart."""
+    name = ctx.qualname(node)
+    return ACCELERATOR_AS_CUDA.get(name, name) if name else name
+
+
+def as_spelled(message: str, node: cst.CSTNode, ctx: FileContext) -> str:
+    """A torch.cuda call's message, for the torch.accelerator call ``node`` stands for."""
+    name = ctx.qualname(node) or ""
+    cuda = ACCELERATOR_AS_CUDA.get(name)
+    return message.replace(cuda, name) if cuda else message
+
 # TX004: environment variables torch_xla no longer honours, or will stop honouring.
 DEPRECATED_ENV = {
     "XLA_USE_BF16": "XLA_USE_BF16 is deprecated (torch_xla 2.9 logs 'will be deprecated after the 2.6 release, please "
@@ -187,7 +223,7 @@ def only_availability(test: cst.BaseExpression, ctx: FileContext) -> bool:
     found = False
     for n in walk(test, into_functions=True):
         if isinstance(n, cst.Call):
-            if ctx.qualname(n.func) not in AVAILABILITY or n.args:
+            if cuda_qualname(n.func, ctx) not in AVAILABILITY or n.args:
                 return False
             found = True
         elif isinstance(n, cst.Name):
@@ -201,7 +237,7 @@ def only_availability(test: cst.BaseExpression, ctx: FileContext) -> bool:
 
 def _inside_availability_chain(name: cst.Name, test: cst.BaseExpression, ctx: FileContext) -> bool:
     for n in walk(test, into_functions=True):
-        if isinstance(n, cst.Call) and ctx.qualname(n.func) in AVAILABILITY:
+        if isinstance(n, cst.Call) and cuda_qualname(n.func, ctx) in AVAILABILITY:
             if any(m is name for m in walk(n.func, into_functions=True)):
                 return True
     return False
@@ -306,7 +342,7 @@ def removable_small(small: cst.CSTNode, ctx: FileContext) -> bool:
     'last statement of a block becomes pass' decision consistent across rules)."""
     if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
         call = small.value
-        name = ctx.qualname(call.func)
+        name = cuda_qualname(call.func, ctx)
         if name in CUDA_NOOP_CALLS or name == SET_DEVICE:
             return all(side_effect_free(a.value, ctx) for a in call.args)
         return False

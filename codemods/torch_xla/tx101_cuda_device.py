@@ -7,10 +7,10 @@ from porter.context import dotted_name
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
 from ._availability import fold
-from ._device_strings import xla_string
+from ._device_strings import DEVICE_READ, device_string_fact, xla_string
 from ._devices import PROVABLE, int_ordinal, used_as_device_type
-from ._tables import (TORCH_XLA, choice_replacement, device_choice, is_cuda_string, side_effect_free, string_node,
-                      xla_device_expr)
+from ._tables import (CURRENT_ACCELERATOR, TORCH_XLA, choice_replacement, device_choice, is_cuda_string,
+                      side_effect_free, string_node, xla_device_expr)
 
 
 class CudaDevice(Rule):
@@ -25,6 +25,10 @@ class CudaDevice(Rule):
     `torch_xla.device() if use_cuda else torch.device('cpu')`.
 
     A CUDA `torch.device(...)` that is a parameter's default value becomes `torch.device('xla')`.
+
+    `torch.accelerator.current_accelerator()` (torch 2.6+'s device-generic spelling) becomes
+    `torch.device('xla')`: the same device for `.to()` and `device=`, and its `.type`, `str()`
+    and `f'{acc}:{i}'` read 'xla' as they read 'cuda' before.
 
     ## Why
     There is no CUDA device on a TPU host; the port must run on the XLA device. Under PJRT
@@ -66,7 +70,7 @@ class CudaDevice(Rule):
     target = "torch-xla"
     summary = "torch.device('cuda'...) and 'cuda' if available else 'cpu' -> torch_xla.device()"
     severity = Severity.ERROR
-    needs_text = ("cuda", "device(")
+    needs_text = ("cuda", "device(", "accelerator")
     examples = [
         Example(
             """
@@ -162,6 +166,23 @@ class CudaDevice(Rule):
             """
             import torch
 
+            device = torch.accelerator.current_accelerator().type if torch.accelerator.is_available() else "cpu"
+            acc = torch.accelerator.current_accelerator()
+            gpu = torch.device(f"{acc}:0")
+            """,
+            """
+            import torch
+
+            device = "xla" if torch.accelerator.is_available() else "cpu"
+            acc = torch.device("xla")
+            gpu = torch.device(f"{acc}:0")
+            """,
+            title="torch.accelerator's device is the XLA device (TX107 folds the availability test)",
+        ),
+        Example(
+            """
+            import torch
+
             DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
             x = torch.zeros(3).to("cpu" if args.cpu else "cuda")
             """,
@@ -213,7 +234,18 @@ class CudaDevice(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.ctx.qualname(node.func) != "torch.device":
+        name = self.ctx.qualname(node.func)
+        if name == CURRENT_ACCELERATOR:
+            parent = self.ctx.parent
+            if isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "type":
+                return  # visit_Attribute: the type string
+            # a CUDA build of torch answers 'cuda' on any host; torch.device('xla') starts no runtime
+            torch_ = self.ctx.module_alias("torch")
+            self.report(node, "torch.accelerator.current_accelerator() is the CUDA device on a CUDA build of torch, "
+                        "GPU or not: on XLA the accelerator is torch.device('xla')",
+                        Fix((self.replace(node, cst.parse_expression(f'{torch_}.device("xla")')),)))
+            return
+        if name != "torch.device":
             return
         first = arg(node, "type", 0)
         if first is None:
@@ -233,6 +265,8 @@ class CudaDevice(Rule):
                 Fix((self.replace(node, xla_device_expr(self.ctx)),), imports=(TORCH_XLA,)),
             )
             return
+        if device_string_fact(self.ctx).get(first.value) == DEVICE_READ:
+            return  # `device = 0; torch.device(device)`: TX103 makes the variable 'xla'
         ordinal = int_ordinal(first.value, self.ctx)
         if ordinal is not None and len(node.args) == 1:
             self.report(node, "torch.device(<int>) is a CUDA device number: on XLA use torch_xla.device()",
@@ -246,6 +280,13 @@ class CudaDevice(Rule):
         cpu = node.with_changes(args=[cst.Arg(cpu_string)])
         new = choice_replacement(choice, self.ctx, cpu, fold(choice.node.test, self.ctx))
         self.report(node, self._choice_message(choice), Fix((self.replace(node, new),), imports=(TORCH_XLA,)))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        value = node.value
+        if (node.attr.value == "type" and isinstance(value, cst.Call)
+                and self.ctx.qualname(value.func) == CURRENT_ACCELERATOR):
+            self.report(node, "torch.accelerator.current_accelerator().type is 'cuda' on a CUDA build of torch, GPU or "
+                        "not: on XLA the accelerator's type is 'xla'", Fix((self.replace(node, string_node("xla")),)))
 
     def visit_IfExp(self, node: cst.IfExp) -> None:
         choice = device_choice(node, self.ctx)

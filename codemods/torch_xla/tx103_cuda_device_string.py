@@ -3,7 +3,7 @@ import libcst as cst
 from porter.astutil import arg
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
-from ._device_strings import DEVICE_TEST, DEVICE_VALUE, OTHER_USE, device_string_fact, option_blocker, xla_string
+from ._device_strings import DEVICE_READ, DEVICE_TEST, DEVICE_VALUE, OTHER_USE, device_string_fact, option_blocker, xla_string
 from ._devices import PROVABLE, SPELLING, int_ordinal, placement_expr
 from ._tables import TORCH_XLA, imports_torch, is_cuda_string
 
@@ -42,6 +42,12 @@ class CudaDeviceString(Rule):
     `args.device.startswith('cuda')`), the option copied to a variable, `vars(args)` or the
     namespace handed to code porter does not know, or `choices=` without 'xla' keep the default,
     and the finding at the option quotes the first such read; its fix is then unsafe.
+
+    The other values such a variable may take are kept as the user chose them: another device
+    string (`if args.cuda: device = 'cuda' elif args.mps: device = 'mps' else: device = 'cpu'`)
+    or a `torch.device(...)` of it (`device = torch.device(device)`). A variable bound to CUDA
+    device numbers only (`device = 0`) that the file reads as a device and in no other way
+    becomes `'xla'` the same way.
 
     Integer devices are CUDA device numbers: `.to(0)`, `.to(local_rank)`, `device=rank`. A
     literal, or a plain name every binding of which in its scope is an integer literal or a
@@ -314,6 +320,39 @@ class CudaDeviceString(Rule):
             None,
             title="a stored device string also passed on is reported where it is passed",
         ),
+        Example(
+            """
+            import torch
+
+            def main(args, net):
+                if args.cuda:
+                    device = "cuda"
+                elif args.mps:
+                    device = "mps"
+                else:
+                    device = "cpu"
+                device = torch.device(device)
+                gpu = 0
+                torch.cuda.set_device(gpu)
+                return net.to(device), torch.zeros(3).to(gpu)
+            """,
+            """
+            import torch
+
+            def main(args, net):
+                if args.cuda:
+                    device = "xla"
+                elif args.mps:
+                    device = "mps"
+                else:
+                    device = "cpu"
+                device = torch.device(device)
+                gpu = "xla"
+                torch.cuda.set_device(gpu)
+                return net.to(device), torch.zeros(3).to(gpu)
+            """,
+            title="a device chosen among strings by the user's flags, and a CUDA device number kept in a variable",
+        ),
     ]
     valid = [
         "import torch\nx = torch.zeros(3, device='cpu')\n",
@@ -349,9 +388,14 @@ class CudaDeviceString(Rule):
             return
         if target is None:
             return
+        if device_string_fact(self.ctx).get(target.value) == DEVICE_READ:
+            return  # a device variable whose CUDA value is 'xla' in the port (_stored)
         ordinal = int_ordinal(target.value, self.ctx) if not is_cuda_string(target.value) else None
         if ordinal is not None:
             place = placement_expr(self.ctx)
+            if isinstance(place, cst.Name) and isinstance(target.value, cst.Name) and place.value == target.value.value:
+                # `device = 0; model.to(device)`: the script's device variable is the CUDA number itself
+                place = cst.parse_expression(f"{self.ctx.module_alias(TORCH_XLA)}.device()")
             message = "an integer device is a CUDA device number: on XLA use the process's device (torch_xla.device())"
             if ordinal == SPELLING:
                 message += "; the unsafe fix reads the name as a GPU number by its spelling"
@@ -396,7 +440,15 @@ class CudaDeviceString(Rule):
             self._stored(node.value)
 
     def _stored(self, value: cst.BaseExpression) -> None:
-        if not is_cuda_string(value) or not imports_torch(self.ctx):
+        if not imports_torch(self.ctx):
+            return
+        if isinstance(value, cst.Integer):
+            if device_string_fact(self.ctx).get(value) == DEVICE_VALUE:
+                self.report(value, "CUDA device number stored, used only as a device (torch.device, .to, device=): on "
+                            "XLA the device is 'xla' (each XLA process owns its device)",
+                            Fix((self.replace(value, xla_string(value)),)))
+            return
+        if not is_cuda_string(value):
             return
         if device_string_fact(self.ctx).get(value) == DEVICE_VALUE:
             self.report(value, "CUDA device string stored, used only as a device (torch.device, .to, device=, "

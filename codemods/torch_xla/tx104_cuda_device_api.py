@@ -3,7 +3,7 @@ import libcst as cst
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
 from ._availability import foldable, is_count
-from ._tables import CUDA_DEVICE_API, SET_DEVICE, removal_edits
+from ._tables import CUDA_DEVICE_API, SET_DEVICE, as_spelled, cuda_qualname, removal_edits
 
 
 class CudaDeviceApi(Rule):
@@ -37,7 +37,7 @@ class CudaDeviceApi(Rule):
     target = "torch-xla"
     summary = "torch.cuda.set_device removed, device_count -> torch_xla.device_count(), current_device reported"
     severity = Severity.ERROR
-    needs_text = ("cuda",)
+    needs_text = ("cuda", "accelerator")
     examples = [
         Example(
             """
@@ -87,7 +87,7 @@ class CudaDeviceApi(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        name = self.ctx.qualname(node.func)
+        name = cuda_qualname(node.func, self.ctx)
         if name == SET_DEVICE:
             parent = self.ctx.parent
             edits = removal_edits(self.ctx, parent) if isinstance(parent, cst.Expr) else None
@@ -109,8 +109,8 @@ class CudaDeviceApi(Rule):
             if comparison is not None and foldable(comparison, self.ctx):
                 return  # a one-device-or-more test: TX107 folds it
         if spec.module is None or (node.args and not spec.keep_args):
-            self.report(node, spec.message, severity=spec.severity)
+            self.report(node, as_spelled(spec.message, node.func, self.ctx), severity=spec.severity)
             return
         alias = self.ctx.module_alias(spec.module)
         new = cst.parse_expression(f"{alias}.{spec.attr}()")
-        self.report(node, spec.message, Fix((self.replace(node, new),), Safety.UNSAFE, imports=(spec.module,)), severity=Severity.WARNING)
+        self.report(node, as_spelled(spec.message, node.func, self.ctx), Fix((self.replace(node, new),), Safety.UNSAFE, imports=(spec.module,)), severity=Severity.WARNING)

@@ -7,7 +7,7 @@ from porter.branches import take_branch
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
 from ._availability import answer, condition_top, flag_answer, fold, foldable, is_count
-from ._tables import emptied_if, in_availability_choice
+from ._tables import cuda_qualname, emptied_if, in_availability_choice
 
 
 class CudaIsAvailable(Rule):
@@ -319,7 +319,7 @@ class CudaIsAvailable(Rule):
                    "(torch_xla always has a device; xr.device_type() != 'CPU' tells whether it is a real accelerator)")
         kept = _kept_branch(holder, top, folded)
         query = next((q for n in walk(kept, into_functions=True) if isinstance(n, cst.Call)
-                      for q in [self.ctx.qualname(n.func)] if q in _CUDA_QUERIES), None) if kept is not None else None
+                      for q in [cuda_qualname(n.func, self.ctx)] if q in _CUDA_QUERIES), None) if kept is not None else None
         if fix is not None and query is not None:
             # the branch kept asks CUDA what only TX104's unsafe rewrite answers for XLA (a device
             # count of 0 on a TPU host): the fold is safe only together with it

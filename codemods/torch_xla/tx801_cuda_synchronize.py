@@ -2,7 +2,7 @@ import libcst as cst
 
 from porter.rules import Example, Fix, Rule, Severity
 
-from ._tables import XM
+from ._tables import XM, cuda_qualname
 
 
 class CudaSynchronize(Rule):
@@ -53,7 +53,7 @@ class CudaSynchronize(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        if self.ctx.qualname(node.func) != "torch.cuda.synchronize":
+        if cuda_qualname(node.func, self.ctx) != "torch.cuda.synchronize":
             return
         xm = self.ctx.module_alias(XM)
         self.report(

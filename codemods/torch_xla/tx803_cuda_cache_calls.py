@@ -2,7 +2,7 @@ import libcst as cst
 
 from porter.rules import Example, Fix, Rule, Severity
 
-from ._tables import CUDA_NOOP_CALLS, removal_edits
+from ._tables import CUDA_NOOP_CALLS, cuda_qualname, removal_edits
 
 
 class CudaCacheCalls(Rule):
@@ -28,7 +28,7 @@ class CudaCacheCalls(Rule):
     target = "torch-xla"
     summary = "remove torch.cuda.empty_cache() and other CUDA allocator calls"
     severity = Severity.WARNING
-    needs_text = ("cuda",)
+    needs_text = ("cuda", "accelerator")
     examples = [
         Example(
             """
@@ -85,7 +85,7 @@ class CudaCacheCalls(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        name = self.ctx.qualname(node.func)
+        name = cuda_qualname(node.func, self.ctx)
         if name not in CUDA_NOOP_CALLS:
             return
         parent = self.ctx.parent

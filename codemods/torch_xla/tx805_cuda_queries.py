@@ -2,7 +2,7 @@ import libcst as cst
 
 from porter.rules import Example, Fix, Rule, Severity
 
-from ._tables import CUDA_QUERIES
+from ._tables import CUDA_QUERIES, as_spelled, cuda_qualname
 
 
 class CudaQueries(Rule):
@@ -38,7 +38,7 @@ class CudaQueries(Rule):
     target = "torch-xla"
     summary = "torch.cuda.get_device_name() -> xm.xla_device_kind(), is_bf16_supported() -> xr.is_bf16_supported(); report CUDA memory queries"
     severity = Severity.WARNING
-    needs_text = ("cuda",)
+    needs_text = ("cuda", "accelerator")
     examples = [
         Example(
             """
@@ -70,13 +70,13 @@ class CudaQueries(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
-        name = self.ctx.qualname(node.func)
+        name = cuda_qualname(node.func, self.ctx)
         spec = CUDA_QUERIES.get(name or "")
         if spec is None:
             return
         if spec.module is None or any(a.star for a in node.args):
-            self.report(node, spec.message)
+            self.report(node, as_spelled(spec.message, node.func, self.ctx))
             return
         alias = self.ctx.module_alias(spec.module)
         new = cst.parse_expression(f"{alias}.{spec.attr}()")
-        self.report(node, spec.message, Fix((self.replace(node, new),), imports=(spec.module,)))
+        self.report(node, as_spelled(spec.message, node.func, self.ctx), Fix((self.replace(node, new),), imports=(spec.module,)))

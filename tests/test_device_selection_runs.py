@@ -1,0 +1,147 @@
+"""Device selection spelled in the ways scripts choose a device, ported in default mode (safe
+fixes only) and run: the port trains on the XLA device (XLA graphs executed) and ends with the
+loss the original reaches on the CPU; a user's own force-CPU flag keeps the port on the CPU.
+
+Spellings: torch 2.6+'s device-generic `torch.accelerator` (`current_accelerator()` after an
+availability test and a user flag, its `.type` in a conditional expression, the device named
+in an f-string), a device string chosen by an `if`/`elif` chain of user flags and then turned
+into `torch.device(device)`, and a CUDA device number kept in a variable (`device = 0`).
+"""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from porter import engine, registry
+
+pytestmark = [pytest.mark.xla, pytest.mark.slow]
+
+_TRAIN = """
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3)).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+data = torch.utils.data.TensorDataset(torch.randn(32, 6), torch.randint(0, 3, (32,)))
+loader = torch.utils.data.DataLoader(data, batch_size=8)
+for x, y in loader:
+    x, y = x.to(device), y.to(device)
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+print(f"final {loss.item():.5f}")
+"""
+
+_HEAD = """
+import argparse
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+"""
+
+# name -> (script, the port's arguments that train on the accelerator, the arguments that keep
+#          it on the CPU (None: no way to), what the port's device selection reads)
+SCRIPTS = {
+    "accelerator_flag": (_HEAD + textwrap.dedent("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--no-accel", action="store_true")
+        args = parser.parse_args()
+        use_accel = not args.no_accel and torch.accelerator.is_available()
+        if use_accel:
+            device = torch.accelerator.current_accelerator()
+        else:
+            device = torch.device("cpu")
+        """) + _TRAIN, [], ["--no-accel"], 'device = torch.device("xla")'),
+    "accelerator_type": (_HEAD + textwrap.dedent("""
+        device = torch.accelerator.current_accelerator().type if torch.accelerator.is_available() else "cpu"
+        print(f"Using {device} device")
+        """) + _TRAIN, [], None, 'device = "xla"'),
+    "accelerator_fstring": (_HEAD + textwrap.dedent("""
+        if torch.accelerator.is_available() and torch.accelerator.device_count() > 0:
+            acc = torch.accelerator.current_accelerator()
+            device = torch.device(f"{acc}:0")
+            torch.accelerator.set_device_index(0)
+        else:
+            device = torch.device("cpu")
+        """) + _TRAIN, [], None, 'acc = torch.device("xla")'),
+    "string_chain": (_HEAD + textwrap.dedent("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--cuda", action="store_true")
+        parser.add_argument("--mps", action="store_true")
+        args = parser.parse_args()
+        if args.cuda:
+            device = "cuda"
+        elif args.mps:
+            device = "mps"
+        else:
+            device = "cpu"
+        device = torch.device(device)
+        """) + _TRAIN, ["--cuda"], [], 'device = "xla"'),
+    "device_number": (_HEAD + textwrap.dedent("""
+        device = 0
+        torch.cuda.set_device(device)
+        """) + _TRAIN, [], None, 'device = "xla"'),
+}
+
+RUNNER = """
+import runpy, sys
+path = sys.argv[1]
+sys.argv = sys.argv[1:]
+runpy.run_path(path, run_name='__main__')
+import torch_xla.debug.metrics as met
+data = met.metric_data('ExecuteTime')
+print('XLA executions:', data[0] if data else 0)
+"""
+
+
+def _port(source: str) -> str:
+    options = engine.Options(registry.select("torch-xla"), unsafe_fixes=False)
+    result = engine.fix(source, options, "train.py")
+    # what is left for a human is the loader's last batch (TX302, unsafe), nothing about devices
+    assert {f.code for f in result.remaining} <= {"TX302"}, [(f.code, f.message) for f in result.remaining]
+    return result.source
+
+
+def _run(script: Path, args, xla: bool) -> str:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if xla:
+        env["PJRT_DEVICE"] = "CPU"
+        command = [sys.executable, "-c", RUNNER, str(script), *args]
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        command = [sys.executable, str(script), *args]
+    proc = subprocess.run(command, cwd=script.parent, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def _final(stdout: str) -> float:
+    return float(next(line for line in stdout.splitlines() if line.startswith("final ")).split()[1])
+
+
+@pytest.fixture(scope="module")
+def expected(tmp_path_factory) -> float:
+    """The final loss of the training every script runs, on the CPU (the originals that choose
+    a device run it there on a host without a GPU; `device = 0` needs one)."""
+    reference = tmp_path_factory.mktemp("reference") / "cpu.py"
+    reference.write_text(_HEAD + 'device = torch.device("cpu")\n' + _TRAIN, encoding="utf-8")
+    return _final(_run(reference, [], xla=False))
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_default_port_trains_on_xla(name, expected, tmp_path):
+    source, args, cpu_flag, selected = SCRIPTS[name]
+    port = tmp_path / "port.py"
+    ported = _port(source)
+    port.write_text(ported, encoding="utf-8")
+    assert selected in ported, ported
+    assert "torch.accelerator" not in ported and "cuda" not in ported.replace("args.cuda", "").replace("--cuda", "")
+    out = _run(port, args, xla=True)
+    assert int(out.strip().splitlines()[-1].split(": ")[1]) >= 2, out  # XLA graphs ran the steps
+    assert _final(out) == pytest.approx(expected, abs=1e-4)
+    if cpu_flag is not None:
+        out = _run(port, cpu_flag, xla=True)
+        assert out.strip().splitlines()[-1] == "XLA executions: 0", out
+        assert _final(out) == pytest.approx(expected, abs=1e-5)
