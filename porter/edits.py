@@ -380,9 +380,9 @@ def without_leading_blank_lines(before: cst.Module, after: cst.Module) -> cst.Mo
 def without_emptied_ifs(before: cst.Module, after: cst.Module) -> cst.Module:
     """``after`` (a port of ``before``) without the `if flag: pass` statements the port left
     (its fixes removed every statement of the block: `if distributed: model = DDP(model)`),
-    where the `if` has no `else`, its test calls nothing, the original has an `if` of the same
-    test and no comment is on it or in it; a block left empty gets `pass`. Such a statement
-    ``before`` has itself stays."""
+    where each arm (`elif`, `else` too) is `pass` alone, no test calls anything, the original
+    has an `if` of the same test and no comment is on it or in it; a block left empty gets
+    `pass`. Such a statement ``before`` has itself stays."""
     candidates = _empty_ifs(after)
     if not candidates:  # (the usual case: the original is not read)
         return after
@@ -399,17 +399,27 @@ def _empty_ifs(module: cst.Module) -> list[cst.If]:
         if isinstance(node, cst.If):
             if isinstance(node.orelse, cst.If):
                 elifs.add(id(node.orelse))
-            if id(node) in elifs or node.orelse is not None or node.leading_lines and any(
-                    line.comment for line in node.leading_lines):
+            if id(node) in elifs or node.leading_lines and any(line.comment for line in node.leading_lines):
                 continue
-            body = node.body
-            if not isinstance(body, cst.IndentedBlock) or body.header.comment is not None or body.footer:
-                continue
-            if all(isinstance(b, cst.SimpleStatementLine) and not _has_comment(b)
-                   and all(isinstance(x, cst.Pass) for x in b.body) for b in body.body) and not any(
-                    isinstance(n, (cst.Call, cst.Await, cst.NamedExpr, cst.Yield)) for n in walk(node.test)):
+            arms: list = []
+            arm: object = node
+            while isinstance(arm, cst.If):
+                arms.append((arm.test, arm.body))
+                arm = arm.orelse
+            if isinstance(arm, cst.Else):
+                arms.append((None, arm.body))
+            if all(_passes_only(body) and (test is None or not any(
+                    isinstance(n, (cst.Call, cst.Await, cst.NamedExpr, cst.Yield)) for n in walk(test)))
+                   for test, body in arms):
                 out.append(node)
     return out
+
+
+def _passes_only(body: cst.BaseSuite) -> bool:
+    """An indented block of `pass` lines with no comment."""
+    return isinstance(body, cst.IndentedBlock) and body.header.comment is None and not body.footer and all(
+        isinstance(b, cst.SimpleStatementLine) and not _has_comment(b) and all(isinstance(x, cst.Pass) for x in b.body)
+        for b in body.body)
 
 
 def _statement_code(node: cst.CSTNode) -> str:

@@ -523,8 +523,9 @@ def test_quick_fix_text_edits_add_the_same_parentheses(line):
 
 def test_an_if_the_fixes_emptied_goes_and_the_users_own_stays():
     """edits.without_emptied_ifs: `if flag: pass` a port left (its fixes removed the block's
-    statements) goes at settle time, a block it empties gets `pass`; one the original had, one
-    with a comment, an `else`, or a test that calls something stays."""
+    statements) goes at settle time, with its `elif`/`else` arms where the fixes emptied them
+    all, and a block it empties gets `pass`; one the original had, one with a comment, an arm
+    with code, or a test that calls something stays."""
     import libcst as cst
 
     from porter.edits import without_emptied_ifs
@@ -535,17 +536,22 @@ def test_an_if_the_fixes_emptied_goes_and_the_users_own_stays():
         "def f():\n    if flag:\n        setup()\n"
         "if probe():\n    setup()\n"
         "if noted:  # the user's\n    setup()\n"
-        "if a:\n    setup()\nelse:\n    other()\n")
+        "if a:\n    setup()\nelse:\n    other()\n"
+        "if accel:\n    device = pick()\nelif mps:\n    device = mps()\nelse:\n    device = cpu()\n"
+        "if b:\n    setup()\nelif probe():\n    other()\n")
     after = cst.parse_module(
         "if kept:\n    pass\n"
         "if distributed:\n    pass\n"
         "def f():\n    if flag:\n        pass\n"
         "if probe():\n    pass\n"
         "if noted:  # the user's\n    pass\n"
-        "if a:\n    pass\nelse:\n    other()\n")
+        "if a:\n    pass\nelse:\n    other()\n"
+        "if accel:\n    pass\nelif mps:\n    pass\nelse:\n    pass\n"
+        "if b:\n    pass\nelif probe():\n    pass\n")
     assert without_emptied_ifs(before, after).code == (
         "if kept:\n    pass\n"
         "def f():\n    pass\n"
         "if probe():\n    pass\n"
         "if noted:  # the user's\n    pass\n"
-        "if a:\n    pass\nelse:\n    other()\n")
+        "if a:\n    pass\nelse:\n    other()\n"
+        "if b:\n    pass\nelif probe():\n    pass\n")

@@ -83,6 +83,14 @@ SPELLINGS = {
         seed="",
         place_model="if cuda:\n    model.cuda()",
         place_batch="        if cuda:\n            data, target = data.cuda(), target.cuda()\n        else:\n            data, target = data.to('cpu'), target.to('cpu')"),
+    # torch 2.6+'s device-generic spelling
+    "torch.accelerator": dict(
+        flag="use_accel = not args.no_cuda and torch.accelerator.is_available()\nif use_accel:\n"
+             "    device = torch.accelerator.current_accelerator()\n    torch.accelerator.set_device_index(0)\n"
+             "else:\n    device = torch.device('cpu')",
+        seed="torch.accelerator.empty_cache()",
+        place_model="model = model.to(device)",
+        place_batch="        data, target = data.to(device), target.to(device)"),
 }
 
 
@@ -124,7 +132,7 @@ def test_a_condition_that_calls_stays():
 
 
 @pytest.mark.jax
-@pytest.mark.parametrize("name", ["args.cuda", "use_gpu"])
+@pytest.mark.parametrize("name", ["args.cuda", "use_gpu", "torch.accelerator"])
 def test_the_default_port_trains_where_cuda_is_absent_and_matches(tmp_path, name):
     # the default port on a machine without CUDA (a TPU VM, this CPU), against the original
     original = tmp_path / "original.py"

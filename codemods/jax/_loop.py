@@ -953,6 +953,8 @@ with_manual_comment = astutil.with_manual_comment  # (stmt, code, reason): `# po
 
 
 DEVICE_WORDS = ("device", "dev")
+# calls that make a torch device (torch.accelerator's is CUDA's on a CUDA build of torch)
+DEVICE_CALLS = ("torch.device", "torch.accelerator.current_accelerator")
 # names of a CUDA device number: `.to(gpu_id)`, `.to(self.local_rank)` (an int given to .to()
 # is a CUDA device; a dtype is never spelled so)
 ORDINAL_WORDS = ("gpu", "gpu_id", "device_id", "device_idx", "local_rank", "rank", "cuda_id")
@@ -967,7 +969,7 @@ def is_device_expr(expr: cst.CSTNode, ctx: FileContext) -> bool:
     if isinstance(expr, cst.Integer):
         return True
     if isinstance(expr, cst.Call):
-        return ctx.qualname(expr.func) == "torch.device"
+        return ctx.qualname(expr.func) in DEVICE_CALLS
     name = dotted_name(expr)
     if name is None:
         return False
@@ -999,12 +1001,15 @@ def device_move(call: cst.CSTNode, ctx: FileContext) -> Optional[cst.CSTNode]:
 CUDA_ONLY_CALLS = frozenset({
     "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.cuda.empty_cache", "torch.cuda.set_device",
     "torch.cuda.reset_peak_memory_stats", "torch.cuda.ipc_collect",
+    "torch.accelerator.empty_cache", "torch.accelerator.set_device_index", "torch.accelerator.set_device_idx",
+    "torch.accelerator.reset_peak_memory_stats",
 })
 CUDA_SWITCH_PREFIXES = ("torch.backends.cudnn.", "torch.backends.cuda.matmul.", "torch.backends.cuda.")
 # calls a condition may make and still be dropped with its `if`: what they answer is all they do
 _QUERY_CALLS = frozenset({
     "torch.cuda.is_available", "torch.cuda.device_count", "torch.backends.mps.is_available",
     "torch.backends.mps.is_built", "torch.accelerator.is_available", "torch.cuda.is_bf16_supported",
+    "torch.accelerator.device_count",
 })
 
 

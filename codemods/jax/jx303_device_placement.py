@@ -56,7 +56,7 @@ class DevicePlacement(Rule):
     target = "jax"
     summary = "x.to(device) / .cuda() / model.to(device) / device = torch.device(...) removed; loader batches -> .numpy()"
     severity = Severity.WARNING
-    needs_text = (".to(", ".cuda(", "torch.device", "default_collate", "DataLoader", "DataParallel", ".device",
+    needs_text = (".to(", ".cuda(", "torch.device", "current_accelerator", "default_collate", "DataLoader", "DataParallel", ".device",
                   "is_available", "device_count")
     examples = [
         Example(
@@ -479,7 +479,7 @@ class DevicePlacement(Rule):
                 self.report(node, f"`{name}` only asks whether CUDA is there, and nothing reads it any more: the JAX "
                                   "port has no CUDA to ask about", Fix((self.remove(node),), Safety.SAFE))
             return
-        if not (isinstance(value, cst.Call) and self.ctx.qualname(value.func) == "torch.device"):
+        if not (isinstance(value, cst.Call) and self.ctx.qualname(value.func) in lp.DEVICE_CALLS):
             return
         uses = self._other_uses(name)
         if uses:

@@ -35,7 +35,7 @@ class CudaBackendFlags(Rule):
     target = "jax"
     summary = "remove torch.backends.cudnn.* / cuda.matmul.* switches, torch.cuda.manual_seed / empty_cache"
     severity = Severity.INFO
-    needs_text = ("cudnn", "allow_tf32", "torch.cuda.")
+    needs_text = ("cudnn", "allow_tf32", "torch.cuda.", "torch.accelerator.")
     examples = [
         Example(
             """

@@ -87,11 +87,6 @@ class TorchCompile(Rule):
 
             def predict(x):
                 return net(x)
-
-            if args.compile:
-                pass
-            else:
-                pass
             """,
             title="decorators, and both branches of an if",
         ),

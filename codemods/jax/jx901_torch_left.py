@@ -16,6 +16,7 @@ from . import _ops_table as ops
 # JAX value
 _HOST = ("torch.utils.data", "torchvision.datasets", "torchvision.transforms", "torchtext", "torchaudio.datasets",
          "torch.manual_seed", "torch.Generator", "torch.cuda.is_available", "torch.device", "torch.backends",
+         "torch.accelerator",
          "torch.set_num_threads", "torch.get_num_threads", "torch.from_numpy")
 # methods and attributes only torch objects have, reported wherever they are left
 _TORCH_ONLY = {
