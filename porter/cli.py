@@ -228,7 +228,7 @@ def migrate(
     verify_args: str = typer.Option("", "--verify-args", help="Arguments for both scripts in --verify, as one string (e.g. \"--epochs 1 --dropout 0\")."),
     data: Optional[str] = typer.Option(None, "--data", help="gs://bucket/prefix: read the script's dataset root from Cloud Storage through fsspec/gcsfs (rules DT001/DT002; unsafe fixes, with --unsafe-fixes)."),
     package: bool = typer.Option(False, "--package", help="Port PATH as a package that imports under its own name from --out: a package folder or an importable name (torchvision.models, timm), with everything it imports from itself and other packages' model code."),
-    with_packages: List[str] = typer.Option([], "--with", help="Also port the modules of this installed package (a Gluon library such as gluoncv) that the scripts import, into --out/PACKAGE, so that the port imports them from there (repeatable)."),
+    with_packages: List[str] = typer.Option([], "--with", help="Also port the modules of this installed package that the scripts import, into --out/PACKAGE, so that the port imports them from there: a Gluon library (gluoncv) whole, a torch library's model code (torchvision, for --to jax) as an overlay of the installed package (repeatable)."),
 ) -> None:
     """Rewrite code for the target. Without --write or --out: print a unified diff, write nothing.
 
@@ -248,6 +248,13 @@ def migrate(
     if data is not None:
         settings = _with_data(settings, data)
     mode = "write" if write else ("out" if out is not None else "diff")
+    overlays = _torch_libraries(with_packages)
+    library_failed = False
+    if overlays:
+        # the scripts' rules must know what the port of the libraries' model code builds
+        ok, libraries = _migrate_libraries(paths, with_packages, settings, out, jobs, overlay=True)
+        library_failed = not ok
+        settings = dataclasses.replace(settings, libraries=libraries)
     outcomes = _run("migrate", paths, settings, mode=mode, out_dir=out, jobs=jobs)
     if with_packages:
         outcomes = [_without_library_findings(o, with_packages) for o in outcomes]
@@ -265,7 +272,8 @@ def migrate(
         say(f"\nLeft for a human{note}:")
         say(left)
     _print_summary(outcomes, mode, settings, out)
-    library_failed = bool(with_packages) and not _migrate_libraries(paths, with_packages, settings, out, jobs)
+    if with_packages and not overlays:
+        library_failed = not _migrate_libraries(paths, with_packages, settings, out, jobs)[0]
     if report.failed(outcomes) or library_failed:
         raise typer.Exit(1)
     if verify_port:
@@ -289,12 +297,35 @@ def _without_library_findings(outcome: FileOutcome, packages: List[str]) -> File
     return outcome if len(kept) == len(outcome.findings) else dataclasses.replace(outcome, findings=kept)
 
 
-def _migrate_libraries(paths: List[Path], packages: List[str], settings: Settings, out: Path, jobs: int) -> bool:
+def _torch_libraries(packages: List[str]) -> bool:
+    """Whether the ``--with`` packages are torch libraries (installed here, as torchvision and
+    timm: their model code is ported as an overlay, porter.packages) rather than Gluon
+    libraries (installed in the MXNet venv, ported whole). Raises UsageError for a mix."""
+    if not packages:
+        return False
+    from porter.packages import imports_mxnet, resolve_source
+
+    def torch_library(package: str) -> bool:
+        path, _name, env = resolve_source(package)
+        return env.python is None and not imports_mxnet(path)
+
+    here = {p: torch_library(p) for p in packages}
+    if len(set(here.values())) > 1:
+        raise UsageError(f"--with {' --with '.join(packages)}: torch libraries "
+                         f"({', '.join(p for p, t in here.items() if t)}) and Gluon libraries "
+                         f"({', '.join(p for p, t in here.items() if not t)}) are ported in separate runs")
+    return all(here.values())
+
+
+def _migrate_libraries(paths: List[Path], packages: List[str], settings: Settings, out: Path, jobs: int,
+                       overlay: bool = False) -> tuple[bool, tuple]:
     """``porter migrate SCRIPT --out DIR --with PACKAGE``: the modules of each installed
     PACKAGE the scripts import (porter.packages.used_modules), ported into DIR/PACKAGE with
     their import closure (porter.packages.port_package, one call for all of them: one manifest
-    in DIR). True when every module was ported."""
-    from porter.packages import port_package, summary, used_modules
+    in DIR); ``overlay`` (torch libraries): their model code only, the installed package
+    serving the rest (porter.packages.overlay_selection). (True when every module was ported,
+    porter.program's ported_libraries of an overlay)."""
+    from porter.packages import overlay_constructors, overlay_selection, port_package, summary, used_modules
     from porter.sources import iter_python_files, read_source
 
     files, _errors = iter_python_files(paths)
@@ -307,9 +338,10 @@ def _migrate_libraries(paths: List[Path], packages: List[str], settings: Setting
                 continue  # the scripts' own run reported it
     wanted: list[str] = []
     for package in packages:
-        wanted += [m for m in used_modules(package, texts) if m not in wanted]
+        used = used_modules(package, texts)
+        wanted += [m for m in (overlay_selection(package, used, texts) if overlay else used) if m not in wanted]
     port = port_package(packages[0].split(".")[0], settings.target, out, unsafe=settings.unsafe_fixes, include=wanted,
-                        jobs=jobs, select=settings.select, ignore=settings.ignore, whole_folder=False)
+                        jobs=jobs, select=settings.select, ignore=settings.ignore, whole_folder=False, overlay=overlay)
     s = summary(port)
     for name, error in s["failed_modules"].items():
         say(f"{port.modules[name].source}: error: {error}")
@@ -325,8 +357,10 @@ def _migrate_libraries(paths: List[Path], packages: List[str], settings: Setting
             say(f"{m.output}:{where}: {f.code} {f.message}")
     say(f"porter migrate --with {' --with '.join(packages)}: the scripts use {', '.join(wanted)}; "
         f"{s['modules']} module(s) with what they import, {s['ported']} ported, {s['unchanged']} unchanged, "
-        f"{s['failed']} failed, into {out}")
-    return not s["failed"]
+        f"{s['failed']} failed, into {out}" + (
+            f" (their model code: an overlay of the installed {', '.join(packages)}, which serves the rest)"
+            if overlay else ""))
+    return not s["failed"], overlay_constructors(port) if overlay else ()
 
 
 def _migrate_package(paths: List[Path], to: Optional[str], out: Optional[Path], write: bool, verify_port: bool,

@@ -38,6 +38,7 @@ import importlib.machinery
 import json
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -455,6 +456,7 @@ def port_package(
     select: Sequence[str] = (),
     ignore: Sequence[str] = (),
     whole_folder: bool = True,
+    overlay: bool = False,
 ) -> PackagePort:
     """Port ``source`` (a folder, or an importable package or module name) and everything it
     needs from itself and from other packages' model code to ``target`` under ``out``.
@@ -463,7 +465,12 @@ def port_package(
     installed one), with their import closure. ``select``/``ignore``: rule codes, prefixes or
     names, as ``porter migrate --select/--ignore``. ``whole_folder`` False: a package selects
     its ``__init__`` alone (with its import closure), not every module of its folder
-    (``porter migrate --with``: the modules a script uses, given as ``include``). Raises
+    (``porter migrate --with``: the modules a script uses, given as ``include``). ``overlay``:
+    only torch model code is ported (the selection, ``include``, and the model code they import,
+    outside the host-side subpackages of :data:`HOST_SUBPACKAGES`); the package ``__init__``
+    files on the way are the originals, made to fall through to the installed package for
+    every module the port does not hold (:func:`overlay_init`), and no data file is copied: the
+    installed package keeps serving its datasets, transforms and native code. Raises
     :class:`UsageError` for a source that cannot be found, an unknown target, or an ``out``
     that overlaps the sources.
     """
@@ -525,15 +532,10 @@ def port_package(
             return None
         return _Layout(first, folder.parent)
 
-    def wants(name: str) -> bool:
-        """A module of another package: ported when it is torch model code."""
-        first = name.split(".")[0]
-        if first in external_tops:
-            return True
+    def is_model(name: str) -> bool:
+        """Whether the module ``name`` (of a package porter can find) is torch model code."""
         layout = layout_for(name)
-        if layout is None:
-            return False
-        file = layout.file(name)
+        file = layout.file(name) if layout is not None else None
         if file is None:
             return False
         if name not in model_code:
@@ -549,7 +551,17 @@ def port_package(
                 except (engine.PorterError, RecursionError, MemoryError):
                     model_code[name] = False
             checked[name] = [digest, model_code[name]]
-        if model_code[name]:
+        return model_code[name]
+
+    def wants(name: str) -> bool:
+        """A module of another package: ported when it is torch model code."""
+        first = name.split(".")[0]
+        if first in external_tops:
+            return True
+        layout = layout_for(name)
+        if layout is None or layout.file(name) is None:
+            return False
+        if is_model(name):
             layouts[first] = layout
             external_tops.add(first)
             # out/<first>/ now shadows the installed package: what was imported from it before
@@ -560,26 +572,36 @@ def port_package(
         rejected.setdefault(first, []).append(name)
         return False
 
-    def add(name: str) -> bool:
+    forced = {local_name(x) for x in include or ()}
+    inits: set[str] = set()  # overlay: package __init__ files kept as the originals (overlay_init)
+
+    def add(name: str, parent: bool = False) -> bool:
         if name in found:
             return True
         first = name.split(".")[0]
         if first != top and first not in external_tops and not wants(name):
             return False
+        if overlay and not parent and name not in forced and (_host_side(name) or not is_model(name)):
+            return False  # the installed package's module serves the port
         layout = layouts[first]
         file = layout.file(name)
         if file is None:
             return False
         found[name] = (file, first)
-        for parent in _with_parents(name)[:-1]:
-            add(parent)  # importing it runs its parent packages' __init__ first
+        for above in _with_parents(name)[:-1]:
+            add(above, parent=True)  # importing it runs its parent packages' __init__ first
+        if overlay and parent and name not in forced and not is_model(name):
+            inits.add(name)
+            return True  # its imports are the installed package's business
         queue.append(name)
         return True
 
     pending = list(queue)
     queue.clear()
     for name in pending:
-        add(name)
+        # overlay: a selected package is the way to its modules, its __init__ the original's
+        file = layouts[top].file(name)
+        add(name, parent=overlay and file is not None and file.name == "__init__.py")
     for extra in include or ():  # asked for: ported along whether or not it is model code
         extra = local_name(extra)
         first = extra.split(".")[0]
@@ -613,8 +635,9 @@ def port_package(
                     unresolved.add(candidate)
         imports[name] = sorted(set(deps))
         previous.setdefault(name, {})["raw_imports_now"] = raw
-    # names that resolve to modules only as `from X import n`: the others are attributes
-    unresolved = {u for u in unresolved if u not in found and not _is_attribute_candidate(u, found)}
+    # names that resolve to modules only as `from X import n`: the others are attributes (in an
+    # overlay, the installed package's modules)
+    unresolved = set() if overlay else {u for u in unresolved if u not in found and not _is_attribute_candidate(u, found)}
 
     # What the rules of each module need to know of the others
     facts = _program_facts(target, found)
@@ -628,6 +651,9 @@ def port_package(
         file, first = found[name]
         rel = file.relative_to(layouts[first].root)
         output = out / rel
+        if name in inits:
+            reused[name] = _write_overlay_init(file, output)
+            continue
         digest = _file_sha(file) or ""
         record = previous.get(name, {})
         if (record.get("digest") == digest and record.get("status") in STATUSES
@@ -655,14 +681,131 @@ def port_package(
         status, digest, findings, error, written = results[name]
         modules[name] = ModulePort(
             name, file, out / file.relative_to(layouts[first].root), status, list(findings), error, digest,
-            imports=imports.get(name, []), selected=name in selection, reused=name in reused,
+            imports=imports.get(name, []), selected=name in selection, reused=name in reused and name not in inits,
         )
-    data_files = _copy_data(found, layouts, out)
+    data_files = [] if overlay else _copy_data(found, layouts, out)
     _remove_stale(out, previous, found)
     _write_manifest(out, key, modules, previous, results, checked)
     followed = sorted(n for n, m in modules.items() if not m.selected)
     return PackagePort(top, out, target, modules, unsafe, sel_name, followed, sorted(external_tops), data_files,
                        sorted(unresolved))
+
+
+# Subpackages that by the zoos' convention hold the host-side input pipeline (torchvision's
+# datasets/transforms/io, timm's and gluoncv's data): an overlay never ports them, even where
+# they define torch modules (torchvision's transforms are nn.Modules, and a model file's weights
+# name its preset transforms): the port's batches are made on the host, by the installed code.
+HOST_SUBPACKAGES = frozenset({"data", "datasets", "transforms", "io", "tv_tensors"})
+
+OVERLAY_HEADER = ("# porter: an overlay of the installed package: the modules of this folder are ported, "
+                  "the others are the installed package's\n")
+
+
+def _host_side(name: str) -> bool:
+    return any(part in HOST_SUBPACKAGES for part in name.split(".")[1:])
+
+
+def overlay_init(text: str) -> str:
+    """A package ``__init__``'s text for an overlay: the original, with its ``__path__``
+    extended (``pkgutil.extend_path``) by the installed package's folder of the same name on
+    ``sys.path``, after its docstring and ``__future__`` imports: what the overlay does not hold is
+    imported from the installed package, its own modules first."""
+    module = engine.parse(text)
+    body = list(module.body)
+    at = 0
+    if body and isinstance(body[0], cst.SimpleStatementLine) and isinstance(body[0].body[0], cst.Expr) \
+            and isinstance(body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString)):
+        at = 1
+    while at < len(body) and isinstance(body[at], cst.SimpleStatementLine) and isinstance(body[at].body[0], cst.ImportFrom) \
+            and isinstance(body[at].body[0].module, cst.Name) and body[at].body[0].module.value == "__future__":
+        at += 1
+    added = list(cst.parse_module("import pkgutil as _porter_pkgutil\n"
+                                  "__path__ = _porter_pkgutil.extend_path(__path__, __name__)\n").body)
+    added[0] = added[0].with_changes(leading_lines=[cst.EmptyLine(comment=cst.Comment(OVERLAY_HEADER.strip()))])
+    return module.with_changes(body=[*body[:at], *added, *body[at:]]).code
+
+
+def _write_overlay_init(file: Path, output: Path) -> tuple:
+    """(status, digest, findings, error, written) of an overlay's package ``__init__``."""
+    try:
+        src = read_source(file)
+        digest = _sha(file.read_bytes())
+        data = src.encode(overlay_init(src.text))
+        write_atomic(output, data, src.mode, follow_symlinks=False)
+        return "ported", digest, [], None, _sha(data)
+    except (engine.PorterError, OSError) as exc:
+        return "failed", "", [], f"cannot write the overlay's {output}: {exc}", ""
+
+
+# a script that picks a package's models by name at run time needs all of them
+_DYNAMIC_PICKS = re.compile(r"__dict__\s*\[|\bgetattr\s*\(|\bget_model\s*\(|\bget_model_builder\b|\blist_models\b"
+                            r"|\bcreate_model\s*\(")
+
+
+_MXNET_IMPORT = re.compile(r"^\s*(import mxnet|from mxnet[\s.])", re.MULTILINE)
+
+
+def imports_mxnet(path: Path) -> bool:
+    """Whether a package (its folder) or module imports MXNet anywhere: a Gluon library."""
+    files = path.rglob("*.py") if path.is_dir() else [path]
+    for f in files:
+        try:
+            if _MXNET_IMPORT.search(f.read_text(encoding="utf-8", errors="replace")):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def overlay_selection(package: str, used: Sequence[str], sources: Sequence[str] = ()) -> list[str]:
+    """For an overlay (``porter migrate --with`` of a torch library): the modules of ``used``
+    (as :func:`used_modules` gives them) whose model code the port holds: a module that is
+    model code, and the model-code modules directly in a package (``torchvision.models`` ->
+    ``torchvision.models.resnet``, ...; not its subpackages), host-side subpackages aside. Of a
+    package's modules, those defining a name the scripts ``sources`` spell (``resnet18``), or
+    all of them where a script picks models by name at run time (``models.__dict__[arch]``,
+    ``getattr``, ``get_model``)."""
+    path, name, _env = resolve_source(package)
+    layout = _Layout(name, path.parent)
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", "\n".join(sources)))
+    dynamic = not sources or any(_DYNAMIC_PICKS.search(text) for text in sources)
+    out: list[str] = []
+    for module in used:
+        file = layout.file(module)
+        if file is None or _host_side(module):
+            continue
+        whole = file.name == "__init__.py"
+        files = sorted(file.parent.glob("*.py")) if whole else [file]
+        for f in files:
+            if f.name == "__init__.py":
+                continue
+            child = module if f == file else f"{module}.{f.stem}"
+            try:
+                text = read_source(f).text
+                if "torch" not in text or child in out:
+                    continue
+                tree = engine.parse(text)
+                if whole and not dynamic and not words & _defined(tree):
+                    continue  # the scripts name none of its models
+                if is_model_code(tree):
+                    out.append(child)
+            except (engine.PorterError, RecursionError, MemoryError):
+                continue
+    return out
+
+
+def _defined(module: cst.Module) -> set[str]:
+    """The public names a module defines at its top level (classes, functions, assignments)."""
+    names: set[str] = set()
+    for stmt in module.body:
+        if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
+            names.add(stmt.name.value)
+        elif isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, (cst.Assign, cst.AnnAssign)):
+                    targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+                    names.update(t.value for t in targets if isinstance(t, cst.Name))
+    return {n for n in names if not n.startswith("_")}
 
 
 def used_modules(package: str, sources: Sequence[str]) -> list[str]:
@@ -737,6 +880,47 @@ def _program_facts(target: str, found: dict) -> dict[str, program.ProgramFacts]:
             continue
     spelled = jax_program.package_rngs_callables(parsed)
     return {name: program.ProgramFacts(frozenset(spelled.get(name, ()))) for name in found}
+
+
+def overlay_constructors(port: PackagePort) -> tuple:
+    """The ``(module, names)`` pairs of porter.program's ``ported_libraries`` for a JAX overlay:
+    for each ported model module, the classes and factories whose ported constructors take
+    ``rngs`` (the module rules' plan, read from the port), with the functions that hand their
+    ``**kwargs`` on to one of them (torchvision's ``resnet18(**kwargs)`` -> ``_resnet`` ->
+    ``ResNet``); under the module's name and its package's (which re-exports them)."""
+    if port.target != "jax":
+        return ()
+    from porter._layout import mapped_package
+
+    mapped_package("porter.codemods", "codemods")
+    from porter.codemods.jax import _program as jax_program
+
+    pairs: dict[str, set] = {}
+    for name, m in sorted(port.modules.items()):
+        if m.status == "failed" or m.source.name == "__init__.py":
+            continue
+        try:
+            module = engine.parse(read_source(m.output).text)
+        except (engine.PorterError, OSError, RecursionError, MemoryError):
+            continue
+        names = set(jax_program._constructors_of(module, m.output, 0, {}))
+        functions = [s for s in module.body if isinstance(s, cst.FunctionDef) and isinstance(s.params.star_kwarg, cst.Param)]
+        grew = True
+        while grew:
+            grew = False
+            for fn in functions:
+                kwargs = fn.params.star_kwarg.name.value  # type: ignore[union-attr]
+                if fn.name.value not in names and any(
+                        isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in names
+                        and any(a.star == "**" and isinstance(a.value, cst.Name) and a.value.value == kwargs for a in n.args)
+                        for n in astutil.walk(fn.body)):
+                    names.add(fn.name.value)
+                    grew = True
+        public = {n for n in names if "." not in n}
+        for key in (name, name.rpartition(".")[0]):
+            if key:
+                pairs.setdefault(key, set()).update(public)
+    return tuple((key, frozenset(names)) for key, names in sorted(pairs.items()) if names)
 
 
 def _is_attribute_candidate(name: str, found: dict) -> bool:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
-from porter import engine, registry
+from porter import engine, program, registry
 from porter.gcsdata import GcsDataRule
 from porter.platforms import PinnedVersionsRule, check_pin_file, iter_pin_files
 from porter.rules import Finding
@@ -59,6 +59,12 @@ class Settings:
     memory_mb: int = DEFAULT_MEMORY_MB
     # --data gs://bucket/prefix: the target's data rule (porter.gcsdata) runs, configured with it
     data: str = ""
+    # library model code ported along (porter.program's ported_libraries): (module, names) pairs
+    libraries: tuple = ()
+
+    def program_facts(self) -> Optional[program.ProgramFacts]:
+        """What the rules know of the rest of the program (None: they read it themselves)."""
+        return program.ProgramFacts(ported_libraries=self.libraries) if self.libraries else None
 
     @property
     def limited(self) -> bool:
@@ -168,6 +174,11 @@ def parse_error_message(exc: engine.PorterError, text: str) -> str:
 
 
 def check_file(path: Path, settings: Settings) -> FileOutcome:
+    with program.facts(settings.program_facts()):
+        return _check_file(path, settings)
+
+
+def _check_file(path: Path, settings: Settings) -> FileOutcome:
     if path.suffix == ".ipynb":
         from porter import notebook
 
@@ -253,6 +264,11 @@ def unified_diff(before: str, after: str, name: str) -> str:
 
 def migrate_file(path: Path, settings: Settings, mode: str, out: Optional[Path] = None) -> FileOutcome:
     """``mode``: "diff" (write nothing), "write" (in place) or "out" (to ``out``)."""
+    with program.facts(settings.program_facts()):
+        return _migrate_file(path, settings, mode, out)
+
+
+def _migrate_file(path: Path, settings: Settings, mode: str, out: Optional[Path] = None) -> FileOutcome:
     if path.suffix == ".ipynb":
         from porter import notebook
 

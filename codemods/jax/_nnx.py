@@ -944,6 +944,21 @@ _TORCHVISION_NOT_MODELS = frozenset({"get_weight", "get_model_weights", "get_mod
 _MODEL_CHAIN = ("to", "cuda", "cpu", "train", "eval", "float", "half", "double", "bfloat16", "requires_grad_")
 
 
+def ported_library_call(func: cst.BaseExpression, ctx: FileContext) -> bool:
+    """``func`` is a constructor of library model code ported with the program (porter.program's
+    ``ported_libraries``: ``torchvision.models.resnet18``), or is picked from such a module by
+    name (``models.__dict__[arch]``, ``getattr(models, arch)``)."""
+    from porter import program
+
+    if program.ported_library(ctx.qualname(func) or ""):
+        return True
+    if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Attribute) and func.value.attr.value == "__dict__":
+        return program.ported_library(ctx.qualname(func.value.value) or "", whole_module=True)
+    if isinstance(func, cst.Call) and ctx.qualname(func.func) == "builtins.getattr" and func.args:
+        return program.ported_library(ctx.qualname(func.args[0].value) or "", whole_module=True)
+    return False
+
+
 def library_model_factory(call: cst.BaseExpression, ctx: FileContext) -> Optional[str]:
     """The qualified name of the torch model library function ``call`` calls when that builds a
     model: a model builder of ``torchvision.models`` (and its detection, segmentation, video
@@ -953,7 +968,7 @@ def library_model_factory(call: cst.BaseExpression, ctx: FileContext) -> Optiona
     call counts as the call. None otherwise."""
     while isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value in _MODEL_CHAIN:
         call = call.func.value
-    if not isinstance(call, cst.Call):
+    if not isinstance(call, cst.Call) or ported_library_call(call.func, ctx):
         return None
     qual = ctx.qualname(call.func) or ""
     last = qual.rsplit(".", 1)[-1]

@@ -863,20 +863,26 @@ op(["torch.argsort", ".argsort"], "input, dim, descending, *, stable", lambda b:
 
 
 def _topk(b: Bound):
-    if b.has("dim") and b.lit("dim") not in (-1,):
-        raise Manual("jax.lax.top_k works on the last axis only: move the axis (jnp.moveaxis) and write it by hand")
     largest = b.lit("largest", True)
     if largest is not True:
         raise Manual("largest=False: write jax.lax.top_k(-x, k) and negate the values")
     if b.has("sorted") and b.lit("sorted") is not True:
         raise Manual("sorted=False: jax.lax.top_k always sorts")
-    t = f"{b.jax}.lax.top_k({b['input']}, {b['k']})"
-    return (f"{t}[0]", f"{t}[1]", t)  # (values, indices, the pair itself)
+    if not b.has("dim") or b.lit("dim") == -1:
+        t = f"{b.jax}.lax.top_k({b['input']}, {b['k']})"
+        return (f"{t}[0]", f"{t}[1]", t)  # (values, indices, the pair itself)
+    # jax.lax.top_k works on the last axis: the axis moves there and back
+    d = b["dim"]
+    t = f"{b.jax}.lax.top_k({b.jnp}.moveaxis({b['input']}, {d}, -1), {b['k']})"
+    return (f"{b.jnp}.moveaxis({t}[0], -1, {d})", f"{b.jnp}.moveaxis({t}[1], -1, {d})",
+            f"tuple({b.jnp}.moveaxis(r, -1, {d}) for r in {t})")
 
 
 op(["torch.topk", ".topk"], "input, k, dim, largest, sorted", _topk, "jax.lax.top_k(x, k)",
-   "on the last axis (dim=-1, torch's default); returns (values, indices)",
-   [Case("@(a, 2)", a="f3,5"), Case("@(a, k=3, dim=-1).values", a="f3,5"), Case("@(a, 2).indices", a="f3,5")], pair=True)
+   "returns (values, indices); on another axis than the last, jnp.moveaxis moves it there and back",
+   [Case("@(a, 2)", a="f3,5"), Case("@(a, k=3, dim=-1).values", a="f3,5"), Case("@(a, 2).indices", a="f3,5"),
+    Case("@(a, 2, 1, True, True)", a="f4,5"), Case("@(a, 2, dim=0).indices", a="f4,3"),
+    Case("@(a, 2, dim=0)[0]", a="f4,3")], pair=True)
 
 
 def _cumulative(fn: str):

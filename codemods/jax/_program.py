@@ -224,7 +224,7 @@ def rngs_callables(ctx: FileContext) -> frozenset:
     from porter import program  # the fact is set by porter.packages while it ports a module
 
     facts = program.current()
-    if facts is not None:
+    if facts is not None and facts.rngs_callables is not None:
         return facts.rngs_callables
     key = ("program.rngs_callables",)
     if key in ctx.cache:

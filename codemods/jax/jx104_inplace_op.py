@@ -18,8 +18,12 @@ class InplaceOp(Rule):
     A slice of a plain name (`x[a:b].zero_()`, `x[:, 0].add_(1)`: basic indexing, a view in
     torch) is updated through `.at`: `x = x.at[a:b].set(jnp.zeros_like(x[a:b]))`.
 
+    A call whose result is used (`res.append(acc.mul_(100))`) becomes the functional value
+    (`jnp.multiply(acc, 100)`) where the name is a local that each assignment binds to a value
+    of its own (a computation, no view of another tensor) and that this call alone reads.
+
     An in-place call on anything else (`self.buf.mul_(0.9)`, `p.data.add_(g)`, `x[i].add_(1)`
-    with an index that may be a tensor, a copy in torch) or whose result is used (`y = x.add_(1)`) is marked `# porter: manual`
+    with an index that may be a tensor, a copy in torch) or whose result is used otherwise (`y = x.add_(1)` with `x` read again) is marked `# porter: manual`
     and reported: it mutates storage that other names share, which JAX arrays never do; the
     port needs an `nnx.Variable` update (`self.buf.value = ...`) or `x.at[i].add(1)`.
 
@@ -103,6 +107,32 @@ class InplaceOp(Rule):
             """,
             title="a slice of a plain name (a view in torch) through .at; an index that may be a tensor is left",
         ),
+        Example(
+            """
+            import torch
+
+            def percent(correct, topk, n):
+                res = []
+                for k in topk:
+                    hits = correct[:k].sum(0, keepdim=True)
+                    res.append(hits.mul_(100.0 / n))
+                flat = correct.view(-1)
+                return res, flat.add_(1)
+            """,
+            """
+            import torch
+            import jax.numpy as jnp
+
+            def percent(correct, topk, n):
+                res = []
+                for k in topk:
+                    hits = correct[:k].sum(0, keepdim=True)
+                    res.append(jnp.multiply(hits, 100.0 / n))
+                flat = correct.view(-1)
+                return res, flat.add_(1)  # porter: manual
+            """,
+            title="a result used: the functional value where the name holds a value of its own that nothing else reads",
+        ),
     ]
     valid = [
         "import torch\nimport torch.nn as nn\nnn.init.xavier_uniform_(w)\n",
@@ -129,6 +159,17 @@ class InplaceOp(Rule):
         if _basic_slice_of_name(recv) and isinstance(parent, cst.Expr) and isinstance(stmt, cst.SimpleStatementLine):
             self._slice_update(node, parent, o, recv, what)
             return
+        if isinstance(recv, cst.Name) and not isinstance(parent, cst.Expr) and self._fresh_and_dead(recv):
+            # `res.append(acc.mul_(100))`, acc a value of its own read nowhere else: its new value is all that counts
+            built = self._build(node, o, recv, what)
+            if built is not None:
+                text, used = built
+                if func.attr.value in ops.INPLACE_CAST:
+                    text = f"{ops.atom(astutil.parse_expression(text))}.astype({recv.value}.dtype)"
+                self.report(node, f"{what}: JAX arrays are immutable, and {recv.value} is read nowhere else: {text}",
+                            Fix((self.replace(node, astutil.parse_expression(ops.atom(astutil.parse_expression(text)))),),
+                                imports=tuple(sorted(used))))
+            return
         if not (isinstance(recv, cst.Name) and isinstance(parent, cst.Expr) and isinstance(stmt, cst.SimpleStatementLine)):
             ops.report_manual(
                 self, node,
@@ -144,6 +185,34 @@ class InplaceOp(Rule):
             text = f"{ops.atom(astutil.parse_expression(text))}.astype({recv.value}.dtype)"
         new = cst.Assign([cst.AssignTarget(cst.Name(recv.value))], astutil.parse_expression(text))
         self.report(node, f"{what}: JAX arrays are immutable: {recv.value} = {text}", Fix((self.replace(parent, new),), imports=tuple(sorted(used))))
+
+    def _fresh_and_dead(self, recv: cst.Name) -> bool:
+        """``recv`` is a local of the enclosing function (no parameter, no global) that every
+        assignment binds to a value of its own (a computation, not another name, attribute,
+        subscript or view of one), and this in-place call is the only read of it: no other
+        tensor shares its storage, and no later code sees the write."""
+        fn = self.ctx.enclosing(cst.FunctionDef)
+        if fn is None or recv.value in {p.name.value for p in astutil.walk(fn.params) if isinstance(p, cst.Param)}:
+            return False
+        values = []
+        reads = 0
+        for n in astutil.walk(fn.body, into_functions=True):
+            if isinstance(n, (cst.Global, cst.Nonlocal)) and any(a.name.value == recv.value for a in n.names):
+                return False
+            if isinstance(n, (cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For, cst.With, cst.NamedExpr)):
+                targets = [t.target for t in n.targets] if isinstance(n, cst.Assign) else [
+                    getattr(n, "target", None)] if not isinstance(n, cst.With) else [i.asname.name for i in n.items if i.asname]
+                for t in targets:
+                    if isinstance(t, cst.Name) and t.value == recv.value:
+                        if not isinstance(n, cst.Assign):
+                            return False
+                        values.append(n.value)
+                    elif t is not None and any(isinstance(m, cst.Name) and m.value == recv.value for m in astutil.walk(t)):
+                        return False  # unpacked into: porter cannot see the value
+            if isinstance(n, cst.Name) and n.value == recv.value and n is not recv:
+                reads += 1
+        # each binding's own target Name is walked as a read too
+        return bool(values) and reads == len(values) and all(_own_value(v) for v in values)
 
     def _build(self, node: cst.Call, o, recv, what: str):
         """The functional value of the in-place call (text, imports used), or None where it is
@@ -174,6 +243,23 @@ class InplaceOp(Rule):
         new = cst.Assign([cst.AssignTarget(cst.Name(name))], astutil.parse_expression(value))
         self.report(node, f"{what} on a slice: JAX arrays are immutable: {name} = {value}",
                     Fix((self.replace(parent, new),), imports=tuple(sorted(used))))
+
+
+# tensor methods whose result may share the receiver's storage (a view) or be the receiver
+_VIEWS = frozenset({"view", "view_as", "reshape", "reshape_as", "transpose", "t", "permute", "expand", "expand_as",
+                    "narrow", "squeeze", "unsqueeze", "flatten", "unflatten", "detach", "as_strided", "select",
+                    "split", "chunk", "unbind", "movedim", "swapaxes", "diagonal", "contiguous", "to", "type",
+                    "float", "double", "half", "long", "int", "bool", "cpu", "cuda", "data", "T", "mT", "real", "imag"})
+
+
+def _own_value(value: cst.BaseExpression) -> bool:
+    """A value computed afresh (an operator's or a call's result that is no view): not a name,
+    attribute or subscript of another value, nor a view method's result."""
+    if isinstance(value, (cst.Name, cst.Attribute, cst.Subscript)):
+        return False
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value in _VIEWS:
+        return False
+    return isinstance(value, (cst.Call, cst.BinaryOperation, cst.UnaryOperation))
 
 
 def _basic_slice_of_name(recv: cst.BaseExpression) -> bool:

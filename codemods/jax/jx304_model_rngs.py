@@ -51,7 +51,7 @@ class ModelRngs(Rule):
     target = "jax"
     summary = "Net(...) -> Net(..., rngs=nnx.Rngs(seed)) with the seed of torch.manual_seed"
     severity = Severity.ERROR
-    needs_text = ("Module", "rngs", "from ")  # "from ": models imported from other files of the program
+    needs_text = ("Module", "rngs", "from ", "models")  # "from ": models imported from other files of the program
     examples = [
         Example(
             """
@@ -184,13 +184,15 @@ class ModelRngs(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         name = dotted_name(node.func)
-        if name is None:
+        ported = _nnx.ported_library_call(node.func, self.ctx)
+        if name is None and not ported:
             return
         facts = lp.file_facts(self.ctx)
         factories = _program.factories(self.ctx)
-        if name not in facts.module_classes and name not in factories and name not in _program.imported_models(self.ctx) \
-                and not self._class_method(node.func):
+        if not ported and name not in facts.module_classes and name not in factories \
+                and name not in _program.imported_models(self.ctx) and not self._class_method(node.func):
             return
+        name = name or lp.code(node.func)
         if any(a.keyword is not None and a.keyword.value == "rngs" for a in node.args):
             return
         fn = self.ctx.enclosing(cst.FunctionDef)

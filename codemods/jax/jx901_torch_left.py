@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from porter import astutil
+from porter import astutil, program
 from porter.astutil import code as _code
 from porter.rules import Edit, Example, Fix, Rule, Safety, Severity
 
@@ -317,9 +317,9 @@ class TorchLeft(Rule):
                     library = factory.split(".")[0]
                     self.report(n.value, f"a torch module built by {factory}(...): the JAX port cannot train it "
                                          "(nnx.Optimizer, nnx.state and the jitted step take NNX modules); port the "
-                                         f"model's code too ({library}'s model source with `porter zoo` or `porter "
-                                         "migrate`, or the model as an nn.Module class in the program) and build the "
-                                         "model from that port, or port this script to torch-xla")
+                                         f"model's code with it: `porter migrate SCRIPT --to jax --out DIR --with "
+                                         f"{library}` writes the port of {library}'s model code beside the script, "
+                                         "which builds its model from that (or port this script to torch-xla)")
             if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "isinstance" and len(n.args) == 2:
                 kinds = n.args[1].value
                 elts = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
@@ -353,6 +353,9 @@ class TorchLeft(Rule):
                 qual = ctx.qualname(n)
                 if qual and qual.startswith(_HOST):
                     reported.update(id(m) for m in astutil.walk(n))
+                    continue
+                if qual and program.under_ported_library(qual):
+                    reported.update(id(m) for m in astutil.walk(n))  # library model code ported with the program
                     continue
                 if qual and qual.split(".")[0] in ("torch", "torchvision"):
                     # the longest dotted chain only (torch.nn.functional.relu, not torch.nn)
@@ -436,8 +439,9 @@ def _own_nodes(stmt: cst.CSTNode):
 
 def _type_hints(stmt: cst.CSTNode) -> set[int]:
     """The nodes of a statement that are type hints, never computed on: annotations
-    (`y: Optional[Tensor] = ...`) and the value given to a class's `__annotations__`
-    (`Out.__annotations__ = {"logits": Tensor}`, a namedtuple's field types)."""
+    (`y: Optional[Tensor] = ...`), the value given to a class's `__annotations__`
+    (`Out.__annotations__ = {"logits": Tensor}`, a namedtuple's field types) and a type
+    variable's bound (`TypeVar("M", bound=nn.Module)`)."""
     hints: set[int] = set()
     for n in _own_nodes(stmt):
         if isinstance(n, cst.Annotation):
@@ -445,6 +449,10 @@ def _type_hints(stmt: cst.CSTNode) -> set[int]:
         elif isinstance(n, cst.Assign) and any(
                 isinstance(t.target, cst.Attribute) and t.target.attr.value == "__annotations__" for t in n.targets):
             hints.update(id(m) for m in astutil.walk(n.value))
+        elif isinstance(n, cst.Call) and (
+                (isinstance(n.func, cst.Name) and n.func.value == "TypeVar")
+                or (isinstance(n.func, cst.Attribute) and n.func.attr.value == "TypeVar")):
+            hints.update(id(m) for a in n.args for m in astutil.walk(a.value))  # `TypeVar("M", bound=nn.Module)`
     return hints
 
 
