@@ -4,8 +4,9 @@ code the script uses into DIR/torchvision, an overlay of the installed package (
 transforms and native code stay the installed ones), and the script's port builds its model
 from it (rngs passed, nnx.Optimizer over an NNX module), trains in JAX and matches the original.
 
-Spellings of picking the model: the builder by attribute, imported by name, and by name at run
-time (`models.__dict__[arch]`, `getattr(models, arch)`).
+Spellings of picking the model: the builder by attribute, imported by name, by name at run
+time (`models.__dict__[arch]`, `getattr(models, arch)`), and built inside a module of the
+script (a backbone with a head).
 """
 import json
 import os
@@ -43,6 +44,12 @@ SCRIPTS = {
     "by name": _HEAD + "import torchvision.models as models\narch = 'resnet18'\n"
                "model = models.__dict__[arch](num_classes=10)\n" + _TRAIN,
     "getattr": _HEAD + "from torchvision import models\nmodel = getattr(models, 'resnet18')(num_classes=10)\n" + _TRAIN,
+    # built inside the program's own module: the module's rngs are passed on
+    "in a module": _HEAD + "import torch.nn as nn\nimport torchvision\n\n\nclass Net(nn.Module):\n"
+                   "    def __init__(self):\n        super().__init__()\n"
+                   "        self.backbone = torchvision.models.resnet18(num_classes=16)\n"
+                   "        self.head = nn.Linear(16, 10)\n\n    def forward(self, x):\n"
+                   "        return self.head(self.backbone(x))\n\n\nmodel = Net()\n" + _TRAIN,
 }
 
 
@@ -58,20 +65,21 @@ def test_the_script_builds_its_model_from_the_overlay(name, tmp_path):
     proc = _migrate(script, tmp_path / "out")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     port = (tmp_path / "out" / "train.py").read_text()
-    assert "rngs=nnx.Rngs(0)" in port and "nnx.Optimizer(model" in port and "@nnx.jit" in port, port
+    assert ("resnet18(num_classes=16, rngs=rngs)" in port if name == "in a module" else "rngs=nnx.Rngs(0)" in port), port
+    assert "nnx.Optimizer(model" in port and "@nnx.jit" in port, port
     # the model is no torch library's model any more: nothing about it is left for a human
     assert "train.py" not in proc.stdout.split("Left for a human:")[-1].split("porter migrate --to jax")[0], proc.stdout
     ported = {p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out" / "torchvision").rglob("*.py")}
     assert "torchvision/models/resnet.py" in ported
     assert not any(part in HOST_SUBPACKAGES for p in ported for part in p.split("/")), ported
-    if name in ("attribute", "imported"):  # the scripts name resnet18: its module (and what it imports) only
+    if name in ("attribute", "imported", "in a module"):  # the scripts name resnet18: its module (and what it imports) only
         assert ported == {"torchvision/__init__.py", "torchvision/models/__init__.py", "torchvision/models/_utils.py",
                           "torchvision/models/resnet.py"}, ported
 
 
 @pytest.mark.jax
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["attribute", "by name"])
+@pytest.mark.parametrize("name", ["attribute", "by name", "in a module"])
 def test_the_port_trains_in_jax_and_matches(name, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPTS[name])

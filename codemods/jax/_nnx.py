@@ -433,6 +433,8 @@ class RngsPlan:
         # (a function with its own rngs parameter took rngs out of its **kwargs: it passes it on)
         if dotted_name(f) in self.imported and not (isinstance(f, cst.Name) and f.value in self.classes):
             return True  # a class or factory of another module of the program (`Stem(...)`, `L.Stem(...)`)
+        if ported_library_call(f, self.ctx):
+            return True  # library model code ported with the program (`torchvision.models.resnet18()`)
         if isinstance(f, cst.Name):
             if f.value in self.classes:
                 return self.class_takes_rngs(self.classes[f.value])

@@ -28,6 +28,11 @@ _TORCH_ONLY = {
     "register_hook": "JAX has no tensor hooks",
     "register_forward_hook": "NNX modules have no forward hooks",
     "named_parameters": "NNX modules have no named_parameters(): nnx.state(model, nnx.Param) holds them",
+    "children": "NNX modules have no children(): nnx.iter_children(m) yields its attributes that are modules, in "
+                "attribute order, without the activations the port keeps as functions (torch's nn.ReLU children): "
+                "build the sequence of layers by hand",
+    "named_children": "NNX modules have no named_children(): nnx.iter_children(m) yields (name, module) of its "
+                      "attributes that are modules, without the activations the port keeps as functions",
 }
 _ATTRIBUTES = ("is_cuda",)  # the others of _TORCH_ONLY are methods: reported where they are called
 # methods and attributes of torch tensors that JAX arrays lack, reported on values the port computes in JAX
