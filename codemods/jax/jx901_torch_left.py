@@ -324,7 +324,9 @@ class TorchLeft(Rule):
                                          "(nnx.Optimizer, nnx.state and the jitted step take NNX modules); port the "
                                          f"model's code with it: `porter migrate SCRIPT --to jax --out DIR --with "
                                          f"{library}` writes the port of {library}'s model code beside the script, "
-                                         "which builds its model from that (or port this script to torch-xla)")
+                                         "which builds its model from that when it calls the library's model classes "
+                                         "or builders (measured on torchvision's; a registry such as timm's "
+                                         "create_model is not followed), or port this script to torch-xla")
             if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == "isinstance" and len(n.args) == 2:
                 kinds = n.args[1].value
                 elts = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
