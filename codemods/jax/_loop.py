@@ -145,7 +145,38 @@ def _file_facts_of(ctx: FileContext) -> FileFacts:
                 facts.losses.add(target)
     facts.modules.update(m for m in facts.optimizers.values() if m)
     _handed_to_classes(module, facts)
+    _handed_to_functions(module, facts)
     return facts
+
+
+def _handed_to_functions(module: cst.Module, facts: FileFacts) -> None:
+    """A function of the file given an optimizer and the model it trains under other names
+    (`train_model(model_ft, criterion, optimizer_ft, ...)` calling its parameters `model` and
+    `optimizer`): inside it, the parameter trains the parameter, when every call of the
+    function in the file passes the same pair."""
+    functions = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
+    if not functions or not facts.optimizers:
+        return
+    given: dict[str, dict[str, set]] = {}  # function -> parameter -> the texts its calls give it
+    for call in astutil.walk(module, into_functions=True):
+        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value in functions):
+            continue
+        params = [p.name.value for p in astutil.params(functions[call.func.value].params)]
+        texts = given.setdefault(call.func.value, {})
+        for i, arg in enumerate(call.args):
+            if arg.star:
+                break
+            name = arg.keyword.value if arg.keyword is not None else params[i] if i < len(params) else None
+            if name is not None:
+                texts.setdefault(name, set()).add(code(arg.value))
+    for texts in given.values():
+        single = {param: next(iter(t)) for param, t in texts.items() if len(t) == 1}
+        holders = {text: param for param, text in single.items()}
+        for param, text in single.items():
+            model = facts.optimizers.get(text)
+            if model and model in holders and param not in facts.optimizers:
+                facts.optimizers[param] = holders[model]
+                facts.modules.add(holders[model])
 
 
 def _handed_to_classes(module: cst.Module, facts: FileFacts) -> None:
@@ -1134,19 +1165,62 @@ def loader_names(ctx: FileContext) -> set[str]:
     if key in ctx.cache:
         return ctx.cache[key]
     out: set[str] = set()
+
+    def is_loader(value: cst.BaseExpression) -> bool:
+        qual = ctx.qualname(value.func) or "" if isinstance(value, cst.Call) else ""
+        return qual.startswith("torch.utils.data") and qual.endswith("DataLoader")
+
     for n in astutil.walk(ctx.module, into_functions=True):
-        if isinstance(n, cst.Assign) and isinstance(n.value, cst.Call):
-            qual = ctx.qualname(n.value.func) or ""
-            if qual.startswith("torch.utils.data") and qual.endswith("DataLoader"):
+        if isinstance(n, cst.Assign):
+            if is_loader(n.value):
                 out |= {code(t.target) for t in n.targets}
+            elif (isinstance(n.value, cst.DictComp) and is_loader(n.value.value)) or (
+                    isinstance(n.value, cst.Dict) and n.value.elements
+                    and all(isinstance(e, cst.DictElement) and is_loader(e.value) for e in n.value.elements)):
+                # `loaders = {phase: DataLoader(...) for phase in ...}`: `loaders[phase]` is one
+                out |= {code(t.target) + "[]" for t in n.targets}
+    out |= _loader_parameters(ctx.module, out)
     ctx.cache[key] = out
     return out
+
+
+def _loader_parameters(module: cst.Module, loaders: set[str]) -> set[str]:
+    """Parameters of the file's functions that every call of the function in the file gives a
+    DataLoader (``run_epoch(model, loaders["train"])`` for ``def run_epoch(net, loader)``)."""
+    if not loaders:
+        return set()
+
+    def loader(expr: cst.BaseExpression) -> bool:
+        return (code(expr.value) + "[]" if isinstance(expr, cst.Subscript) else code(expr)) in loaders
+
+    functions = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
+    given: dict[tuple[str, str], list[bool]] = {}
+    for call in astutil.walk(module, into_functions=True):
+        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value in functions):
+            continue
+        params = [p.name.value for p in astutil.params(functions[call.func.value].params)]
+        for i, arg in enumerate(call.args):
+            if arg.star:
+                break
+            name = arg.keyword.value if arg.keyword is not None else params[i] if i < len(params) else None
+            if name is not None:
+                given.setdefault((call.func.value, name), []).append(loader(arg.value))
+    return {param for (_fn, param), answers in given.items() if answers and all(answers)}
+
+
+def is_loader_expr(expr: cst.BaseExpression, ctx: FileContext) -> bool:
+    """``expr`` is a torch DataLoader of the file: a name bound to one, or an item of a dict
+    of them (``loaders[phase]``)."""
+    names = loader_names(ctx)
+    if isinstance(expr, cst.Subscript):
+        return code(expr.value) + "[]" in names
+    return code(expr) in names
 
 
 def loader_batch_target(loop: cst.For, ctx: FileContext) -> Optional[cst.BaseAssignTargetExpression]:
     """The part of a for loop's target that is the batch of a torch DataLoader
     (``(x, y)`` of ``for i, (x, y) in enumerate(loader)``), or None."""
-    if code(strip_iter(loop.iter)) not in loader_names(ctx):
+    if not is_loader_expr(strip_iter(loop.iter), ctx):
         return None
     target = loop.target
     it = loop.iter
@@ -1212,11 +1286,10 @@ def _target_names(target: cst.CSTNode) -> Optional[tuple]:
 
 def _loader_iterators(ctx: FileContext) -> set:
     """The code of names (attribute chains) bound to ``iter(<a DataLoader>)``."""
-    loaders = loader_names(ctx)
     out = set()
     for n in astutil.walk(ctx.module, into_functions=True):
         if isinstance(n, cst.Assign) and isinstance(n.value, cst.Call) and isinstance(n.value.func, cst.Name) \
-                and n.value.func.value == "iter" and n.value.args and code(n.value.args[0].value) in loaders:
+                and n.value.func.value == "iter" and n.value.args and is_loader_expr(n.value.args[0].value, ctx):
             out |= {code(t.target) for t in n.targets}
     return out
 
@@ -1228,7 +1301,7 @@ def _is_loader_next(value: cst.CSTNode, ctx: FileContext, iterators: set) -> boo
         return False
     it = value.args[0].value
     if isinstance(it, cst.Call) and isinstance(it.func, cst.Name) and it.func.value == "iter" and it.args:
-        return code(it.args[0].value) in loader_names(ctx)
+        return is_loader_expr(it.args[0].value, ctx)
     return code(it) in iterators
 
 
@@ -1583,3 +1656,49 @@ def self_layer_kinds(cls: cst.ClassDef, ctx: FileContext) -> dict:
             continue
         put(path, kind(value))
     return out
+
+
+# --------------------------------------------------------------------------------------
+# A loop that trains in one phase only (JX321 splits it; JX301 leaves it to that)
+# --------------------------------------------------------------------------------------
+_GRAD_MODES = ("torch.set_grad_enabled", "torch.autograd.set_grad_enabled", "torch.autograd.grad_mode.set_grad_enabled")
+
+
+def grad_mode(stmt: cst.BaseStatement, ctx) -> Optional[cst.BaseExpression]:
+    """The argument of ``with torch.set_grad_enabled(c):`` (its only item), else None."""
+    if isinstance(stmt, cst.With) and len(stmt.items) == 1 and stmt.items[0].asname is None:
+        call = stmt.items[0].item
+        if isinstance(call, cst.Call) and ctx.qualname(call.func) in _GRAD_MODES and len(call.args) == 1 \
+                and call.args[0].keyword is None:
+            return call.args[0].value
+    return None
+
+
+def _backward_test(stmts, ctx) -> Optional[cst.BaseExpression]:
+    """The condition of an `if` of the loop body (or of a `with torch.set_grad_enabled(...)`
+    block in it) whose body runs a backward pass."""
+    for s in stmts:
+        inner = s.body.body if grad_mode(s, ctx) is not None and isinstance(s.body, cst.IndentedBlock) else [s]
+        for t in inner:
+            if isinstance(t, cst.If) and has_backward(t.body):
+                return t.test
+    return None
+
+
+def phase_test(loop: cst.CSTNode, ctx: FileContext) -> Optional[cst.BaseExpression]:
+    """For a `for` loop whose body trains only under a condition the loop does not change
+    (`if phase == "train": loss.backward(); optimizer.step()`, maybe inside `with
+    torch.set_grad_enabled(phase == "train"):`): that condition; else None. The condition
+    calls nothing and reads no name the loop binds."""
+    if not isinstance(loop, cst.For) or loop.orelse is not None or loop.asynchronous \
+            or not isinstance(loop.body, cst.IndentedBlock):
+        return None
+    stmts = list(loop.body.body)
+    test = _backward_test(stmts, ctx)
+    if test is None:
+        return None
+    bound = bound_in(stmts) | set(astutil.target_names(loop.target))
+    if any(isinstance(n, (cst.Call, cst.Await, cst.Yield, cst.NamedExpr, cst.Lambda)) for n in astutil.walk(test)) \
+            or set(astutil.reads(test)) & bound:
+        return None
+    return test

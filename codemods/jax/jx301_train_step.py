@@ -1036,9 +1036,11 @@ class TrainStep(Rule):
         if self._accumulation(loop, top):
             return
         if not any(p.kind == "backward" for p in top) and not any(
-            p.kind == "other" and lp.has_backward(p.stmt) and not isinstance(p.stmt, (cst.For, cst.While)) for p in top
+            p.kind == "other" and _backward_outside_loops(p.stmt) for p in top
         ):
             return
+        if lp.phase_test(loop, self.ctx) is not None:
+            return  # a loop that trains in one phase only: JX321 splits it first
         if not any(p.kind == "step" for p in top) and not any(
             astutil.method_name(c) == "step" for c in astutil.calls_in(loop.body)
         ):
@@ -1783,3 +1785,17 @@ def _insert_defs_before(defs):
         return cst.FlattenSentinel([*spaced, updated])
 
     return apply
+
+
+def _backward_outside_loops(stmt: cst.CSTNode) -> bool:
+    """A `loss.backward()` in the statement that no loop nested in it holds (those loops are
+    training loops of their own)."""
+    stack = [stmt]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (cst.For, cst.While, cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            continue
+        if isinstance(n, cst.Call) and astutil.method_name(n) == "backward" and not n.args:
+            return True
+        stack.extend(astutil.children(n))
+    return False

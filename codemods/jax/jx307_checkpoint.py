@@ -18,7 +18,11 @@ class Checkpoint(Rule):
     ## What it does
     - `model.load_state_dict(state)` of a state dict the script builds (torch names, e.g. the
       Gluon weight converter's) becomes `load_torch_state_dict(model, state)`, the port's own
-      converter (JX010), once the port defines it.
+      converter (JX010), once the port defines it; a copy of `model.state_dict()` (a best
+      model kept in memory: `copy.deepcopy(model.state_dict())`) becomes
+      `copy.deepcopy(torch_state_dict(model))`, the same converter's other half; any other
+      read of an NNX model's `state_dict()` is reported (torch's holds the model's own tensors,
+      the port's are copies).
     - `torch.save(model.state_dict(), path)` becomes a pickle of the model's state as a
       nested dict of NumPy arrays:
 
@@ -48,7 +52,7 @@ class Checkpoint(Rule):
     target = "jax"
     summary = "torch.save(model.state_dict(), p) / model.load_state_dict(torch.load(p)) -> pickle of nnx.state"
     severity = Severity.ERROR
-    needs_text = ("torch.save", "torch.load", "load_state_dict")
+    needs_text = ("torch.save", "torch.load", "state_dict")
     examples = [
         Example(
             """
@@ -150,6 +154,31 @@ class Checkpoint(Rule):
                 return
         if self._mentions(node.body[0]):
             self._manual(node)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        """`model.state_dict()` read as a value (`copy.deepcopy(model.state_dict())`, a best
+        model kept in memory) of a model of the file: the port's torch_state_dict (JX010)."""
+        if astutil.method_name(node) != "state_dict" or node.args or not self._has_converter():
+            return
+        receiver = node.func.value  # type: ignore[attr-defined]
+        name = lp.dotted_name(receiver)
+        if name is None or name not in lp.file_facts(self.ctx).modules:
+            return
+        parent = self.ctx.parent
+        grand = self.ctx.ancestors[-3] if len(self.ctx.ancestors) >= 3 else None
+        if isinstance(parent, cst.Arg) and isinstance(grand, cst.Call) and self.ctx.qualname(grand.func) in _SAVE:
+            return  # torch.save(model.state_dict(), path): the statement's rewrite
+        message = ("an NNX model has no state_dict(): the port's torch_state_dict gives its parameters and buffers "
+                   "under the torch names, as NumPy arrays (load_torch_state_dict puts them back)")
+        if not (isinstance(parent, cst.Arg) and isinstance(grand, cst.Call) and len(grand.args) == 1
+                and self.ctx.qualname(grand.func) == "copy.deepcopy"):
+            # torch's state dict holds the model's own tensors: code that updates them in place
+            # (`sd[k].copy_(...)`) would update copies in the port
+            self.report(node, message + "; they are copies, not the model's own arrays: where the code updates "
+                                        "them to change the model, call load_torch_state_dict after")
+            return
+        self.report(node, message, Fix((self.replace(node, cst.parse_expression(f"torch_state_dict({lp.code(receiver)})")),),
+                                       Safety.SAFE))
 
     def _has_converter(self) -> bool:
         """The port defines the weight converter (JX010's load_torch_state_dict)."""

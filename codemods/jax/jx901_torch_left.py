@@ -248,9 +248,8 @@ class TorchLeft(Rule):
         jit cannot take it) rather than as numpy (`x = x.numpy()` first)."""
         if not jitted:
             return
-        loaders = lp.loader_names(self.ctx)
         for loop in astutil.walk(module, into_functions=True):
-            if not isinstance(loop, cst.For) or _code(lp.strip_iter(loop.iter)) not in loaders:
+            if not isinstance(loop, cst.For) or not lp.is_loader_expr(lp.strip_iter(loop.iter), self.ctx):
                 continue
             batch = {n.value for n in astutil.walk(loop.target) if isinstance(n, cst.Name)}
             for stmt in _statements(loop):
