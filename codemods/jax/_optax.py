@@ -61,7 +61,8 @@ UNPORTED = {
                   "which also moves the rows a batch did not touch)",
 }
 # the port's own transformations for optimizers optax has no exact form of (templates/jax_torch_optim.py.j2)
-TORCH_TRANSFORMS = ("torch_adagrad", "torch_nadam", "torch_radam", "torch_rprop", "TorchReduceLROnPlateau")
+TORCH_TRANSFORMS = ("torch_adagrad", "torch_nadam", "torch_radam", "torch_rprop", "TorchReduceLROnPlateau",
+                    "TorchLRScheduler")
 for _k in list(OPTIMIZERS):
     _short = _k.rsplit(".", 1)[1]
     OPTIMIZERS[f"torch.optim.{_short.lower()}.{_short}"] = OPTIMIZERS[_k]  # torch.optim.sgd.SGD
@@ -972,6 +973,11 @@ def fold(ctx: FileContext, p: Plan):
             raise Manual(f"{p.scheduler_target}.step(...) is given the epoch (or a metric): the schedule would follow "
                          "that value, not the update count")
         found = updates_per_step(ctx, p.scheduler_target, p.target)
+        if found is None and kind not in ("LambdaLR", "SequentialLR") and m_sched is None:
+            # stepped where porter cannot count the updates between two steps (a function
+            # given the scheduler, a step under a phase's condition): the port's host-side
+            # scheduler sets the rate at each step() as torch's does
+            return _stepped_by_the_script(ctx, p, b, expr, used | sb.used)
         factor = found or "1"  # None: reported below, once the optimizer's own reasons are
         sched_text = f"{p.scheduler_target} = {expr}"
         lr_arg = p.scheduler_target if factor == "1" else f"lambda step: {p.scheduler_target}(step // {factor})"
@@ -1017,6 +1023,21 @@ def _plateau(ctx: FileContext, p: Plan, b: Bound, lr: str, used: set):
     nnx = ctx.module_alias("flax.nnx")
     used.add("flax.nnx")
     return (f"{p.scheduler_target} = TorchReduceLROnPlateau({', '.join(args)})",
+            f"{p.target} = {nnx}.Optimizer({model_of(astutil.arg(p.call, 'params', 0).value)}, {tx}, wrt={nnx}.Param)", used)
+
+
+def _stepped_by_the_script(ctx: FileContext, p: Plan, b: Bound, expr: str, used: set):
+    """A scheduler whose steps porter cannot relate to the optimizer's updates: the optimizer
+    keeps its rate in optax.inject_hyperparams state and the scheduler becomes the port's
+    host-side TorchLRScheduler on it with the schedule in scheduler steps (templates/
+    jax_torch_optim.py.j2), built after the optimizer; ``scheduler.step()`` stays."""
+    tx = inject_learning_rate(transformation(p.qual, b, b["lr"] if b.has("lr") else OPTIMIZERS[p.qual].default_lr),
+                              b.optax)
+    used |= b.used | {"optax"}
+    p.scheduler_after = True
+    nnx = ctx.module_alias("flax.nnx")
+    used.add("flax.nnx")
+    return (f"{p.scheduler_target} = TorchLRScheduler({p.target}, {expr})",
             f"{p.target} = {nnx}.Optimizer({model_of(astutil.arg(p.call, 'params', 0).value)}, {tx}, wrt={nnx}.Param)", used)
 
 

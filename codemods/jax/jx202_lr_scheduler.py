@@ -18,8 +18,13 @@ class LRScheduler(Rule):
     (a constant factor) and, host-side,
     ReduceLROnPlateau): a LambdaLR function that reads the step on the host
     (`int(step)`, `and`/`or` on it, loops: a traced step count cannot), chained or sequential schedulers, a scheduler cycling RMSprop's momentum, a
-    scheduler whose optimizer porter cannot see, or one whose `step()` porter cannot place
-    relative to the optimizer updates. The line is marked `# porter: manual`.
+    scheduler whose optimizer porter cannot see, or a LambdaLR/SequentialLR whose `step()`
+    porter cannot place relative to the optimizer updates. The line is marked `# porter: manual`.
+    The other schedulers stepped where porter cannot count the updates between two steps (a
+    function given the scheduler under another name, a step under a phase's condition) become,
+    host-side, the port's `TorchLRScheduler(optimizer, schedule)` (JX201, on an optimizer built
+    with `optax.inject_hyperparams`): each `step()` writes the schedule's rate for that many
+    steps into the optimizer's state, as torch's scheduler does.
 
     Once a scheduler is folded in, `scheduler.get_last_lr()` where the optimizer is in scope
     under the name it was built with (a parameter of the function, or the same block) becomes
