@@ -505,7 +505,7 @@ def port_package(
         start = [sel_name]
     selection = set(start)
     key = {"version": MANIFEST_VERSION, "target": target, "unsafe": unsafe, "select": list(select),
-           "ignore": list(ignore), "porter": porter_fingerprint()}
+           "ignore": list(ignore), "porter": porter_fingerprint(), **({"overlay": True} if overlay else {})}
     previous, checked_before = _load_manifest(out, key)
     checked: dict[str, list] = {}  # other packages' modules: name -> [digest, model code]
 
