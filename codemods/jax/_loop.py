@@ -154,29 +154,40 @@ def _handed_to_functions(module: cst.Module, facts: FileFacts) -> None:
     (`train_model(model_ft, criterion, optimizer_ft, ...)` calling its parameters `model` and
     `optimizer`): inside it, the parameter trains the parameter, when every call of the
     function in the file passes the same pair."""
-    functions = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
-    if not functions or not facts.optimizers:
+    if not facts.optimizers:
         return
-    given: dict[str, dict[str, set]] = {}  # function -> parameter -> the texts its calls give it
-    for call in astutil.walk(module, into_functions=True):
-        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value in functions):
-            continue
-        params = [p.name.value for p in astutil.params(functions[call.func.value].params)]
-        texts = given.setdefault(call.func.value, {})
-        for i, arg in enumerate(call.args):
-            if arg.star:
-                break
-            name = arg.keyword.value if arg.keyword is not None else params[i] if i < len(params) else None
-            if name is not None:
-                texts.setdefault(name, set()).add(code(arg.value))
-    for texts in given.values():
-        single = {param: next(iter(t)) for param, t in texts.items() if len(t) == 1}
+    given: dict[str, dict[str, str]] = {}  # function -> parameter -> the one text its calls give it
+    for (fn, param), values in call_arguments(module).items():
+        texts = {code(v) for v in values}
+        if len(texts) == 1:
+            given.setdefault(fn, {})[param] = texts.pop()
+    for single in given.values():
         holders = {text: param for param, text in single.items()}
         for param, text in single.items():
             model = facts.optimizers.get(text)
             if model and model in holders and param not in facts.optimizers:
                 facts.optimizers[param] = holders[model]
                 facts.modules.add(holders[model])
+
+
+def call_arguments(module: cst.Module) -> dict[tuple[str, str], list[cst.BaseExpression]]:
+    """(module-level function, parameter) -> the arguments the file's calls of the function
+    give the parameter (by position or keyword; none after a ``*args``/``**kwargs``)."""
+    functions = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
+    out: dict[tuple[str, str], list[cst.BaseExpression]] = {}
+    if not functions:
+        return out
+    for call in astutil.walk(module, into_functions=True):
+        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value in functions):
+            continue
+        params = [p.name.value for p in astutil.params(functions[call.func.value].params)]
+        for i, arg in enumerate(call.args):
+            if arg.star:
+                break
+            name = arg.keyword.value if arg.keyword is not None else params[i] if i < len(params) else None
+            if name is not None:
+                out.setdefault((call.func.value, name), []).append(arg.value)
+    return out
 
 
 def _handed_to_classes(module: cst.Module, facts: FileFacts) -> None:
@@ -1189,32 +1200,19 @@ def _loader_parameters(module: cst.Module, loaders: set[str]) -> set[str]:
     DataLoader (``run_epoch(model, loaders["train"])`` for ``def run_epoch(net, loader)``)."""
     if not loaders:
         return set()
+    return {param for (_fn, param), values in call_arguments(module).items()
+            if all(_loader_text(v) in loaders for v in values)}
 
-    def loader(expr: cst.BaseExpression) -> bool:
-        return (code(expr.value) + "[]" if isinstance(expr, cst.Subscript) else code(expr)) in loaders
 
-    functions = {s.name.value: s for s in module.body if isinstance(s, cst.FunctionDef)}
-    given: dict[tuple[str, str], list[bool]] = {}
-    for call in astutil.walk(module, into_functions=True):
-        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value in functions):
-            continue
-        params = [p.name.value for p in astutil.params(functions[call.func.value].params)]
-        for i, arg in enumerate(call.args):
-            if arg.star:
-                break
-            name = arg.keyword.value if arg.keyword is not None else params[i] if i < len(params) else None
-            if name is not None:
-                given.setdefault((call.func.value, name), []).append(loader(arg.value))
-    return {param for (_fn, param), answers in given.items() if answers and all(answers)}
+def _loader_text(expr: cst.BaseExpression) -> str:
+    """How loader_names spells ``expr``: its code, ``loaders[]`` for an item of a dict."""
+    return code(expr.value) + "[]" if isinstance(expr, cst.Subscript) else code(expr)
 
 
 def is_loader_expr(expr: cst.BaseExpression, ctx: FileContext) -> bool:
     """``expr`` is a torch DataLoader of the file: a name bound to one, or an item of a dict
     of them (``loaders[phase]``)."""
-    names = loader_names(ctx)
-    if isinstance(expr, cst.Subscript):
-        return code(expr.value) + "[]" in names
-    return code(expr) in names
+    return _loader_text(expr) in loader_names(ctx)
 
 
 def loader_batch_target(loop: cst.For, ctx: FileContext) -> Optional[cst.BaseAssignTargetExpression]:
