@@ -439,7 +439,40 @@ def check(source: str, options: Options, path: str = "<string>") -> CheckResult:
     except RecursionError:
         raise PorterError(_TOO_DEEP) from None
     attach_positions(module, findings)
-    return CheckResult(drop_yielding(drop_suppressed(source, findings)), module)
+    findings = drop_yielding(drop_suppressed(source, findings))
+    return CheckResult(findings + marked_findings(source, findings, options.rules), module)
+
+
+_MARKER = re.compile(r"#\s*porter: manual \((?P<code>[A-Z]{2}\d{3})\): (?P<reason>.+?)\s*$")
+
+
+def marked_findings(text: str, findings: list[Finding], rules: Sequence) -> list[Finding]:
+    """A finding for each `# porter: manual (CODE): reason` mark in ``text`` of a selected rule
+    that no finding of that rule reports at its line: a line a rule marked for a person stays
+    reported (at the statement it marks: its own line, or the next one for a comment above it)
+    until the person removes the mark, whether or not the rule reports it again."""
+    if "porter: manual (" not in text:
+        return []
+    severities = {r.code: r.severity for r in rules}
+    have = {(f.code, f.position.line) for f in findings if f.position is not None}
+    lines = text.splitlines()
+    out: list[Finding] = []
+    for i, line in enumerate(lines, 1):
+        m = _MARKER.search(line)
+        if m is None or m["code"] not in severities:
+            continue
+        at = i
+        if line.lstrip().startswith("#"):  # a comment line: the statement below it
+            while at < len(lines) and lines[at - 1].lstrip().startswith("#"):
+                at += 1
+        if (m["code"], at) in have or (m["code"], i) in have:
+            continue
+        stmt = lines[at - 1]
+        column = len(stmt) - len(stmt.lstrip())
+        out.append(Finding(m["code"], f"{m['reason']} (marked `# porter: manual` in the code)", None,  # type: ignore[arg-type]
+                           severities[m["code"]], None, Position(at, column, at, len(stmt))))
+        have.add((m["code"], at))
+    return out
 
 
 # --------------------------------------------------------------------------------------
@@ -630,6 +663,7 @@ def _fix(source: str, options: Options, path: str) -> FixResult:
     if not suppressions:
         attach_positions(module, remaining)
     remaining = drop_yielding(remaining)
+    remaining = remaining + marked_findings(current, remaining, options.rules)
     seen = {id(f) for f in remaining}
     return FixResult(current, current != source, counts, remaining + [f for f in problems if id(f) not in seen],
                      original)

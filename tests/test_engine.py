@@ -555,3 +555,27 @@ def test_an_if_the_fixes_emptied_goes_and_the_users_own_stays():
         "if noted:  # the user's\n    pass\n"
         "if a:\n    pass\nelse:\n    other()\n"
         "if b:\n    pass\nelif probe():\n    pass\n")
+
+
+def test_a_line_a_rule_marked_for_a_person_stays_reported():
+    """A `# porter: manual (CODE): reason` mark a rule wrote (on the line, or on a comment line
+    above the statement) is a finding of that rule at the statement until the mark is removed,
+    when the rule does not report the line again itself; a finding already there is not doubled."""
+    from porter.engine import marked_findings
+    from porter.rules import Finding, Position, Severity
+
+    class Marker:
+        code, severity = "JX012", Severity.ERROR
+
+    text = ("x = 1\n"
+            "init(m.weight)  # porter: manual (JX012): draws numbers without rngs\n"
+            "    # porter: manual (JX012): a loop left as it is\n"
+            "    for a in b:\n"
+            "        pass\n"
+            "y = 2  # porter: manual (ZZ999): a rule that is not selected\n"
+            "z = 3  # porter: manual\n")
+    found = marked_findings(text, [], [Marker])
+    assert [(f.code, f.position.line, f.position.column) for f in found] == [("JX012", 2, 0), ("JX012", 4, 4)]
+    assert found[0].message.startswith("draws numbers without rngs")
+    reported = Finding("JX012", "already", None, Severity.ERROR, None, Position(2, 0, 2, 5))
+    assert [f.position.line for f in marked_findings(text, [reported], [Marker])] == [4]

@@ -79,7 +79,7 @@ def test_the_script_builds_its_model_from_the_overlay(name, tmp_path):
 
 @pytest.mark.jax
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["attribute", "by name", "in a module"])
+@pytest.mark.parametrize("name", ["attribute", "in a module"])
 def test_the_port_trains_in_jax_and_matches(name, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPTS[name])
