@@ -141,7 +141,8 @@ def test_JX101_reported_calls_keep_their_code_and_get_a_marker():
          "parameter groups"),
         ("import torch\noptimizer = torch.optim.Adam(model.parameters(), amsgrad=True)\n", "amsgrad"),
         ("import torch\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
-         "scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 5)\nrun(optimizer, scheduler)\n", "how many optimizer updates"),
+         "scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda e: 0.9 ** e)\nrun(optimizer, scheduler)\n",
+         "how many optimizer updates"),
         ("import torch\noptimizer = torch.optim.LBFGS(model.parameters())\n", "optax.lbfgs"),
         ("import torch\noptimizer = torch.optim.SparseAdam(model.parameters())\n", "SparseAdam"),
     ],
