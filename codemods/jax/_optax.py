@@ -1031,8 +1031,9 @@ def _stepped_by_the_script(ctx: FileContext, p: Plan, b: Bound, expr: str, used:
     keeps its rate in optax.inject_hyperparams state and the scheduler becomes the port's
     host-side TorchLRScheduler on it with the schedule in scheduler steps (templates/
     jax_torch_optim.py.j2), built after the optimizer; ``scheduler.step()`` stays."""
-    tx = inject_learning_rate(transformation(p.qual, b, b["lr"] if b.has("lr") else OPTIMIZERS[p.qual].default_lr),
-                              b.optax)
+    # the rate changes between updates: the optimizer's update in torch's order under a schedule
+    tx = inject_learning_rate(transformation(p.qual, b, b["lr"] if b.has("lr") else OPTIMIZERS[p.qual].default_lr,
+                                             scheduled=True), b.optax)
     used |= b.used | {"optax"}
     p.scheduler_after = True
     nnx = ctx.module_alias("flax.nnx")
