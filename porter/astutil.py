@@ -76,6 +76,23 @@ def target_names(target: cst.CSTNode) -> Iterator[str]:
         yield from target_names(target.value)
 
 
+def top_level_names(module: cst.Module) -> set[str]:
+    """The names a module binds at its top level by ``class``, ``def`` and (annotated)
+    assignment, unpacked targets included."""
+    names: set[str] = set()
+    for stmt in module.body:
+        if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
+            names.add(stmt.name.value)
+        elif isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assign):
+                    for t in small.targets:
+                        names.update(target_names(t.target))
+                elif isinstance(small, cst.AnnAssign):
+                    names.update(target_names(small.target))
+    return names
+
+
 def assigned_values(scope: cst.CSTNode, name: str) -> list[Optional[cst.BaseExpression]]:
     """The values ``name`` is given by the assignments in ``scope`` (not in nested defs):
     ``name = v``, ``a = name = v``, ``name: T = v``, and ``a, name = u, v`` (the element of a

@@ -785,27 +785,13 @@ def overlay_selection(package: str, used: Sequence[str], sources: Sequence[str] 
                 if "torch" not in text or child in out:
                     continue
                 tree = engine.parse(text)
-                if whole and not dynamic and not words & _defined(tree):
+                if whole and not dynamic and not words & {n for n in astutil.top_level_names(tree) if not n.startswith("_")}:
                     continue  # the scripts name none of its models
                 if is_model_code(tree):
                     out.append(child)
             except (engine.PorterError, RecursionError, MemoryError):
                 continue
     return out
-
-
-def _defined(module: cst.Module) -> set[str]:
-    """The public names a module defines at its top level (classes, functions, assignments)."""
-    names: set[str] = set()
-    for stmt in module.body:
-        if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
-            names.add(stmt.name.value)
-        elif isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                if isinstance(small, (cst.Assign, cst.AnnAssign)):
-                    targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
-                    names.update(t.value for t in targets if isinstance(t, cst.Name))
-    return {n for n in names if not n.startswith("_")}
 
 
 def used_modules(package: str, sources: Sequence[str]) -> list[str]:

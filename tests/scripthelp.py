@@ -36,3 +36,33 @@ def verify_json(folder, original: str, port: str, steps: int, port_name: str = "
                           cwd=folder)
     assert proc.stdout.strip(), proc.stderr[-3000:]
     return json.loads(proc.stdout)
+
+
+# Runs a script as __main__ (argv as given) and then prints how many XLA graphs ran.
+XLA_RUNNER = """
+import runpy, sys
+path = sys.argv[1]
+sys.argv = sys.argv[1:]
+runpy.run_path(path, run_name='__main__')
+import torch_xla.debug.metrics as met
+data = met.metric_data('ExecuteTime')
+print('XLA executions:', data[0] if data else 0)
+"""
+
+
+def run_script(script, args, cwd, xla: bool):
+    """Runs ``script`` with ``args`` in ``cwd``: on torch_xla's CPU device through XLA_RUNNER
+    (its last line counts the XLA executions) when ``xla``, else with CUDA hidden. Returns the
+    finished process."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    if xla:
+        env["PJRT_DEVICE"] = "CPU"
+        command = [sys.executable, "-c", XLA_RUNNER, str(script), *args]
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        command = [sys.executable, str(script), *args]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from scripthelp import run_script
 
 from porter import engine, registry
 from porter.fixtures import fixtures
@@ -37,17 +38,6 @@ FIXTURES = {fx.name: fx for fx in fixtures()
 VERIFIED = ["mnist_cnn", "vae", "dcgan", *CPU_ONLY, *OPTION_CPU]
 
 # Runs a script, then says how many XLA graphs were executed (0 when none).
-RUNNER = """
-import runpy, sys
-path = sys.argv[1]
-sys.argv = sys.argv[1:]
-runpy.run_path(path, run_name='__main__')
-import torch_xla.debug.metrics as met
-data = met.metric_data('ExecuteTime')
-print('XLA executions:', data[0] if data else 0)
-"""
-
-
 @pytest.fixture(scope="module")
 def ports(tmp_path_factory) -> dict[str, Path]:
     out = {}
@@ -95,14 +85,7 @@ def test_default_port_trains_on_xla_with_the_original_losses(name, ports):
 
 
 def _run(script: Path, args, cwd: Path, xla: bool) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if xla:
-        env["PJRT_DEVICE"] = "CPU"
-        command = [sys.executable, "-c", RUNNER, str(script), *args]
-    else:
-        env["CUDA_VISIBLE_DEVICES"] = ""
-        command = [sys.executable, str(script), *args]
-    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return run_script(script, args, cwd, xla)
 
 
 def test_default_port_makes_the_configuration_string_xla(ports):

@@ -7,13 +7,11 @@ availability test and a user flag, its `.type` in a conditional expression, the 
 in an f-string), a device string chosen by an `if`/`elif` chain of user flags and then turned
 into `torch.device(device)`, and a CUDA device number kept in a variable (`device = 0`).
 """
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from scripthelp import run_script
 
 from porter import engine, registry
 
@@ -85,17 +83,6 @@ SCRIPTS = {
         """) + _TRAIN, [], None, 'device = "xla"'),
 }
 
-RUNNER = """
-import runpy, sys
-path = sys.argv[1]
-sys.argv = sys.argv[1:]
-runpy.run_path(path, run_name='__main__')
-import torch_xla.debug.metrics as met
-data = met.metric_data('ExecuteTime')
-print('XLA executions:', data[0] if data else 0)
-"""
-
-
 def _port(source: str) -> str:
     options = engine.Options(registry.select("torch-xla"), unsafe_fixes=False)
     result = engine.fix(source, options, "train.py")
@@ -105,14 +92,7 @@ def _port(source: str) -> str:
 
 
 def _run(script: Path, args, xla: bool) -> str:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    if xla:
-        env["PJRT_DEVICE"] = "CPU"
-        command = [sys.executable, "-c", RUNNER, str(script), *args]
-    else:
-        env["CUDA_VISIBLE_DEVICES"] = ""
-        command = [sys.executable, str(script), *args]
-    proc = subprocess.run(command, cwd=script.parent, env=env, capture_output=True, text=True, timeout=600)
+    proc = run_script(script, args, script.parent, xla)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 

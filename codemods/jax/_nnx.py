@@ -125,19 +125,6 @@ def apply_init_target(ctx: FileContext, fn: cst.CSTNode) -> Optional[cst.Functio
     return None
 
 
-def top_level_defs(module: cst.Module) -> set[str]:
-    names: set[str] = set()
-    for stmt in module.body:
-        if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
-            names.add(stmt.name.value)
-        elif isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                if isinstance(small, cst.Assign):
-                    for t in small.targets:
-                        names.update(astutil.target_names(t.target))
-    return names
-
-
 # --------------------------------------------------------------------------------------
 # Calls and arguments
 # --------------------------------------------------------------------------------------

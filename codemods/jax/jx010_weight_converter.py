@@ -153,7 +153,7 @@ class TorchWeightConverter(Rule):
     valid = ["import torch\nx = torch.zeros(2)\n"]
 
     def visit_Module(self, node: cst.Module) -> None:
-        if "load_torch_state_dict" in _nnx.top_level_defs(node):
+        if "load_torch_state_dict" in astutil.top_level_names(node):
             return
         if not builds_layers(self.ctx):
             return

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from porter import astutil
 from porter.rules import Example, Fix, Rule, Severity
 
 from . import _nnx
@@ -176,7 +177,7 @@ class TorchLayerHelpers(Rule):
         used = _nnx.module_names_used(self.ctx, HELPERS)  # (node is the context's module)
         if not used:
             return
-        defined = _nnx.top_level_defs(node)
+        defined = astutil.top_level_names(node)
         wanted = used - defined
         if not wanted:
             return
