@@ -154,9 +154,9 @@ def _adam_moments(b) -> list[str]:
     parts = []
     if b.has("betas"):
         betas = b.node("betas")
-        v = literal(betas)
-        if isinstance(v, (tuple, list)) and len(v) == 2:
-            els = betas.elements  # type: ignore[attr-defined]
+        els = betas.elements if isinstance(betas, (cst.Tuple, cst.List)) else ()
+        if len(els) == 2 and not any(isinstance(e, cst.StarredElement) for e in els):
+            # (0.9, 0.999) or (args.beta1, 0.999): each element is its own argument
             parts += [f"b1={code(els[0].value)}", f"b2={code(els[1].value)}"]
         else:
             parts += [f"b1={atom(betas)}[0]", f"b2={atom(betas)}[1]"]

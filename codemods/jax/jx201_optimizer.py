@@ -149,6 +149,20 @@ class OptimizerToOptax(Rule):
         ),
         Example(
             """
+            import torch
+
+            optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(args.beta1, 0.999))
+            """,
+            """
+            import optax
+            import flax.nnx as nnx
+
+            optimizer = nnx.Optimizer(model, optax.adam(args.lr, b1=args.beta1, b2=0.999), wrt=nnx.Param)
+            """,
+            title="Adam's betas from the script's flags",
+        ),
+        Example(
+            """
             import torch.optim as optim
             from torch.optim.lr_scheduler import StepLR
 
