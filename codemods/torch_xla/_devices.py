@@ -410,8 +410,13 @@ def used_as_device_type(ctx: FileContext, name: Optional[str]) -> bool:
 
 def _placement_walk(ctx: FileContext) -> bool:
     """The file places something on a device: a `.to(...)`/`.cuda(...)` call, a `device=`
-    argument, a torch.device / torch_xla.device() value."""
+    argument, `torch.set_default_device(...)` or a `with torch.device(...):` block. A device
+    value alone places nothing (a tutorial that prints `torch.device('cuda' if ... else 'cpu')`
+    and trains on the CPU)."""
     for n in walk(ctx.module, into_functions=True):
+        if isinstance(n, cst.WithItem) and isinstance(n.item, cst.Call) \
+                and ctx.qualname(n.item.func) in ("torch.device", *XLA_DEVICE_CALLS):
+            return True
         if not isinstance(n, cst.Call):
             continue
         if isinstance(n.func, cst.Attribute) and n.func.attr.value in ("to", "cuda") and (n.args or n.func.attr.value == "cuda"):
@@ -420,7 +425,7 @@ def _placement_walk(ctx: FileContext) -> bool:
             return True
         if any(a.keyword is not None and a.keyword.value == "device" for a in n.args):
             return True
-        if ctx.qualname(n.func) in ("torch.device", *XLA_DEVICE_CALLS):
+        if ctx.qualname(n.func) == "torch.set_default_device":
             return True
     return False
 

@@ -25,7 +25,8 @@ class MpDeviceLoader(Rule):
     `.to('cuda')` or no move at all give `torch_xla.device()`; but a file that places nothing on
     a device (a CPU-only script: its model stays on the CPU) keeps its loops, reported: the
     device loader would hand XLA tensors to a CPU model ("Expected XLA tensor. Got:
-    torch.FloatTensor"). Loops through `enumerate(...)`
+    torch.FloatTensor"); a device value that nothing is moved to (`device = torch.device(...)`,
+    printed) places nothing. Loops through `enumerate(...)`
     (with a start), `tqdm(...)` and both nestings are handled; the loop is wrapped, never the
     DataLoader's construction, so `len(loader)`, `loader.dataset` and
     `loader.sampler.set_epoch(epoch)` keep working, and each loop over the loader gets its
@@ -268,6 +269,24 @@ class MpDeviceLoader(Rule):
                     opt.step()
             """,
             title="a CPU-only script (nothing is placed on a device): reported, the loop is kept",
+        ),
+        Example(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+
+            net = Net()
+            optimizer = torch.optim.SGD(net.parameters(), lr=0.001, momentum=0.9)
+            for inputs, labels in DataLoader(train_set, batch_size=4):
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(net(inputs), labels).backward()
+                optimizer.step()
+
+            device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+            print(f"training on the GPU would use {device}")
+            """,
+            title="a device value that nothing is moved to (a tutorial that names the GPU it does not use): "
+                  "still a CPU-only script, the loop is kept",
         ),
         Example(
             """
