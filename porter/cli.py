@@ -466,6 +466,7 @@ def verify(
     warmup: int = typer.Option(2, "--warmup-steps", min=0, help="Steps allowed to compile."),
     timeout: float = typer.Option(900.0, "--timeout", help="Seconds each side may run."),
     memory_mb: float = typer.Option(16384.0, "--memory-mb", help="Resident memory each side may use (its whole process tree)."),
+    files: Optional[Path] = typer.Option(None, "--files", help="Script level: a folder whose contents are copied into both sides' working directories (the data files the scripts read by relative paths)."),
     synthetic_size: Optional[int] = typer.Option(None, "--synthetic-size", min=1, help="Script level: samples in each synthetic stand-in for a torchvision dataset (default 256 per step)."),
     fmt: str = typer.Option("text", "--format", help="text, json or html."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the report here (json or html) instead of stdout."),
@@ -490,6 +491,8 @@ def verify(
     if optimizer not in ("sgd", "adam"):
         raise UsageError(f"unknown optimizer {optimizer!r} (sgd, adam)")
     budgets = Budgets(max_compiles, max_transfers, warmup)
+    if files is not None and not (script and files.is_dir()):
+        raise UsageError(f"--files {files}: not a folder" if script else "--files is for script level (--script)")
     if script and reference:
         raise UsageError("--reference is for model level (--model); script level compares in float64 itself "
                          "(--dtype auto), and float32 losses that differ against a float64 run of the original")
@@ -501,7 +504,8 @@ def verify(
         if dtype == "float64" and original_is_mxnet(original):
             raise UsageError("--dtype float64: an MXNet original runs in float32 (Gluon's default); use auto or float32")
         report = verify_script(ScriptRequest(original, ported, steps or 12, tuple(ctx.args), seed, dtype,
-                                             rtol, atol, budgets, timeout, memory_mb, synthetic_size=synthetic_size))
+                                             rtol, atol, budgets, timeout, memory_mb, synthetic_size=synthetic_size,
+                                             files=files))
     else:
         if ctx.args:
             raise UsageError(f"unexpected arguments {' '.join(ctx.args)} (script arguments go with --script)")

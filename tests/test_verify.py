@@ -102,3 +102,45 @@ def test_lazy_layers_take_their_shapes_on_both_sides():
     assert proc.returncode == 0 and report["passed"], (report["summary"], proc.stderr[-2000:])
     assert any("lazy layers" in n for n in report["notes"])
     assert any(t["name"].endswith("fc.weight") for t in report["tensors"])
+
+
+_VOCAB_SCRIPT = '''
+import torch
+import torch.nn as nn
+
+words = open("data/corpus.txt").read().split()
+word_to_ix = {w: i for i, w in enumerate(set(words))}
+ids = torch.tensor([word_to_ix[w] for w in words])
+torch.manual_seed(0)
+model = nn.Sequential(nn.Embedding(len(word_to_ix), 4), nn.Linear(4, len(word_to_ix)))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+for step in range(3):
+    optimizer.zero_grad()
+    loss = nn.functional.cross_entropy(model(ids[:-1]), ids[1:])
+    loss.backward()
+    optimizer.step()
+'''
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_script_sides_read_the_given_files_and_hash_strings_alike(tmp_path):
+    """A script that reads its text by a relative path (`--files` gives both sides the folder's
+    contents) and numbers its words in the order of a set (string hashing pinned alike on both
+    sides: else the port's vocabulary differs from the original's and the losses diverge)."""
+    from porter import engine, registry
+
+    (tmp_path / "original.py").write_text(_VOCAB_SCRIPT, encoding="utf-8")
+    port = engine.fix(_VOCAB_SCRIPT, engine.Options(registry.select("torch-xla")), "port.py").source
+    (tmp_path / "port.py").write_text(port, encoding="utf-8")
+    data = tmp_path / "given" / "data"
+    data.mkdir(parents=True)
+    (data / "corpus.txt").write_text(" ".join(f"w{i % 7} x{i % 5} y{i % 3}" for i in range(40)), encoding="utf-8")
+    args = ("verify", "--script", tmp_path / "original.py", tmp_path / "port.py", "--steps", "3", "--format", "json")
+    proc = porter(*args)
+    assert proc.returncode == 2 and "FileNotFoundError" in json.loads(proc.stdout)["summary"]
+    proc = porter(*args, "--files", tmp_path / "given")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0 and report["passed"], (report["summary"], proc.stderr[-2000:])
+    proc = porter(*args, "--files", tmp_path / "given" / "data" / "corpus.txt")
+    assert proc.returncode == 2 and "not a folder" in proc.stderr

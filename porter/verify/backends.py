@@ -23,12 +23,10 @@ class Backend:
     env: dict = field(default_factory=dict)
 
     def environment(self) -> dict:
-        env = dict(os.environ)
-        env.update(self.env)
+        from porter.verify.process import side_environment
+
+        env = side_environment(self.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        # the side must import the same porter as this process
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         return env
 
 

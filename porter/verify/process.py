@@ -42,6 +42,20 @@ class SideRun:
         return self.returncode == 0 and not self.cause
 
 
+def side_environment(*extra: Optional[dict]) -> dict:
+    """The environment of a side process: this process's, with this porter importable first
+    (the side must import the same porter), string hashing pinned alike on every side unless
+    the user pinned it (a vocabulary numbered in the order of a `set` of words is the same on
+    both sides), then the ``extra`` entries in order."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    env.setdefault("PYTHONHASHSEED", "0")
+    for entries in extra:
+        env.update(entries or {})
+    return env
+
+
 def _tree_rss(proc: psutil.Process) -> int:
     total = 0
     try:

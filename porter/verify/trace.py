@@ -80,7 +80,7 @@ from typing import Any, Sequence
 import torch
 from torch.overrides import TorchFunctionMode
 
-from porter.verify.process import run_side, traced_record
+from porter.verify.process import run_side, side_environment, traced_record
 
 __all__ = ["trace_script", "compare_losses", "HostRandomMode", "main"]
 
@@ -1071,10 +1071,7 @@ def trace_script(
     """
     import tempfile
 
-    root = str(Path(__file__).resolve().parents[2])
-    environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join(p for p in (root, environment.get("PYTHONPATH")) if p)
-    environment.update(env or {})
+    environment = side_environment(env)
     with tempfile.TemporaryDirectory(prefix="porter-trace-") as tmp:
         target = Path(out) if out is not None else Path(tmp) / "trace.json"
         if target.exists():

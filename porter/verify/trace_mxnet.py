@@ -515,17 +515,14 @@ def trace_mxnet_script(script: "str | os.PathLike", args: Sequence[str] = (), *,
     import tempfile
 
     from porter.verify.mxnet_env import MXNetEnvError, mxnet_python
-    from porter.verify.process import run_side, traced_record
+    from porter.verify.process import run_side, side_environment, traced_record
 
     try:
         python = python or mxnet_python()
     except MXNetEnvError as exc:
         return {"status": "crashed", "cause": str(exc), "returncode": None, "output": "", "peak_mb": 0.0}
-    root = str(Path(__file__).resolve().parents[2])
-    environment = dict(os.environ)
-    environment["PYTHONPATH"] = os.pathsep.join(p for p in (root, environment.get("PYTHONPATH")) if p)
-    environment.setdefault("MXNET_ENGINE_TYPE", "NaiveEngine")  # errors where they happen, no worker threads
-    environment.update(env or {})
+    # errors where they happen, no worker threads
+    environment = side_environment({"MXNET_ENGINE_TYPE": os.environ.get("MXNET_ENGINE_TYPE", "NaiveEngine")}, env)
     with tempfile.TemporaryDirectory(prefix="porter-trace-mxnet-") as tmp:
         target = Path(tmp) / "trace.json"
         command = [python, "-m", "porter.verify.trace_mxnet", "--out", str(target)]
