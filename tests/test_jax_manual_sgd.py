@@ -101,7 +101,26 @@ def test_a_rate_first_bound_inside_the_training_loop_is_reported():
     assert any(f.code == "JX901" and "backward" in f.message for f in result.remaining), result.remaining
 
 
-VERIFIED = ["add-alpha", "isub-no-grad", "assign", "decaying", "init-in-place"]
+@pytest.mark.parametrize("loop", [
+    "for t in range(100):\n    loss = ((model(x) - y) ** 2).sum()\n    model.zero_grad()\n    loss.backward()\n",
+    "for xb, yb in DataLoader(TensorDataset(x, y), batch_size=4):\n    loss = F.mse_loss(model(xb), yb)\n"
+    "    loss.backward()\n",
+])
+def test_a_module_level_loop_of_a_file_without_classes_has_the_converter_before_it(loop):
+    """A script with no class (an nn.Sequential model) that updates by hand at module level: the
+    optimizer JX204 writes is built just before the loop, so the weight converter (which the
+    verifier calls when the optimizer is built) is defined after the imports, not at the end."""
+    src = ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+           "from torch.utils.data import DataLoader, TensorDataset\n\n"
+           "x = torch.randn(16, 3)\ny = torch.randn(16, 1)\n"
+           "model = nn.Sequential(nn.Linear(3, 1))\nlearning_rate = 1e-3\n" + loop
+           + "    with torch.no_grad():\n        for p in model.parameters():\n            p -= learning_rate * p.grad\n")
+    port = engine.fix(src, JAX).source
+    assert "nnx.Optimizer" in port, port
+    assert port.index("def load_torch_state_dict(") < port.index("nnx.Optimizer(") < port.index("\nfor "), port
+
+
+VERIFIED = ["add-alpha", "isub-no-grad", "assign", "decaying", "init-in-place", "no-class"]
 
 
 @pytest.mark.jax
@@ -134,13 +153,17 @@ def test_a_manual_update_port_matches_its_original_in_verify(tmp_path, name):
             "        self.first.bias.data.zero_()\n").replace(
             "        return self.layers(x)\n", "        return self.layers(self.first(x))\n")
         assert "uniform_" in original
+    if name == "no-class":  # a Sequential model, no class in the file: the converter goes before the loop
+        original = original.split("class Net", 1)[0] + original.split("        return self.layers(x)\n", 1)[1].replace(
+            "model = Net()", "model = nn.Sequential(nn.Linear(10, 16), nn.Tanh(), nn.Linear(16, 4))")
     port = engine.fix(original, JAX).source
     assert "nnx.Optimizer" in port, port
     report = verify_json(tmp_path, original, port, 3)
     assert report["passed"], (report["summary"], report["notes"])
     assert max(step["diff"] for step in report["steps"]) < 1e-9, report["steps"]
     tensors = 6 if name == "init-in-place" else 4
-    assert f"original: manual updates: the initial weights of its Net ({tensors} tensors)" in report["notes"], report["notes"]
+    model = "Sequential" if name == "no-class" else "Net"
+    assert f"original: manual updates: the initial weights of its {model} ({tensors} tensors)" in report["notes"], report["notes"]
 
 
 def test_the_model_of_manual_updates_is_exported_after_a_plain_backward(tmp_path):

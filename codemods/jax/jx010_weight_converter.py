@@ -167,15 +167,18 @@ class TorchWeightConverter(Rule):
         )
 
     def _optimizer_callees(self, node: cst.Module) -> frozenset:
-        """The texts of the optimizer constructors the file calls outside functions (a script
-        that trains at module level): the converter must be defined before they run (the
-        verifier loads the original's weights when the optimizer is built)."""
+        """The texts of the optimizer constructors and ``.backward`` calls of the file outside
+        functions (a script that trains at module level): the converter must be defined before
+        they run (the verifier loads the original's weights when the optimizer is built; a
+        loop that updates by hand gets its nnx.Optimizer from JX301 in a later pass, just
+        before the loop)."""
         found = {f"{_loop.nnx_name(self.ctx)}.Optimizer"}
         for stmt in node.body:
             if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
                 continue
             for n in astutil.walk(stmt):
-                if isinstance(n, cst.Call) and _loop.is_optimizer_ctor(self.ctx.qualname(n.func)):
+                if isinstance(n, cst.Call) and (_loop.is_optimizer_ctor(self.ctx.qualname(n.func))
+                                                or astutil.method_name(n) == "backward"):
                     found.add(_loop.code(n.func))
         return frozenset(found)
 
