@@ -98,7 +98,11 @@ def test_isinstance_nn_parameter_becomes_jax_array_unsafe():
     ("w = torch.tensor([1.0], requires_grad=True)\nh = w * 2\nh.mul_(3)\ny = h.sum()\ny.backward()\nprint(w.grad)\n",
      "y.backward()"),
     ("model = Net()\nfor name, p in model.named_parameters():\n    print(name)\n", "named_parameters"),
-], ids=["torchvision-model", "cuda-memory", "backward-outside-loop", "named_parameters"])
+    ("model = Net()\nfor param in model.parameters():\n    print(param)\n", "parameters()"),
+    ("model = Net()\nprint(next(model.parameters())[:, 3])\n", "parameters()"),
+    ("model = Net()\nfor name, m in model.named_modules():\n    print(name)\n", "named_modules()"),
+], ids=["torchvision-model", "cuda-memory", "backward-outside-loop", "named_parameters", "parameters-loop", "next-parameters",
+        "named_modules"])
 def test_leftovers_are_reported_at_their_line(body, needle):
     result = port(body)
     found = left(result)

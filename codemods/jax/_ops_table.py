@@ -158,6 +158,7 @@ class Bound:
         # read from ctx when the builder asks (port_call passes the one it read when it rebuilds)
         self.rngs_scope = LOOKUP
         self.needs_rngs = False  # the builder drew from the module's nnx.Rngs (its __init__ must keep them)
+        self.dropped: dict[str, cst.BaseExpression] = {}  # the DROPPED keywords passed (device=, requires_grad=)
 
     # module names, recorded for Fix.imports
     def _mod(self, module: str) -> str:
@@ -286,13 +287,13 @@ def bind(call: cst.Call, sig: Sig, ctx: FileContext, receiver: Optional[cst.Base
             raise Manual("more positional arguments than torch's signature takes")
     known = set(sig.all)
     passed = set()
+    dropped: dict[str, cst.BaseExpression] = {}
     for a in keywords:
         kw = a.keyword.value
         if kw == "out":
             raise Manual("out= writes into an existing tensor; JAX arrays are immutable: assign the result instead")
         if kw in DROPPED:
-            if kw == "requires_grad" and literal(a.value) not in (False, NOT_LITERAL):
-                continue
+            dropped[kw] = a.value
             continue
         if kw not in known and KW_ALIASES.get(kw) in known:
             kw = KW_ALIASES[kw]
@@ -304,6 +305,7 @@ def bind(call: cst.Call, sig: Sig, ctx: FileContext, receiver: Optional[cst.Base
         args[kw] = a.value
         passed.add(kw)
     bound = Bound(ctx, args, varargs, frozenset(passed))
+    bound.dropped = dropped
     bound.is_method = receiver is not None
     return bound
 
@@ -1175,7 +1177,7 @@ op(["torch.tensor", "torch.as_tensor"], "data, dtype, device, requires_grad, pin
    cases=[Case("@([1.0, 2.0])"), Case("@([[1, 2], [3, 4]])"), Case("@(0.5, dtype=torch.float32)"), Case("torch.as_tensor(a)", a="f3")])
 # the legacy typed constructors: a host buffer (``ids = torch.LongTensor(n)`` filled by item
 # assignment in a data loader) or data; NumPy keeps both mutable on the host
-_LEGACY_TENSORS = {"FloatTensor": "float32", "DoubleTensor": "float64", "HalfTensor": "float16",
+_LEGACY_TENSORS = {"Tensor": "float32", "FloatTensor": "float32", "DoubleTensor": "float64", "HalfTensor": "float16",
                    "LongTensor": "int64", "IntTensor": "int32", "ShortTensor": "int16", "ByteTensor": "uint8",
                    "BoolTensor": "bool_"}
 
@@ -1183,7 +1185,7 @@ _LEGACY_TENSORS = {"FloatTensor": "float32", "DoubleTensor": "float64", "HalfTen
 def _legacy_tensor(dtype: str):
     def build(b: Bound) -> str:
         sizes = b.args.get("size")
-        if isinstance(sizes, (cst.List, cst.Tuple, cst.ListComp)) and not b.has("more"):
+        if (isinstance(sizes, _SEQUENCES) or _sequence_name(sizes, b.ctx)) and not b.has("more"):
             return f"{b.np}.asarray({b['size']}, dtype={b.np}.{dtype})"
         if b.has("more") or isinstance(sizes, cst.Integer) or _integer_name(sizes, b.ctx):
             parts = [b["size"], *([b["more"]] if b.has("more") else [])]
@@ -1192,6 +1194,29 @@ def _legacy_tensor(dtype: str):
                      "or np.zeros(shape, dtype=...)")
 
     return build
+
+
+_SEQUENCES = (cst.List, cst.Tuple, cst.ListComp)
+
+
+def _sequence_name(node, ctx) -> bool:
+    """A name every binding of which in the file is a list or tuple display or a list
+    comprehension (``idxs = [to_ix[w] for w in seq]``): no parameter, loop target or other
+    value has the name anywhere."""
+    if not isinstance(node, cst.Name) or ctx is None:
+        return False
+    name = node.value
+    values = astutil.assigned_values(ctx.module, name)
+    for n in astutil.walk(ctx.module, into_functions=True):
+        if isinstance(n, cst.FunctionDef):
+            values += astutil.assigned_values(n, name)
+            if any(p.name.value == name for p in astutil.params(n.params)):
+                return False
+        elif isinstance(n, (cst.For, cst.CompFor, cst.AugAssign, cst.NamedExpr)) and name in astutil.target_names(n.target):
+            return False
+        elif isinstance(n, cst.AsName) and name in astutil.target_names(n.name):
+            return False
+    return bool(values) and all(isinstance(v, _SEQUENCES) for v in values)
 
 
 def _integer_name(node, ctx) -> bool:
@@ -1236,6 +1261,19 @@ op(".clone", "input, *, memory_format", call("jnp.copy", "input"), note="JAX arr
    cases=[Case("a.clone()", a="f3,4")])
 op(".detach", "input", call("jax.lax.stop_gradient", "input"), cases=[Case("a.detach()", a="f3,4")])
 op(["torch.detach"], "input", call("jax.lax.stop_gradient", "input"), cases=[Case("torch.detach(a)", a="f3,4")])
+
+
+def _variable(b: Bound) -> str:
+    grad = b.args.get("requires_grad", b.dropped.get("requires_grad"))
+    if grad is not None and literal(grad) is not False:
+        raise Manual("Variable(..., requires_grad=...): a leaf the script differentiates by hand; make it an nnx.Param "
+                     "of a module (or an argument of the function jax.grad differentiates)")
+    return b["data"]
+
+
+op(["torch.autograd.Variable", "torch.autograd.variable.Variable"], "data, requires_grad, volatile", _variable, "x",
+   "dropped: since torch 0.4 a Variable is its tensor (volatile= is ignored); one that requires grad is reported",
+   [Case("torch.autograd.Variable(a)", a="f3,4"), Case("torch.autograd.Variable(a, volatile=True)", a="f3,4")])
 op(".cpu", "input, memory_format", lambda b: b["input"], "x",
    "dropped: a host read happens where the value is used (np.asarray, float(), .item())", [Case("a.cpu()", a="f3,4")], shared=True)
 op(".numpy", "input, *, force", call("np.asarray", "input"), note="a host read (device-to-host transfer)", cases=[Case("a.numpy()", a="f3,4")],

@@ -78,6 +78,34 @@ class TorchFunction(Rule):
         Example(
             """
             import torch
+            from torch import autograd
+
+            def prepare_sequence(seq, to_ix):
+                idxs = [to_ix[w] for w in seq]
+                return autograd.Variable(torch.LongTensor(idxs))
+
+            def bag(n):
+                total = torch.Tensor([0])
+                return total, autograd.Variable(torch.zeros(n), volatile=True)
+            """,
+            """
+            import jax.numpy as jnp
+            import numpy as np
+
+            def prepare_sequence(seq, to_ix):
+                idxs = [to_ix[w] for w in seq]
+                return np.asarray(idxs, dtype=np.int64)
+
+            def bag(n):
+                total = np.asarray([0], dtype=np.float32)
+                return total, jnp.zeros(n)
+            """,
+            title="pre-0.4 code: a Variable is its tensor; the legacy typed constructors of data (a list the code builds) "
+                  "become NumPy arrays",
+        ),
+        Example(
+            """
+            import torch
 
             def stats(x, device):
                 z = torch.zeros(x.shape[0], 4, device=device, dtype=torch.float32)

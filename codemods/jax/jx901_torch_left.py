@@ -28,6 +28,10 @@ _TORCH_ONLY = {
     "register_hook": "JAX has no tensor hooks",
     "register_forward_hook": "NNX modules have no forward hooks",
     "named_parameters": "NNX modules have no named_parameters(): nnx.state(model, nnx.Param) holds them",
+    "parameters": "NNX modules have no parameters(): jax.tree.leaves(nnx.state(model, nnx.Param)) are its arrays, "
+                  "in NNX's order and layouts (a Linear's kernel is torch's weight transposed)",
+    "modules": "NNX modules have no modules(): nnx.iter_modules(model) yields (path, module) pairs",
+    "named_modules": "NNX modules have no named_modules(): nnx.iter_modules(model) yields (path, module) pairs",
     "children": "NNX modules have no children(): nnx.iter_children(m) yields its attributes that are modules, in "
                 "attribute order, without the activations the port keeps as functions (torch's nn.ReLU children): "
                 "build the sequence of layers by hand",
