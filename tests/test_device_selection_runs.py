@@ -5,7 +5,8 @@ loss the original reaches on the CPU; a user's own force-CPU flag keeps the port
 Spellings: torch 2.6+'s device-generic `torch.accelerator` (`current_accelerator()` after an
 availability test and a user flag, its `.type` in a conditional expression, the device named
 in an f-string), a device string chosen by an `if`/`elif` chain of user flags and then turned
-into `torch.device(device)`, and a CUDA device number kept in a variable (`device = 0`).
+into `torch.device(device)` (also passed on to the function that trains), and a CUDA device
+number kept in a variable (`device = 0`).
 """
 import textwrap
 from pathlib import Path
@@ -77,6 +78,22 @@ SCRIPTS = {
             device = "cpu"
         device = torch.device(device)
         """) + _TRAIN, ["--cuda"], [], 'device = "xla"'),
+    "string_chain_passed_on": (_HEAD + textwrap.dedent("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--cuda", action="store_true")
+        parser.add_argument("--mps", action="store_true")
+        args = parser.parse_args()
+        if args.cuda and not args.mps:
+            device = "cuda"
+        elif args.mps and not args.cuda:
+            device = "mps"
+        else:
+            device = "cpu"
+        device = torch.device(device)
+
+
+        def run(args, device):
+        """) + textwrap.indent(_TRAIN, "    ") + "\n\nrun(args, device)\n", ["--cuda"], [], 'device = "xla"'),
     "device_number": (_HEAD + textwrap.dedent("""
         device = 0
         torch.cuda.set_device(device)

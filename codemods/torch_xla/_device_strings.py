@@ -53,10 +53,13 @@ _Scope = Optional[cst.CSTNode]  # a FunctionDef, Lambda or ClassDef; None: the m
 def _walk(ctx: FileContext) -> dict:
     bindings: dict[tuple[_Scope, str], list[Optional[cst.BaseExpression]]] = {}
     reads: list[tuple[tuple, str, cst.Name, str, tuple]] = []
+    order: dict[int, int] = {}  # id(binding value or read) -> its place in the source, in order of effect
 
     def bind(chain: tuple, name: Optional[str], value: Optional[cst.BaseExpression]) -> None:
         if name is not None:
             bindings.setdefault((chain[-1] if chain else None, name), []).append(value)
+            if value is not None:
+                order[id(value)] = len(order)
 
     def unknown(chain: tuple, target: cst.CSTNode) -> None:
         names = list(target_names(target))
@@ -71,14 +74,15 @@ def _walk(ctx: FileContext) -> dict:
         if isinstance(n, cst.Name):
             kind, literals = classify_read(n, stack, ctx)
             reads.append((chain, n.value, n, kind, literals))
+            order[id(n)] = len(order)
             return
         if isinstance(n, cst.Assign):
+            visit(n.value, chain, stack)  # `device = torch.device(device)` reads the old value, then binds
             for t in n.targets:
                 if isinstance(t.target, cst.Name):
                     bind(chain, t.target.value, n.value)
                 else:
                     unknown(chain, t.target)
-            visit(n.value, chain, stack)
             return
         if isinstance(n, cst.AnnAssign):
             if isinstance(n.target, cst.Name):
@@ -178,7 +182,7 @@ def _walk(ctx: FileContext) -> dict:
     for key, values in bindings.items():
         if not all(device_value(v) for v in values):
             continue
-        read = uses.get(key, [])
+        read = _as_device_objects(uses.get(key, []), values, order, ctx)
         if not any(is_cuda_string(v) or is_string(v, "xla") for v in values):
             # CUDA numbers (`device = 0`): a device where the file reads it as one and in no other way
             ordinals = [v for v in values if isinstance(v, cst.Integer)]
@@ -201,6 +205,19 @@ def _walk(ctx: FileContext) -> dict:
                 if kind == OTHER_USE:
                     out[node] = OTHER_USE
     return out
+
+
+def _as_device_objects(read: list, values: list, order: dict, ctx: FileContext) -> list:
+    """``read`` with the reads that follow the variable's last binding, where that binding is a
+    ``torch.device(...)`` (``device = 'cuda' if args.cuda else 'cpu'`` then ``device =
+    torch.device(device)``), counted as device uses: they read a torch.device, which the program
+    may pass on as it would any other (``train(model, device, loader)``)."""
+    last = max((v for v in values if v is not None), key=lambda v: order.get(id(v), -1), default=None)
+    if not (isinstance(last, cst.Call) and ctx.qualname(last.func) == "torch.device") or None in values:
+        return read
+    after = order.get(id(last), len(order))
+    return [(node, "device" if kind == OTHER_USE and order.get(id(node), -1) > after else kind, literals)
+            for node, kind, literals in read]
 
 
 def _params(params: cst.Parameters, chain: tuple, inner: tuple, bind, visit, stack) -> None:
