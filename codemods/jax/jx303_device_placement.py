@@ -230,6 +230,36 @@ class DevicePlacement(Rule):
             """
             import torch
 
+            loader = torch.utils.data.DataLoader(train_set, batch_size=4)
+            images, labels = next(iter(loader))
+            show(images)
+            print(" ".join(classes[labels[j]] for j in range(4)))
+            for epoch in range(2):
+                for i, data in enumerate(loader, 0):
+                    inputs, labels = data
+                    step(net, inputs, labels)
+            """,
+            """
+            import torch
+
+            loader = torch.utils.data.DataLoader(train_set, batch_size=4)
+            images, labels = next(iter(loader))
+            images, labels = images.numpy(), labels.numpy()
+            show(images)
+            print(" ".join(classes[labels[j]] for j in range(4)))
+            for epoch in range(2):
+                for i, data in enumerate(loader, 0):
+                    inputs, labels = data
+                    inputs, labels = inputs.numpy(), labels.numpy()
+                    step(net, inputs, labels)
+            """,
+            title="a script that shows a batch before it trains: the batch a loop binds is converted where the loop "
+                  "reads it, whatever the script did with the same names before",
+        ),
+        Example(
+            """
+            import torch
+
             use_cuda = torch.cuda.is_available()
             model = Net()
             if use_cuda:
@@ -493,7 +523,9 @@ class DevicePlacement(Rule):
         """``x, y = next(iter(loader))``, ``batch = next(it)``, ``x, y = batch``: the torch tensors
         it binds become NumPy arrays on the next line (``np.asarray`` in a function given the
         batch by its callers, which may give it other arrays too)."""
-        names = _unconverted(binding, self.ctx)
+        loop = self.ctx.enclosing(cst.For, cst.While)
+        inside = loop is not None and any(n is loop for n in astutil.walk(binding.scope, into_functions=False))
+        names = _unconverted(binding, self.ctx, loop.body if inside else None)
         if not names:
             return
         if binding.handed:
@@ -627,10 +659,13 @@ def _reads_and_conversions(body: cst.CSTNode, ctx, skip: Optional[cst.CSTNode] =
     return read, handled
 
 
-def _unconverted(binding, ctx) -> list[str]:
+def _unconverted(binding, ctx, region: Optional[cst.CSTNode] = None) -> list[str]:
     """The names of a batch binding its scope reads as torch tensors (as _unconverted_batch: a
     single name only where the scope neither indexes nor unpacks it nor hands it to a function
-    that does)."""
+    that does). ``region``: the body of the loop that binds the batch, where its reads and
+    conversions are looked for (a conversion of the same name elsewhere in a script, `images,
+    labels = images.numpy(), labels.numpy()` of a batch shown before training, converts
+    another value)."""
     body = binding.scope.body if isinstance(binding.scope, cst.FunctionDef) else binding.scope
     names = [n for n in binding.names if n != "_" and not n.startswith("_")]
     if len(binding.names) == 1 and names:
@@ -643,7 +678,7 @@ def _unconverted(binding, ctx) -> list[str]:
             if isinstance(n, cst.Assign) and isinstance(n.value, cst.Name) and n.value.value == name:
                 return []
     # the reads after the binding (on the following lines: a statement's own names aside)
-    read, handled = _reads_and_conversions(body, ctx, skip=binding.stmt)
+    read, handled = _reads_and_conversions(region if region is not None else body, ctx, skip=binding.stmt)
     return [n for n in names if n in read and n not in handled]
 
 
