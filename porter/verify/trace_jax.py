@@ -444,6 +444,7 @@ def _narrow_parameters(models: list) -> list[str]:
     """The parameters of MODELS whose floating dtype is narrower than float64 (by path)."""
     import jax
     import jax.numpy as jnp
+    import numpy as np
     from flax import nnx
 
     narrow = []
@@ -451,8 +452,10 @@ def _narrow_parameters(models: list) -> list[str]:
         if not isinstance(model, nnx.Module):
             continue  # a torch module given to nnx.Optimizer (JX901): no NNX parameters to read
         for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(model, nnx.Param)):
-            dtype = getattr(leaf, "dtype", None)
-            if dtype is not None and jnp.issubdtype(dtype, jnp.floating) and dtype != jnp.float64:
+            if not isinstance(leaf, (jax.Array, np.ndarray)):
+                continue  # a torch tensor left in an nnx.Param (a draw left for a person, JX101): not JAX's to read
+            dtype = leaf.dtype
+            if jnp.issubdtype(dtype, jnp.floating) and dtype != jnp.float64:
                 narrow.append(f"{i}:{jax.tree_util.keystr(path)} {dtype}")
     return narrow
 
