@@ -62,15 +62,25 @@ ORIGINAL = textwrap.dedent('''
 ''').lstrip("\n")
 
 
-def _verify(tmp_path, target: str) -> dict:
-    port = engine.fix(ORIGINAL, engine.Options(tuple(registry.rules_for(target))), "train.py").source
-    return verify_json(tmp_path, ORIGINAL, port, 3, port_name=f"port_{target.replace('-', '_')}.py")
+# the same net with a Dropout2d after its first Linear (2-D input: torch zeroes whole rows, with a
+# deprecation warning; an RNN classifier's head): nnx.Dropout's broadcast_dims=(2, 3) raised there
+ORIGINAL_2D = ORIGINAL.replace(
+    "        self.fc = nn.Linear(8 * 4 * 4, 10)\n",
+    "        self.fc = nn.Linear(8 * 4 * 4, 10)\n        self.head_drop = nn.Dropout2d(0.5)\n").replace(
+    "F.log_softmax(self.fc(torch.flatten(x, 1)), dim=1)", "F.log_softmax(self.head_drop(self.fc(torch.flatten(x, 1))), dim=1)")
 
 
-@pytest.mark.parametrize("target", [pytest.param("torch-xla", marks=pytest.mark.xla),
-                                    pytest.param("jax", marks=pytest.mark.jax)])
-def test_channel_dropout_masks_are_the_same_on_both_sides(tmp_path, target):
-    report = _verify(tmp_path, target)
+def _verify(tmp_path, target: str, original: str = ORIGINAL) -> dict:
+    port = engine.fix(original, engine.Options(tuple(registry.rules_for(target))), "train.py").source
+    return verify_json(tmp_path, original, port, 3, port_name=f"port_{target.replace('-', '_')}.py")
+
+
+@pytest.mark.parametrize("target,original", [pytest.param("torch-xla", ORIGINAL, marks=pytest.mark.xla),
+                                             pytest.param("jax", ORIGINAL, marks=pytest.mark.jax),
+                                             pytest.param("jax", ORIGINAL_2D, marks=pytest.mark.jax, id="jax-2d-input")])
+def test_channel_dropout_masks_are_the_same_on_both_sides(tmp_path, target, original):
+    assert "head_drop(self.fc(" in ORIGINAL_2D and "self.head_drop = " in ORIGINAL_2D
+    report = _verify(tmp_path, target, original)
     assert report["passed"], report["summary"]
     assert report["settings"]["dtype"] == "float64"
     assert max(step["diff"] for step in report["steps"]) < 1e-9, report["steps"]

@@ -224,11 +224,12 @@ def _embedding(b: Bound, ctx: FileContext):
     return f"{_nnx(ctx)}.Embed({', '.join(args)}, rngs=rngs)", _NNX
 
 
-def _dropout(broadcast: Optional[str]):
+def _dropout(spatial: int):
     def build(b: Bound, ctx: FileContext):
         rate = _v(b, "p") or "0.5"
-        extra = f", broadcast_dims={broadcast}" if broadcast else ""
-        return f"{_nnx(ctx)}.Dropout({rate}{extra}, rngs=rngs)", _NNX
+        if spatial:  # whole channels, on whatever rank the input has (TorchDropoutNd)
+            return f"TorchDropoutNd({rate}, {spatial}, rngs=rngs)", ()
+        return f"{_nnx(ctx)}.Dropout({rate}, rngs=rngs)", _NNX
     return build
 
 
@@ -298,10 +299,10 @@ LAYERS: dict[str, Layer] = {
         Layer("Embedding", ("num_embeddings", "embedding_dim", "padding_idx", "max_norm", "norm_type",
                             "scale_grad_by_freq", "sparse", "_weight", "_freeze", "device", "dtype"),
               "nnx", True, drop=("device", "norm_type"), build=_embedding),
-        Layer("Dropout", ("p", "inplace"), "nnx", True, only=_INPLACE, build=_dropout(None)),
-        Layer("Dropout1d", ("p", "inplace"), "nnx", True, only=_INPLACE, build=_dropout("(2,)")),
-        Layer("Dropout2d", ("p", "inplace"), "nnx", True, only=_INPLACE, build=_dropout("(2, 3)")),
-        Layer("Dropout3d", ("p", "inplace"), "nnx", True, only=_INPLACE, build=_dropout("(2, 3, 4)")),
+        Layer("Dropout", ("p", "inplace"), "nnx", True, only=_INPLACE, build=_dropout(0)),
+        Layer("Dropout1d", ("p", "inplace"), "nnx", True, only=_INPLACE, build=_dropout(1)),
+        Layer("Dropout2d", ("p", "inplace"), "nnx", True, only=_INPLACE, build=_dropout(2)),
+        Layer("Dropout3d", ("p", "inplace"), "nnx", True, only=_INPLACE, build=_dropout(3)),
         # channels-first layers with torch's arguments (emitted classes)
         *[
             Layer(f"Conv{n}d", ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation",

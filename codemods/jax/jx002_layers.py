@@ -21,7 +21,8 @@ class NnxLayer(Rule):
     - `nn.Linear(a, b, bias=False)` -> `nnx.Linear(a, b, use_bias=False, rngs=rngs)`;
       `nn.LayerNorm(d)` -> `nnx.LayerNorm(d, epsilon=1e-5, rngs=rngs)` (Flax's default is 1e-6);
       `nn.Embedding(n, d)` -> `nnx.Embed(n, d, rngs=rngs)`; `nn.Dropout(p)` ->
-      `nnx.Dropout(p, rngs=rngs)` (`Dropout2d`: `broadcast_dims=(2, 3)`, whole channels).
+      `nnx.Dropout(p, rngs=rngs)` (`Dropout1d/2d/3d`: `TorchDropoutNd(p, n, rngs=rngs)`, whole channels, on
+      any rank of input torch takes).
     - Layers whose layout or semantics differ in NNX become small classes emitted into the
       port (rule JX011) that take torch's own arguments: `nn.Conv1d/2d/3d` ->
       `TorchConv2d(...)` (an `nnx.Conv` with torch's zero padding, stride, dilation, groups,

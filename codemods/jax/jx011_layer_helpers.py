@@ -16,7 +16,7 @@ HELPERS = {
     "pool_nd": ("_ntuple",), "adaptive_pool_nd": ("_ntuple",), "layer_norm_nd": (), "interpolate_nd": (), "torch_split": (), "TorchLayerNormBase": ("layer_norm_nd",),
     **{f"Torch{kind}Pool{n}d": ("pool_nd", "_ntuple") for kind in ("Max", "Avg") for n in (1, 2, 3)},
     **{f"TorchAdaptive{kind}Pool{n}d": ("adaptive_pool_nd", "_ntuple") for kind in ("Max", "Avg") for n in (1, 2, 3)},
-    "TorchEmbedding": (), "TorchTiedLinear": (), "TorchSequential": (), "TorchModuleDict": (), "TorchModuleList": (), "torch_dropout": (), "torch_sdpa": ("torch_dropout",), "TorchStochasticDepth": (),
+    "TorchEmbedding": (), "TorchTiedLinear": (), "TorchSequential": (), "TorchModuleDict": (), "TorchModuleList": (), "torch_dropout": (), "torch_sdpa": ("torch_dropout",), "TorchDropoutNd": ("torch_dropout",), "TorchStochasticDepth": (),
     # torch layer classes used as values (JX017): factories with torch's arguments
     "TorchLinear": (), "TorchLayerNorm": ("_ntuple",), "TorchDropout": (),
     **{f"Torch{name}": () for name in ("ReLU", "ReLU6", "SiLU", "Hardswish", "Hardsigmoid", "Tanh", "Sigmoid", "GELU",
@@ -76,6 +76,8 @@ class TorchLayerHelpers(Rule):
       and `adaptive_pool_nd` (torch's windows floor(i * L / out) .. ceil((i + 1) * L / out),
       overlapping where the output size does not divide the input's).
     - `TorchEmbedding`: `nnx.Embed` whose `padding_idx` row gets no gradient.
+    - `TorchDropoutNd`: `nn.Dropout1d/2d/3d` through `torch_dropout(..., spatial=n)`, whole channels
+      zeroed on inputs of every rank torch takes (nnx.Dropout's fixed `broadcast_dims` fit one rank).
     - `torch_split`: torch.split's chunk sizes (an int, or a list of sizes), known only when the
       code runs, as jnp.split's cut indices.
     - `TorchTiedLinear`: a Linear whose weight is an embedding's array (weight tying, JX019).
