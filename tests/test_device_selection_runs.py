@@ -6,7 +6,9 @@ Spellings: torch 2.6+'s device-generic `torch.accelerator` (`current_accelerator
 availability test and a user flag, its `.type` in a conditional expression, the device named
 in an f-string), a device string chosen by an `if`/`elif` chain of user flags and then turned
 into `torch.device(device)` (also passed on to the function that trains), and a CUDA device
-number kept in a variable (`device = 0`).
+number kept in a variable (`device = 0`). Also a module moved to its device after an optimizer
+over its parameters was built (a layer that builds its own optimizer, a script that builds the
+optimizer first): the port keeps the parameters' identity on the move and trains.
 """
 import textwrap
 from pathlib import Path
@@ -142,3 +144,48 @@ def test_default_port_trains_on_xla(name, expected, tmp_path):
         out = _run(port, cpu_flag, xla=True)
         assert out.strip().splitlines()[-1] == "XLA executions: 0", out
         assert _final(out) == pytest.approx(expected, abs=1e-5)
+
+
+# a module moved to its device after an optimizer over its parameters was built (TX203): on XLA
+# `.to()` gives the module new Parameter objects, and without the swap flag the optimizer updates
+# the old CPU ones (the loss never changes)
+_LAYER = """
+class Layer(nn.Linear):
+    def __init__(self, d_in, d_out):
+        super().__init__(d_in, d_out)
+        self.opt = torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_step(self, x, y):
+        self.opt.zero_grad()
+        loss = F.mse_loss(self(x), y)
+        loss.backward()
+        self.opt.step()
+        return loss
+"""
+_MOVED_AFTER = {
+    "built_and_moved": _LAYER + "layer = Layer(6, 3).to(device)\n",
+    "moved_by_name": _LAYER + "layer = Layer(6, 3)\nlayer.to(device)\n",
+    "optimizer_first": "layer = nn.Linear(6, 3)\nopt = torch.optim.SGD(layer.parameters(), lr=0.1)\nlayer.cuda()\n"
+                       "def train_step(x, y):\n    opt.zero_grad()\n    loss = F.mse_loss(layer(x), y)\n    loss.backward()\n"
+                       "    opt.step()\n    return loss\nlayer.train_step = train_step\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_MOVED_AFTER))
+def test_a_module_moved_after_its_optimizer_trains_on_xla(name, tmp_path):
+    body = _MOVED_AFTER[name] + textwrap.dedent("""
+        x, y = torch.randn(16, 6).to(device), torch.randn(16, 3).to(device)
+        for step in range(4):
+            loss = layer.train_step(x, y)
+        print(f"final {loss.item():.5f}")
+        """)
+    source = _HEAD + "torch.manual_seed(0)\ndevice = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n" + body
+    cpu = tmp_path / "cpu.py"
+    cpu.write_text(source.replace("layer.cuda()", "layer.cpu()"), encoding="utf-8")
+    port = tmp_path / "port.py"
+    ported = _port(source)
+    assert "set_swap_module_params_on_conversion(True)" in ported, ported
+    port.write_text(ported, encoding="utf-8")
+    out = _run(port, [], xla=True)
+    assert int(out.strip().splitlines()[-1].split(": ")[1]) >= 1, out  # the steps ran as XLA graphs
+    assert _final(out) == pytest.approx(_final(_run(cpu, [], xla=False)), abs=1e-4)

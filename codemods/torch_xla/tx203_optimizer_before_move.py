@@ -19,7 +19,9 @@ class OptimizerBeforeMove(Rule):
     In a file that builds a `torch.optim` optimizer from `model.parameters()` and moves that
     module to its device (`model.to(device)`, `model.cuda()`) where porter cannot see that the
     move comes first (in another function, such as a trainer's `__init__` that receives the
-    model and the optimizer already built, or after the optimizer in the same function), adds
+    model and the optimizer already built, or after the optimizer in the same function), or
+    that moves an instance of a class which builds an optimizer over its own parameters
+    (`self.opt = Adam(self.parameters())`: `Layer(a, b).to(device)`), adds
     `torch.__future__.set_swap_module_params_on_conversion(True)` after the imports.
 
     ## Why
@@ -95,6 +97,34 @@ class OptimizerBeforeMove(Rule):
             """,
             title="moved after the optimizer in the same scope",
         ),
+        Example(
+            """
+            import torch
+            from torch import nn
+
+            class Layer(nn.Linear):
+                def __init__(self, d_in, d_out):
+                    super().__init__(d_in, d_out)
+                    self.opt = torch.optim.Adam(self.parameters(), lr=0.03)
+
+            def build(dims, device):
+                return [Layer(dims[d], dims[d + 1]).to(device) for d in range(len(dims) - 1)]
+            """,
+            """
+            import torch
+            from torch import nn
+            torch.__future__.set_swap_module_params_on_conversion(True)
+
+            class Layer(nn.Linear):
+                def __init__(self, d_in, d_out):
+                    super().__init__(d_in, d_out)
+                    self.opt = torch.optim.Adam(self.parameters(), lr=0.03)
+
+            def build(dims, device):
+                return [Layer(dims[d], dims[d + 1]).to(device) for d in range(len(dims) - 1)]
+            """,
+            title="a layer that builds its own optimizer (layer-local training), moved once built",
+        ),
     ]
     valid = [
         # moved first, then the optimizer: nothing to keep
@@ -106,11 +136,18 @@ class OptimizerBeforeMove(Rule):
         # the flag is already set
         "import torch\ntorch.__future__.set_swap_module_params_on_conversion(True)\n"
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nmodel.to(device)\n",
+        # a layer with its own optimizer, built where its tensors already are; tensors moved
+        "import torch\nclass Layer(torch.nn.Linear):\n    def __init__(self):\n        super().__init__(2, 2)\n"
+        "        self.opt = torch.optim.SGD(self.parameters(), lr=0.1)\nlayer = Layer()\nx = x.to(device)\n",
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
         opt_scopes: dict[str, list[tuple[Optional[cst.CSTNode], cst.Call]]] = {}
         moves: list[tuple[str, Optional[cst.CSTNode], cst.Call]] = []
+        # an instance of a class that builds an optimizer over its own parameters, moved after it
+        # is built (`Layer(a, b).to(device)`, `layer = Layer(a, b)` then `layer.to(device)`)
+        owners = _self_optimizing_classes(node, self.ctx)
+        late: Optional[cst.Call] = None
         for scope, call in _calls_with_scope(node):
             q = self.ctx.qualname(call.func) or ""
             if q.endswith("." + _SWAP):
@@ -122,8 +159,9 @@ class OptimizerBeforeMove(Rule):
                 key = dotted_name(call.func.value)
                 if key is not None:
                     moves.append((key.rsplit(".", 1)[-1], scope, call))
-        late = None
-        for name, scope, call in moves:
+                if late is None and _builds(call.func.value, owners, scope or node):
+                    late = call
+        for name, scope, call in moves if late is None else ():
             for opt_scope, opt_call in opt_scopes.get(name, ()):
                 if opt_scope is not scope or _position(node, opt_call) < _position(node, call):
                     late = call
@@ -148,6 +186,28 @@ class OptimizerBeforeMove(Rule):
             "ones; torch.__future__.set_swap_module_params_on_conversion(True) keeps them (as on CUDA)",
             Fix((Edit(imports[-1], astutil.insert_after([flag])),), imports=("torch",)),
         )
+
+
+def _self_optimizing_classes(module: cst.Module, ctx) -> set[str]:
+    """The names of the classes of ``module`` whose methods build a torch.optim optimizer over
+    the instance's own parameters (``self.opt = Adam(self.parameters(), lr=lr)``)."""
+    return {cls.name.value for cls in astutil.walk(module, into_functions=True) if isinstance(cls, cst.ClassDef)
+            and any(isinstance(n, cst.Call) and tr.classify_value(n, ctx) == tr.OPTIMIZER
+                    and "self" in _parameter_owners(n) for n in astutil.walk(cls, into_functions=True))}
+
+
+def _builds(receiver: cst.BaseExpression, classes: set[str], scope: cst.CSTNode) -> bool:
+    """``receiver`` is an instance of one of ``classes``: a call of one, or a name ``scope``
+    binds only to such calls."""
+    def instance(value) -> bool:
+        return isinstance(value, cst.Call) and (dotted_name(value.func) or "").rsplit(".", 1)[-1] in classes
+
+    if not classes:
+        return False
+    if isinstance(receiver, cst.Name):
+        values = astutil.assigned_values(scope, receiver.value)
+        return bool(values) and all(instance(v) for v in values)
+    return instance(receiver)
 
 
 def _docstring_lines(module: cst.Module) -> int:
