@@ -630,7 +630,9 @@ def plan_steps(loop: cst.For | cst.While, ctx: FileContext, later_reads: set[str
                     readers.update(reads(other))
         # read before being rebound: the next iteration reads it (a recurrent state)
         readers.update(free_reads(region.forward))
-        region.outputs = [n for n in _ordered_binds(region.forward) if n in readers]
+        # the model itself is no output: what the forward stores on it (`model.hidden =
+        # model.init_hidden()`) is module state, which NNX carries out of the step
+        region.outputs = [n for n in _ordered_binds(region.forward) if n in readers and n != region.model]
     return Plan(regions, tail)
 
 

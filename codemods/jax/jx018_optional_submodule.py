@@ -8,6 +8,9 @@ from porter.rules import Example, Fix, Rule, Severity
 from . import _nnx
 
 
+_ARRAY_MAKERS = ("jax.numpy.", "numpy.", "jax.random.")
+
+
 class NnxOptionalSubmodule(Rule):
     """
     ## What it does
@@ -18,8 +21,16 @@ class NnxOptionalSubmodule(Rule):
     `self.proj = None` ... `self.proj = Conv2dNormActivation(..., rngs=rngs)` ->
     `self.proj = nnx.data(None)` ...
 
+    Likewise an attribute that holds a tuple or list of arrays, the state a module keeps between
+    calls (a recurrent model's `self.hidden = self.init_hidden()`, where `init_hidden` returns
+    `(jnp.zeros(...), jnp.zeros(...))`, or the tuple written in place), is declared data:
+    `self.hidden = nnx.data(self.init_hidden())`.
+
     ## Why
-    Flax NNX (0.12) makes an attribute first assigned `None` static; assigning a module to it
+    Flax NNX (0.12) raises `ValueError: Found data on value of type tuple assigned to static
+    attribute` for a tuple of arrays assigned to a module attribute (an array alone is data by
+    itself); under `nnx.jit` a data attribute the forward reassigns is carried out of the step,
+    as torch keeps the module's attribute. Flax NNX (0.12) makes an attribute first assigned `None` static; assigning a module to it
     later raises `ValueError: Cannot assign data value of type ... to static attribute`. torch
     allows it (an optional submodule). `nnx.data(None)` declares the attribute as data from the
     start, so the module can be assigned, and it stays None (no parameters) where it is not.
@@ -32,9 +43,9 @@ class NnxOptionalSubmodule(Rule):
     code = "JX018"
     name = "nnx-optional-submodule"
     target = "jax"
-    summary = "self.x = None later replaced by a module in __init__ -> self.x = nnx.data(None) (NNX's static attributes)"
+    summary = "self.x = None later replaced by a module, or a tuple of arrays, in __init__ -> nnx.data(...) (NNX's static attributes)"
     severity = Severity.ERROR
-    needs_text = ("None",)
+    needs_text = ("None", "np.")
     examples = [
         Example(
             """
@@ -67,6 +78,47 @@ class NnxOptionalSubmodule(Rule):
             """,
             title="an optional submodule; an optional number stays static",
         ),
+        Example(
+            """
+            import flax.nnx as nnx
+            import jax.numpy as jnp
+
+            class Tagger(nnx.Module):
+                def __init__(self, dim, *, rngs: nnx.Rngs):
+                    self.dim = dim
+                    self.lstm = TorchLSTM(dim, dim, rngs=rngs)
+                    self.hidden = self.init_hidden()
+                    self.last = [jnp.zeros(dim)]
+
+                def init_hidden(self):
+                    return (jnp.zeros((1, 1, self.dim)),
+                            jnp.zeros((1, 1, self.dim)))
+
+                def __call__(self, x):
+                    out, self.hidden = self.lstm(x, self.hidden)
+                    return out
+            """,
+            """
+            import flax.nnx as nnx
+            import jax.numpy as jnp
+
+            class Tagger(nnx.Module):
+                def __init__(self, dim, *, rngs: nnx.Rngs):
+                    self.dim = dim
+                    self.lstm = TorchLSTM(dim, dim, rngs=rngs)
+                    self.hidden = nnx.data(self.init_hidden())
+                    self.last = nnx.data([jnp.zeros(dim)])
+
+                def init_hidden(self):
+                    return (jnp.zeros((1, 1, self.dim)),
+                            jnp.zeros((1, 1, self.dim)))
+
+                def __call__(self, x):
+                    out, self.hidden = self.lstm(x, self.hidden)
+                    return out
+            """,
+            title="a recurrent state kept on the module: a tuple of arrays is data",
+        ),
     ]
     valid = [
         "import flax.nnx as nnx\nclass M(nnx.Module):\n    def __init__(self, *, rngs):\n        self.a = None\n",
@@ -92,11 +144,33 @@ class NnxOptionalSubmodule(Rule):
             elif self._builds_module(n.value):
                 modules.add(attr)
         nnx = _nnx.nnx_name(self.ctx)
+        for attr, stmt in first.items():
+            if self._arrays(stmt.value, node):
+                self.report(stmt.value, f"self.{attr} holds arrays in a tuple or list (state the module keeps): NNX "
+                            "needs it declared as data (nnx.data(...))",
+                            Fix((self.replace(stmt.value, cst.Call(cst.parse_expression(f"{nnx}.data"), [cst.Arg(stmt.value)])),),
+                                imports=("flax.nnx",)))
         for attr in sorted(modules):
             stmt = first[attr]
             if isinstance(stmt.value, cst.Name) and stmt.value.value == "None":
                 self.report(stmt.value, f"self.{attr} = None, later a module: NNX needs it declared as data (nnx.data(None))",
                             Fix((self.replace(stmt.value, cst.parse_expression(f"{nnx}.data(None)")),), imports=("flax.nnx",)))
+
+    def _arrays(self, value: cst.BaseExpression, cls: cst.ClassDef, follow: bool = True) -> bool:
+        """A tuple or list display of array-making calls (jnp./np./jax.random.), or a call of a
+        method of ``cls`` whose every return is one."""
+        if isinstance(value, (cst.Tuple, cst.List)):
+            return bool(value.elements) and all(
+                isinstance(e.value, cst.Call) and (self.ctx.qualname(e.value.func) or "").startswith(_ARRAY_MAKERS)
+                for e in value.elements)
+        if follow and isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+                and isinstance(value.func.value, cst.Name) and value.func.value.value == "self":
+            method = next((s for s in cls.body.body if isinstance(s, cst.FunctionDef)
+                           and s.name.value == value.func.attr.value), None)
+            returns = [n.value for n in astutil.walk(method.body)
+                       if isinstance(n, cst.Return)] if method is not None else []
+            return bool(returns) and all(r is not None and self._arrays(r, cls, follow=False) for r in returns)
+        return False
 
     def _builds_module(self, value: cst.BaseExpression) -> bool:
         if not isinstance(value, cst.Call):

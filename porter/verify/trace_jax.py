@@ -437,7 +437,9 @@ def _widen(model: Any) -> None:
         return jnp.asarray(x, dtype=jnp.float64)
 
     if isinstance(model, nnx.Module):  # else a torch module given to nnx.Optimizer, which fails there (JX901)
-        nnx.update(model, jax.tree.map(wide, nnx.state(model)))
+        # its Variables only: a tuple of arrays kept as plain data (nnx.data: a recurrent state)
+        # cannot be updated in place, and the forward rebinds it from the widened parameters
+        nnx.update(model, jax.tree.map(wide, nnx.state(model, nnx.Variable)))
 
 
 def _narrow_parameters(models: list) -> list[str]:
