@@ -606,19 +606,27 @@ op("F.softplus", "input, beta, threshold", _softplus, "jax.nn.softplus(beta * x)
 
 def _softmax(fn: str):
     def build(b: Bound) -> str:
-        if not b.has("dim"):
-            raise Manual("softmax without dim= uses torch's deprecated implicit dimension; write the dim")
         x = b["input"]
+        if b.has("dim"):
+            axis = b["dim"]
+        elif isinstance(b.node("input"), (cst.Name, cst.Attribute)):
+            # torch's deprecated implicit dimension (F.softmax(x)): 0 for a 0-, 1- or 3-D input, else 1
+            axis = f"0 if {x}.ndim in (0, 1, 3) else 1"
+        else:
+            raise Manual("softmax without dim= uses torch's deprecated implicit dimension; write the dim")
         if b.has("dtype"):
             x = f"{atom(b.node('input'))}.astype({b.dtype()})"
-        return f"{b.jax}.nn.{fn}({x}, axis={b['dim']})"
+        return f"{b.jax}.nn.{fn}({x}, axis={axis})"
 
     return build
 
 
 for _fn, _jfn in (("softmax", "softmax"), ("log_softmax", "log_softmax")):
     op([f"torch.{_fn}", f"F.{_fn}", f".{_fn}"], "input, dim, _stacklevel, dtype", _softmax(_jfn), f"jax.nn.{_jfn}(x, axis=dim)",
-       cases=[Case("@(a, dim=1)", a="f3,4"), Case("@(a, -1)", a="f2,3,4"), Case("@(a, dim=0, dtype=torch.float32)", a="f3,4")])
+       "without dim (F.softmax(x), deprecated in torch) the axis is torch's implicit one: 0 for a 0-, 1- or 3-D input, "
+       "else 1, written as that conditional on x.ndim",
+       cases=[Case("@(a, dim=1)", a="f3,4"), Case("@(a, -1)", a="f2,3,4"), Case("@(a, dim=0, dtype=torch.float32)", a="f3,4"),
+              Case(f"F.{_fn}(a)", a="f3,4"), Case(f"F.{_fn}(a)", a="f2,3,4"), Case(f"F.{_fn}(a)", a="f5")])
 
 
 def _softmin(b: Bound) -> str:
@@ -1271,7 +1279,7 @@ def _variable(b: Bound) -> str:
     return b["data"]
 
 
-op(["torch.autograd.Variable", "torch.autograd.variable.Variable"], "data, requires_grad, volatile", _variable, "x",
+op("torch.autograd.Variable", "data, requires_grad, volatile", _variable, "x",
    "dropped: since torch 0.4 a Variable is its tensor (volatile= is ignored); one that requires grad is reported",
    [Case("torch.autograd.Variable(a)", a="f3,4"), Case("torch.autograd.Variable(a, volatile=True)", a="f3,4")])
 op(".cpu", "input, memory_format", lambda b: b["input"], "x",
