@@ -223,7 +223,8 @@ def reads_type(stack: list, ctx: FileContext) -> bool:
 
 
 def derivation(stack: list, ctx: FileContext) -> Optional[tuple[cst.Assign, list]]:
-    """For a read of a device (the last of ``stack``) that derives a device type assigned to a
+    """For a read of a device (the last of ``stack``) that is assigned to a name as it is
+    (``device_name = args.device``) or derives a device type assigned to a
     name whose value, for the device 'cpu', is 'cpu' (``t = 'cuda' if 'cuda' in d else 'cpu'``,
     ``... if str(d).startswith('cuda') ...``, ``... if torch.device(d).type == 'cuda' ...``,
     ``t = torch.device(d).type``, ``t = d.split(':')[0]``): (the assignment, its stack)."""
@@ -232,6 +233,8 @@ def derivation(stack: list, ctx: FileContext) -> Optional[tuple[cst.Assign, list
     parent = stack[-2] if len(stack) >= 2 else None
     if isinstance(node, cst.Attribute) and node.attr.value == "type" and isinstance(parent, cst.Assign):
         pass  # t = torch.device(d).type: the type itself
+    elif isinstance(parent, cst.Assign) and parent.value is node and node is stack[-1]:
+        pass  # device_name = args.device: the device under another name
     elif isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "split" \
             and len(stack) >= 4 and isinstance(stack[-3], cst.Call) and isinstance(stack[-4], cst.Subscript) \
             and len(stack[-4].slice) == 1 and code(stack[-4].slice[0].slice) == "0":
@@ -273,6 +276,15 @@ def _reads_of(scope: cst.CSTNode, name: str, stack: list):
         todo.extend((c, here) for c in children(node))
 
 
+def derived_reads(found: tuple[cst.Assign, list]):
+    """(read, its stack) of the name a :func:`derivation` assigns, in its scope: the function
+    holding the assignment, else the module."""
+    assign, above = found
+    i = next((k for k in range(len(above) - 1, -1, -1) if isinstance(above[k], cst.FunctionDef)), None)
+    scope, scope_stack = (above[i], above[:i]) if i is not None else (above[0], [])
+    return _reads_of(scope, assign.targets[0].target.value, scope_stack)
+
+
 def derived_blocker(ctx: FileContext, stack: list, depth: int = 0) -> Optional[str]:
     """For a read of a device (the last of ``stack``) in a device-type derivation (see
     :func:`derivation`): "" where every read of the derived name is a device use, text or a
@@ -281,12 +293,8 @@ def derived_blocker(ctx: FileContext, stack: list, depth: int = 0) -> Optional[s
     found = derivation(stack, ctx)
     if found is None or depth > 3:
         return None
-    assign, above = found
-    name = assign.targets[0].target.value
-    # the derived name's scope: the function holding the assignment, else the module
-    i = next((k for k in range(len(above) - 1, -1, -1) if isinstance(above[k], cst.FunctionDef)), None)
-    scope, scope_stack = (above[i], above[:i]) if i is not None else (above[0], [])
-    for read, here in _reads_of(scope, name, scope_stack):
+    name = found[0].targets[0].target.value
+    for read, here in derived_reads(found):
         kind, _ = classify_read(read, here, ctx)
         if (kind in ("device", "text") and not reads_type(here, ctx)) or _type_use(read, here, ctx):
             continue
@@ -544,6 +552,12 @@ def _option_walk(ctx: FileContext) -> dict:
                     kind, _ = classify_read(parent, stack[:-1], ctx)  # type: ignore[arg-type]
                     if kind not in ("device", "text") or reads_type(stack[:-1], ctx):
                         follows = derived_blocker(ctx, stack[:-1])
+                        if follows == "" and isinstance(grand, cst.Assign) and grand.value is parent:
+                            # `device_name = args.device`: the option itself where it is read, and only
+                            # as a device; unread here, another module may import it
+                            if any(derived_reads((grand, stack[:-2]))):
+                                continue
+                            follows = None
                         quote = f"`{_quote(_context(stack[:-1]))}`"
                         reads[attr].append(Derived(quote) if follows == "" else follows or quote)
                 elif attr == "__dict__":

@@ -269,6 +269,8 @@ OPTION_NOT_PROVABLE = {
     "the namespace passed to a library function porter does not know": ("setup_distributed(args)", "setup_distributed(args)"),
     "the namespace stored": ("trainer.args = args", "trainer.args = args"),
     "the option copied to a variable": ("device = args.device", "device = args.device"),
+    "the option under another name tested for CUDA": ("device_name = args.device\nif device_name == 'cuda':\n    print('on the GPU')",
+                                                      "device_name == 'cuda'"),
     "the namespace passed to a method": ("trainer.fit(args)", "trainer.fit(args)"),
 }
 

@@ -270,6 +270,33 @@ class CudaDeviceString(Rule):
         ),
         Example(
             """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--device", type=str, default="cuda", help="training device")
+            opt = parser.parse_args()
+            device_name = opt.device
+            device = torch.device(device_name)
+            model = Net().to(device_name)
+            print(f"training on {device_name}")
+            """,
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--device", type=str, default="xla", help="training device")
+            opt = parser.parse_args()
+            device_name = opt.device
+            device = torch.device(device_name)
+            model = Net().to(device_name)
+            print(f"training on {device_name}")
+            """,
+            title="the option under another name, read only as a device, is the option itself",
+        ),
+        Example(
+            """
             import os
             import torch
 
