@@ -177,6 +177,7 @@ def test_a_module_moved_after_its_optimizer_trains_on_xla(name, tmp_path):
         x, y = torch.randn(16, 6).to(device), torch.randn(16, 3).to(device)
         for step in range(4):
             loss = layer.train_step(x, y)
+        print(f"trained on {layer.weight.device.type}")
         print(f"final {loss.item():.5f}")
         """)
     source = _HEAD + "torch.manual_seed(0)\ndevice = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n" + body
@@ -187,5 +188,5 @@ def test_a_module_moved_after_its_optimizer_trains_on_xla(name, tmp_path):
     assert "set_swap_module_params_on_conversion(True)" in ported, ported
     port.write_text(ported, encoding="utf-8")
     out = _run(port, [], xla=True)
-    assert int(out.strip().splitlines()[-1].split(": ")[1]) >= 1, out  # the steps ran as XLA graphs
+    assert "trained on xla" in out, out  # the parameters the optimizer updated live on the XLA device
     assert _final(out) == pytest.approx(_final(_run(cpu, [], xla=False)), abs=1e-4)
