@@ -30,8 +30,10 @@ class NnxOptionalSubmodule(Rule):
     Flax NNX (0.12) raises `ValueError: Found data on value of type tuple assigned to static
     attribute` for a tuple of arrays assigned to a module attribute (an array alone is data by
     itself); under `nnx.jit` a data attribute the forward reassigns is carried out of the step,
-    as torch keeps the module's attribute. Flax NNX (0.12) makes an attribute first assigned `None` static; assigning a module to it
-    later raises `ValueError: Cannot assign data value of type ... to static attribute`. torch
+    as torch keeps the module's attribute.
+
+    Flax NNX (0.12) also makes an attribute first assigned `None` static; assigning a module to
+    it later raises `ValueError: Cannot assign data value of type ... to static attribute`. torch
     allows it (an optional submodule). `nnx.data(None)` declares the attribute as data from the
     start, so the module can be assigned, and it stays None (no parameters) where it is not.
 
