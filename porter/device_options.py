@@ -13,7 +13,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.astutil import arg, children, code, function_locals, string_value
+from porter.astutil import arg, children, code, function_locals, string_value, walk
 from porter.context import FileContext
 from porter.rules import module_fact
 
@@ -697,3 +697,48 @@ def module_string_blocker(ctx: FileContext, value: cst.CSTNode, device: str = "c
     if device == "cpu":  # a device type derived from the device follows it to 'cpu'
         reasons = tuple(r for r in reasons if not isinstance(r, Derived))
     return name, (reasons[0] if reasons else "")
+
+
+def _flag_walk(ctx: FileContext) -> dict:
+    """dest -> its default, for the file's boolean flags (`add_argument(..., action='store_true')`
+    and 'store_false', with a literal `default=` where one is given); None for a dest declared
+    twice with different defaults."""
+    flags: dict = {}
+    for node in walk(ctx.module, into_functions=True):
+        if not (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+                and node.func.attr.value == "add_argument"):
+            continue
+        action = arg(node, "action")
+        kind = string_value(action.value) if action is not None else None
+        if kind not in ("store_true", "store_false"):
+            continue
+        dest = option_dest(node)
+        default = arg(node, "default")
+        if default is None:
+            value: Optional[bool] = kind == "store_false"
+        elif isinstance(default.value, cst.Name) and default.value.value in ("True", "False"):
+            value = default.value.value == "True"
+        else:
+            value = None
+        if dest is not None:
+            flags[dest] = value if flags.get(dest, value) == value else None
+    return flags
+
+
+def default_truth(test: cst.CSTNode, ctx: FileContext) -> Optional[bool]:
+    """The value of an `if` test when the script runs with its default flags: `args.cuda` of a
+    `store_true` option is False, `not args.no_cuda` True, `and`/`or`/`not` of such tests as
+    Python evaluates them; None where the test reads anything else (an availability check, an
+    option that is not a flag of this file)."""
+    if isinstance(test, cst.Attribute):
+        value = module_fact(ctx, _flag_walk).get(test.attr.value)
+        return value if isinstance(test.value, cst.Name) else None
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = default_truth(test.expression, ctx)
+        return None if inner is None else not inner
+    if isinstance(test, cst.BooleanOperation):
+        left, right = default_truth(test.left, ctx), default_truth(test.right, ctx)
+        if isinstance(test.operator, cst.And):
+            return False if False in (left, right) else None if None in (left, right) else True
+        return True if True in (left, right) else None if None in (left, right) else False
+    return None

@@ -4,9 +4,10 @@ loss the original reaches on the CPU; a user's own force-CPU flag keeps the port
 
 Spellings: torch 2.6+'s device-generic `torch.accelerator` (`current_accelerator()` after an
 availability test and a user flag, its `.type` in a conditional expression, the device named
-in an f-string), a device string chosen by an `if`/`elif` chain of user flags and then turned
-into `torch.device(device)` (also passed on to the function that trains), and a CUDA device
-number kept in a variable (`device = 0`). Also a module moved to its device after an optimizer
+in an f-string), a device string chosen by an `if`/`elif` chain of opt-in flags (`--cuda`,
+`--mps`: the default flags' `else: device = "cpu"` trains on XLA too) and then turned into
+`torch.device(device)` (also passed on to the function that trains, or with a `--cpu` arm that
+keeps the CPU), and a CUDA device number kept in a variable (`device = 0`). Also a module moved to its device after an optimizer
 over its parameters was built (a layer that builds its own optimizer, a script that builds the
 optimizer first): the port keeps the parameters' identity on the move and trains.
 """
@@ -79,7 +80,20 @@ SCRIPTS = {
         else:
             device = "cpu"
         device = torch.device(device)
-        """) + _TRAIN, ["--cuda"], [], 'device = "xla"'),
+        """) + _TRAIN, [], None, 'device = "xla"'),
+    "string_chain_cpu_flag": (_HEAD + textwrap.dedent("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--cpu", action="store_true", default=False)
+        parser.add_argument("--cuda", action="store_true")
+        args = parser.parse_args()
+        if args.cpu:
+            device = "cpu"
+        elif args.cuda:
+            device = "cuda"
+        else:
+            device = "cpu"
+        device = torch.device(device)
+        """) + _TRAIN, [], ["--cpu"], 'device = "xla"'),
     "string_chain_passed_on": (_HEAD + textwrap.dedent("""
         parser = argparse.ArgumentParser()
         parser.add_argument("--cuda", action="store_true")
@@ -95,7 +109,7 @@ SCRIPTS = {
 
 
         def run(args, device):
-        """) + textwrap.indent(_TRAIN, "    ") + "\n\nrun(args, device)\n", ["--cuda"], [], 'device = "xla"'),
+        """) + textwrap.indent(_TRAIN, "    ") + "\n\nrun(args, device)\n", ["--cuda"], None, 'device = "xla"'),
     "device_number": (_HEAD + textwrap.dedent("""
         device = 0
         torch.cuda.set_device(device)

@@ -1,7 +1,8 @@
 import libcst as cst
 
-from porter.astutil import arg
-from porter.rules import Example, Fix, Rule, Safety, Severity
+from porter.astutil import arg, string_value
+from porter.device_options import default_truth
+from porter.rules import Edit, Example, Fix, Rule, Safety, Severity
 
 from ._device_strings import DEVICE_READ, DEVICE_TEST, DEVICE_VALUE, OTHER_USE, device_string_fact, option_blocker, xla_string
 from ._devices import PROVABLE, SPELLING, int_ordinal, placement_expr
@@ -45,7 +46,12 @@ class CudaDeviceString(Rule):
 
     The other values such a variable may take are kept as the user chose them: another device
     string (`if args.cuda: device = 'cuda' elif args.mps: device = 'mps' else: device = 'cpu'`)
-    or a `torch.device(...)` of it (`device = torch.device(device)`). A variable bound to CUDA
+    or a `torch.device(...)` of it (`device = torch.device(device)`), with one exception: where
+    every test of such a chain reads the file's own boolean flags (`store_true` /
+    `store_false` options, `and`/`or`/`not` of them) and is False with their defaults, its final
+    `else: device = 'cpu'` is what the script runs with by default, and becomes 'xla' too (a
+    `--cpu` arm the user can choose stays); a chain whose every other branch is CUDA becomes the
+    one assignment `device = 'xla'`. A variable bound to CUDA
     device numbers only (`device = 0`) that the file reads as a device and in no other way
     becomes `'xla'` the same way.
 
@@ -77,7 +83,9 @@ class CudaDeviceString(Rule):
     read only as a device: the same code runs with 'xla' in place of 'cuda', the device-type
     tests choose the accelerator path as they did on the GPU, and a device the user sets (a
     configurator's `--device=cpu`) still applies (`'xla' in 'cpu'` is false as `'cuda' in 'cpu'`
-    was). Safe for a command-line default every read of which is a device use, text or a use
+    was). Safe for the `else: device = 'cpu'` the default flags choose: the port runs on XLA what
+    the original ran on the CPU (as TX109 places a CPU-only script), and each flag the user passes
+    still selects its own branch. Safe for a command-line default every read of which is a device use, text or a use
     porter knows (timm 1.0.31's `init_distributed_device` asserts CUDA for 'cuda' only and
     returns `torch.device(args.device)`, 'xla' or the 'cpu' the user passes): the port places
     on 'xla' what the original placed on 'cuda', and `--device cpu` still gives the CPU.
@@ -380,6 +388,73 @@ class CudaDeviceString(Rule):
             """,
             title="a device chosen among strings by the user's flags, and a CUDA device number kept in a variable",
         ),
+        Example(
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument('--cuda', action='store_true', default=False, help='enables CUDA training')
+            parser.add_argument('--mps', action='store_true', help='enables MPS training')
+            args = parser.parse_args()
+            if args.cuda and not args.mps:
+                device = "cuda"
+            elif args.mps and not args.cuda:
+                device = "mps"
+            else:
+                device = "cpu"
+            device = torch.device(device)
+            model = torch.nn.Linear(2, 2).to(device)
+            """,
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument('--cuda', action='store_true', default=False, help='enables CUDA training')
+            parser.add_argument('--mps', action='store_true', help='enables MPS training')
+            args = parser.parse_args()
+            if args.cuda and not args.mps:
+                device = "xla"
+            elif args.mps and not args.cuda:
+                device = "mps"
+            else:
+                device = "xla"
+            device = torch.device(device)
+            model = torch.nn.Linear(2, 2).to(device)
+            """,
+            title="opt-in accelerator flags: the default flags' CPU becomes 'xla' too",
+        ),
+        Example(
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument('--cuda', action='store_true', help='enables CUDA training')
+            args = parser.parse_args()
+
+            # choose the device
+            if args.cuda:
+                device = "cuda"
+            else:
+                device = "cpu"
+            model = torch.nn.Linear(2, 2).to(device)
+            """,
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument('--cuda', action='store_true', help='enables CUDA training')
+            args = parser.parse_args()
+
+            # choose the device
+            device = "xla"
+            model = torch.nn.Linear(2, 2).to(device)
+            """,
+            title="a CUDA/CPU choice by one opt-in flag becomes one assignment",
+        ),
     ]
     valid = [
         "import torch\nx = torch.zeros(3, device='cpu')\n",
@@ -486,6 +561,43 @@ class CudaDeviceString(Rule):
                     "device is used); porter leaves it because the variable is also used as something else than "
                     "a device (TX103 reports that use)")
 
+    def visit_If(self, node: cst.If) -> None:
+        """`if args.cuda: device = 'cuda' elif args.mps: device = 'mps' else: device = 'cpu'`:
+        the `else` is what the script's default flags choose (every test is False with them);
+        where the chain's CUDA string becomes 'xla', so does that default 'cpu'."""
+        if not imports_torch(self.ctx) or isinstance(self.ctx.parent, cst.If):
+            return  # an `elif` is read with the chain it belongs to
+        strings: list[tuple[cst.BaseExpression, cst.SimpleString]] = []
+        chain: cst.BaseSuite | cst.If | cst.Else | None = node
+        while isinstance(chain, cst.If):
+            assigned = _assigned_string(chain.body)
+            if assigned is None or default_truth(chain.test, self.ctx) is not False:
+                return
+            strings.append(assigned)
+            chain = chain.orelse
+        fallback = _assigned_string(chain.body) if isinstance(chain, cst.Else) else None
+        if fallback is None or string_value(fallback[1]) != "cpu":
+            return
+        names = {code_of(target) for target, _ in strings}
+        if names != {code_of(fallback[0])} or not any(
+                is_cuda_string(value) and device_string_fact(self.ctx).get(value) == DEVICE_VALUE for _, value in strings):
+            return
+        message = ("the device the script's default flags choose (every test above is False with them): on a TPU "
+                   "host the port trains on 'xla' by default, as the CUDA branch above does")
+        if all(is_cuda_string(value) for _, value in strings):
+            # every branch is 'xla' in the port: one assignment, not a test with identical arms
+            one = node.orelse.body.body[0].with_changes(leading_lines=node.leading_lines)  # type: ignore[union-attr]
+            xla = xla_string(fallback[1])
+
+            def collapse(updated: cst.CSTNode) -> cst.CSTNode:
+                line = one.deep_replace(one.body[0].value, xla)  # type: ignore[attr-defined]
+                return line  # type: ignore[return-value]
+
+            self.report(fallback[1], message, Fix((Edit(node, collapse),)))
+            return
+        self.report(fallback[1], message + "; the other branches are kept as the user's flags choose them",
+                    Fix((self.replace(fallback[1], xla_string(fallback[1])),)))
+
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         if device_string_fact(self.ctx).get(node) == DEVICE_TEST:
             self.report(node, "device-type test of a device string that is 'xla' on XLA: test for 'xla', so that the "
@@ -500,3 +612,19 @@ class CudaDeviceString(Rule):
     def visit_Param(self, node: cst.Param) -> None:
         if node.default is not None and is_cuda_string(node.default) and imports_torch(self.ctx):
             self.report(node.default, "CUDA default device: on XLA default to None and use torch_xla.device() in the body")
+
+
+def _assigned_string(body: cst.BaseSuite) -> "tuple[cst.BaseExpression, cst.SimpleString] | None":
+    """(target, string) of a branch that is one assignment of a string: `device = "cuda"`."""
+    statements = body.body if isinstance(body, cst.IndentedBlock) else [body]
+    if len(statements) != 1 or not isinstance(statements[0], cst.SimpleStatementLine) or len(statements[0].body) != 1:
+        return None
+    stmt = statements[0].body[0]
+    if isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and isinstance(stmt.value, cst.SimpleString) \
+            and isinstance(stmt.targets[0].target, cst.Name):
+        return stmt.targets[0].target, stmt.value
+    return None
+
+
+def code_of(node: cst.CSTNode) -> str:
+    return cst.Module([]).code_for_node(node)
