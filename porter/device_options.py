@@ -289,15 +289,20 @@ def derived_blocker(ctx: FileContext, stack: list, depth: int = 0) -> Optional[s
     """For a read of a device (the last of ``stack``) in a device-type derivation (see
     :func:`derivation`): "" where every read of the derived name is a device use, text or a
     device type given to torch.autocast / torch.amp (or derives another such name), else the
-    first read that is not, quoted; None where the read derives nothing."""
+    first read that is not, quoted; None where the read derives nothing. A test of the derived
+    name against other devices' strings only (`== 'mps'`, `!= 'cpu'`) reads 'xla' as it read
+    'cuda'."""
     found = derivation(stack, ctx)
     if found is None or depth > 3:
         return None
     name = found[0].targets[0].target.value
     for read, here in derived_reads(found):
-        kind, _ = classify_read(read, here, ctx)
+        kind, literals = classify_read(read, here, ctx)
         if (kind in ("device", "text") and not reads_type(here, ctx)) or _type_use(read, here, ctx):
             continue
+        if kind == "test" and not literals:
+            continue  # `device_name == 'mps'`: False for 'xla' as for 'cuda'
+
         if derived_blocker(ctx, here, depth + 1) == "":
             continue
         return f"`{_quote(_context(here))}` ({name} follows the device)"

@@ -172,6 +172,24 @@ def test_strings_porter_cannot_follow_stay(source):
 # _device_strings.option_default_fact): 'xla' in default mode where every read of the option
 # is a device use or text and every use of the namespace is followed or known.
 OPTION_SPELLINGS = {
+    # an alias guarded by availability checks: the CUDA guard is dropped (the port's accelerator
+    # is there), and a test against another device's string reads 'xla' as it read 'cuda'
+    "the option under another name, guarded": """
+        import argparse
+        import torch
+        parser = argparse.ArgumentParser()
+        parser.add_argument('--device', type=str, default='cuda', help='training device')
+        opt = parser.parse_args()
+        device_name = opt.device
+        if device_name == 'cuda' and not torch.cuda.is_available():
+            print('cuda is not available')
+            exit(-1)
+        elif device_name == 'mps' and not torch.backends.mps.is_available():
+            print('mps is not available')
+            exit(-1)
+        device = torch.device(device_name)
+        model = Net().to(device)
+    """,
     "module-level parser, device uses and text": """
         import argparse
         import torch

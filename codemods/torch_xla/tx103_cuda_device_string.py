@@ -39,7 +39,9 @@ class CudaDeviceString(Rule):
     uses porter knows: a library's device setup that accepts 'xla' (timm's
     `utils.init_distributed_device(args)`), functions that read other options only, records
     (a checkpoint's args, `yaml.safe_dump(vars(args))`, `wandb.init(config=args)`), `getattr`
-    of another option. A device-type test of the option (`args.device == 'cuda'`,
+    of another option; the option under another name (`device_name = args.device`) read in
+    these ways or tested against other devices' strings only (`device_name == 'mps'`, which
+    'xla' fails as 'cuda' did). A device-type test of the option (`args.device == 'cuda'`,
     `args.device.startswith('cuda')`), the option copied to a variable, `vars(args)` or the
     namespace handed to code porter does not know, or `choices=` without 'xla' keep the default,
     and the finding at the option quotes the first such read; its fix is then unsafe.
