@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import libcst as cst
 
 from porter import astutil
@@ -39,7 +41,12 @@ class TrainStep(Rule):
     loop (`ntokens = args.vocab_size`, which may be a shape) are passed as static arguments.
     A name the forward pass reads and rebinds (`output, hidden = model(data, hidden)`) is an
     argument of `loss_fn` and is returned by the step, so the next iteration reads the new
-    value (no gradient flows across steps, as with a detached hidden state). Another model
+    value (no gradient flows across steps, as with a detached hidden state). An array the
+    forward pass makes from host data and nothing the step computes (`torch.LongTensor([
+    vocab[word]])`, `np.array(rows[i])`: a lookup by a Python string, a row of a list) is made
+    where the step is called and passed in (`word_array`): a string cannot be an argument of a
+    jitted function, and NumPy inside it would see tracers, or values frozen at the first
+    trace; NumPy's random draws stay where they are. Another model
     the forward pass calls (a GAN's generator in the discriminator's step) is an argument of
     `loss_fn` too (gradients are taken for the first argument only), so what its layers
     update (BatchNorm's running statistics) leaves the differentiated function. A branch of
@@ -167,6 +174,49 @@ class TrainStep(Rule):
                 optimizer = optim.SGD(model.parameters(), lr=0.1)
             """,
             title="the canonical loop",
+        ),
+        Example(
+            """
+            import torch
+            import torch.nn.functional as F
+            import torch.optim as optim
+
+            vocab = {"a": 0, "b": 1, "c": 2}
+
+
+            def train(model, pairs):
+                optimizer = optim.SGD(model.parameters(), lr=0.1)
+                for x, word in pairs:
+                    optimizer.zero_grad()
+                    loss = F.cross_entropy(model(x), torch.LongTensor([vocab[word]]))
+                    loss.backward()
+                    optimizer.step()
+            """,
+            """
+            import torch
+            import torch.nn.functional as F
+            import torch.optim as optim
+            import flax.nnx as nnx
+
+            vocab = {"a": 0, "b": 1, "c": 2}
+
+
+            @nnx.jit
+            def train_step(model, optimizer, x, word_array):
+                def loss_fn(model):
+                    loss = F.cross_entropy(model(x), word_array)
+                    return loss
+                loss, grads = nnx.value_and_grad(loss_fn)(model)
+                optimizer.update(model, grads)
+                return loss
+
+
+            def train(model, pairs):
+                optimizer = optim.SGD(model.parameters(), lr=0.1)
+                for x, word in pairs:
+                    loss = train_step(model, optimizer, x, torch.LongTensor([vocab[word]]))
+            """,
+            title="a target made from a Python string on the host: made where the step is called, passed in as an array",
         ),
         Example(
             """
@@ -1462,6 +1512,7 @@ class TrainStep(Rule):
             for anc in ctx.ancestors:
                 if isinstance(anc, (cst.For, cst.While)):
                     local |= _module_assigned(anc)
+        region, hoisted = _hoist_host(region, ctx, lp.nnx_name(ctx))
         # names the moved code reads before binding them
         moved: list[cst.CSTNode] = list(region.forward)
         bound: set[str] = set()
@@ -1488,6 +1539,14 @@ class TrainStep(Rule):
         renames: dict[str, str] = {}  # "args.clip" -> "clip"
         called = {c.func.value for s in [*moved, *tail_nodes] for c in astutil.calls_in(s) if isinstance(c.func, cst.Name)}
         taken = set(free) | bound | {model, opt}
+        host_params = []
+        for _, expr in hoisted:
+            hint = next((n for n in reversed(list(lp.reads(expr))) if n not in ("np", "numpy", "torch")), "host")
+            name, i = f"{hint}_array", 2
+            while name in taken:
+                name, i = f"{hint}_array_{i}", i + 1
+            taken.add(name)
+            host_params.append(name)
         # what an `if` of the forward pass branches on (the script's settings): static
         branch_on = {n for s in region.forward if isinstance(s, cst.If) for n in lp.if_test_reads(s)}
         for n in free:
@@ -1532,6 +1591,7 @@ class TrainStep(Rule):
         decorator = f"@{nnx}.jit"
         if static:
             decorator += "(static_argnames=(" + ", ".join(f'"{s}"' for s in static) + ("," if len(static) == 1 else "") + "))"
+        dynamic += host_params
         params = [model, opt, *dynamic, *static] if update else [model, *dynamic, *static]
         # a name the forward pass reads and then rebinds (`output, hidden = model(x, hidden)`)
         # is a parameter of loss_fn: a closure variable cannot be rebound in the inner function
@@ -1575,7 +1635,9 @@ class TrainStep(Rule):
         text = "\n".join(lines) + "\n"
         module = cst.parse_module(text)
         module = module.visit(_Splice(forward))
-        args = [model, opt, *dynamic, *static_values] if update else [model, *dynamic, *static_values]
+        module = module.visit(_HostNames({id(marker): name for (marker, _), name in zip(hoisted, host_params)}))
+        values = [*dynamic[:len(dynamic) - len(hoisted)], *(lp.code(expr) for _, expr in hoisted)]
+        args = [model, opt, *values, *static_values] if update else [model, *values, *static_values]
         targets = outs + ([grads_out] if grads_out else [])
         same = _same_definition(ctx.module, module.body[0]) if reuse else None
         if same is not None:
@@ -1583,6 +1645,70 @@ class TrainStep(Rule):
             return "", call
         call = cst.parse_statement(f"{', '.join(targets)} = {step}({', '.join(args)})\n")
         return module.code, call
+
+
+# calls that make an array of host data: NumPy's, and torch's constructors of data (the ops
+# rules turn them into NumPy where they end up)
+_HOST_CALLS = ("numpy.",)
+_HOST_CONSTRUCTORS = ("torch.tensor", "torch.as_tensor", "torch.Tensor", "torch.LongTensor", "torch.FloatTensor",
+                      "torch.DoubleTensor", "torch.IntTensor", "torch.BoolTensor", "torch.ByteTensor",
+                      "torch.from_numpy", "torch.autograd.Variable", "torch.autograd.variable.Variable")
+
+
+def _hoist_host(region: lp.Region, ctx, nnx: str) -> "tuple[lp.Region, list[tuple[cst.Name, cst.BaseExpression]]]":
+    """NumPy calls of the forward pass that read no value the step computes
+    (`np.asarray([word_to_ix[target]], dtype=np.int64)`: a target made on the host from a
+    Python string) are computed where the step is called and passed in as arrays: inside the
+    jitted step NumPy sees tracers or closure values frozen at the first trace, and a Python
+    string cannot be a jitted argument. Each is replaced by a marker Name (renamed to its
+    parameter once the step is built); NumPy's random draws are left where they are."""
+    bound: set[str] = {region.model or ""}
+    for stmt in region.forward:
+        bound |= lp.binds(stmt)
+    found: list[tuple[cst.Name, cst.BaseExpression]] = []
+    replaced: dict[int, cst.Name] = {}
+    covered: set[int] = set()  # the nodes inside a hoisted call
+    for node in [*region.forward, *region.losses]:
+        for n in astutil.walk(node):
+            if not isinstance(n, cst.Call) or id(n) in covered:
+                continue
+            qual = ctx.qualname(n.func) or ""
+            if not (qual.startswith(_HOST_CALLS) or qual in _HOST_CONSTRUCTORS) or qual.startswith("numpy.random"):
+                continue
+            inner = list(astutil.walk(n))
+            if any(isinstance(m, cst.Call) and (ctx.qualname(m.func) or "").startswith("numpy.random") for m in inner):
+                continue
+            reads = set(lp.reads(n)) - {"np", "numpy", "torch", "autograd", "Variable"}
+            if not reads or reads & bound or any(isinstance(m, (cst.Lambda, cst.Yield, cst.Await)) for m in inner):
+                continue
+            marker = cst.Name(f"__porter_host_{len(found)}__")
+            replaced[id(n)] = marker
+            covered.update(id(m) for m in inner)
+            found.append((marker, n))
+    if not found:
+        return region, []
+
+    class _Put(cst.CSTTransformer):
+        def leave_Call(self, original, updated):
+            return replaced.get(id(original), updated)
+
+    forward = [s.visit(_Put()) for s in region.forward]
+    losses = [x.visit(_Put()) for x in region.losses]
+    return dataclasses.replace(region, forward=forward, losses=losses), found
+
+
+class _HostNames(cst.CSTTransformer):
+    """The markers of :func:`_hoist_host` -> the step's parameter names."""
+
+    def __init__(self, names: dict) -> None:
+        super().__init__()
+        self.names = names
+
+    def leave_Name(self, original, updated):
+        if updated.value.startswith("__porter_host_"):
+            index = int(updated.value[len("__porter_host_"):-2])
+            return updated.with_changes(value=list(self.names.values())[index])
+        return updated
 
 
 def _same_definition(module: cst.Module, new: cst.FunctionDef) -> "str | None":
