@@ -2,7 +2,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.astutil import insert_before
+from porter.astutil import insert_before, walk
 from porter.rules import Example, Fix, Rule, Severity
 
 from ._tables import imports_torch
@@ -11,6 +11,9 @@ _LSTM = ("torch.nn.LSTM", "torch.nn.modules.rnn.LSTM")
 # recurrent layers torch_xla 2.9 neither scans (it replaces nn.GRU only:
 # torch_xla/_patched_functions.py, `nn.GRU = ScanGRU`) nor this rule rewrites
 _UNROLLED = {"torch.nn.RNN": "nn.RNN", "torch.nn.modules.rnn.RNN": "nn.RNN"}
+# cells a module steps over time in a Python loop of its own
+_CELLS = ("torch.nn.LSTMCell", "torch.nn.GRUCell", "torch.nn.RNNCell",
+          "torch.nn.modules.rnn.LSTMCell", "torch.nn.modules.rnn.GRUCell", "torch.nn.modules.rnn.RNNCell")
 
 SCAN_LSTM = "XlaScanLSTM"
 
@@ -93,7 +96,8 @@ class UnrolledLstm(Rule):
     Rewrites `nn.LSTM(...)` layers to `XlaScanLSTM(...)`, a subclass of `nn.LSTM` the fix
     defines in the file (before the first top-level statement that builds one), whose forward
     on an XLA device runs each layer and direction as one `torch_xla.experimental.scan` over
-    time. Reports `nn.RNN(...)` layers.
+    time. Reports `nn.RNN(...)` layers, and the loops of a module's methods that step its
+    `nn.LSTMCell` / `nn.GRUCell` / `nn.RNNCell` over time by hand.
 
     ## Why
     On an XLA device `nn.LSTM` and `nn.RNN` are traced one time step at a time: the graph of a
@@ -120,9 +124,9 @@ class UnrolledLstm(Rule):
     code = "TX505"
     name = "unrolled-lstm"
     target = "torch-xla"
-    summary = "nn.LSTM -> a scan-over-time subclass defined in the file; report nn.RNN (unrolled on XLA)"
+    summary = "nn.LSTM -> a scan-over-time subclass defined in the file; report nn.RNN and loops stepping RNN cells (unrolled on XLA)"
     severity = Severity.WARNING
-    needs_text = ("LSTM", "RNN")
+    needs_text = ("LSTM", "RNN", "GRUCell")
     examples = [
         Example(
             _EXAMPLE_BEFORE.format(lstm="nn.LSTM", second="torch.nn.modules.rnn.LSTM"),
@@ -140,6 +144,28 @@ class UnrolledLstm(Rule):
                     self.rnn = nn.RNN(128, 64, bidirectional=True)
             """,
             None,
+        ),
+        Example(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Sequence(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.cell = nn.LSTMCell(1, 51)
+                    self.head = nn.Linear(51, 1)
+
+                def forward(self, x):
+                    h = c = x.new_zeros(x.size(0), 51)
+                    outputs = []
+                    for x_t in x.split(1, dim=1):
+                        h, c = self.cell(x_t, (h, c))
+                        outputs.append(self.head(h))
+                    return torch.cat(outputs, dim=1)
+            """,
+            None,
+            title="a cell stepped over time by the module's own loop is reported",
         ),
     ]
     valid = [
@@ -167,6 +193,31 @@ class UnrolledLstm(Rule):
             self.report(node, "nn.LSTM is unrolled over the sequence on XLA: the step's graph holds one cell per "
                         f"time step and layer, and its first compile grows with the sequence length; {SCAN_LSTM} "
                         "is nn.LSTM with a scan over time on the XLA device", self._fix(node))
+
+    def visit_For(self, node: cst.For) -> None:
+        """A loop of a module's method that steps one of its RNN cells (`for x_t in
+        x.split(1, dim=1): h, c = self.lstm1(x_t, (h, c))`): the same unrolling, written by
+        hand."""
+        cls = self.ctx.enclosing(cst.ClassDef)
+        if cls is None or not imports_torch(self.ctx):
+            return
+        cells = {}
+        for n in walk(cls, into_functions=True):  # type: ignore[arg-type]
+            if isinstance(n, cst.Assign) and isinstance(n.value, cst.Call) \
+                    and (self.ctx.qualname(n.value.func) or "") in _CELLS:
+                for t in n.targets:
+                    if isinstance(t.target, cst.Attribute) and isinstance(t.target.value, cst.Name) \
+                            and t.target.value.value == "self":
+                        cells[t.target.attr.value] = (self.ctx.qualname(n.value.func) or "").rsplit(".", 1)[-1]
+        stepped = sorted({cells[c.func.attr.value] for c in walk(node.body) if isinstance(c, cst.Call)
+                          and isinstance(c.func, cst.Attribute) and isinstance(c.func.value, cst.Name)
+                          and c.func.value.value == "self" and c.func.attr.value in cells})
+        if stepped:
+            self.report(node, f"this loop steps nn.{'/'.join(stepped)} over time in Python: on XLA each iteration is "
+                        "traced into the step's graph (one cell per time step, forward and backward, compiled before "
+                        "the first step runs, and again for each new length); for long sequences the compile's time "
+                        "and memory grow with the length: write the recurrence as torch_xla.experimental.scan(step, "
+                        "carry, xs) over the time axis")
 
     def _fix(self, node: cst.Call) -> Fix:
         edits = [self.replace(node.func, cst.Name(SCAN_LSTM))]
