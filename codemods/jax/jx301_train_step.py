@@ -1512,7 +1512,7 @@ class TrainStep(Rule):
             for anc in ctx.ancestors:
                 if isinstance(anc, (cst.For, cst.While)):
                     local |= _module_assigned(anc)
-        region, hoisted = _hoist_host(region, ctx, lp.nnx_name(ctx))
+        region, hoisted = _hoist_host(region, ctx)
         # names the moved code reads before binding them
         moved: list[cst.CSTNode] = list(region.forward)
         bound: set[str] = set()
@@ -1591,8 +1591,7 @@ class TrainStep(Rule):
         decorator = f"@{nnx}.jit"
         if static:
             decorator += "(static_argnames=(" + ", ".join(f'"{s}"' for s in static) + ("," if len(static) == 1 else "") + "))"
-        dynamic += host_params
-        params = [model, opt, *dynamic, *static] if update else [model, *dynamic, *static]
+        params = [model, opt, *dynamic, *host_params, *static] if update else [model, *dynamic, *host_params, *static]
         # a name the forward pass reads and then rebinds (`output, hidden = model(x, hidden)`)
         # is a parameter of loss_fn: a closure variable cannot be rebound in the inner function
         carried = [renames.get(n, n) for n in free if n in bound and n != model]
@@ -1635,8 +1634,8 @@ class TrainStep(Rule):
         text = "\n".join(lines) + "\n"
         module = cst.parse_module(text)
         module = module.visit(_Splice(forward))
-        module = module.visit(_HostNames({id(marker): name for (marker, _), name in zip(hoisted, host_params)}))
-        values = [*dynamic[:len(dynamic) - len(hoisted)], *(lp.code(expr) for _, expr in hoisted)]
+        module = module.visit(_HostNames(host_params))
+        values = [*dynamic, *(lp.code(expr) for _, expr in hoisted)]
         args = [model, opt, *values, *static_values] if update else [model, *values, *static_values]
         targets = outs + ([grads_out] if grads_out else [])
         same = _same_definition(ctx.module, module.body[0]) if reuse else None
@@ -1655,7 +1654,7 @@ _HOST_CONSTRUCTORS = ("torch.tensor", "torch.as_tensor", "torch.Tensor", "torch.
                       "torch.from_numpy", "torch.autograd.Variable", "torch.autograd.variable.Variable")
 
 
-def _hoist_host(region: lp.Region, ctx, nnx: str) -> "tuple[lp.Region, list[tuple[cst.Name, cst.BaseExpression]]]":
+def _hoist_host(region: lp.Region, ctx) -> "tuple[lp.Region, list[tuple[cst.Name, cst.BaseExpression]]]":
     """NumPy calls of the forward pass that read no value the step computes
     (`np.asarray([word_to_ix[target]], dtype=np.int64)`: a target made on the host from a
     Python string) are computed where the step is called and passed in as arrays: inside the
@@ -1700,14 +1699,13 @@ def _hoist_host(region: lp.Region, ctx, nnx: str) -> "tuple[lp.Region, list[tupl
 class _HostNames(cst.CSTTransformer):
     """The markers of :func:`_hoist_host` -> the step's parameter names."""
 
-    def __init__(self, names: dict) -> None:
+    def __init__(self, names: list[str]) -> None:
         super().__init__()
-        self.names = names
+        self.names = names  # in the markers' order
 
     def leave_Name(self, original, updated):
         if updated.value.startswith("__porter_host_"):
-            index = int(updated.value[len("__porter_host_"):-2])
-            return updated.with_changes(value=list(self.names.values())[index])
+            return updated.with_changes(value=self.names[int(updated.value[len("__porter_host_"):-2])])
         return updated
 
 

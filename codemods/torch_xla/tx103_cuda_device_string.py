@@ -1,6 +1,6 @@
 import libcst as cst
 
-from porter.astutil import arg, string_value
+from porter.astutil import arg, code, string_value
 from porter.device_options import default_truth
 from porter.rules import Edit, Example, Fix, Rule, Safety, Severity
 
@@ -580,8 +580,8 @@ class CudaDeviceString(Rule):
         fallback = _assigned_string(chain.body) if isinstance(chain, cst.Else) else None
         if fallback is None or string_value(fallback[1]) != "cpu":
             return
-        names = {code_of(target) for target, _ in strings}
-        if names != {code_of(fallback[0])} or not any(
+        names = {code(target) for target, _ in strings}
+        if names != {code(fallback[0])} or not any(
                 is_cuda_string(value) and device_string_fact(self.ctx).get(value) == DEVICE_VALUE for _, value in strings):
             return
         message = ("the device the script's default flags choose (every test above is False with them): on a TPU "
@@ -626,7 +626,3 @@ def _assigned_string(body: cst.BaseSuite) -> "tuple[cst.BaseExpression, cst.Simp
             and isinstance(stmt.targets[0].target, cst.Name):
         return stmt.targets[0].target, stmt.value
     return None
-
-
-def code_of(node: cst.CSTNode) -> str:
-    return cst.Module([]).code_for_node(node)
