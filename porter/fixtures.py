@@ -33,6 +33,9 @@ class Fixture:
     model: str = ""
     inputs: tuple[str, ...] = ()
     expected_name: str = "expected.py"  # a Gluon original's ports: expected_<target>.py
+    # samples in each synthetic dataset of the whole-epoch comparison run (None: the verifier's
+    # default); a fixture whose steps are costly asks for fewer, enough for its checked steps
+    synthetic_size: int | None = None
 
     @property
     def original(self) -> Path:
@@ -66,7 +69,8 @@ def _fixture(conf: Path, target: str, expected_name: str = "expected.py", runs_o
                    int(data.get("log_interval", 5)), int(data.get("optimizer_steps_per_iteration", 1)),
                    str(data.get("original_runs_on", runs_on)), int(data.get("warmup_iterations", 2)),
                    tuple(data.get("reference_rules", ())), str(data.get("model", "")),
-                   tuple(data.get("inputs", ())), expected_name)
+                   tuple(data.get("inputs", ())), expected_name,
+                   int(data["synthetic_size"]) if "synthetic_size" in data else None)
 
 
 def fixtures(target: str = "torch-xla") -> list[Fixture]:

@@ -96,7 +96,8 @@ def test_port_runs_on_xla_and_matches_the_original(fx, tmp_path):
         reference_script.write_text(fx.reference(), encoding="utf-8")
     k = fx.optimizer_steps_per_iteration
     warmup = fx.warmup_iterations * k
-    code, report = _verify_script(reference_script, fx.expected, warmup, fx.run)
+    size = fx.synthetic_size or DEFAULT_SIZE
+    code, report = _verify_script(reference_script, fx.expected, warmup, fx.run, size)
     assert code == 0 and report["passed"], report["summary"]
     steps = report["steps"]
     assert [s["step"] for s in steps] == list(range(1, len(steps) + 1)) and all(s["ok"] for s in steps)
@@ -119,7 +120,7 @@ def test_port_runs_on_xla_and_matches_the_original(fx, tmp_path):
     # to the end): every step but the last (whose record also holds what follows the last step)
     (tmp_path / "port32").mkdir()
     port32 = trace_script(fx.expected, fx.run, host_random=True, cwd=tmp_path / "port32", timeout=900,
-                          max_steps=warmup + 2 * fx.log_interval * k + 1, synthetic_size=DEFAULT_SIZE,
+                          max_steps=warmup + 2 * fx.log_interval * k + 1, synthetic_size=size,
                           env={"PJRT_DEVICE": "CPU"})
     assert port32.get("status") == "ok", (port32.get("exception"), port32.get("output"))
     compiles = port32["compiles_per_step"][:-1]
@@ -129,12 +130,13 @@ def test_port_runs_on_xla_and_matches_the_original(fx, tmp_path):
     assert not quiet, f"device-to-host transfers in steps that do not log: {quiet} (per step: {transfers})"
 
 
-def _verify_script(reference, port, warmup: int, args) -> tuple[int, dict]:
+def _verify_script(reference, port, warmup: int, args, size: int) -> tuple[int, dict]:
     """`porter verify --script` in float64 over the whole run: a step limit no epoch reaches,
-    and the synthetic datasets of the size a run without a step limit gets."""
+    and synthetic datasets of `size` samples (by default the size a run without a step limit
+    gets)."""
     proc = subprocess.run([sys.executable, "-m", "porter", "verify", "--format", "json", "--script", str(reference),
                            str(port), "--dtype", "float64", "--steps", str(WHOLE_RUN),
-                           "--synthetic-size", str(DEFAULT_SIZE), "--warmup-steps", str(warmup), "--", *args],
+                           "--synthetic-size", str(size), "--warmup-steps", str(warmup), "--", *args],
                           capture_output=True, text=True, timeout=1900, env={**os.environ, "PJRT_DEVICE": "CPU"})
     assert proc.stdout.strip(), proc.stderr[-3000:]
     return proc.returncode, json.loads(proc.stdout)

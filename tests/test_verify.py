@@ -80,7 +80,7 @@ def test_usage_errors_exit_2():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("port,limits,cause", [
-    ("hangs.py", ("--timeout", "20"), "timed out after 20 s"),
+    ("hangs.py", ("--timeout", "10"), "timed out after 10 s"),
     ("hog.py", ("--memory-mb", "2000"), "memory limit exceeded"),
 ])
 def test_a_port_that_hangs_or_exhausts_memory_gives_exit_2(port, limits, cause):

@@ -83,11 +83,21 @@ def test_accumulation_and_clamping_are_not_manual_steps():
 # --- both sides, for real --------------------------------------------------------------------
 
 
-@pytest.mark.xla
 @pytest.mark.slow
 @pytest.mark.parametrize("update", ["data_add", "isub", "copy"])
 def test_manual_updates_are_optimizer_steps(update):
-    report = verify("manual", 4, "--update", update)
+    """Each spelling stops the original after its K updates (the tracer's business, one side);
+    both sides of one spelling below."""
+    record = trace_script(FORMS / "manual.py", ["--update", update], max_steps=4, seed=0, dtype="float64",
+                          cuda_shim=True, host_random=True, timeout=120)
+    assert record["status"] == "ok", record.get("output")
+    assert record["num_steps"] == 4 and [len(s) for s in record["losses"]] == [1, 1, 1, 1]
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_a_manual_update_port_verifies():
+    report = verify("manual", 4, "--update", "isub")
     assert report.passed, report.summary
     assert len(report.steps) == 4 and all(len(s["original"]) == 1 for s in report.steps)
     assert report.health["compiles_after_warmup"] == 0
@@ -168,11 +178,24 @@ def test_a_port_that_ends_before_its_first_step_says_so():
            "no error)" in report.summary, report.summary
 
 
-@pytest.mark.xla
 @pytest.mark.slow
 @pytest.mark.parametrize("inputs", ["numpy", "dtype", "float"])
-def test_float32_inputs_run_in_float32(inputs):
-    report = verify("f32", 6, "--inputs", inputs)
+def test_explicit_float32_inputs_cannot_run_in_float64(inputs):
+    """What sends the verifier to float32, in each spelling: the original fails in float64 and
+    runs in float32 (the tracer, one side; both sides of one spelling below)."""
+    def run(dtype):
+        return trace_script(FORMS / "f32.py", ["--inputs", inputs], max_steps=2, seed=0, dtype=dtype,
+                            cuda_shim=True, host_random=True, timeout=120)
+    wide = run("float64")
+    assert wide["status"] != "ok" and "double" in (wide.get("exception") or {}).get("message", "").lower(), wide
+
+    assert run("float32")["status"] == "ok"
+
+
+@pytest.mark.xla
+@pytest.mark.slow
+def test_float32_inputs_run_in_float32():
+    report = verify("f32", 6, "--inputs", "dtype")
     assert report.passed, report.summary
     assert report.settings["dtype"] == "float32" and report.settings["tolerance_scaled"]
     note = [n for n in report.notes if n.startswith("both sides ran with torch's default dtype float32")]

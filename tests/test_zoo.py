@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 ZOO = ROOT / "fixtures" / "zoo" / "zoocmd" / "zootoys"
-TIMEOUT = "45"  # seconds a side may run: slow.Sleepy's training step sleeps an hour
+TIMEOUT = "30"  # seconds a side may run: slow.Sleepy's training step sleeps an hour
 
 pytestmark = [pytest.mark.slow]
 
