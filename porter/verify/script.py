@@ -178,21 +178,31 @@ def compare_steps(original: list, port: list, rtol: float, atol: float, scaled: 
     return steps, first
 
 
+def _widened_run(req: ScriptRequest, script: Path, jax_port: bool, settings: dict) -> dict:
+    """``script`` run in float64 drawing the float32 run's random numbers, its float32 tensors
+    widened (``float64_reference``)."""
+    with tempfile.TemporaryDirectory(prefix="porter-reference-") as tmp:
+        _copy_files(req.files, Path(tmp))
+        return trace_script(script, req.args, cwd=tmp, host_random=True, float64_reference=True, seed=req.seed,
+                            dtype="float64", max_steps=req.steps, timeout=req.timeout, memory_mb=req.memory_mb,
+                            synthetic_size=req.synthetic_size, reseed_at_optimizer=jax_port, init_apart=jax_port,
+                            **settings)
+
+
 def _judge_by_reference(req: ScriptRequest, steps: list[dict], side_settings: dict, jax_port: bool,
-                        notes: list[str]) -> Optional[dict]:
+                        notes: list[str], port_env: Optional[dict] = None) -> Optional[dict]:
     """Losses compared in float32 that differ past the tolerance, judged again against a float64
     run of the original that draws the float32 run's random numbers and widens its float32
     tensors (``float64_reference``): the same computation without float32's rounding. A step
     whose port is at most NOISE_FACTOR times the original's own distance from that reference
     (plus NOISE_FLOOR of its loss) is float32 rounding, as model-level verify's --reference
-    judges tensors. Updates ``steps`` and ``notes``; returns the first step still divergent
-    (None: every step is within it)."""
-    with tempfile.TemporaryDirectory(prefix="porter-reference-") as tmp:
-        _copy_files(req.files, Path(tmp))
-        ref = trace_script(req.original, req.args, cwd=tmp, host_random=True, float64_reference=True, seed=req.seed,
-                           dtype="float64", max_steps=req.steps, timeout=req.timeout, memory_mb=req.memory_mb,
-                           synthetic_size=req.synthetic_size, reseed_at_optimizer=jax_port, init_apart=jax_port,
-                           **side_settings)
+    judges tensors. Where a step is still divergent and the port is a torch-xla script
+    (``port_env``), the port is widened the same way: losses that then equal the reference's
+    at every step (float64's tolerance) make the float32 differences the port's rounding (XLA's
+    kernels round otherwise than eager CPU's; a loss that jumps from step to step grows the
+    difference), not a difference of the port. Updates ``steps``
+    and ``notes``; returns the first step still divergent (None: every step is within it)."""
+    ref = _widened_run(req, req.original, jax_port, side_settings)
     losses = [_summed_like(r, s["original"]) for r, s in zip(ref.get("losses") or [], steps)]
     unjudged = next((_divergence(s) for s in steps if not s["ok"]), None)
     if len(losses) < len(steps):
@@ -208,6 +218,7 @@ def _judge_by_reference(req: ScriptRequest, steps: list[dict], side_settings: di
         return unjudged
     first = None
     rounded = []
+    apart = ""  # the first step past float32 rounding, said if the port widened does not settle it
     for s, r in zip(steps, losses):
         if not s["ok"] and _within_rounding(s["original"], s["port"], r):
             s["ok"], s["reference"] = True, r
@@ -218,14 +229,45 @@ def _judge_by_reference(req: ScriptRequest, steps: list[dict], side_settings: di
             if _close(s["port"], r, _any) and _close(s["original"], r, _any):
                 far = max(abs(y - z) for y, z in zip(s["port"], r))
                 own = max(abs(x - z) for x, z in zip(s["original"], r))
-                notes.append(f"not float32 rounding at step {s['step']}: against a float64 run of the original that "
-                             f"drew the same random numbers, the port's loss is {far:.3g} from it, the original's "
-                             f"{own:.3g}")
+                apart = (f"not float32 rounding at step {s['step']}: against a float64 run of the original that drew "
+                         f"the same random numbers, the port's loss is {far:.3g} from it, the original's {own:.3g}")
     if rounded:
         notes.append(f"float32 rounding, judged against a float64 run of the original that drew the same random "
                      f"numbers: the port's losses are within {NOISE_FACTOR:g} times the original's own distance from "
                      "it (|loss - float64 reference|: " + "; ".join(rounded) + ")")
+    if first is not None and port_env is not None:
+        first = _judge_widened_port(req, steps, losses, port_env, notes, first)
+    if first is not None and apart:
+        notes.append(apart)
     return first
+
+
+def _judge_widened_port(req: ScriptRequest, steps: list[dict], reference: list, port_env: dict, notes: list[str],
+                        first: dict) -> Optional[dict]:
+    """The port widened as the reference was: the same losses as the reference at every
+    compared step make the float32 differences rounding (every step then passes)."""
+    widened = _widened_run(req, req.port, False, {"env": port_env})
+    ported = [_summed_like(r, s["port"]) for r, s in zip(widened.get("losses") or [], steps)]
+    if len(ported) < len(steps):
+        notes.append(f"the port widened to float64 ran {len(ported)} of {len(steps)} steps "
+                     f"({_error_line(widened) or widened.get('status')}): float32 rounding not told apart")
+        return first
+    worst = 0.0
+    for r, w in zip(reference, ported):
+        if not _close(r, w, lambda x, y: abs(x - y) <= F64_TOL * (1 + abs(x))):
+            notes.append("widened to float64 (the same random numbers, float32 tensors widened) on both sides, the "
+                         "losses still differ: a difference of the port, not float32 rounding")
+            return first
+        worst = max([worst, *(abs(x - y) for x, y in zip(r, w))])
+    apart = [s["step"] for s in steps if not s["ok"]]
+    for s, r in zip(steps, reference):
+        if not s["ok"]:
+            s["ok"], s["reference"] = True, r
+    notes.append(f"float32 rounding of the port: widened to float64 on both sides (the same random numbers, float32 "
+                 f"tensors widened), the port's losses equal the original's at every step (worst |difference| "
+                 f"{worst:.3g}); in float32 they part by more than the original's own rounding at step(s) "
+                 f"{', '.join(map(str, apart))}")
+    return None
 
 
 def _any(x: float, y: float) -> bool:
@@ -535,7 +577,8 @@ def verify_script(req: ScriptRequest) -> Report:
         side_p.ok, side_p.error = True, ""
     steps, first = compare_steps(orig["losses"], port["losses"], rtol, atol, scaled, jax_port)
     if first is not None and dtype == "float32" and req.reference:
-        first = _judge_by_reference(req, steps, reference, jax_port, notes)
+        first = _judge_by_reference(req, steps, reference, jax_port, notes,
+                                    None if jax_port else {"PJRT_DEVICE": "CPU", **launch_env})
     # a torch-xla port that never imported torch_xla has no metrics: its health says it ran on the CPU
     health = script_health(port, req.budgets) if port.get("xla") or not jax_port else None
     if health is not None and jax_port:
