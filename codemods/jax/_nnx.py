@@ -1292,6 +1292,20 @@ FRESH_TENSORS = ("torch.empty", "torch.zeros", "torch.ones", "jax.numpy.zeros", 
 RANDOM_FILLS = {"normal_": ("mean", "std"), "uniform_": ("from", "to")}
 
 
+# a random factory called where a module is built (JX108): qualname -> jax.random's sampler
+RANDOM_DRAWS = {"torch.randn": "normal", "torch.rand": "uniform"}
+
+
+def fresh_random_draw(call: cst.Call, ctx) -> bool:
+    """`torch.randn(shape)` / `torch.rand(shape)` in a function that has the module's rngs
+    (`__init__`, a layer builder), not in a method whose draws JX014 takes from `self.rngs`:
+    JX108 draws it from `rngs.params()` (JX101 leaves it)."""
+    if (ctx.qualname(call.func) or "") not in RANDOM_DRAWS or sampler(call, ctx) is not None:
+        return False
+    func = enclosing_function(ctx)  # (a script's own draws stay torch's: JX101's host draw)
+    return func is not None and (func in module_fact(ctx, _rngs_functions) or has_param(func, "rngs"))
+
+
 def fresh_random_fill(call: cst.Call, ctx) -> bool:
     """`torch.empty(shape).normal_(...)` / `.uniform_(...)` (or on zeros / ones, torch's or
     jnp's) in a function that has the module's rngs: JX108 draws it from them (JX102 leaves it)."""

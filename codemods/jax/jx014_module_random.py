@@ -12,6 +12,10 @@ from ._nnx import RNGS_STREAM as STREAM
 from ._nnx import module_method as _method
 from ._nnx import sampler
 
+# host generators: their draws in a traced method are made once, at trace time
+_HOST_GENERATORS = ("random.", "numpy.random.")
+
+
 class NnxModuleRandom(Rule):
     """
     ## What it does
@@ -42,6 +46,10 @@ class NnxModuleRandom(Rule):
     Safe: the same distributions. The numbers differ from torch's (another generator); to
     compare a port with its original, draw the noise alike on both sides (the verifier's JAX
     side feeds the port torch's numbers through `jax.random.normal`/`uniform`).
+
+    Python's and NumPy's generators in a module method (`random.randint(4, 6)` choosing how
+    many terms a forward adds) are reported for a person: the jitted step traces the method
+    once, so the port would draw once and repeat that value at every step.
     """
 
     code = "JX014"
@@ -111,6 +119,39 @@ class NnxModuleRandom(Rule):
             """,
             title="torch.multinomial: the Gumbel-top-k draw",
         ),
+        Example(
+            """
+            import random
+            from flax import nnx
+
+            class Poly(nnx.Module):
+                def __init__(self, *, rngs: nnx.Rngs):
+                    self.e = nnx.Param(jax.numpy.ones(()))
+
+                def __call__(self, x):
+                    y = x
+                    n = random.randint(4, 6)
+                    for k in range(4, n):
+                        y = y + self.e * x ** k
+                    return y
+            """,
+            """
+            import random
+            from flax import nnx
+
+            class Poly(nnx.Module):
+                def __init__(self, *, rngs: nnx.Rngs):
+                    self.e = nnx.Param(jax.numpy.ones(()))
+
+                def __call__(self, x):
+                    y = x
+                    n = random.randint(4, 6)  # porter: manual
+                    for k in range(4, n):
+                        y = y + self.e * x ** k
+                    return y
+            """,
+            title="Python's generator in a module method: reported (drawn once when the step is traced)",
+        ),
     ]
     valid = [
         "import torch\nnoise = torch.randn(3)\n",
@@ -120,6 +161,7 @@ class NnxModuleRandom(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         spec = sampler(node, self.ctx)
         if spec is None:
+            self._host_generator(node)
             return
         cls, _ = _method(self.ctx)
         fn, shaped = spec
@@ -131,6 +173,18 @@ class NnxModuleRandom(Rule):
         edits = [Edit(node, new), *(_nnx.keep_rngs(cls) or ())]
         self.report(node, f"{_nnx.code(node.func)}: random numbers from the module's nnx.Rngs (self.{STREAM})",
                     Fix(tuple(edits), imports=("jax", "jax.numpy") if fn == "multinomial" else ("jax",)))
+
+    def _host_generator(self, node: cst.Call) -> None:
+        """Python's or NumPy's generator in a module method: the jitted step traces the method
+        once, so the draw is made once and its value frozen into the compiled step."""
+        q = self.ctx.qualname(node.func) or ""
+        if not q.startswith(_HOST_GENERATORS) or q.endswith(".seed") or _method(self.ctx) is None:
+            return
+        astutil.report_manual(self, node, f"{q} in a module method: a jitted step traces the method once, so this is "
+                                          "drawn once and the same value is used at every step (the original draws at "
+                                          f"every call); draw from the module's nnx.Rngs with jax.random (self.{STREAM}), "
+                                          "and where the value decides the structure (a loop count, a branch), make it "
+                                          "a fixed structure (jax.lax.cond, a mask) or a static argument of the step")
 
     def _multinomial(self, node: cst.Call, jax: str) -> cst.BaseExpression:
         """torch.multinomial(p, n): without replacement, the n largest of log p + Gumbel noise (the

@@ -5,7 +5,7 @@ from porter.rules import Edit, Example, Fix, Rule, Severity, module_fact
 
 from . import _loop as lp
 from . import _ops_table as ops
-from ._nnx import dropout_call, sampler
+from ._nnx import dropout_call, fresh_random_draw, sampler
 
 
 class TorchFunction(Rule):
@@ -223,6 +223,8 @@ class TorchFunction(Rule):
             return
         if o.manual and sampler(node, self.ctx) is not None:
             return  # random numbers in a module method: JX014, from the module's nnx.Rngs
+        if o.manual and fresh_random_draw(node, self.ctx):
+            return  # random numbers where a module is built: JX108, from its rngs
         if o.manual and dropout_call(node, self.ctx) is not None:
             return  # F.dropout: JX107 (torch_dropout)
         if o.manual and self._host_noise(node):

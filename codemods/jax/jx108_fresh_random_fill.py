@@ -19,6 +19,8 @@ class FreshRandomFill(Rule):
 
     - `torch.empty(*shape).normal_(mean=0, std=1)` -> `mean + std * jax.random.normal(rngs.params(), shape)`
     - `torch.empty(*shape).uniform_(a=0, b=1)` -> `jax.random.uniform(rngs.params(), shape, minval=a, maxval=b)`
+    - `torch.randn(*shape)` -> `jax.random.normal(rngs.params(), shape)`, `torch.rand(*shape)` ->
+      `jax.random.uniform(rngs.params(), shape)` (`nn.Parameter(torch.randn(d) * 0.02)`)
 
     (also on `torch.zeros` / `torch.ones` and their jnp ports, whose values the fill replaces;
     a `dtype=` of the constructor is kept), in a function that has the module's `rngs`
@@ -37,9 +39,9 @@ class FreshRandomFill(Rule):
     local = True  # per statement in `porter lsp` (porter.incremental verifies it on every run)
     name = "jax-fresh-random-fill"
     target = "jax"
-    summary = "torch.empty(shape).normal_(std=s) in module construction -> s * jax.random.normal(rngs.params(), shape)"
+    summary = "torch.empty(shape).normal_(std=s) / torch.randn(shape) in module construction -> jax.random.normal(rngs.params(), shape)"
     severity = Severity.ERROR
-    needs_text = ("normal_", "uniform_")
+    needs_text = ("normal_", "uniform_", "randn", "rand")
     examples = [
         Example(
             """
@@ -52,6 +54,8 @@ class FreshRandomFill(Rule):
                     self.pos = nnx.Param(torch.empty(1, n, d).normal_(std=0.02))
                     self.scale = nnx.Param(torch.zeros((d,), dtype=torch.float32).uniform_(-0.1, 0.1))
                     self.shift = nnx.Param(torch.empty(d).normal_(1.0, 0.5))
+                    self.cls = nnx.Param(torch.randn(1, 1, d) * 0.02)
+                    self.gate = nnx.Param(torch.rand(()))
             """,
             """
             import torch
@@ -64,15 +68,21 @@ class FreshRandomFill(Rule):
                     self.pos = nnx.Param(0.02 * jax.random.normal(rngs.params(), (1, n, d)))
                     self.scale = nnx.Param(jax.random.uniform(rngs.params(), (d,), torch.float32, minval=-0.1, maxval=0.1))
                     self.shift = nnx.Param(1.0 + 0.5 * jax.random.normal(rngs.params(), (d,)))
+                    self.cls = nnx.Param(jax.random.normal(rngs.params(), (1, 1, d)) * 0.02)
+                    self.gate = nnx.Param(jax.random.uniform(rngs.params(), ()))
             """,
         ),
     ]
     valid = [
         "import torch\nw = torch.empty(3).normal_()\n",  # no rngs here: JX102 reports it
+        "import torch\nw = torch.randn(3)\n",  # no rngs here: JX101 reports it
         "import torch\nfrom flax import nnx\nclass M(nnx.Module):\n    def __init__(self, w, *, rngs: nnx.Rngs):\n        w.normal_()\n",
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
+        if _nnx.fresh_random_draw(node, self.ctx):
+            self._draw(node)
+            return
         if not _nnx.fresh_random_fill(node, self.ctx):
             return
         func = node.func
@@ -96,6 +106,21 @@ class FreshRandomFill(Rule):
             low, high = fill.get("from", "0.0"), fill.get("to", "1.0")
             text = f"{jax}.random.uniform({key}, {shape}{dtype_text}, minval={low}, maxval={high})"
         self.report(node, f"{astutil.code(fresh.func)}(...).{func.attr.value}(...): drawn from the module's rngs",
+                    Fix((self.replace(node, astutil.parse_expression(text)),), imports=("jax",)))
+
+
+    def _draw(self, node: cst.Call) -> None:
+        """`torch.randn(*shape, dtype=)` / `torch.rand(...)`: the same distribution from the rngs."""
+        shape = _shape(node)
+        q = self.ctx.qualname(node.func)
+        if shape is None:
+            astutil.report_manual(self, node, f"{q}: a shape or argument porter cannot read (a generator=, a star "
+                                              "argument): draw it with jax.random and the module's rngs by hand")
+            return
+        dtype = astutil.arg(node, "dtype")
+        dtype_text = f", {astutil.code(dtype.value)}" if dtype is not None else ""
+        text = f"{self.ctx.module_alias('jax')}.random.{_nnx.RANDOM_DRAWS[q]}(rngs.params(), {shape}{dtype_text})"
+        self.report(node, f"{q}: drawn from the module's rngs",
                     Fix((self.replace(node, astutil.parse_expression(text)),), imports=("jax",)))
 
 
