@@ -108,7 +108,6 @@ class FreshRandomFill(Rule):
         self.report(node, f"{astutil.code(fresh.func)}(...).{func.attr.value}(...): drawn from the module's rngs",
                     Fix((self.replace(node, astutil.parse_expression(text)),), imports=("jax",)))
 
-
     def _draw(self, node: cst.Call) -> None:
         """`torch.randn(*shape, dtype=)` / `torch.rand(...)`: the same distribution from the rngs."""
         shape = _shape(node)

@@ -200,8 +200,8 @@ def _judge_by_reference(req: ScriptRequest, steps: list[dict], side_settings: di
     (``port_env``), the port is widened the same way: losses that then equal the reference's
     at every step (float64's tolerance) make the float32 differences the port's rounding (XLA's
     kernels round otherwise than eager CPU's; a loss that jumps from step to step grows the
-    difference), not a difference of the port. Updates ``steps``
-    and ``notes``; returns the first step still divergent (None: every step is within it)."""
+    difference), not a difference of the port. Updates ``steps`` and ``notes``; returns the
+    first step still divergent (None: every step is within it)."""
     ref = _widened_run(req, req.original, jax_port, side_settings)
     losses = [_summed_like(r, s["original"]) for r, s in zip(ref.get("losses") or [], steps)]
     unjudged = next((_divergence(s) for s in steps if not s["ok"]), None)
