@@ -9,6 +9,7 @@ import pytest
 
 from porter import engine, registry
 
+from lanes import fixture_slice
 from scripthelp import verify_json
 
 pytestmark = pytest.mark.xla
@@ -105,7 +106,9 @@ CONV_ADADELTA = textwrap.dedent('''
 ''').lstrip("\n")
 
 
-@pytest.mark.parametrize("shift", ["model((x + 4096.0) - 4096.0)", "(model(x) + 4096.0 - 4096.0)"])
+# (each spelling is a verification with a widened run of each side: one of them per run of the
+# suite, both with PORTER_TEST_EVERY_FIXTURE=1)
+@pytest.mark.parametrize("shift", fixture_slice(["model((x + 4096.0) - 4096.0)", "(model(x) + 4096.0 - 4096.0)"], 2))
 def test_a_port_that_rounds_more_than_the_original_passes_when_widened_it_is_the_same(tmp_path, shift):
     """A port whose own float32 rounding is far larger than the original's (XLA's kernels round
     otherwise than eager CPU's; here a shift through 4096 drops the low bits of the input or of
