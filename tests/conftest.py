@@ -115,6 +115,8 @@ FRAMEWORK_TESTS: dict[str, tuple[str, ...]] = {
     "test_gluon_model_rules.py::test_ported_model_runs_on_xla*": ("mxnet", "xla"),
     "test_gluon_model_rules.py::test_porter_verify_accepts_the_port*": ("mxnet", "xla"),
     "test_gluon_ops.py::test_op_matches_mxnet*": ("mxnet",),
+    "test_gluon_datasets.py::test_port_trains_on_xla*": ("mxnet", "xla"),
+    "test_gluon_datasets.py::test_jax_port_trains*": ("mxnet", "jax"),
     # probability-label cross entropy and the regression / top-k metrics against MXNet, both ports
     "test_gluon_losses_metrics.py::test_torch_xla_port_matches_mxnet": ("mxnet",),
     "test_gluon_losses_metrics.py::test_jax_port_matches_mxnet_*": ("mxnet", "jax"),

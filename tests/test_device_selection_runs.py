@@ -7,7 +7,8 @@ availability test and a user flag, its `.type` in a conditional expression, the 
 in an f-string), a device string chosen by an `if`/`elif` chain of opt-in flags (`--cuda`,
 `--mps`: the default flags' `else: device = "cpu"` trains on XLA too) and then turned into
 `torch.device(device)` (also passed on to the function that trains, or with a `--cpu` arm that
-keeps the CPU), and a CUDA device number kept in a variable (`device = 0`). Also a module moved to its device after an optimizer
+keeps the CPU), the same chain of `torch.device("cuda")` / `torch.device("cpu")` objects (one
+`--cuda` flag; a `--force-cpu` arm, a CUDA and an MPS arm), and a CUDA device number kept in a variable (`device = 0`). Also a module moved to its device after an optimizer
 over its parameters was built (a layer that builds its own optimizer, a script that builds the
 optimizer first): the port keeps the parameters' identity on the move and trains.
 """
@@ -110,6 +111,30 @@ SCRIPTS = {
 
         def run(args, device):
         """) + textwrap.indent(_TRAIN, "    ") + "\n\nrun(args, device)\n", ["--cuda"], None, 'device = "xla"'),
+    "device_object_chain": (_HEAD + textwrap.dedent("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--cuda", action="store_true", default=False)
+        args = parser.parse_args()
+        if args.cuda:
+            device = torch.device("cuda:0")
+        else:
+            device = torch.device("cpu")
+        """) + _TRAIN, [], None, "device = torch_xla.device()"),
+    "device_object_chain_cpu_flag": (_HEAD + textwrap.dedent("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--force-cpu", action="store_true")
+        parser.add_argument("--gpu", action="store_true")
+        parser.add_argument("--mps", action="store_true")
+        args = parser.parse_args()
+        if args.force_cpu:
+            device = torch.device("cpu")
+        elif args.gpu:
+            device = torch.device("cuda")
+        elif args.mps:
+            device = torch.device("mps")
+        else:
+            device = torch.device("cpu")
+        """) + _TRAIN, [], ["--force-cpu"], "else:\n    device = torch_xla.device()"),
     "device_number": (_HEAD + textwrap.dedent("""
         device = 0
         torch.cuda.set_device(device)

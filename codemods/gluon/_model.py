@@ -572,7 +572,7 @@ def helpers_edit(ctx: FileContext, names: Sequence[str]) -> tuple[Edit, tuple[st
 
 _ALL = ("Concurrent", "gluon_conv", "frozen", "gluon_data_dir", "get_model_file", "Dense", "LazyDense", "init_xavier", "init_normal", "init_uniform", "init_constant", "init_zero",
         "init_one", "with_init", "initialize", "begin_state", "gluon_reshape", "with_activation",
-        "gluon_imresize")
+        "gluon_imresize", "GluonVisionDataset")
 
 
 def _emitted_names() -> frozenset:

@@ -17,7 +17,7 @@ class MxnetPlacement(Rule):
 
     | MXNet | PyTorch |
     | --- | --- |
-    | `x.as_in_context(device)` | `x.to(device)` |
+    | `x.as_in_context(device)`, `x.as_in_ctx(device)` (MXNet 2's spelling) | `x.to(device)` |
     | `x.context` (an NDArray's context) | `x.device` |
     | `gluon.utils.split_and_load(x, [device])` (one context) | `[x.to(device)]` |
     | `gluon.utils.split_and_load(x, ctx_list=ctx, batch_axis=0, even_split=False)` (a context list) | `[x.to(ctx[0])]` |
@@ -44,7 +44,7 @@ class MxnetPlacement(Rule):
     target = "torch"
     summary = "x.as_in_context(ctx) -> x.to(ctx); x.context -> x.device; split_and_load(x, ctx) -> [x.to(ctx[0])]"
     severity = Severity.ERROR
-    needs_text = ("as_in_context", ".context", "split_and_load")
+    needs_text = ("as_in_context", "as_in_ctx", ".context", "split_and_load")
     needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
@@ -118,10 +118,10 @@ class MxnetPlacement(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "as_in_context" and len(node.args) == 1:
+        if isinstance(func, cst.Attribute) and func.attr.value in ("as_in_context", "as_in_ctx") and len(node.args) == 1:
             if sc.qualname(self.ctx, func.value) is not None:
                 return
-            self.report(node, "x.as_in_context(ctx) -> x.to(device)",
+            self.report(node, f"x.{func.attr.value}(ctx) -> x.to(device)",
                         Fix((self.replace(node, lambda u: u.with_changes(func=u.func.with_changes(attr=cst.Name("to")))),)))
             return
         if sc.call_name(self.ctx, node) in _SPLIT:

@@ -55,6 +55,20 @@ def _batch_item(loop: cst.For, value: cst.BaseExpression) -> Optional[int]:
     return int(value.slice[0].slice.value.value)
 
 
+def _item_position(loop: cst.For, name: str) -> Optional[int]:
+    """K for ``name = batch[K]`` in the loop (``.as_in_context(ctx)`` / ``.to(device)`` after it
+    or not), ``batch`` being the loop's batch."""
+    for n in astutil.walk(loop.body):
+        if isinstance(n, cst.Assign) and len(n.targets) == 1 and dotted_name(n.targets[0].target) == name:
+            value = n.value
+            while isinstance(value, cst.Call) and astutil.method_name(value) in ("to", "as_in_context", "as_in_ctx"):
+                value = value.func.value
+            position = _batch_item(loop, value)
+            if position is not None:
+                return position
+    return None
+
+
 def _shard_position(loop: cst.For, name: str) -> Optional[int]:
     """The model fed the shards of a context list (``data = split_and_load(batch[0], ctx)``,
     or its port ``data = [batch[0].to(ctx[0])]``; ``[net(X) for X in data]``): the position
@@ -103,7 +117,8 @@ class GluonDeferredShapes(Rule):
     port builds lazy modules (`nn.Lazy*`, the emitted `LazyDense`) and the model is moved with
     a `net.to(device)` statement after its `initialize(net, ...)`. The shards of a context
     list (`data = split_and_load(batch[0], ctx)`, `[net(X) for X in data]`) are read as the
-    batch's item 0. A model whose input is not
+    batch's item 0, an input read from the batch (`data = batch[0].as_in_context(ctx)`) as its
+    item. A model whose input is not
     a batch of such a loader (a generator fed with noise drawn in the loop) is left as it is.
 
     ## Why
@@ -232,10 +247,16 @@ class GluonDeferredShapes(Rule):
         "import torch\nnet = torch.nn.Linear(2, 3)\ninitialize(net)\nnet.to(device)\n",
     ]
 
+    def visit_Module(self, node: cst.Module) -> None:
+        if self._builds_lazy_modules():
+            self._scan(list(node.body))  # a script that trains at module level
+
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        if not isinstance(node.body, cst.IndentedBlock) or not self._builds_lazy_modules():
-            return
-        body = list(node.body.body)
+        if isinstance(node.body, cst.IndentedBlock) and self._builds_lazy_modules():
+            self._scan(list(node.body.body))
+
+    def _scan(self, body: list) -> None:
+        """``initialize(net, ...)`` then ``net.to(device)`` among the statements of one body."""
         for i, stmt in enumerate(body):
             move = _expr_call(stmt)
             if move is None or astutil.method_name(move) != "to" or len(move.args) != 1 or i == 0:
@@ -294,6 +315,9 @@ class GluonDeferredShapes(Rule):
                         shard = _shard_position(loop, name)
                         if shard is not None:
                             return loader, shard
+                        item = _item_position(loop, name)
+                        if item is not None:
+                            return loader, item
         return None
 
     def _drawn(self, loop: cst.For, name: str) -> Optional[str]:

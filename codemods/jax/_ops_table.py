@@ -2174,14 +2174,15 @@ def _data_reads(ctx: FileContext, nodes, functions: frozenset, data_functions: s
 
 
 def _data_assigns(nodes, functions: frozenset) -> list:
-    """(id, names assigned, the file's function called or None) of each one-assignment line."""
+    """(id, names assigned, the file's functions the value calls or is given) of each
+    one-assignment line (``x, y = make_data(...)``; ``train_set = train_set.transform(scale)``)."""
     out = []
+    name = cst.Name
     for n in nodes:
         if isinstance(n, cst.SimpleStatementLine) and len(n.body) == 1 and isinstance(n.body[0], cst.Assign):
             a = n.body[0]
-            v = a.value
-            called = v.func.value if isinstance(v, cst.Call) and isinstance(v.func, cst.Name) and v.func.value in functions else None
-            out.append((id(n), frozenset(t for target in a.targets for t in astutil.target_names(target.target)), called))
+            used = frozenset(m.value for m in astutil.walk(a.value) if type(m) is name and m.value in functions)
+            out.append((id(n), frozenset(t for target in a.targets for t in astutil.target_names(target.target)), used))
     return out
 
 
@@ -2193,11 +2194,10 @@ def _data_facts_part(ctx: FileContext, stmt: cst.CSTNode, functions: frozenset) 
     fdef = cst.FunctionDef
     for fn in (n for n in astutil.walk(stmt, into_functions=True) if type(n) is fdef):
         read = _data_reads(ctx, astutil.walk(fn.body), functions, data_functions, data_nodes)
-        for node_id, names, called in _data_assigns(astutil.walk(fn.body), functions) if read else ():
+        for node_id, names, used in _data_assigns(astutil.walk(fn.body), functions) if read else ():
             if names & read:
                 data_nodes.add(node_id)
-                if called is not None:
-                    data_functions.add(called)
+                data_functions |= used
     module_level = () if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) else list(astutil.walk(stmt))
     read = _data_reads(ctx, module_level, functions, data_functions, data_nodes)
     return data_functions, data_nodes, read, _data_assigns(module_level, functions)
@@ -2213,11 +2213,10 @@ def _data_facts_combine(ctx: FileContext, parts: list, functions: frozenset) -> 
         read |= part_read
     if read:
         for *_, assigns in parts:
-            for node_id, names, called in assigns:
+            for node_id, names, used in assigns:
                 if names & read:
                     data_nodes.add(node_id)
-                    if called is not None:
-                        data_functions.add(called)
+                    data_functions |= used
     return (frozenset(data_functions), frozenset(data_nodes))
 
 
@@ -2277,8 +2276,20 @@ def _assigned_tensors(ctx: FileContext, scope, names: set, in_module_forward: bo
     """Adds to ``names`` the names the scope assigns from tensor expressions."""
     from porter import astutil
 
-    assigns = [n for n in astutil.walk(scope.body if isinstance(scope, (cst.FunctionDef, cst.Lambda)) else scope)
-               if isinstance(n, (cst.Assign, cst.AnnAssign, cst.AugAssign))]
+    body = list(astutil.walk(scope.body if isinstance(scope, (cst.FunctionDef, cst.Lambda)) else scope))
+    assigns = [n for n in body if isinstance(n, (cst.Assign, cst.AnnAssign, cst.AugAssign))]
+    # the items of a loop's batch, read on the host as NumPy arrays (`x, y = x.numpy(), y.numpy()`,
+    # what the loop rules write before the jitted step): torch's methods on them (`y.float()`,
+    # `y.to(torch.float32)`) are translated as on arrays (jnp and astype take NumPy arrays)
+    batch = _batch_items([n for n in body if isinstance(n, cst.For)])
+
+    host: set[str] = set()
+
+    def is_tensor(value: cst.BaseExpression) -> bool:
+        if _batch_to_host(value, batch):
+            return True
+        return _is_tensor(value, ctx, names, in_module_forward)
+
     for _ in range(3):
         before = len(names)
         for a in assigns:
@@ -2286,17 +2297,52 @@ def _assigned_tensors(ctx: FileContext, scope, names: set, in_module_forward: bo
             if value is None:
                 continue
             targets = [t.target for t in a.targets] if isinstance(a, cst.Assign) else [a.target]
-            if _is_tensor(value, ctx, names, in_module_forward):
+            if is_tensor(value):
                 for t in targets:
                     names.update(astutil.target_names(t))
             elif isinstance(value, cst.Tuple):  # q, k, v = qkv[0], qkv[1], qkv[2]
                 for t in targets:
                     if isinstance(t, (cst.Tuple, cst.List)) and len(t.elements) == len(value.elements):
                         for te, ve in zip(t.elements, value.elements):
-                            if isinstance(te.value, cst.Name) and _is_tensor(ve.value, ctx, names, in_module_forward):
+                            if isinstance(te.value, cst.Name) and is_tensor(ve.value):
                                 names.add(te.value.value)
         if len(names) == before:
             break
+    for a in assigns:  # the conversions themselves read torch tensors (see is_tensor)
+        if isinstance(a, cst.Assign) and any(_batch_to_host(v, batch) for v in _assigned_parts(a.value)):
+            host.update(n for t in a.targets for n in astutil.target_names(t.target))
+    ctx.cache[("ops.host_batch", scope)] = (frozenset(host), frozenset(batch))
+
+
+def _batch_items(loops: list) -> set:
+    """The names the loops bind to a batch or its items: their targets, and in their bodies the
+    names given an item of a target (``x, y = batch[0], batch[1]``, ``x = batch["input"]``)."""
+    items: set[str] = set()
+    for loop in loops:
+        targets = set(astutil.target_names(loop.target))
+        items |= targets
+        for n in astutil.walk(loop.body):
+            if isinstance(n, cst.Assign) and len(n.targets) == 1:
+                target, value = n.targets[0].target, n.value
+                pairs = (zip([e.value for e in target.elements], _assigned_parts(value))
+                         if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, cst.Tuple)
+                         and len(target.elements) == len(value.elements) else [(target, value)])
+                for t, v in pairs:
+                    if isinstance(t, cst.Name) and isinstance(v, cst.Subscript) and isinstance(v.value, cst.Name) \
+                            and v.value.value in targets:
+                        items.add(t.value)
+    return items
+
+
+def _assigned_parts(value: cst.BaseExpression) -> list:
+    return [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
+
+
+def _batch_to_host(value: cst.CSTNode, batch: set) -> bool:
+    """``x.numpy()`` of a name a for-loop of the scope binds (a DataLoader's batch item)."""
+    return (isinstance(value, cst.Call) and not value.args and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value == "numpy" and isinstance(value.func.value, cst.Name)
+            and value.func.value.value in batch)
 
 
 def _call_site_tensors(ctx: FileContext, fn: cst.FunctionDef) -> set:
@@ -2443,6 +2489,13 @@ def _param_tensors(fn: cst.FunctionDef, in_module_forward: bool) -> set[str]:
 
 def is_tensor(node: cst.CSTNode, ctx: FileContext) -> bool:
     names = tensor_names(ctx)
+    if isinstance(node, cst.Name):
+        host, batch = ctx.cache.get(("ops.host_batch", _scope(ctx)), (frozenset(), frozenset()))
+        if node.value in host:  # a batch item, NumPy after its conversion; a torch tensor in the conversion
+            stmt = astutil.enclosing_simple_statement(ctx)
+            if stmt is not None and any(isinstance(s, cst.Assign) and any(
+                    _batch_to_host(v, set(batch)) for v in _assigned_parts(s.value)) for s in stmt.body):
+                return False
     return _is_tensor(node, ctx, names, ctx.cache.get(("ops.in_forward", _scope(ctx)), False))
 
 

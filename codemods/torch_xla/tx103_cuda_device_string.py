@@ -53,7 +53,9 @@ class CudaDeviceString(Rule):
     `store_false` options, `and`/`or`/`not` of them) and is False with their defaults, its final
     `else: device = 'cpu'` is what the script runs with by default, and becomes 'xla' too (a
     `--cpu` arm the user can choose stays); a chain whose every other branch is CUDA becomes the
-    one assignment `device = 'xla'`. A variable bound to CUDA
+    one assignment `device = 'xla'`. The same chain of device objects (`if args.cuda: device =
+    torch.device('cuda') else: device = torch.device('cpu')`, as a Gluon script's
+    `mx.gpu(0)` / `mx.cpu()` choice ports) gets `torch_xla.device()` there. A variable bound to CUDA
     device numbers only (`device = 0`) that the file reads as a device and in no other way
     becomes `'xla'` the same way.
 
@@ -457,9 +459,47 @@ class CudaDeviceString(Rule):
             """,
             title="a CUDA/CPU choice by one opt-in flag becomes one assignment",
         ),
+        Example(
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument('--cuda', action='store_true')
+            parser.add_argument('--mps', action='store_true')
+            args = parser.parse_args()
+            if args.cuda:
+                device = torch.device('cuda')
+            elif args.mps:
+                device = torch.device('mps')
+            else:
+                device = torch.device('cpu')
+            model = torch.nn.Linear(2, 2).to(device)
+            """,
+            """
+            import argparse
+            import torch
+            import torch_xla
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument('--cuda', action='store_true')
+            parser.add_argument('--mps', action='store_true')
+            args = parser.parse_args()
+            if args.cuda:
+                device = torch.device('cuda')
+            elif args.mps:
+                device = torch.device('mps')
+            else:
+                device = torch_xla.device()
+            model = torch.nn.Linear(2, 2).to(device)
+            """,
+            title="the same chain of torch.device objects: its default CPU becomes XLA's device",
+        ),
     ]
     valid = [
         "import torch\nx = torch.zeros(3, device='cpu')\n",
+        "import argparse\nimport torch\np = argparse.ArgumentParser()\np.add_argument('--mps', action='store_true')\n"
+        "args = p.parse_args()\nif args.mps:\n    device = torch.device('mps')\nelse:\n    device = torch.device('cpu')\n",
         "import torch\ng = torch.Generator(device='cpu')\n",
         "import torch\nx = x.to(device)\n",
         "import torch\nx = x.to(torch.float16)\n",
@@ -564,41 +604,66 @@ class CudaDeviceString(Rule):
                     "a device (TX103 reports that use)")
 
     def visit_If(self, node: cst.If) -> None:
-        """`if args.cuda: device = 'cuda' elif args.mps: device = 'mps' else: device = 'cpu'`:
-        the `else` is what the script's default flags choose (every test is False with them);
-        where the chain's CUDA string becomes 'xla', so does that default 'cpu'."""
+        """`if args.cuda: device = 'cuda' elif args.mps: device = 'mps' else: device = 'cpu'`
+        (strings, or `torch.device(...)` of them): the `else` is what the script's default flags
+        choose (every test is False with them); where the chain's CUDA device becomes XLA's, so
+        does that default CPU."""
         if not imports_torch(self.ctx) or isinstance(self.ctx.parent, cst.If):
             return  # an `elif` is read with the chain it belongs to
-        strings: list[tuple[cst.BaseExpression, cst.SimpleString]] = []
+        arms: list[tuple[cst.BaseExpression, cst.BaseExpression, str]] = []
         chain: cst.BaseSuite | cst.If | cst.Else | None = node
         while isinstance(chain, cst.If):
-            assigned = _assigned_string(chain.body)
+            assigned = self._assigned_device(chain.body)
             if assigned is None or default_truth(chain.test, self.ctx) is not False:
                 return
-            strings.append(assigned)
+            arms.append(assigned)
             chain = chain.orelse
-        fallback = _assigned_string(chain.body) if isinstance(chain, cst.Else) else None
-        if fallback is None or string_value(fallback[1]) != "cpu":
+        fallback = self._assigned_device(chain.body) if isinstance(chain, cst.Else) else None
+        if fallback is None or fallback[2] != "cpu":
             return
-        names = {code(target) for target, _ in strings}
-        if names != {code(fallback[0])} or not any(
-                is_cuda_string(value) and device_string_fact(self.ctx).get(value) == DEVICE_VALUE for _, value in strings):
+        names = {code(target) for target, _, _ in arms}
+        if names != {code(fallback[0])} or not any(kind == "cuda" for _, _, kind in arms):
             return
         message = ("the device the script's default flags choose (every test above is False with them): on a TPU "
-                   "host the port trains on 'xla' by default, as the CUDA branch above does")
-        if all(is_cuda_string(value) for _, value in strings):
-            # every branch is 'xla' in the port: one assignment, not a test with identical arms
+                   "host the port trains on XLA by default, as the CUDA branch above does")
+        xla = xla_string(fallback[1]) if isinstance(fallback[1], cst.SimpleString) else cst.parse_expression(
+            f"{TORCH_XLA}.device()")
+        imports = () if isinstance(fallback[1], cst.SimpleString) else (TORCH_XLA,)
+        if all(kind == "cuda" for _, _, kind in arms):
+            # every branch is XLA in the port: one assignment, not a test with identical arms
             one = node.orelse.body.body[0].with_changes(leading_lines=node.leading_lines)  # type: ignore[union-attr]
-            xla = xla_string(fallback[1])
 
             def collapse(updated: cst.CSTNode) -> cst.CSTNode:
                 line = one.deep_replace(one.body[0].value, xla)  # type: ignore[attr-defined]
                 return line  # type: ignore[return-value]
 
-            self.report(fallback[1], message, Fix((Edit(node, collapse),)))
+            self.report(fallback[1], message, Fix((Edit(node, collapse),), imports=imports))
             return
         self.report(fallback[1], message + "; the other branches are kept as the user's flags choose them",
-                    Fix((self.replace(fallback[1], xla_string(fallback[1])),)))
+                    Fix((self.replace(fallback[1], xla),), imports=imports))
+
+    def _assigned_device(self, body: cst.BaseSuite) -> "tuple[cst.BaseExpression, cst.BaseExpression, str] | None":
+        """(target, value, "cuda" / "cpu" / "other") of a branch that assigns one device: a device
+        string (`device = "cuda"`, a CUDA string counting where it is used as a device only),
+        `torch.device(<string>)`, or XLA's device already (`torch_xla.device()`)."""
+        assigned = _assigned_value(body)
+        if assigned is None:
+            return None
+        target, value = assigned
+        if isinstance(value, cst.SimpleString):
+            if is_cuda_string(value):
+                return target, value, "cuda" if device_string_fact(self.ctx).get(value) == DEVICE_VALUE else "other"
+            return target, value, "cpu" if string_value(value) == "cpu" else "other"
+        if not isinstance(value, cst.Call):
+            return None
+        q = self.ctx.qualname(value.func)
+        if q in ("torch_xla.device", "torch_xla.core.xla_model.xla_device"):
+            return target, value, "cuda"
+        if q == "torch.device" and len(value.args) == 1 and isinstance(value.args[0].value, cst.SimpleString) \
+                and value.args[0].keyword is None:
+            string = value.args[0].value
+            return target, value, "cuda" if is_cuda_string(string) else "cpu" if string_value(string) == "cpu" else "other"
+        return None
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         if device_string_fact(self.ctx).get(node) == DEVICE_TEST:
@@ -616,13 +681,12 @@ class CudaDeviceString(Rule):
             self.report(node.default, "CUDA default device: on XLA default to None and use torch_xla.device() in the body")
 
 
-def _assigned_string(body: cst.BaseSuite) -> "tuple[cst.BaseExpression, cst.SimpleString] | None":
-    """(target, string) of a branch that is one assignment of a string: `device = "cuda"`."""
+def _assigned_value(body: cst.BaseSuite) -> "tuple[cst.BaseExpression, cst.BaseExpression] | None":
+    """(target, value) of a branch that is one assignment to a name: `device = <value>`."""
     statements = body.body if isinstance(body, cst.IndentedBlock) else [body]
     if len(statements) != 1 or not isinstance(statements[0], cst.SimpleStatementLine) or len(statements[0].body) != 1:
         return None
     stmt = statements[0].body[0]
-    if isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and isinstance(stmt.value, cst.SimpleString) \
-            and isinstance(stmt.targets[0].target, cst.Name):
+    if isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0].target, cst.Name):
         return stmt.targets[0].target, stmt.value
     return None

@@ -114,6 +114,24 @@ def _images(name: str, split: str, n: int, shape: tuple[int, ...], n_classes: in
     return images, labels + label_offset
 
 
+# Gluon's vision datasets (mxnet.gluon.data.vision) -> (the torchvision class whose synthetic
+# data they get, image shape, classes)
+GLUON_VISION = {"MNIST": ("MNIST", (28, 28), 10), "FashionMNIST": ("FashionMNIST", (28, 28), 10),
+                "CIFAR10": ("CIFAR10", (32, 32, 3), 10), "CIFAR100": ("CIFAR100", (32, 32, 3), 100)}
+
+
+def gluon_vision_arrays(name: str, train: bool, size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The data of Gluon's vision dataset NAME (MNIST, FashionMNIST, CIFAR10, CIFAR100 with fine
+    labels) under an MXNet original's trace: the synthetic samples the torchvision dataset of
+    the same name gets on the port's side (same seed, split and size), in Gluon's layout:
+    HWC uint8 images and int32 labels. NumPy only (the MXNet venv has no torch)."""
+    torch_name, shape, classes = GLUON_VISION[name]
+    images, labels = _images(torch_name, f"train={train}", size, shape, classes)
+    if images.ndim == 3:
+        images = images[..., None]
+    return images, labels.astype(np.int32)
+
+
 def _describe(cls_name: str, split: str, n: int, what: str) -> None:
     _note(f"torchvision.datasets.{cls_name}({split}) replaced by {n} synthetic samples ({what}); "
           "nothing read or downloaded")

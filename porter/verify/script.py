@@ -649,6 +649,7 @@ def verify_mxnet_script(req: ScriptRequest) -> Report:
     (torch_xla or JAX) runs under ``porter.verify.trace`` and loads them into the model of
     each optimizer it creates (in creation order); both sides' DataLoaders read in order.
     Both sides run in float32 (MXNet's default), with tolerances that grow with the step."""
+    from porter.verify.datasets import DEFAULT_PER_STEP, DEFAULT_SIZE
     from porter.verify.trace_mxnet import trace_mxnet_script
 
     jax_port = port_backend(req.port).name == "jax"
@@ -667,9 +668,12 @@ def verify_mxnet_script(req: ScriptRequest) -> Report:
         for side in ("original", "port"):
             (work / side).mkdir()
             _copy_files(req.files, work / side)
+        # Gluon's vision datasets and the port's torchvision ones read the same synthetic samples
+        size = req.synthetic_size or (req.steps * DEFAULT_PER_STEP if req.steps else DEFAULT_SIZE)
         orig = trace_mxnet_script(req.original, req.args, seed=req.seed, max_steps=req.steps,
                                   export_weights=work / "weights", no_shuffle=True, timeout=req.timeout,
-                                  memory_mb=req.memory_mb, cwd=work / "original", env=dict(req.env or {}))
+                                  memory_mb=req.memory_mb, cwd=work / "original", env=dict(req.env or {}),
+                                  synthetic_size=size)
         orig_ran = orig.get("status") == "ok" or _failed_after(orig, 1)
         port: dict = {}
         if orig_ran:
@@ -678,7 +682,7 @@ def verify_mxnet_script(req: ScriptRequest) -> Report:
             extra = dict(jax=True, jax_weights=work / "weights") if jax_port else dict(torch_weights=work / "weights")
             port = trace_script(req.port, req.args, cwd=work / "port", env=env, host_random=True, seed=req.seed,
                                 max_steps=req.steps, no_shuffle=True, timeout=req.timeout, memory_mb=req.memory_mb,
-                                synthetic_size=req.synthetic_size, **extra)
+                                synthetic_size=size, **extra)
     rtol, atol, scaled = tolerance("float32", req.rtol, req.atol)
     notes.append("both sides ran in float32 (an MXNet original runs in Gluon's default float32)"
                  + (f"; float32 tolerances grow with the step: step k allows |original - port| <= "

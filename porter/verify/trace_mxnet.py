@@ -211,8 +211,10 @@ def _export(trainer: Any, params: list, folder: str, index: int, dropouts: set) 
 # --- hooks --------------------------------------------------------------------------------
 
 
-def install(recorder: _Recorder, no_shuffle: bool) -> list[str]:
-    """Patch MXNet so that RECORDER sees backward passes, steps and random draws; the notes."""
+def install(recorder: _Recorder, no_shuffle: bool, synthetic_size: Optional[int] = None, seed: int = 0) -> list[str]:
+    """Patch MXNet so that RECORDER sees backward passes, steps and random draws; the notes.
+    With ``synthetic_size``, Gluon's vision datasets get the synthetic data the port's
+    torchvision datasets get (``porter.verify.datasets``)."""
     import inspect
 
     import mxnet as mx
@@ -315,6 +317,8 @@ def install(recorder: _Recorder, no_shuffle: bool) -> list[str]:
         return False
 
     vision.check_sha1 = check_sha1
+    if synthetic_size is not None:
+        _synthetic_vision(vision, synthetic_size, seed, notes)
     # MXNet's random samplers as Python calls reach them (mx.nd.random.*, the operators
     # mx.nd.random_* / sample_*, the image augmenters mx.nd.image.random_* that the
     # gluon.data.vision transforms call); a hybridized graph's own random operators are not seen
@@ -422,8 +426,39 @@ def _script_traceback(error: BaseException, script: str) -> str:
     return "".join(traceback.format_exception(type(error), error, cursor if cursor is not None else tb))
 
 
+def _synthetic_vision(vision: Any, size: int, seed: int, notes: list[str]) -> None:
+    """Gluon's MNIST, FashionMNIST, CIFAR10 and CIFAR100 (fine labels) read the synthetic samples
+    the port's torchvision datasets of the same names read, instead of their files."""
+    import mxnet as mx
+
+    from porter.verify.datasets import GLUON_VISION, gluon_vision_arrays
+
+    def patched(cls: Any) -> None:
+        real = cls._get_data
+
+        def _get_data(self: Any) -> None:
+            name = next(c.__name__ for c in type(self).__mro__ if c.__name__ in GLUON_VISION)
+            if name == "CIFAR100" and not getattr(self, "_fine_label", True):
+                return real(self)  # coarse labels: no torchvision counterpart, the files as they are
+            images, labels = gluon_vision_arrays(name, bool(self._train), size, seed)
+            self._data = mx.nd.array(images, dtype=images.dtype)
+            self._label = labels
+            note = (f"gluon.data.vision.{name}(train={bool(self._train)}) replaced by {size} synthetic samples, "
+                    f"those of the port's torchvision.datasets.{GLUON_VISION[name][0]}; nothing read or downloaded")
+            if note not in notes:
+                notes.append(note)
+
+        cls._get_data = _get_data
+
+    for name in GLUON_VISION:
+        cls = getattr(vision, name, None)
+        if cls is not None and "_get_data" in vars(cls):
+            patched(cls)
+
+
 def run(script: str, args: Sequence[str], *, seed: Optional[int] = None, max_steps: Optional[int] = None,
-        export_weights: Optional[str] = None, no_shuffle: bool = False) -> tuple[dict, int]:
+        export_weights: Optional[str] = None, no_shuffle: bool = False,
+        synthetic_size: Optional[int] = None) -> tuple[dict, int]:
     """Run SCRIPT in this process (the MXNet venv) and return (record, exit code)."""
     import random
 
@@ -432,7 +467,7 @@ def run(script: str, args: Sequence[str], *, seed: Optional[int] = None, max_ste
 
     script = os.path.abspath(script)
     recorder = _Recorder(max_steps, export_weights)
-    notes = install(recorder, no_shuffle)
+    notes = install(recorder, no_shuffle, synthetic_size, seed if seed is not None else 0)
     if seed is not None:
         mx.random.seed(seed)
         np.random.seed(seed)
@@ -489,12 +524,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--export-weights", default=None, metavar="DIR",
                         help="write the initial weights of each trainer's model to DIR (weights_<i>.npz)")
     parser.add_argument("--no-shuffle", action="store_true", help="gluon DataLoaders read their datasets in order")
+    parser.add_argument("--synthetic-size", type=int, default=None, metavar="N",
+                        help="Gluon's vision datasets read N synthetic samples, those of the port's torchvision datasets")
     parser.add_argument("script")
     parser.add_argument("script_args", nargs=argparse.REMAINDER)
     options = parser.parse_args(own)
     record, exit_code = run(options.script, [*options.script_args, *script_args], seed=options.seed,
                             max_steps=options.max_steps, export_weights=options.export_weights,
-                            no_shuffle=options.no_shuffle)
+                            no_shuffle=options.no_shuffle, synthetic_size=options.synthetic_size)
     out = Path(options.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1, allow_nan=True) + "\n", encoding="utf-8")
@@ -508,7 +545,7 @@ def trace_mxnet_script(script: "str | os.PathLike", args: Sequence[str] = (), *,
                        max_steps: Optional[int] = None, export_weights: "str | os.PathLike | None" = None,
                        no_shuffle: bool = False, timeout: float = 600.0, memory_mb: float = 16384.0,
                        env: Optional[dict] = None, cwd: "str | os.PathLike | None" = None,
-                       python: Optional[str] = None) -> dict:
+                       python: Optional[str] = None, synthetic_size: Optional[int] = None) -> dict:
     """Trace SCRIPT in a fresh subprocess of the MXNet venv's python; the record, with
     ``returncode``, ``output`` (the last 4,000 characters) and ``peak_mb``, as
     ``porter.verify.trace.trace_script``. No MXNet venv: status "crashed" with the cause."""
@@ -530,6 +567,7 @@ def trace_mxnet_script(script: "str | os.PathLike", args: Sequence[str] = (), *,
         command += ["--max-steps", str(max_steps)] if max_steps is not None else []
         command += ["--export-weights", str(export_weights)] if export_weights is not None else []
         command += ["--no-shuffle"] * no_shuffle
+        command += ["--synthetic-size", str(synthetic_size)] if synthetic_size is not None else []
         command += [str(Path(script).resolve()), "--", *map(str, args)]
         side = run_side(command, environment, Path(tmp) / "trace.log", timeout, memory_mb, cwd=cwd, tail_chars=4000)
         return traced_record(side, target, script, timeout, memory_mb)
