@@ -2177,11 +2177,10 @@ def _data_assigns(nodes, functions: frozenset) -> list:
     """(id, names assigned, the file's functions the value calls or is given) of each
     one-assignment line (``x, y = make_data(...)``; ``train_set = train_set.transform(scale)``)."""
     out = []
-    name = cst.Name
     for n in nodes:
         if isinstance(n, cst.SimpleStatementLine) and len(n.body) == 1 and isinstance(n.body[0], cst.Assign):
             a = n.body[0]
-            used = frozenset(m.value for m in astutil.walk(a.value) if type(m) is name and m.value in functions)
+            used = frozenset(m for m in astutil.reads(a.value) if m in functions)  # (not keywords: `train=True`)
             out.append((id(n), frozenset(t for target in a.targets for t in astutil.target_names(target.target)), used))
     return out
 
