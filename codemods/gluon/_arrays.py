@@ -218,7 +218,7 @@ def _scope_kinds(ctx: FileContext, scope: _Scope) -> dict[str, Optional[str]]:
             bindings.append((node.target, node.value, "+="))
         elif isinstance(node, (cst.For, cst.CompFor)):
             bindings.append((node.target, node.iter, "in"))
-    bound = {n for target, _, _ in bindings for n in _target_names(target)}
+    bound = {n for target, _, _ in bindings for n in astutil.target_names(target)}
     kinds: dict[str, Optional[str]] = {**{n: _PENDING for n in bound}, **params}
     for _ in range(8):  # to a fixpoint: a name's kind may come from another name's
         seen: dict[str, set] = {}
@@ -241,16 +241,6 @@ def _scope_kinds(ctx: FileContext, scope: _Scope) -> dict[str, Optional[str]]:
     kinds = {n: (None if k == _PENDING else k) for n, k in kinds.items()}
     ctx.cache[key] = kinds
     return kinds
-
-
-def _target_names(target: cst.CSTNode):
-    if isinstance(target, cst.Name):
-        yield target.value
-    elif isinstance(target, (cst.Tuple, cst.List)):
-        for e in target.elements:
-            yield from _target_names(e.value)
-    elif isinstance(target, cst.StarredElement):
-        yield from _target_names(target.value)
 
 
 def _bind(ctx, target, value, how, name_kind):

@@ -62,6 +62,16 @@ def _bias(parts: list, b: Bound) -> None:
     parts.append(f"bias={code(node)}")
 
 
+def shared_reason(b: Bound, kind: str) -> Optional[str]:
+    """Why a layer's arguments keep it from translating (parameters shared with another block,
+    arguments porter does not know, a dtype), or None."""
+    try:
+        _common(b, kind)
+    except Manual as exc:
+        return str(exc)
+    return None
+
+
 def _common(b: Bound, kind: str) -> None:
     if b.get("params") is not None:
         raise Manual(f"{kind}(params=...) shares parameters with another block: tie the torch modules by hand")

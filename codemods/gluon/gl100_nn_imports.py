@@ -1,11 +1,15 @@
 import libcst as cst
 
+from porter import astutil
+
 from porter.context import dotted_name
 from porter.rules import Example, Fix, Rule, Severity
 
-from . import _model
+from . import _model, _model_layers
 
 _MODULES = {"mxnet.gluon.nn": "nn", "mxnet.gluon.rnn": "rnn"}
+# the layers of Gluon's rnn module that GL105 writes as torch.nn's
+_TRANSLATED_RNN = frozenset({"LSTM", "GRU"})
 
 
 class GluonNnImports(Rule):
@@ -76,10 +80,18 @@ class GluonNnImports(Rule):
         kinds = {k for k, _ in ours}
         for kind, alias in ours:
             local = alias.asname.name.value if alias.asname else kind
+            if kind == "rnn" and self._untranslated(local):
+                # rnn.RNN, rnn.LSTMCell...: MXNet's until a person ports them (reported at their
+                # lines by GL105, the import by GL901); as torch.nn's they would take Gluon's
+                # arguments with no finding
+                others.append(alias)
+                continue
             if kind == "rnn" and "nn" in kinds and local == "rnn":
                 continue  # rnn.X is written nn.X
             asname = None if local == "nn" else cst.AsName(cst.Name(local))
             new.append(cst.ImportAlias(cst.Name("nn"), asname=asname))
+        if not new:
+            return
         torch_import = cst.ImportFrom(module=cst.Name("torch"), names=new)
         if others:
             others[-1] = others[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
@@ -92,6 +104,24 @@ class GluonNnImports(Rule):
         else:
             fix = Fix((self.replace(node, torch_import),))
         self.report(node, "Gluon's layer modules: torch.nn", fix)
+
+    def _untranslated(self, local: str) -> bool:
+        """The file uses a member of ``local`` (Gluon's rnn module) that the layer rules do not
+        write as torch.nn's: one they have no translation for (RNN, the cells), or an LSTM/GRU
+        whose arguments they leave for a person."""
+        for n in astutil.walk(self.ctx.module, into_functions=True):
+            if isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.value.value == local \
+                    and n.attr.value not in _TRANSLATED_RNN:
+                return True
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and isinstance(n.func.value, cst.Name) \
+                    and n.func.value.value == local and n.func.attr.value in _TRANSLATED_RNN:
+                kind = n.func.attr.value
+                try:
+                    _model_layers.plan(kind, _model.bind(n, _model.SIGNATURES[kind]), _model.input_size(n, self.ctx),
+                                       "nn", self.ctx, n)
+                except _model_layers.Manual:
+                    return True
+        return False
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:

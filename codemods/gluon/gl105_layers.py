@@ -193,8 +193,11 @@ class GluonLayers(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         q = self.ctx.qualname(node.func)
         if q and q.startswith("torch.nn.") and q[len("torch.nn."):] in _model.GLUON_ONLY:
-            # a Gluon layer left for a person, once its module is torch's: still reported
-            _model.report_manual(self, node, f"Gluon layer {q[len('torch.nn.'):]} has no translation")
+            # a Gluon layer left for a person, once its module is torch's: still reported, and why
+            kind = q[len("torch.nn."):]
+            sig = _model.SIGNATURES.get(kind)
+            reason = _model_layers.shared_reason(_model.bind(node, sig), kind) if sig else None
+            _model.report_manual(self, node, reason or f"Gluon layer {kind} has no translation")
             return
         kind = _model.gluon_layer(node.func, self.ctx)
         if kind is None or kind in _model.SEQUENTIALS | _model.CONCURRENTS or kind in ("Block", "HybridBlock"):
