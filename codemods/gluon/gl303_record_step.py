@@ -69,7 +69,10 @@ class GluonRecordStep(Rule):
     backward pass: `zero_grad()` before the forward pass gives the same. The block is the one
     that a `trainer.step(n)` of a `gluon.Trainer` follows in the same body, with exactly one
     `backward()` (inside the block or after it) before that step; statements between the
-    backward and the step (gradient clipping, GL304) stay where they are.
+    backward and the step (gradient clipping, GL304) stay where they are. A loss computed in
+    several record blocks before its one backward pass (a GAN's discriminator: the real
+    batch's loss in one block, the generated batch's in the next) is one step: `zero_grad()`
+    before the first block, every block's body in place.
 
     With a context list (Gluon's single-process data parallelism, one loss per shard; GL002
     and GL003 make it one device and one shard), `for l in loss: l.backward()` becomes
@@ -166,6 +169,36 @@ class GluonRecordStep(Rule):
         ),
         Example(
             """
+            from mxnet import autograd, gluon
+
+            trainer = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": 2e-4})
+            for data in loader:
+                with autograd.record():
+                    err_real = loss_fn(net(data), real_label)
+                metric.update([real_label], [net(data)])
+                with autograd.record():
+                    err_fake = loss_fn(net(generator(noise).detach()), fake_label)
+                    err = err_real + err_fake
+                err.backward()
+                trainer.step(batch_size)
+            """,
+            """
+            from mxnet import gluon
+
+            trainer = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": 2e-4})
+            for data in loader:
+                trainer.zero_grad()
+                err_real = loss_fn(net(data), real_label)
+                metric.update([real_label], [net(data)])
+                err_fake = loss_fn(net(generator(noise).detach()), fake_label)
+                err = err_real + err_fake
+                (err.sum() / batch_size).backward()
+                trainer.step()
+            """,
+            title="a loss computed in several record blocks before its one backward pass (a GAN's discriminator)",
+        ),
+        Example(
+            """
             from mxnet import autograd
 
             def train_step(net, data):
@@ -192,12 +225,14 @@ class GluonRecordStep(Rule):
         if node.items[0].asname is not None or not isinstance(node.body, cst.IndentedBlock):
             self.report(node, "this autograd.record() block: translate by hand")
             return
+        if self._continues_a_step(node):
+            return
         plan = self._plan(node)
         if isinstance(plan, str):
             self.report(node, f"autograd.record(): {plan}; translate by hand (zero_grad, forward, backward of the "
                         "loss summed and divided by trainer.step's n, step())")
             return
-        backward, step, trainer, n, loop = plan
+        backward, step, trainer, n, loop, records = plan
         function_form = sc.call_name(self.ctx, backward) in _AUTOGRAD_BACKWARD
         zero = cst.parse_statement(f"{trainer}.zero_grad()")
 
@@ -221,7 +256,13 @@ class GluonRecordStep(Rule):
             return cst.parse_statement(f"(sum({part}.sum() for {part} in {losses}) / {sc.code(_paren_if_binary(n))}).backward()\n"
                                        ).with_changes(leading_lines=u.leading_lines)
 
-        edits = (self.replace(node, unwrap), self.replace(loop, summed) if loop is not None else self.replace(backward, scaled),
+        def unwrap_more(u: cst.With) -> cst.FlattenSentinel:
+            body = list(u.body.body)
+            body[0] = body[0].with_changes(leading_lines=[*u.leading_lines, *body[0].leading_lines])
+            return cst.FlattenSentinel(body)
+
+        edits = (self.replace(node, unwrap), *(self.replace(r, unwrap_more) for r in records),
+                 self.replace(loop, summed) if loop is not None else self.replace(backward, scaled),
                  self.replace(step, lambda u: u.with_changes(args=[])))
         self.report(node, "autograd.record() + backward() + trainer.step(n) -> zero_grad(), (loss.sum() / n).backward(), step()",
                     Fix(edits))
@@ -234,6 +275,7 @@ class GluonRecordStep(Rule):
         after = list(body[list(body).index(node) + 1:])
         inner = [s for s in node.body.body if _backward_pass(self.ctx, s) is not None]
         backwards = list(inner)
+        records: list[cst.With] = []  # more record blocks of the same step (a loss in parts)
         step = None
         trainers = trainer_names(self.ctx)
         for stmt in after:
@@ -243,8 +285,14 @@ class GluonRecordStep(Rule):
                 break
             if _backward_pass(self.ctx, stmt) is not None:
                 backwards.append(stmt)
-            if isinstance(stmt, cst.With) and any(isinstance(i.item, cst.Call) and sc.call_name(self.ctx, i.item) in _RECORD for i in stmt.items):
-                break
+            if self._is_record(stmt):
+                if backwards:
+                    break  # a forward after the backward pass: another step's
+                if stmt.items[0].item.args or stmt.items[0].asname is not None or not isinstance(  # type: ignore[attr-defined]
+                        stmt.body, cst.IndentedBlock):
+                    return "a second autograd.record() block of this step that porter cannot read"
+                records.append(stmt)
+                backwards.extend(s for s in stmt.body.body if _backward_pass(self.ctx, s) is not None)
         if step is None:
             return "no trainer.step(n) of a gluon.Trainer follows it in the same body"
         if len(backwards) != 1:
@@ -259,7 +307,27 @@ class GluonRecordStep(Rule):
             return "trainer.step() with arguments other than the batch size"
         trainer = dotted_name(step.func.value)
         loop = backwards[0] if isinstance(backwards[0], cst.For) else None
-        return backward, step, trainer, step.args[0].value, loop
+        return backward, step, trainer, step.args[0].value, loop, records
+
+    def _is_record(self, stmt: cst.CSTNode) -> bool:
+        return isinstance(stmt, cst.With) and len(stmt.items) == 1 and isinstance(stmt.items[0].item, cst.Call) \
+            and sc.call_name(self.ctx, stmt.items[0].item) in _RECORD
+
+    def _continues_a_step(self, node: cst.With) -> bool:
+        """``node`` is a later record block of a step an earlier block of the same body begins
+        (no backward pass and no trainer step between them): that block's fix takes it."""
+        body = getattr(self.ctx.parent, "body", None)
+        if not isinstance(body, (list, tuple)) or node not in body:
+            return False
+        trainers = trainer_names(self.ctx)
+        for stmt in reversed(list(body)[:list(body).index(node)]):
+            call = _expr_call(stmt)
+            if _backward_pass(self.ctx, stmt) is not None or (
+                    call is not None and astutil.method_name(call) == "step" and dotted_name(call.func.value) in trainers):
+                return False
+            if self._is_record(stmt):
+                return not any(_backward_pass(self.ctx, s) is not None for s in stmt.body.body)  # type: ignore[attr-defined]
+        return False
 
 
 def _paren_if_binary(n: cst.BaseExpression) -> cst.BaseExpression:

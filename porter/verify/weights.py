@@ -133,6 +133,7 @@ def load_into(optimizer: Any, folder: str, index: int) -> str:
     if model is None:
         return f"optimizer {index}: no model of its own (its parameters are not one module's): its own initial weights stay"
     own = model.state_dict()
+    state = _aligned(state, set(own))
     tensors = {}
     for key, value in state.items():
         t = torch.from_numpy(np.ascontiguousarray(value))
@@ -148,6 +149,27 @@ def load_into(optimizer: Any, folder: str, index: int) -> str:
         return (f"optimizer {index}: the original's {cls} weights could not be loaded into the port's "
                 f"{type(model).__name__}: {type(exc).__name__}: {' '.join(first)[:400]}")
     return f"optimizer {index}: the original's {cls} weights loaded into the port's {type(model).__name__} ({len(tensors)} tensors)"
+
+
+def _aligned(state: dict, own: set) -> dict:
+    """STATE under the port model's names where the two name the same tensors one block apart:
+    the original's model is the only child of the port's (a Sequential holding one layer: the
+    MXNet side names the innermost block that owns a trainer's parameters), or the other way
+    round; one common prefix added or dropped. Otherwise STATE as it is."""
+    if set(state) == own or not state or len(state) != len(own):
+        return state
+    first = min(own)
+    for name in state:  # the port's names are the original's under one prefix
+        if first.endswith("." + name) and {first[: -len(name)] + k for k in state} == own:
+            prefix = first[: -len(name)]
+            return {prefix + k: v for k, v in state.items()}
+    first = min(state)
+    for key in own:  # the original's names are the port's under one prefix
+        if first.endswith("." + key):
+            prefix = first[: -len(key)]
+            if all(k.startswith(prefix) for k in state) and {k[len(prefix):] for k in state} == own:
+                return {k[len(prefix):]: v for k, v in state.items()}
+    return state
 
 
 def load(folder: str, index: int) -> "tuple[dict[str, np.ndarray], str] | None":
