@@ -2282,8 +2282,6 @@ def _assigned_tensors(ctx: FileContext, scope, names: set, in_module_forward: bo
     # `y.to(torch.float32)`) are translated as on arrays (jnp and astype take NumPy arrays)
     batch = _batch_items([n for n in body if isinstance(n, cst.For)])
 
-    host: set[str] = set()
-
     def is_tensor(value: cst.BaseExpression) -> bool:
         if _batch_to_host(value, batch):
             return True
@@ -2307,10 +2305,9 @@ def _assigned_tensors(ctx: FileContext, scope, names: set, in_module_forward: bo
                                 names.add(te.value.value)
         if len(names) == before:
             break
-    for a in assigns:  # the conversions themselves read torch tensors (see is_tensor)
-        if isinstance(a, cst.Assign) and any(_batch_to_host(v, batch) for v in _assigned_parts(a.value)):
-            host.update(n for t in a.targets for n in astutil.target_names(t.target))
-    ctx.cache[("ops.host_batch", scope)] = (frozenset(host), frozenset(batch))
+    # the conversions themselves read torch tensors (see is_tensor)
+    ctx.cache[("ops.host_reads", scope)] = frozenset(
+        a for a in assigns if isinstance(a, cst.Assign) and any(_batch_to_host(v, batch) for v in _assigned_parts(a.value)))
 
 
 def _batch_items(loops: list) -> set:
@@ -2488,13 +2485,12 @@ def _param_tensors(fn: cst.FunctionDef, in_module_forward: bool) -> set[str]:
 
 def is_tensor(node: cst.CSTNode, ctx: FileContext) -> bool:
     names = tensor_names(ctx)
-    if isinstance(node, cst.Name):
-        host, batch = ctx.cache.get(("ops.host_batch", _scope(ctx)), (frozenset(), frozenset()))
-        if node.value in host:  # a batch item, NumPy after its conversion; a torch tensor in the conversion
-            stmt = astutil.enclosing_simple_statement(ctx)
-            if stmt is not None and any(isinstance(s, cst.Assign) and any(
-                    _batch_to_host(v, set(batch)) for v in _assigned_parts(s.value)) for s in stmt.body):
-                return False
+    if isinstance(node, cst.Name):  # a batch item is NumPy after its host read, a torch tensor in it
+        reads = ctx.cache.get(("ops.host_reads", _scope(ctx)), frozenset())
+        stmt = astutil.enclosing_simple_statement(ctx) if reads else None
+        if stmt is not None and any(s in reads and node.value in {n for t in s.targets for n in astutil.target_names(t.target)}
+                                    for s in stmt.body):
+            return False
     return _is_tensor(node, ctx, names, ctx.cache.get(("ops.in_forward", _scope(ctx)), False))
 
 

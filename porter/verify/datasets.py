@@ -92,6 +92,12 @@ def _note(text: str) -> None:
         stream.flush()
 
 
+def default_size(steps: Optional[int]) -> int:
+    """Samples per synthetic dataset when none is asked for: DEFAULT_PER_STEP per optimizer step
+    of the run (both sides of a verification read the same), DEFAULT_SIZE when no step count."""
+    return steps * DEFAULT_PER_STEP if steps else DEFAULT_SIZE
+
+
 def _size() -> int:
     return _settings.size if _settings.size is not None else DEFAULT_SIZE
 

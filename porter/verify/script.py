@@ -649,7 +649,7 @@ def verify_mxnet_script(req: ScriptRequest) -> Report:
     (torch_xla or JAX) runs under ``porter.verify.trace`` and loads them into the model of
     each optimizer it creates (in creation order); both sides' DataLoaders read in order.
     Both sides run in float32 (MXNet's default), with tolerances that grow with the step."""
-    from porter.verify.datasets import DEFAULT_PER_STEP, DEFAULT_SIZE
+    from porter.verify.datasets import default_size
     from porter.verify.trace_mxnet import trace_mxnet_script
 
     jax_port = port_backend(req.port).name == "jax"
@@ -669,7 +669,7 @@ def verify_mxnet_script(req: ScriptRequest) -> Report:
             (work / side).mkdir()
             _copy_files(req.files, work / side)
         # Gluon's vision datasets and the port's torchvision ones read the same synthetic samples
-        size = req.synthetic_size or (req.steps * DEFAULT_PER_STEP if req.steps else DEFAULT_SIZE)
+        size = req.synthetic_size or default_size(req.steps)
         orig = trace_mxnet_script(req.original, req.args, seed=req.seed, max_steps=req.steps,
                                   export_weights=work / "weights", no_shuffle=True, timeout=req.timeout,
                                   memory_mb=req.memory_mb, cwd=work / "original", env=dict(req.env or {}),

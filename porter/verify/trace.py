@@ -857,7 +857,7 @@ def run(
         from porter.verify import datasets as synthetic
 
         if synthetic_size is None:
-            synthetic_size = max_steps * synthetic.DEFAULT_PER_STEP if max_steps else synthetic.DEFAULT_SIZE
+            synthetic_size = synthetic.default_size(max_steps)
         synthetic.install(synthetic_size, seed if seed is not None else 0, synthetic_image_size)
     if seed is not None:
         _reseed(seed)
