@@ -20,6 +20,8 @@ from scripthelp import run_script
 
 from porter import engine, registry
 
+from lanes import fixture_slice
+
 pytestmark = [pytest.mark.xla, pytest.mark.slow]
 
 _TRAIN = """
@@ -169,13 +171,18 @@ def expected(tmp_path_factory) -> float:
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
-def test_default_port_trains_on_xla(name, expected, tmp_path):
-    source, args, cpu_flag, selected = SCRIPTS[name]
-    port = tmp_path / "port.py"
+def test_default_port_selects_the_xla_device(name):
+    source, _, _, selected = SCRIPTS[name]
     ported = _port(source)
-    port.write_text(ported, encoding="utf-8")
     assert selected in ported, ported
     assert "torch.accelerator" not in ported and "cuda" not in ported.replace("args.cuda", "").replace("--cuda", "")
+
+
+@pytest.mark.parametrize("name", fixture_slice(sorted(SCRIPTS), 2))  # half of them per run of the suite
+def test_default_port_trains_on_xla(name, expected, tmp_path):
+    source, args, cpu_flag, _ = SCRIPTS[name]
+    port = tmp_path / "port.py"
+    port.write_text(_port(source), encoding="utf-8")
     out = _run(port, args, xla=True)
     assert int(out.strip().splitlines()[-1].split(": ")[1]) >= 2, out  # XLA graphs ran the steps
     assert _final(out) == pytest.approx(expected, abs=1e-4)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from lanes import fixture_slice
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "torch_xla"
 FINAL = re.compile(r"^Final (?P<name>[^:]+): (?P<value>\S+)$")
 
@@ -96,7 +98,7 @@ def test_fixture_follows_cli_conventions(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(GPU_FIXTURES))
+@pytest.mark.parametrize("name", fixture_slice(list(GPU_FIXTURES), 2))  # half of them per run of the suite
 def test_gpu_fixture_runs_on_cpu(name, tmp_path):
     proc = _run([str(FIXTURES / name / "train.py"), "--epochs", "1", "--dropout", "0", "--save-model",
                  *CPU_OVERRIDES.get(name, [])],

@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 
 import mxnethelp
-from lanes import fixture_slice
+from lanes import fixture_rest, fixture_slice
 from porter import engine, registry
 from porter.fixtures import gluon_fixtures
 
@@ -291,7 +291,9 @@ TO_THE_END = [fx for fx in FIXTURES if fx not in LOGS_COMPARED] if LOGS_COMPARED
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fx", TO_THE_END, ids=lambda fx: fx.name)
+# the two runs below take complementary halves of TO_THE_END (all of both with
+# PORTER_TEST_EVERY_FIXTURE=1)
+@pytest.mark.parametrize("fx", fixture_slice(TO_THE_END, 2), ids=lambda fx: fx.name)
 def test_jax_port_trains_to_the_end(fx, tmp_path):
     """port.toml's `run` arguments, as the user types them: the port prints its log lines and
     "finished N steps" (drop_last: the full batches) and writes its checkpoint."""
@@ -326,7 +328,7 @@ def _compiled_once(report: dict, ir: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fx", TO_THE_END, ids=lambda fx: fx.name)
+@pytest.mark.parametrize("fx", fixture_rest(TO_THE_END, 2), ids=lambda fx: fx.name)
 def test_jax_port_takes_the_pytorch_ports_steps_compiled_once(fx, tmp_path):
     """Against the PyTorch port's steps, from its weights; the fixtures whose log lines are
     compared with MXNet's (the test below, which checks the compilation too) are not run here."""

@@ -24,6 +24,8 @@ import pytest
 from porter import engine, registry
 from porter.fixtures import fixtures
 
+from lanes import fixture_slice
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = {fx.name: fx for fx in fixtures("mxnet")}
 # the layers the port leaves lazy (their input size is the data's, not the code's)
@@ -322,7 +324,8 @@ print(json.dumps(max(float(np.abs(a - b).max()) for a, b in zip(flat, want))))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(FIXTURES))
+# one model per run of the suite: test_porter_verify_accepts_the_port runs every port on XLA too
+@pytest.mark.parametrize("name", fixture_slice(sorted(FIXTURES), len(FIXTURES)))
 def test_ported_model_runs_on_xla(name, mxnet_python, tmp_path):
     """The port on torch_xla (PJRT_DEVICE=CPU): lazy layers materialized by load_state_dict,
     then moved to the XLA device; the forward matches Gluon's."""

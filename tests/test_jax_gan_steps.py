@@ -17,6 +17,8 @@ from porter import engine, registry
 
 from scripthelp import verify_json
 
+from lanes import fixture_slice
+
 SAFE = engine.Options(tuple(registry.rules_for("jax")))
 UNSAFE = engine.Options(tuple(registry.rules_for("jax")), unsafe_fixes=True)
 
@@ -208,12 +210,13 @@ def test_images_of_an_earlier_step_read_detached_are_not_computed_again():
 
 
 @pytest.mark.jax
-@pytest.mark.parametrize("name,hidden,options", [
+# half of them per run of the suite (their ports: test_the_discriminator_step_with_two_passes_is_one_jitted_step)
+@pytest.mark.parametrize("name,hidden,options", fixture_slice([
     ("generator-first", BATCHNORM, SAFE),
     ("fill-relabel", PLAIN, SAFE),
     ("detach-kept", PLAIN, SAFE),
     ("item-relabel", BATCHNORM, UNSAFE),
-])
+], 2))
 def test_the_gan_port_matches_its_original_in_verify(tmp_path, name, hidden, options):
     src = original(name, hidden)
     port = engine.fix(src, options).source

@@ -87,7 +87,8 @@ def test_the_script_builds_its_model_from_the_overlay(name, tmp_path):
 
 @pytest.mark.jax
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["attribute", "in a module"])
+# one of them per run of the suite (each ports and verifies resnet18 in JAX: 30-60 s on 2 cores)
+@pytest.mark.parametrize("name", fixture_slice(["attribute", "in a module"], 2))
 def test_the_port_trains_in_jax_and_matches(name, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPTS[name])

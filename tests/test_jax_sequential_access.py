@@ -10,6 +10,8 @@ from porter import engine, registry
 
 from scripthelp import verify_json
 
+from lanes import fixture_slice
+
 SAFE = engine.Options(tuple(registry.rules_for("jax")))
 
 SCRIPT = '''
@@ -70,7 +72,8 @@ def test_sequence_reads_of_a_sequential_go_through_its_layers(name):
 
 
 @pytest.mark.jax
-@pytest.mark.parametrize("name", ["index-init", "negative-index", "slice", "enumerate-len"])
+# half the spellings per run of the suite (their ports: test_sequence_reads_of_a_sequential_go_through_its_layers)
+@pytest.mark.parametrize("name", fixture_slice(["index-init", "negative-index", "slice", "enumerate-len"], 2))
 def test_the_port_matches_its_original_in_verify(tmp_path, name):
     src = original(name)
     port = engine.fix(src, SAFE).source

@@ -12,6 +12,8 @@ from porter import engine, registry
 
 from scripthelp import verify_json
 
+from lanes import fixture_slice
+
 ORIGINAL = textwrap.dedent('''
     import argparse
 
@@ -152,9 +154,10 @@ LM = textwrap.dedent('''
 ''').lstrip("\n")
 
 
-@pytest.mark.parametrize("target", [pytest.param("torch-xla", marks=pytest.mark.xla),
-                                    pytest.param("jax", marks=pytest.mark.jax)])
-@pytest.mark.parametrize("kind,batch_first", [("LSTM", True), ("GRU", False)])
+# each target and each layer once per run of the suite (all four pairs with PORTER_TEST_EVERY_FIXTURE=1)
+@pytest.mark.parametrize("target,kind,batch_first", fixture_slice([
+    pytest.param(target, kind, batch_first, marks=getattr(pytest.mark, "xla" if target == "torch-xla" else "jax"))
+    for target in ("torch-xla", "jax") for kind, batch_first in (("LSTM", True), ("GRU", False))], 3))
 def test_dropout_between_rnn_layers_is_the_same_on_both_sides(tmp_path, target, kind, batch_first):
     """A word-level LM whose multi-layer LSTM/GRU drops out between its layers, trained by
     manual SGD: it diverged at step 1 (the kernel drew its masks on each side's own
