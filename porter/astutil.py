@@ -125,8 +125,27 @@ def _unpacked_values(target: cst.CSTNode, value: Optional[cst.BaseExpression], n
 _SCOPE_KINDS = frozenset({cst.FunctionDef, cst.Lambda, cst.ClassDef})
 
 
+# the nodes of the last modules walked whole: the module facts of a pass each walk the module,
+# and LibCST's trees are immutable, so one walk serves them all ({(id, into_functions): (module,
+# nodes)}, the oldest dropped past _WALKS_KEPT)
+_WALKS: dict[tuple[int, bool], tuple[cst.Module, list[cst.CSTNode]]] = {}
+_WALKS_KEPT = 8
+
+
 def walk(node: cst.CSTNode, into_functions: bool = False) -> Iterator[cst.CSTNode]:
     """Every node below ``node`` (pre-order), not descending into nested defs/lambdas/classes."""
+    if type(node) is not cst.Module:
+        return _walk(node, into_functions)
+    key = (id(node), into_functions)
+    hit = _WALKS.get(key)
+    if hit is None or hit[0] is not node:
+        hit = _WALKS[key] = (node, list(_walk(node, into_functions)))
+        if len(_WALKS) > _WALKS_KEPT:
+            del _WALKS[next(iter(_WALKS))]
+    return iter(hit[1])
+
+
+def _walk(node: cst.CSTNode, into_functions: bool) -> Iterator[cst.CSTNode]:
     stack = [node]
     pop, push = stack.pop, stack.append
     node_types = _NODE_TYPES

@@ -22,7 +22,7 @@ from typing import ClassVar, Optional
 import libcst as cst
 from libcst.helpers import parse_template_expression
 
-from porter.astutil import string_value
+from porter.astutil import string_value, walk
 from porter.context import dotted_name
 from porter.rules import Edit, Example, Fix, Rule, Safety, Severity, module_fact
 
@@ -94,61 +94,67 @@ class DataFacts:
         self.local_uses: list[tuple[cst.CSTNode, str]] = []  # (node, why) that need local files
 
 
-class _Collect(cst.CSTVisitor):
-    def __init__(self, facts: DataFacts) -> None:
-        self.facts = facts
-        self.assigns: list[tuple[list[str], cst.BaseExpression]] = []
+def _collect(module: cst.Module, facts: DataFacts) -> list[tuple[list[str], cst.BaseExpression]]:
+    """The roots and root options into ``facts``; the other assignments to names, to follow."""
+    assigns: list[tuple[list[str], cst.BaseExpression]] = []
+    for node in walk(module, into_functions=True):
+        kind = type(node)
+        if kind is cst.Call:
+            func = node.func
+            if type(func) is cst.Attribute and func.attr.value == "add_argument":
+                dest = _option_dest(node)
+                if dest in ROOT_OPTIONS:
+                    for arg in node.args:
+                        if arg.keyword is not None and arg.keyword.value == "default":
+                            s = string_value(arg.value)
+                            if s is not None and not s.startswith("gs://"):
+                                facts.roots.append(arg.value)
+                                facts.attrs.add(dest)
+        elif kind is cst.Assign:
+            names = [t.target.value for t in node.targets if type(t.target) is cst.Name]
+            if not names:
+                continue
+            s = string_value(node.value)
+            if s is not None and any(n.lower() in ROOT_NAMES for n in names) and not s.startswith("gs://"):
+                facts.roots.append(node.value)
+                facts.names.update(names)
+            else:
+                assigns.append((names, node.value))
+    return assigns
 
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Attribute) and node.func.attr.value == "add_argument":
-            dest = _option_dest(node)
-            if dest in ROOT_OPTIONS:
-                for arg in node.args:
-                    if arg.keyword is not None and arg.keyword.value == "default":
-                        s = string_value(arg.value)
-                        if s is not None and not s.startswith("gs://"):
-                            self.facts.roots.append(arg.value)
-                            self.facts.attrs.add(dest)
 
-    def visit_Assign(self, node: cst.Assign) -> None:
-        names = [t.target.value for t in node.targets if isinstance(t.target, cst.Name)]
-        if not names:
-            return
-        s = string_value(node.value)
-        if s is not None and any(n.lower() in ROOT_NAMES for n in names) and not s.startswith("gs://"):
-            self.facts.roots.append(node.value)
-            self.facts.names.update(names)
-        else:
-            self.assigns.append((names, node.value))
+def _read_names(node: cst.CSTNode) -> tuple[set[str], set[str]]:
+    """The names an expression reads (attribute names included) and the attributes it reads of a
+    name (``args.<attr>``)."""
+    names: set[str] = set()
+    attrs: set[str] = set()
+    for n in walk(node, into_functions=True):
+        kind = type(n)
+        if kind is cst.Name:
+            names.add(n.value)
+        elif kind is cst.Attribute and type(n.value) is cst.Name:
+            attrs.add(n.attr.value)
+    return names, attrs
 
 
 def mentions(facts: DataFacts, node: cst.CSTNode) -> bool:
     """Whether the expression reads a data path (a root name, args.<root option>, or a name
     assigned from one)."""
-    found = False
-
-    class _V(cst.CSTVisitor):
-        def visit_Name(self, n: cst.Name) -> None:
-            nonlocal found
-            found = found or n.value in facts.names
-
-        def visit_Attribute(self, n: cst.Attribute) -> None:
-            nonlocal found
-            found = found or (n.attr.value in facts.attrs and isinstance(n.value, cst.Name))
-
-    node.visit(_V())
-    return found
+    names, attrs = _read_names(node)
+    return not names.isdisjoint(facts.names) or not attrs.isdisjoint(facts.attrs)
 
 
 def data_facts(ctx) -> DataFacts:
     facts = DataFacts()
-    collect = _Collect(facts)
-    ctx.module.visit(collect)
+    collected = _collect(ctx.module, facts)
+    if not facts.roots:
+        return facts  # no data path to follow
+    assigns = [(names, _read_names(value)) for names, value in collected]
     changed = True
     while changed:  # names assigned from data paths, to a fixpoint
         changed = False
-        for names, value in collect.assigns:
-            if not set(names) <= facts.names and mentions(facts, value):
+        for names, (read, attrs) in assigns:
+            if not set(names) <= facts.names and (not read.isdisjoint(facts.names) or not attrs.isdisjoint(facts.attrs)):
                 facts.names.update(names)
                 changed = True
     return facts

@@ -24,20 +24,22 @@ _ITERATING = ("len", "enumerate", "list", "tuple", "reversed", "iter", "zip", "s
 def _sequential_target(receiver: cst.BaseExpression, ctx) -> bool:
     """`receiver` (a name, or `self.x`) is assigned a Sequential in its function (for `self.x`:
     in any method of its class)."""
-    text = _nnx.code(receiver)
     if isinstance(receiver, cst.Attribute):
         scope = ctx.enclosing(cst.ClassDef)
     else:
         scope = ctx.enclosing(cst.FunctionDef)
     if scope is None:
         scope = ctx.module
-    for node in astutil.walk(scope, into_functions=True):
-        if isinstance(node, (cst.Assign, cst.AnnAssign)) and isinstance(node.value, cst.Call) \
-                and (ctx.qualname(node.value.func) or "") in _SEQUENTIALS:
-            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-            if any(_nnx.code(t) == text for t in targets):
-                return True
-    return False
+    key = ("jx004.sequential_targets", id(scope))
+    targets = ctx.cache.get(key)
+    if targets is None:  # the code of every target assigned a Sequential in the scope
+        targets = ctx.cache[key] = set()
+        for node in astutil.walk(scope, into_functions=True):
+            if isinstance(node, (cst.Assign, cst.AnnAssign)) and isinstance(node.value, cst.Call) \
+                    and (ctx.qualname(node.value.func) or "") in _SEQUENTIALS:
+                assigned = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+                targets.update(_nnx.code(t) for t in assigned)
+    return _nnx.code(receiver) in targets
 
 
 class NnxContainers(Rule):
