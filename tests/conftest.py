@@ -118,6 +118,7 @@ FRAMEWORK_TESTS: dict[str, tuple[str, ...]] = {
     "test_gluon_datasets.py::test_port_trains_on_xla*": ("mxnet", "xla"),
     "test_gluon_datasets.py::test_jax_port_trains*": ("mxnet", "jax"),
     "test_gluon_record_blocks.py::test_the_port_trains*": ("mxnet", "xla"),
+    "test_gluon_placement.py::test_the_script_of_these_spellings_trains*": ("mxnet", "xla"),
     # probability-label cross entropy and the regression / top-k metrics against MXNet, both ports
     "test_gluon_losses_metrics.py::test_torch_xla_port_matches_mxnet": ("mxnet",),
     "test_gluon_losses_metrics.py::test_jax_port_matches_mxnet_*": ("mxnet", "jax"),

@@ -3,8 +3,10 @@ from __future__ import annotations
 import libcst as cst
 
 from porter import astutil
+from porter.context import dotted_name
 from porter.rules import Example, Fix, Rule, Severity
 
+from . import _arrays
 from . import _script as sc
 
 _SPLIT = ("mxnet.gluon.utils.split_and_load",)
@@ -17,7 +19,9 @@ class MxnetPlacement(Rule):
 
     | MXNet | PyTorch |
     | --- | --- |
-    | `x.as_in_context(device)`, `x.as_in_ctx(device)` (MXNet 2's spelling) | `x.to(device)` |
+    | `x.as_in_context(device)`, `x.as_in_ctx(device)` (MXNet 2's spelling), `context=` / `ctx=` given by keyword | `x.to(device)` |
+    | `x.copyto(device)` (a new copy on a context) | `x.to(device, copy=True)` |
+    | `x.copyto(y)` (into an existing array, which it returns) | `y.copy_(x)` |
     | `x.context` (an NDArray's context) | `x.device` |
     | `gluon.utils.split_and_load(x, [device])` (one context) | `[x.to(device)]` |
     | `gluon.utils.split_and_load(x, ctx_list=ctx, batch_axis=0, even_split=False)` (a context list) | `[x.to(ctx[0])]` |
@@ -42,9 +46,10 @@ class MxnetPlacement(Rule):
     code = "GL003"
     name = "gluon-placement"
     target = "torch"
-    summary = "x.as_in_context(ctx) -> x.to(ctx); x.context -> x.device; split_and_load(x, ctx) -> [x.to(ctx[0])]"
+    summary = ("x.as_in_context(ctx) -> x.to(ctx); x.copyto(ctx) -> x.to(ctx, copy=True); x.context -> x.device; "
+               "split_and_load(x, ctx) -> [x.to(ctx[0])]")
     severity = Severity.ERROR
-    needs_text = ("as_in_context", "as_in_ctx", ".context", "split_and_load")
+    needs_text = ("as_in_context", "as_in_ctx", "copyto", ".context", "split_and_load")
     needs_document = ("mxnet",)  # Gluon documents only (see Rule.needs_document)
     examples = [
         Example(
@@ -64,6 +69,45 @@ class MxnetPlacement(Rule):
                 label = label.to(data.device)
                 return net(data), label
             """,
+        ),
+        Example(
+            """
+            import mxnet as mx
+            from mxnet import nd
+
+            ctx = mx.gpu()
+
+            def step(net, data, label):
+                x = data.as_in_context(context=ctx)
+                y = label.copyto(ctx)
+                kept = nd.zeros((2, 4))
+                net(x).copyto(kept)
+                return x, y, kept
+            """,
+            """
+            import mxnet as mx
+            from mxnet import nd
+
+            ctx = mx.gpu()
+
+            def step(net, data, label):
+                x = data.to(ctx)
+                y = label.to(ctx, copy=True)
+                kept = nd.zeros((2, 4))
+                kept.copy_(net(x))
+                return x, y, kept
+            """,
+            title="the context by keyword; copyto onto a context, and into an array",
+        ),
+        Example(
+            """
+            import mxnet as mx
+
+            def keep(x, where):
+                return x.copyto(where)
+            """,
+            None,
+            title="copyto of an argument porter cannot tell a context from an array: reported",
         ),
         Example(
             """
@@ -118,14 +162,36 @@ class MxnetPlacement(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in ("as_in_context", "as_in_ctx") and len(node.args) == 1:
+        if (isinstance(func, cst.Attribute) and func.attr.value in ("as_in_context", "as_in_ctx", "copyto")
+                and len(node.args) == 1 and not node.args[0].star
+                and (node.args[0].keyword is None or node.args[0].keyword.value in ("context", "ctx", "other"))):
             if sc.qualname(self.ctx, func.value) is not None:
-                return
-            self.report(node, f"x.{func.attr.value}(ctx) -> x.to(device)",
-                        Fix((self.replace(node, lambda u: u.with_changes(func=u.func.with_changes(attr=cst.Name("to")))),)))
+                return  # a module's function of that name
+            if func.attr.value != "copyto":
+                self.report(node, f"x.{func.attr.value}(ctx) -> x.to(device)", Fix((self.replace(node, _to),)))
+            else:
+                self._copyto(node)
             return
         if sc.call_name(self.ctx, node) in _SPLIT:
             self._split(node)
+
+    def _copyto(self, node: cst.Call) -> None:
+        """``x.copyto(other)``: a copy on a context, or into an array (MXNet returns ``other``)."""
+        other = node.args[0].value
+        if _is_context(self.ctx, other):
+            self.report(node, "x.copyto(ctx) -> x.to(device, copy=True) (a new copy, as MXNet's)",
+                        Fix((self.replace(node, lambda u: _to(u, copy=True)),)))
+        elif _arrays.kind(self.ctx, other) == _arrays.ARRAY:
+            def build(u: cst.Call) -> cst.Call:
+                source = u.func.value  # an argument now: the parentheses of a receiver are not needed
+                if source.lpar and not isinstance(source, (cst.Tuple, cst.GeneratorExp)):
+                    source = source.with_changes(lpar=[], rpar=[])
+                return cst.Call(cst.Attribute(astutil.parenthesized(u.args[0].value), cst.Name("copy_")),
+                                [cst.Arg(source)])
+            self.report(node, "x.copyto(y) (into an array) -> y.copy_(x)", Fix((self.replace(node, build),)))
+        else:
+            self.report(node, "x.copyto(...) of a value porter cannot tell a context from an array: a context -> "
+                              "x.to(device, copy=True); an array y -> y.copy_(x)")
 
     def _split(self, node: cst.Call) -> None:
         data = astutil.arg(node, "data", 0)
@@ -162,3 +228,26 @@ class MxnetPlacement(Rule):
             return
         self.report(node, "an NDArray's .context -> the tensor's .device",
                     Fix((self.replace(node, lambda u: u.with_changes(attr=cst.Name("device"))),)))
+
+
+def _to(call: cst.Call, copy: bool = False) -> cst.Call:
+    """``x.<method>(ctx)`` -> ``x.to(ctx[, copy=True])`` (the context given by keyword or not)."""
+    args = [call.args[0].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)]
+    if copy:
+        args.append(astutil.kwarg("copy", cst.Name("True")))
+    return call.with_changes(func=call.func.with_changes(attr=cst.Name("to")), args=args)
+
+
+def _is_context(ctx, node: cst.BaseExpression) -> bool:
+    """A context: ``mx.gpu()`` / ``mx.cpu()`` (or a choice of them), a name the file assigns
+    only contexts (``ctx = mx.gpu() if ... else mx.cpu()``), or an element of a context list
+    (``ctx[0]``)."""
+    if sc.is_context(node, ctx):
+        return True
+    if isinstance(node, cst.Subscript):
+        return dotted_name(node.value) in sc.context_list_names(ctx)
+    name = dotted_name(node)
+    if name is None:
+        return False
+    values = [value for bound, value, _ in sc.assignments(ctx) if bound == name]
+    return bool(values) and all(sc.is_context(v, ctx) for v in values)

@@ -29,10 +29,12 @@ class MxnetArrayCreation(Rule):
     | `mx.nd.full(shape, v, ctx=d)` | `torch.full(shape, v, device=d)` |
     | `mx.nd.array([...], ctx=d)` (a list or tuple literal) | `torch.tensor([...], dtype=torch.float32, device=d)` |
     | `mx.nd.arange(start, stop, step, ctx=d)` | `torch.arange(start, stop, step, dtype=torch.float32, device=d)` |
+    | `mx.nd.array(x, dtype=t, ctx=d)` (any value, its dtype given) | `torch.tensor(x, dtype=torch.t, device=d)` |
 
     MXNet's default dtype is float32 for all of them (torch's `tensor`/`arange` of integers
-    would be int64, hence the explicit dtype). `mx.nd.array` of anything else (a numpy array
-    keeps its dtype in MXNet) is reported.
+    would be int64, hence the explicit dtype). `mx.nd.array(x, dtype=t)` of any other value is
+    `torch.tensor(x, dtype=torch.t)` (a copy, as MXNet's); without the dtype (a numpy array
+    keeps its dtype in MXNet) it is reported.
 
     ## Why
     The PyTorch factories are what the torch-xla and JAX rules know how to place.
@@ -56,6 +58,7 @@ class MxnetArrayCreation(Rule):
             real_label = mx.nd.ones((batch_size,), ctx=device)
             mask = mx.nd.zeros((4, 4), dtype="int32")
             w = mx.nd.array([0.5, 2], ctx=device)
+            rows = mx.nd.array(np.ones((2, 3)), dtype="float32")
             """,
             """
             import torch
@@ -63,6 +66,7 @@ class MxnetArrayCreation(Rule):
             real_label = torch.ones((batch_size,), device=device)
             mask = torch.zeros((4, 4), dtype=torch.int32)
             w = torch.tensor([0.5, 2], dtype=torch.float32, device=device)
+            rows = torch.tensor(np.ones((2, 3)), dtype=torch.float32)
             """,
         ),
         Example("import mxnet as mx\nx = mx.nd.array(numpy_batch)\n", None, title="mx.nd.array of a non-literal: reported"),
@@ -98,9 +102,12 @@ class MxnetArrayCreation(Rule):
         elif name in ("mxnet.nd.array", "mxnet.nd.arange"):
             first = node.args[0] if node.args and node.args[0].keyword is None else None
             if name == "mxnet.nd.array" and (first is None or not isinstance(first.value, (cst.List, cst.Tuple))):
-                self.report(node, "mx.nd.array of a value porter cannot see: MXNet keeps a numpy array's dtype and makes "
-                            "float32 of anything else; write torch.as_tensor(x, dtype=...) by hand")
-                return
+                if first is None or astutil.arg(node, "dtype") is None or len([a for a in node.args if a.keyword is None]) > 1 \
+                        or any(a.keyword is not None and a.keyword.value not in ("ctx", "dtype") for a in node.args):
+                    self.report(node, "mx.nd.array of a value porter cannot see: MXNet keeps a numpy array's dtype and "
+                                "makes float32 of anything else; write torch.tensor(x, dtype=...) by hand")
+                    return
+                # the dtype is given: whatever the value is, a copy of it in that dtype
             factory = "tensor" if name == "mxnet.nd.array" else "arange"
 
             def build2(u: cst.Call, factory=factory) -> cst.BaseExpression:

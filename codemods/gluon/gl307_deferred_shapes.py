@@ -55,15 +55,19 @@ def _batch_item(loop: cst.For, value: cst.BaseExpression) -> Optional[int]:
     return int(value.slice[0].slice.value.value)
 
 
+def _unmoved(value: cst.BaseExpression) -> cst.BaseExpression:
+    """``x`` of ``x.as_in_context(ctx)`` / ``x.to(device)`` (chained or not)."""
+    while isinstance(value, cst.Call) and astutil.method_name(value) in ("to", "as_in_context", "as_in_ctx"):
+        value = value.func.value
+    return value
+
+
 def _item_position(loop: cst.For, name: str) -> Optional[int]:
     """K for ``name = batch[K]`` in the loop (``.as_in_context(ctx)`` / ``.to(device)`` after it
     or not), ``batch`` being the loop's batch."""
     for n in astutil.walk(loop.body):
         if isinstance(n, cst.Assign) and len(n.targets) == 1 and dotted_name(n.targets[0].target) == name:
-            value = n.value
-            while isinstance(value, cst.Call) and astutil.method_name(value) in ("to", "as_in_context", "as_in_ctx"):
-                value = value.func.value
-            position = _batch_item(loop, value)
+            position = _batch_item(loop, _unmoved(n.value))
             if position is not None:
                 return position
     return None
@@ -118,7 +122,9 @@ class GluonDeferredShapes(Rule):
     a `net.to(device)` statement after its `initialize(net, ...)`. The shards of a context
     list (`data = split_and_load(batch[0], ctx)`, `[net(X) for X in data]`) are read as the
     batch's item 0, an input read from the batch (`data = batch[0].as_in_context(ctx)`) as its
-    item. A model whose input is not
+    item, an input moved where the model is called (`net(data.as_in_context(ctx))`) as the
+    input. A loader made after the move (the script builds its data after its model) is
+    reported there: the sample does not exist yet. A model whose input is not
     a batch of such a loader (a generator fed with noise drawn in the loop) is left as it is.
 
     ## Why
@@ -242,6 +248,21 @@ class GluonDeferredShapes(Rule):
             """,
             title="a generator fed with noise drawn in the loop: zeros of its shape, batch 1",
         ),
+        Example(
+            """
+            # an mxnet script after the front end's first pass (Rule.needs_document)
+            import torch
+
+            net = torch.nn.Sequential(torch.nn.LazyLinear(10))
+            initialize(net)
+            net.to(device)
+            loader = torch.utils.data.DataLoader(dataset, batch_size=16)
+            for data, label in loader:
+                output = net(data)
+            """,
+            None,
+            title="a loader made after the move: reported",
+        ),
     ]
     valid = [
         "import torch\nnet = torch.nn.Linear(2, 3)\ninitialize(net)\nnet.to(device)\n",
@@ -249,14 +270,17 @@ class GluonDeferredShapes(Rule):
 
     def visit_Module(self, node: cst.Module) -> None:
         if self._builds_lazy_modules():
-            self._scan(list(node.body))  # a script that trains at module level
+            self._scan(list(node.body), None)  # a script that trains at module level
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if isinstance(node.body, cst.IndentedBlock) and self._builds_lazy_modules():
-            self._scan(list(node.body.body))
+            # the names the body binds (a parameter is bound before it runs)
+            bound = astutil.function_locals(node) - {p.name.value for p in astutil.params(node.params)}
+            self._scan(list(node.body.body), bound)
 
-    def _scan(self, body: list) -> None:
-        """``initialize(net, ...)`` then ``net.to(device)`` among the statements of one body."""
+    def _scan(self, body: list, local: Optional[set]) -> None:
+        """``initialize(net, ...)`` then ``net.to(device)`` among the statements of one body
+        (``local``: the function's local names, bound in the body; None for the module's)."""
         for i, stmt in enumerate(body):
             move = _expr_call(stmt)
             if move is None or astutil.method_name(move) != "to" or len(move.args) != 1 or i == 0:
@@ -275,6 +299,12 @@ class GluonDeferredShapes(Rule):
                 example, imports = sample, ("torch",)
             else:
                 loader, position = sample
+                root = astutil.root_name(loader)
+                if (local is None or root in local) and not any(root in astutil.binds(s) for s in body[:i]):
+                    self.report(stmt, f"{model} has lazy layers, and the loader that feeds it ({sc.code(loader)}) is "
+                                      f"made after {model}.to(...): give the layers their input sizes (in_units=, "
+                                      f"in_channels=), or build the loader before the model")
+                    continue
                 example, imports = f"{data}.default_collate([{sc.code(loader)}.dataset[0]])[{position}]", ("torch", "torch.utils.data")
             block = cst.parse_statement(
                 f"with {torch}.no_grad():\n"
@@ -304,8 +334,9 @@ class GluonDeferredShapes(Rule):
                 if loader is None:
                     continue
                 for call in astutil.calls_in(loop.body):
-                    if dotted_name(call.func) == model and call.args and isinstance(call.args[0].value, cst.Name):
-                        name = call.args[0].value.value
+                    arg = _unmoved(call.args[0].value) if call.args else None
+                    if dotted_name(call.func) == model and isinstance(arg, cst.Name):
+                        name = arg.value
                         position = _target_position(loop.target, name)
                         if position is not None:
                             return loader, position
