@@ -869,15 +869,51 @@ def assigns_rngs_before(scope, anchor) -> bool:
     return False
 
 
+_MANUAL_SEEDS = ("torch.manual_seed", "torch.random.manual_seed")
+
+
 def seed_in(scope, anchor, ctx: FileContext) -> str:
-    """The argument of the scope's `torch.manual_seed(seed)` before ``anchor``, else "0"."""
+    """The seed the scope's statements before ``anchor`` give torch: the argument of a
+    `torch.manual_seed(seed)` they run, or of a call of the file's own seeding function
+    (`set_seed(args.seed)`, whose body calls `torch.manual_seed` of its parameter); else "0".
+    A definition runs nothing: the `torch.manual_seed(worker_id)` of a DataLoader's
+    `worker_init_fn` seeds no model."""
+    helpers = _seeding_functions(ctx)
     for stmt in scope_body(scope):
         if stmt is anchor:
             break
+        if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+            continue
         for call in astutil.calls_in(stmt):
-            if ctx.qualname(call.func) in ("torch.manual_seed", "torch.random.manual_seed") and call.args:
+            if not call.args:
+                continue
+            name = ctx.qualname(call.func) or dotted_name(call.func)
+            if name in _MANUAL_SEEDS:
                 return code(call.args[0].value)
+            if name in helpers:
+                seed = astutil.arg(call, helpers[name][0], helpers[name][1])
+                if seed is not None:
+                    return code(seed.value)
     return "0"
+
+
+def _seeding_functions(ctx: FileContext) -> dict[str, tuple[str, int]]:
+    """The file's top-level functions that call `torch.manual_seed` of one of their parameters:
+    name -> (that parameter, its position)."""
+    key = ("jax.seeding_functions", ctx.module)
+    if key not in ctx.cache:
+        out: dict[str, tuple[str, int]] = {}
+        for stmt in ctx.module.body:
+            if not isinstance(stmt, cst.FunctionDef):
+                continue
+            names = [p.name.value for p in astutil.params(stmt.params)]
+            for call in astutil.calls_in(stmt.body):
+                if ctx.qualname(call.func) in _MANUAL_SEEDS and call.args and isinstance(call.args[0].value, cst.Name) \
+                        and call.args[0].value.value in names:
+                    out[stmt.name.value] = (call.args[0].value.value, names.index(call.args[0].value.value))
+                    break
+        ctx.cache[key] = out
+    return ctx.cache[key]
 
 
 # --------------------------------------------------------------------------------------
