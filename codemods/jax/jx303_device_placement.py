@@ -18,6 +18,8 @@ class DevicePlacement(Rule):
     - `x.to(device)`, `x.to("cuda")`, `x.cuda()` (with or without `non_blocking=`) on a batch
       that a `for` loop reads from a data loader becomes `x.numpy()`: the torch tensors the
       loader yields are handed to JAX as NumPy arrays (a jitted step rejects torch tensors);
+    - a tensor of the torch input pipeline read outside it (`model(images[:8].to(device))`,
+      `images` given to a TensorDataset: a fixed batch of samples) becomes `images[:8].numpy()`;
     - on anything else (`model.to(device)`, `criterion.cuda()`, a freshly built array) the
       call goes and the receiver stays; a `net.to(device)` statement goes whole;
     - a batch of a torch `DataLoader` that the loop never moves (`for i, (x, y) in
@@ -426,10 +428,31 @@ class DevicePlacement(Rule):
                         Fix((self.replace(node, cst.parse_expression(f"{np_}.asarray({lp.code(receiver)})")),),
                             Safety.SAFE, imports=("numpy",)))
             return
+        elif self._pipeline_tensor(receiver):
+            # `model(images[:8].to(device))`: a tensor of the torch input pipeline read outside it
+            # (a fixed batch of samples) is still a torch tensor: JAX takes a NumPy array
+            new = cst.Call(cst.Attribute(astutil.parenthesized(receiver), cst.Name("numpy")))
+            message = "a tensor of the torch input pipeline moved to the device: hand JAX a NumPy array"
         else:
             new = receiver
             message = "JAX places arrays and modules itself: no explicit device move"
         self.report(node, message, Fix((self.replace(node, new),), Safety.SAFE))
+
+    def _pipeline_tensor(self, receiver: cst.BaseExpression) -> bool:
+        """``receiver`` reads a name the input pipeline keeps torch (``images = torch.rand(...)``
+        read by ``TensorDataset(images)``), outside the pipeline's own code."""
+        root = astutil.root_name(receiver)
+        if root is None or ops.in_data_pipeline(self.ctx):
+            return False
+        ids = ops.data_node_ids(self.ctx)
+        fn = self.ctx.enclosing(cst.FunctionDef)
+        for scope in ([fn.body] if fn is not None else []) + [self.ctx.module]:
+            if any(type(n) is cst.SimpleStatementLine and id(n) in ids and root in astutil.binds(n)
+                   for n in astutil.walk(scope)):
+                return True
+            if fn is not None and scope is fn.body and root in astutil.function_locals(fn):
+                return False  # a local of the function, not the pipeline's
+        return False
 
     def visit_For(self, node: cst.For) -> None:
         # a batch of a torch DataLoader that the loop never moves to a device is still a torch
