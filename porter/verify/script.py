@@ -88,7 +88,11 @@ def _side(role: str, path: Path, backend: str, record: dict) -> SideReport:
 
 
 def script_health(record: dict, budgets: Budgets) -> dict:
-    """Compilations after warm-up and transfers in steps that wrote no output."""
+    """Compilations after warm-up and transfers in steps that wrote no output. In a JAX port the
+    step functions' own recompilations are their jit caches' growth (jax_health); outside them,
+    the eager operations of the code that logs (a loss read and formatted, an evaluation at the
+    end of an epoch) compile the first time each runs: when every step function holds one
+    program, compilations in steps that log are that code's, said in a note, not over budget."""
     steps = []
     seen: dict = {}  # optimizer -> its steps so far: each optimizer has its own warm-up steps
     for s in record.get("steps", []):
@@ -103,8 +107,9 @@ def script_health(record: dict, budgets: Budgets) -> dict:
     # others (it ended at its own sync or at the next step's start) and is judged
     ended = record.get("ended_by") != "stop"
     judged = steps[:-1] if ended and len(steps) > 1 else steps
-    compiles_after = sum(s["compiles"] for s in judged if not s["warmup"])
-    late = [i + 1 for i, s in enumerate(judged) if not s["warmup"] and s["compiles"]]
+    logging = _jax_logging_steps(record, judged)
+    compiles_after = sum(s["compiles"] for i, s in enumerate(judged) if not s["warmup"] and i not in logging)
+    late = [i + 1 for i, s in enumerate(judged) if not s["warmup"] and s["compiles"] and i not in logging]
     quiet = [i + 1 for i, s in enumerate(judged) if not s["logged"] and s["transfers"] > budgets.max_transfers_per_step]
     problems = []
     if compiles_after > budgets.max_compiles:
@@ -120,7 +125,14 @@ def script_health(record: dict, budgets: Budgets) -> dict:
     if steps and not executions and not record.get("jax"):
         problems.append("no XLA computation ran in the optimizer steps: the port trained on the CPU")
     xla = record.get("xla") or {}
+    notes = []
+    logged = [i for i in sorted(logging) if judged[i]["compiles"]]
+    if logged:
+        notes.append("compilations after the warm-up in steps that log (" + ", ".join(
+            f"step {i + 1}: {judged[i]['compiles']}" for i in logged) + "): the eager operations of the code that "
+            "logs or evaluates, on their first run; every step function holds one program")
     return {
+        "notes": notes,
         "steps": steps,
         "executions_total": executions,
         "compiles_total": sum(s["compiles"] for s in steps),
@@ -384,6 +396,27 @@ def _error_line(record: dict) -> str:
     return f"{exc.get('type')}: {message[0] if message else ''}".rstrip(": ")
 
 
+def _port_health(port: dict, budgets: Budgets, jax_port: bool, notes: list[str]) -> Optional[dict]:
+    """The port's XLA health (script_health, with jax_health's measures for a JAX port); its
+    notes go to the report's."""
+    if not port.get("xla") and jax_port:
+        return None
+    health = script_health(port, budgets)
+    if jax_port:
+        health = jax_health(port, health, budgets)
+    notes.extend(health.pop("notes"))
+    return health
+
+
+def _jax_logging_steps(record: dict, judged: list[dict]) -> set[int]:
+    """The indexes of the judged steps after the warm-up that log, in a JAX port whose step
+    functions each hold one program (see script_health); none otherwise."""
+    sizes = (record.get("jax") or {}).get("jit_cache_sizes")
+    if not sizes or any(size is None or size > 1 for size in sizes.values()):
+        return set()
+    return {i for i, s in enumerate(judged) if not s["warmup"] and s["logged"]}
+
+
 def jax_health(record: dict, health: dict, budgets: Budgets) -> dict:
     """A JAX port's health: script_health's per-step numbers, and each step function's jit
     cache size and the host callbacks traced into it."""
@@ -580,9 +613,7 @@ def verify_script(req: ScriptRequest) -> Report:
         first = _judge_by_reference(req, steps, reference, jax_port, notes,
                                     None if jax_port else {"PJRT_DEVICE": "CPU", **launch_env})
     # a torch-xla port that never imported torch_xla has no metrics: its health says it ran on the CPU
-    health = script_health(port, req.budgets) if port.get("xla") or not jax_port else None
-    if health is not None and jax_port:
-        health = jax_health(port, health, req.budgets)
+    health = _port_health(port, req.budgets, jax_port, notes)
     count_note = None
     if orig["num_steps"] != port["num_steps"]:
         count_note = f"the original ran {orig['num_steps']} optimizer steps, the port {port['num_steps']}"
@@ -714,9 +745,7 @@ def verify_mxnet_script(req: ScriptRequest) -> Report:
         notes.append(f"the port failed after its {port.get('num_steps', 0)} optimizer steps, after the compared "
                      f"steps: {_error_line(port)}")
         side_p.ok, side_p.error = True, ""
-    health = script_health(port, req.budgets) if port.get("xla") or not jax_port else None
-    if health is not None and jax_port:
-        health = jax_health(port, health, req.budgets)
+    health = _port_health(port, req.budgets, jax_port, notes)
     count_note = None
     if orig["num_steps"] != port["num_steps"]:
         count_note = f"the original ran {orig['num_steps']} optimizer steps, the port {port['num_steps']}"
