@@ -2173,16 +2173,47 @@ def _data_reads(ctx: FileContext, nodes, functions: frozenset, data_functions: s
     return read
 
 
-def _data_assigns(nodes, functions: frozenset) -> list:
-    """(id, names assigned, the file's functions the value calls or is given) of each
-    one-assignment line (``x, y = make_data(...)``; ``train_set = train_set.transform(scale)``)."""
+_PLAIN_MODULES = ("torch.", "numpy.", "math.", "builtins.")
+
+
+def _data_assigns(ctx: FileContext, nodes, functions: frozenset) -> list:
+    """(id, names assigned, the file's functions the value calls or is given, the names the value
+    reads when it only calls torch/NumPy/math functions or builtins, else None) of each
+    one-assignment line (``x, y = make_data(...)``; ``train_set = train_set.transform(scale)``;
+    ``w = torch.randn(5, 1)``)."""
     out = []
     for n in nodes:
         if isinstance(n, cst.SimpleStatementLine) and len(n.body) == 1 and isinstance(n.body[0], cst.Assign):
             a = n.body[0]
-            used = frozenset(m for m in astutil.reads(a.value) if m in functions)  # (not keywords: `train=True`)
-            out.append((id(n), frozenset(t for target in a.targets for t in astutil.target_names(target.target)), used))
+            reads = astutil.reads(a.value)
+            used = frozenset(m for m in reads if m in functions)  # (not keywords: `train=True`)
+            plain = all((ctx.qualname(c.func) or "").startswith(_PLAIN_MODULES) or type(c.func) is cst.Attribute
+                        and (ctx.qualname(c.func) or "") == "" for c in astutil.calls_in(a.value))
+            out.append((id(n), frozenset(t for target in a.targets for t in astutil.target_names(target.target)), used,
+                        frozenset(reads) if plain and not used else None))
     return out
+
+
+def _data_closure(assigns: list, read: set, data_functions: set, data_nodes: set) -> None:
+    """The assignments of names ``read`` into ``data_nodes``; then, to a fixpoint, the plain
+    assignments (torch/NumPy values) of the names those read: ``w = torch.randn(5, 1)`` for
+    ``y = x @ w``, ``TensorDataset(x, y)``."""
+    frontier = set(read)
+    for node_id, names, used, _ in assigns:
+        if names & frontier:
+            data_nodes.add(node_id)
+            data_functions |= used
+    changed = True
+    while changed:
+        changed = False
+        for node_id, names, _, reads in assigns:
+            if node_id in data_nodes and reads and not reads <= frontier:
+                frontier |= reads
+                changed = True
+        for node_id, names, _, reads in assigns:
+            if node_id not in data_nodes and reads is not None and names & frontier:
+                data_nodes.add(node_id)
+                changed = True
 
 
 def _data_facts_part(ctx: FileContext, stmt: cst.CSTNode, functions: frozenset) -> tuple:
@@ -2193,13 +2224,11 @@ def _data_facts_part(ctx: FileContext, stmt: cst.CSTNode, functions: frozenset) 
     fdef = cst.FunctionDef
     for fn in (n for n in astutil.walk(stmt, into_functions=True) if type(n) is fdef):
         read = _data_reads(ctx, astutil.walk(fn.body), functions, data_functions, data_nodes)
-        for node_id, names, used in _data_assigns(astutil.walk(fn.body), functions) if read else ():
-            if names & read:
-                data_nodes.add(node_id)
-                data_functions |= used
+        if read:
+            _data_closure(_data_assigns(ctx, astutil.walk(fn.body), functions), read, data_functions, data_nodes)
     module_level = () if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)) else list(astutil.walk(stmt))
     read = _data_reads(ctx, module_level, functions, data_functions, data_nodes)
-    return data_functions, data_nodes, read, _data_assigns(module_level, functions)
+    return data_functions, data_nodes, read, _data_assigns(ctx, module_level, functions)
 
 
 def _data_facts_combine(ctx: FileContext, parts: list, functions: frozenset) -> tuple[frozenset, frozenset]:
@@ -2211,11 +2240,7 @@ def _data_facts_combine(ctx: FileContext, parts: list, functions: frozenset) -> 
         data_nodes |= part_nodes
         read |= part_read
     if read:
-        for *_, assigns in parts:
-            for node_id, names, used in assigns:
-                if names & read:
-                    data_nodes.add(node_id)
-                    data_functions |= used
+        _data_closure([a for *_, assigns in parts for a in assigns], read, data_functions, data_nodes)
     return (frozenset(data_functions), frozenset(data_nodes))
 
 
