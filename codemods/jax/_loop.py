@@ -1326,7 +1326,8 @@ def _item_of(value: cst.CSTNode, name: str) -> bool:
 
 def _unpacks(body: cst.CSTNode, name: str) -> list:
     """The statements of ``body`` (nested functions aside) that take ``name`` apart: ``x, y =
-    name``, ``x, y = name[0], name[1]``, ``x = name["image"]``."""
+    name``, ``x, y = name[0], name[1]``, ``x = name["image"]``, ``x, y = (t.cuda() for t in
+    name)``."""
     out = []
     for n in astutil.walk(body):
         a = _single_assign(n)
@@ -1344,6 +1345,10 @@ def _unpacks(body: cst.CSTNode, name: str) -> list:
         elif isinstance(value, cst.Tuple) and isinstance(target, (cst.Tuple, cst.List)) \
                 and len(value.elements) == len(names) and all(_item_of(e.value, name) for e in value.elements):
             out.append((n, names))
+        elif isinstance(value, (cst.GeneratorExp, cst.ListComp)) and isinstance(target, (cst.Tuple, cst.List)) \
+                and len(names) > 1 and value.for_in.inner_for_in is None and isinstance(value.for_in.iter, cst.Name) \
+                and value.for_in.iter.value == name:
+            out.append((n, names))  # `x, y = (t.to(device) for t in batch)`
     return out
 
 

@@ -18,6 +18,8 @@ class DevicePlacement(Rule):
     - `x.to(device)`, `x.to("cuda")`, `x.cuda()` (with or without `non_blocking=`) on a batch
       that a `for` loop reads from a data loader becomes `x.numpy()`: the torch tensors the
       loader yields are handed to JAX as NumPy arrays (a jitted step rejects torch tensors);
+    - the elements of a batch moved one by one (`x, y = (t.to(device) for t in batch)`, a list
+      comprehension too) become `np.asarray(t)`;
     - a tensor of the torch input pipeline read outside it (`model(images[:8].to(device))`,
       `images` given to a TensorDataset: a fixed batch of samples) becomes `images[:8].numpy()`;
     - on anything else (`model.to(device)`, `criterion.cuda()`, a freshly built array) the
@@ -419,6 +421,14 @@ class DevicePlacement(Rule):
         if batch:
             new = cst.Call(cst.Attribute(receiver, cst.Name("numpy")))
             message = "a batch from the loader: JAX places arrays itself; hand the step a NumPy array"
+        elif self._moved_in_comprehension(node, receiver):
+            # `x, y = (t.to(device) for t in batch)`: the batch's tensors moved one by one
+            np_ = self.ctx.module_alias("numpy")
+            self.report(node, "data moved to the device element by element: JAX places arrays itself; hand the step "
+                              "NumPy arrays",
+                        Fix((self.replace(node, cst.parse_expression(f"{np_}.asarray({lp.code(receiver)})")),),
+                            Safety.SAFE, imports=("numpy",)))
+            return
         elif self._moved_together():
             # `x, y = x.to(self.rank), y.to(self.rank)` outside model code: a batch handed in
             # (a trainer's `train_step(self, batch)`): a NumPy array for the jitted step, whatever
@@ -572,6 +582,19 @@ class DevicePlacement(Rule):
         return not any(isinstance(n, cst.Name) and n.value == target.value and id(n) not in attrs and n is not target
                        for n in nodes)
 
+    def _moved_in_comprehension(self, node: cst.Call, receiver: cst.BaseExpression) -> bool:
+        """The call moves a comprehension's own variable (``[t.to(device) for t in batch]``,
+        ``(t.cuda() for t in (x, y))``), outside a module class: the elements of a batch."""
+        anc = self.ctx.ancestors
+        comp = anc[-2] if len(anc) >= 2 else None
+        if not isinstance(comp, (cst.ListComp, cst.GeneratorExp)) or comp.elt is not node \
+                or not isinstance(receiver, cst.Name) or comp.for_in.inner_for_in is not None:
+            return False
+        if receiver.value not in astutil.target_names(comp.for_in.target) or self._step_pending():
+            return False
+        cls = self.ctx.enclosing(cst.ClassDef)
+        return cls is None or not ops.is_module_class(cls, self.ctx)
+
     def _moved_together(self) -> bool:
         """The call is one of several names' moves in one statement (``x, y = x.cuda(), y.cuda()``),
         none of them a model, outside a module class: data."""
@@ -690,6 +713,9 @@ def _unconverted(binding, ctx, region: Optional[cst.CSTNode] = None) -> list[str
     labels = images.numpy(), labels.numpy()` of a batch shown before training, converts
     another value)."""
     body = binding.scope.body if isinstance(binding.scope, cst.FunctionDef) else binding.scope
+    value = binding.stmt.body[0].value if isinstance(binding.stmt, cst.SimpleStatementLine) else None
+    if isinstance(value, (cst.GeneratorExp, cst.ListComp)) and _converts(value.elt, ctx):
+        return []  # `x, y = (t.to(device) for t in batch)`: each element moved (a NumPy array) as it is taken
     names = [n for n in binding.names if n != "_" and not n.startswith("_")]
     if len(binding.names) == 1 and names:
         name = names[0]
@@ -703,6 +729,15 @@ def _unconverted(binding, ctx, region: Optional[cst.CSTNode] = None) -> list[str
     # the reads after the binding (on the following lines: a statement's own names aside)
     read, handled = _reads_and_conversions(region if region is not None else body, ctx, skip=binding.stmt)
     return [n for n in names if n in read and n not in handled]
+
+
+def _converts(expr: cst.BaseExpression, ctx) -> bool:
+    """``expr`` moves its value to a device (a NumPy array in the port) or converts it to one:
+    ``t.to(device)``, ``t.cuda()``, ``t.numpy()``, ``np.asarray(t)``."""
+    if not isinstance(expr, cst.Call):
+        return False
+    return (lp.device_move(expr, ctx) is not None or astutil.method_name(expr) == "numpy"
+            or ctx.qualname(expr.func) in ("numpy.asarray", "numpy.array"))
 
 
 def _has_main_guard(module: cst.Module) -> bool:
