@@ -2187,11 +2187,16 @@ def _data_assigns(ctx: FileContext, nodes, functions: frozenset) -> list:
             a = n.body[0]
             reads = astutil.reads(a.value)
             used = frozenset(m for m in reads if m in functions)  # (not keywords: `train=True`)
-            plain = all((ctx.qualname(c.func) or "").startswith(_PLAIN_MODULES) or type(c.func) is cst.Attribute
-                        and (ctx.qualname(c.func) or "") == "" for c in astutil.calls_in(a.value))
+            plain = all(_plain_call(ctx, c) for c in astutil.calls_in(a.value))
             out.append((id(n), frozenset(t for target in a.targets for t in astutil.target_names(target.target)), used,
                         frozenset(reads) if plain and not used else None))
     return out
+
+
+def _plain_call(ctx: FileContext, call: cst.Call) -> bool:
+    """A call of torch, NumPy, math or a builtin, or a method of a value (``x.float()``)."""
+    name = ctx.qualname(call.func)
+    return name.startswith(_PLAIN_MODULES) if name else type(call.func) is cst.Attribute
 
 
 def _data_closure(assigns: list, read: set, data_functions: set, data_nodes: set) -> None:
