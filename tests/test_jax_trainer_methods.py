@@ -113,6 +113,29 @@ def test_a_step_method_becomes_a_jitted_step(name):
     assert not [f for f in result.remaining if f.code in ("JX301", "JX901")], [f.message for f in result.remaining]
 
 
+@pytest.mark.parametrize("stored", [
+    "        self.model = model\n        self.optimizer = optimizer\n",
+    "        self.model, self.optimizer = model, optimizer\n",  # one tuple assignment
+    "        (self.model, self.optimizer) = (model.cuda(), optimizer)\n",
+])
+def test_a_trainer_given_its_model_and_optimizer_steps_in_jax(stored):
+    """The model and optimizer handed to the trainer's constructor, stored one by one or in one
+    tuple assignment (before, the tuple kept the torch step: JX901 at its backward())."""
+    source = textwrap.dedent(HEAD).lstrip("\n") + (
+        "\nclass Trainer:\n    def __init__(self, model, optimizer, data):\n" + stored + "        self.data = data\n\n"
+        "    def step(self, x, y):\n        self.optimizer.zero_grad()\n"
+        "        loss = F.cross_entropy(self.model(x), y)\n        loss.backward()\n        self.optimizer.step()\n"
+        "        return loss\n\n    def train(self, epochs):\n        for epoch in range(epochs):\n"
+        "            for x, y in self.data:\n                print('loss', self.step(x, y).item())\n\n\n"
+        "torch.manual_seed(0)\n"
+        "data = DataLoader(TensorDataset(torch.randn(64, 10), torch.randint(0, 4, (64,))), batch_size=16)\n"
+        "net = Net()\noptimizer = torch.optim.SGD(net.parameters(), lr=0.1)\nTrainer(net, optimizer, data).train(2)\n")
+    result = engine.fix(source, JAX, "train.py")
+    out = result.source
+    assert "@nnx.jit" in out and ".backward(" not in out and "zero_grad" not in out, out
+    assert not [f for f in result.remaining if f.code in ("JX301", "JX901")], [f.message for f in result.remaining]
+
+
 def test_a_step_porter_cannot_port_is_reported_at_its_backward():
     # an optimizer of unknown making, or one over a list of tensors (no model to differentiate)
     for made in ("make_optimizer(self.model)", "torch.optim.SGD([torch.zeros(3, requires_grad=True)], lr=0.1)"):

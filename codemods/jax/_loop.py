@@ -205,10 +205,11 @@ def _handed_to_classes(module: cst.Module, facts: FileFacts) -> None:
         stored: dict[str, str] = {}  # parameter -> the attribute holding it
         for node in astutil.walk(init.body):
             if isinstance(node, cst.Assign) and len(node.targets) == 1:
-                target, value = node.targets[0].target, _strip_moves(node.value)
-                if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self" \
-                        and isinstance(value, cst.Name) and value.value in params:
-                    stored.setdefault(value.value, target.attr.value)
+                for target, value in _assigned_pairs(node.targets[0].target, node.value):
+                    value = _strip_moves(value)
+                    if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) \
+                            and target.value.value == "self" and isinstance(value, cst.Name) and value.value in params:
+                        stored.setdefault(value.value, target.attr.value)
         if not stored:
             continue
         found: dict[str, set] = {}  # attribute -> the texts the constructions give it
@@ -226,6 +227,16 @@ def _handed_to_classes(module: cst.Module, facts: FileFacts) -> None:
             if model is not None and model in holders:
                 facts.optimizers[f"self.{attr}"] = f"self.{holders[model]}"
                 facts.modules.add(f"self.{holders[model]}")
+
+
+def _assigned_pairs(target: cst.BaseExpression, value: cst.BaseExpression) -> list:
+    """(target, value) pairs of an assignment: itself, or the elements of a tuple assigned a
+    tuple of as many (``self.model, self.opt = model, opt``)."""
+    if isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)) \
+            and len(target.elements) == len(value.elements) \
+            and not any(isinstance(e, cst.StarredElement) for e in (*target.elements, *value.elements)):
+        return [(t.value, v.value) for t, v in zip(target.elements, value.elements)]
+    return [(target, value)]
 
 
 def _zeroed_by(stmt: cst.CSTNode) -> list[str]:
