@@ -38,6 +38,13 @@ SPELLINGS = {
         "        self.opt.step()\n        return loss\n\n    def fit(self, epochs):\n        for epoch in range(epochs):\n"
         "            for batch in loader:\n                loss = self.step(batch)\n            print(loss.item())\n\n\n"
         "Trainer(model, opt).fit(2)\n"),
+    # the method called on an instance from module code: the loop hands it the whole batch
+    "generator in a method called on an instance": (
+        "class Trainer:\n    def __init__(self, model, opt):\n        self.model = model\n        self.opt = opt\n\n"
+        "    def step(self, batch):\n        x, y = [t.to(device) for t in batch]\n"
+        "        self.opt.zero_grad()\n        loss = F.cross_entropy(self.model(x), y)\n        loss.backward()\n"
+        "        self.opt.step()\n        return loss\n\n\ntrainer = Trainer(model, opt)\n"
+        "for epoch in range(2):\n    for batch in loader:\n        loss = trainer.step(batch)\n    print(loss.item())\n"),
 }
 
 
@@ -50,6 +57,7 @@ def test_the_moved_elements_become_numpy_arrays(name):
     port = _port(name)
     assert "np.asarray(t) for t in batch" in port, port
     assert ".to(device" not in port and ".cuda()" not in port and "@nnx.jit" in port, port
+    assert "batch = batch.numpy()" not in port, port  # the loop hands a list: taken apart in the method
 
 
 @pytest.mark.jax

@@ -1328,6 +1328,21 @@ def _function_defs(module: cst.Module) -> tuple[dict, dict]:
     return functions, methods
 
 
+def _instance_methods(module: cst.Module) -> dict[str, dict]:
+    """Names the file binds to instances of one of its module-level classes, anywhere
+    (``trainer = Trainer(...)``), and never to anything else: name -> {method name: def}."""
+    classes = {s.name.value: {f.name.value: f for f in s.body.body if isinstance(f, cst.FunctionDef)}
+               for s in module.body if isinstance(s, cst.ClassDef) and isinstance(s.body, cst.IndentedBlock)}
+    bound: dict[str, set] = {}
+    for n in astutil.walk(module, into_functions=True):
+        a = _single_assign(n)
+        if a is not None and isinstance(a.targets[0].target, cst.Name):
+            value = a.value
+            made = value.func.value if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) else None
+            bound.setdefault(a.targets[0].target.value, set()).add(made if made in classes else None)
+    return {name: classes[next(iter(kinds))] for name, kinds in bound.items() if len(kinds) == 1 and None not in kinds}
+
+
 def _item_of(value: cst.CSTNode, name: str) -> bool:
     """``name[0]``, ``name["image"]``: one item of a batch (a literal index or key)."""
     return isinstance(value, cst.Subscript) and isinstance(value.value, cst.Name) and value.value.value == name \
@@ -1369,6 +1384,7 @@ def _batch_facts_of(ctx: FileContext) -> BatchFacts:
         return facts
     iterators = _loader_iterators(ctx)
     functions, methods = _function_defs(ctx.module)
+    instances = _instance_methods(ctx.module)
     singles: list = []  # (scope, scope body, single batch name)
     for scope, body in _scopes(ctx.module):
         for n in astutil.walk(body):
@@ -1404,6 +1420,8 @@ def _batch_facts_of(ctx: FileContext) -> BatchFacts:
                 fn = functions.get(call.func.value)
             elif isinstance(call.func, cst.Attribute) and code(call.func.value) == "self":
                 fn = methods.get(id(scope), {}).get(call.func.attr.value)
+            elif isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name):
+                fn = instances.get(call.func.value.value, {}).get(call.func.attr.value)  # `trainer.step(batch)`
             else:
                 fn = None
             if fn is None:

@@ -657,8 +657,8 @@ class DevicePlacement(Rule):
 def _unconverted_batch(target, loop: cst.For, ctx) -> list[str]:
     """The batch names of ``target`` that the loop body reads as torch tensors: not moved to
     a device (that move becomes ``.numpy()``), not converted already (``x.numpy()``,
-    ``np.asarray(x)``), not ``_``. A single name is taken only when the body neither indexes
-    nor unpacks it (a list of tensors otherwise)."""
+    ``np.asarray(x)``), not ``_``. A single name is taken only when the body neither indexes,
+    unpacks nor iterates it (a list of tensors otherwise)."""
     if isinstance(target, cst.Name):
         candidates = [target.value]
         single = True
@@ -676,6 +676,8 @@ def _unconverted_batch(target, loop: cst.For, ctx) -> list[str]:
             return []
         if single and isinstance(n, cst.Assign) and isinstance(n.value, cst.Name) and n.value.value in candidates:
             return []
+        if single and isinstance(n, (cst.CompFor, cst.For)) and isinstance(n.iter, cst.Name) and n.iter.value in candidates:
+            return []  # iterated: a list of tensors (`x, y = (t.to(device) for t in batch)`)
     return [n for n in candidates if n in read and n not in handled]
 
 
@@ -707,7 +709,7 @@ def _reads_and_conversions(body: cst.CSTNode, ctx, skip: Optional[cst.CSTNode] =
 
 def _unconverted(binding, ctx, region: Optional[cst.CSTNode] = None) -> list[str]:
     """The names of a batch binding its scope reads as torch tensors (as _unconverted_batch: a
-    single name only where the scope neither indexes nor unpacks it nor hands it to a function
+    single name only where the scope neither indexes, unpacks nor iterates it nor hands it to a function
     that does). ``region``: the body of the loop that binds the batch, where its reads and
     conversions are looked for (a conversion of the same name elsewhere in a script, `images,
     labels = images.numpy(), labels.numpy()` of a batch shown before training, converts
@@ -726,6 +728,8 @@ def _unconverted(binding, ctx, region: Optional[cst.CSTNode] = None) -> list[str
                 return []
             if isinstance(n, cst.Assign) and isinstance(n.value, cst.Name) and n.value.value == name:
                 return []
+            if isinstance(n, (cst.CompFor, cst.For)) and isinstance(n.iter, cst.Name) and n.iter.value == name:
+                return []  # iterated: a list of tensors
     # the reads after the binding (on the following lines: a statement's own names aside)
     read, handled = _reads_and_conversions(region if region is not None else body, ctx, skip=binding.stmt)
     return [n for n in names if n in read and n not in handled]
