@@ -4,15 +4,13 @@ a JAX port hands the jitted step NumPy arrays (before, the `.to()` went and torc
 the jitted step: a TypeError before the first step, no finding)."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from porter import engine, registry
+
+from scripthelp import verify_json
 
 JAX = engine.Options(tuple(registry.rules_for("jax")))
 HEAD = textwrap.dedent("""\
@@ -64,10 +62,5 @@ def test_the_moved_elements_become_numpy_arrays(name):
 @pytest.mark.slow
 def test_the_trainers_port_matches_its_original_in_verify(tmp_path):
     name = "generator in a trainer's method"
-    (tmp_path / "train.py").write_text(HEAD + SPELLINGS[name])
-    (tmp_path / "port.py").write_text(_port(name))
-    proc = subprocess.run([sys.executable, "-m", "porter", "verify", "--script", "train.py", "port.py", "--steps", "4",
-                           "--format", "json"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    report = json.loads(proc.stdout)
-    assert report["status"] == "passed", (report["summary"], proc.stderr[-2000:])
+    report = verify_json(tmp_path, HEAD + SPELLINGS[name], _port(name), 4)
+    assert report["status"] == "passed", (report["summary"], report["notes"])

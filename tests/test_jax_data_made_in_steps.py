@@ -5,14 +5,12 @@ that returns the dataset. Every statement the dataset's tensors are made from st
 first step, no finding)."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from porter import engine, registry
+
+from scripthelp import verify_json
 
 JAX = engine.Options(tuple(registry.rules_for("jax")))
 HEAD = "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n\ntorch.manual_seed(0)\n"
@@ -59,10 +57,5 @@ def test_the_statements_the_data_is_made_from_stay_torch(name):
 @pytest.mark.slow
 def test_the_port_matches_its_original_in_verify(tmp_path):
     name = "weights drawn apart"
-    (tmp_path / "train.py").write_text(HEAD + SPELLINGS[name][0] + TRAIN)
-    (tmp_path / "port.py").write_text(_port(name))
-    proc = subprocess.run([sys.executable, "-m", "porter", "verify", "--script", "train.py", "port.py", "--steps", "5",
-                           "--format", "json"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    report = json.loads(proc.stdout)
-    assert report["status"] == "passed", (report["summary"], proc.stderr[-2000:])
+    report = verify_json(tmp_path, HEAD + SPELLINGS[name][0] + TRAIN, _port(name), 5)
+    assert report["status"] == "passed", (report["summary"], report["notes"])

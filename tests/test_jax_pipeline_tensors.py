@@ -4,14 +4,13 @@ the device becomes a NumPy array (before, `model(images[:8].to(device))` lost it
 handed a torch tensor to the jitted model: a TypeError, no finding)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from porter import engine, registry
+
+from scripthelp import verify_json
 
 JAX = engine.Options(tuple(registry.rules_for("jax")))
 HEAD = textwrap.dedent("""\
@@ -61,8 +60,9 @@ def test_the_pipelines_tensor_reaches_jax_as_a_numpy_array(name):
 @pytest.mark.jax
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["moved in the call", "cuda() in a function"])
-def test_the_port_runs(name, tmp_path):
-    (tmp_path / "port.py").write_text(_port(name))
-    proc = subprocess.run([sys.executable, "port.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def test_the_port_matches_its_original_in_verify(name, tmp_path):
+    """Run to its end, the port's samples and evaluation included (the step after the last compared
+    one holds them): the losses of its 4 steps are the original's."""
+    report = verify_json(tmp_path, HEAD + SPELLINGS[name], _port(name), 4)
+    assert report["status"] == "passed", (report["summary"], report["notes"])
+    assert not [n for n in report["notes"] if " failed after its " in n], report["notes"]

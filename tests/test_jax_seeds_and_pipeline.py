@@ -8,15 +8,13 @@ functions (a transform set as an attribute, a `functools.partial` collate, a wor
 function) stay torch, and the port matches its original."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from porter import engine, registry
+
+from scripthelp import verify_json
 
 JAX = engine.Options(tuple(registry.rules_for("jax")))
 HEAD = "import random\n\nimport torch\nimport torch.nn as nn\n\n"
@@ -108,13 +106,6 @@ def test_the_pipelines_functions_stay_torch():
 @pytest.mark.jax
 @pytest.mark.slow
 def test_the_pipeline_port_matches_its_original_in_verify(tmp_path):
-    original = tmp_path / "train.py"
-    original.write_text(PIPELINE)
-    ported = tmp_path / "port.py"
-    ported.write_text(engine.fix(PIPELINE, JAX, "train.py").source)
-    proc = subprocess.run([sys.executable, "-m", "porter", "verify", "--script", str(original), str(ported),
-                           "--steps", "4", "--format", "json"], capture_output=True, text=True, timeout=600,
-                          cwd=tmp_path, env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    report = json.loads(proc.stdout)
-    assert report["status"] == "passed", (report["summary"], proc.stderr[-2000:])
+    report = verify_json(tmp_path, PIPELINE, engine.fix(PIPELINE, JAX, "train.py").source, 4)
+    assert report["status"] == "passed", (report["summary"], report["notes"])
     assert len(report["steps"]) == 4

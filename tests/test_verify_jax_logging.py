@@ -7,15 +7,13 @@ budget (before, a port whose epoch ended inside the compared steps, evaluating t
 a step function compiled twice, or a torch_xla port's graphs still count."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from porter import engine, registry
+
+from scripthelp import verify_json
 from porter.verify.model import Budgets
 from porter.verify.script import _port_health
 
@@ -80,12 +78,7 @@ SCRIPT = textwrap.dedent("""\
 @pytest.mark.jax
 @pytest.mark.slow
 def test_an_epoch_end_evaluation_in_the_compared_steps_passes(tmp_path):
-    (tmp_path / "train.py").write_text(SCRIPT)
-    (tmp_path / "port.py").write_text(engine.fix(SCRIPT, engine.Options(tuple(registry.rules_for("jax"))),
-                                                 "train.py").source)
-    proc = subprocess.run([sys.executable, "-m", "porter", "verify", "--script", "train.py", "port.py", "--steps", "5",
-                           "--format", "json"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    report = json.loads(proc.stdout)
-    assert report["status"] == "passed", (report["summary"], proc.stderr[-2000:])
+    report = verify_json(tmp_path, SCRIPT, engine.fix(SCRIPT, engine.Options(tuple(registry.rules_for("jax"))),
+                                                      "train.py").source, 5)
+    assert report["status"] == "passed", (report["summary"], report["notes"])
     assert report["health"]["jit_cache_sizes"] == {"train_step": 1}
