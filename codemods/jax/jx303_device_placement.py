@@ -670,15 +670,23 @@ def _unconverted_batch(target, loop: cst.For, ctx) -> list[str]:
     candidates = [n for n in candidates if n != "_" and not n.startswith("_")]
     if single and candidates and lp.handed_over(ctx, ctx.enclosing(cst.FunctionDef) or ctx.module, candidates[0]):
         return []  # given to a function of the file that unpacks it: converted there
+    if single and candidates and _taken_as_a_list(loop.body, candidates[0]):
+        return []
     read, handled = _reads_and_conversions(loop.body, ctx)
-    for n in astutil.walk(loop.body, into_functions=False):
-        if single and isinstance(n, cst.Subscript) and isinstance(n.value, cst.Name) and n.value.value in candidates:
-            return []
-        if single and isinstance(n, cst.Assign) and isinstance(n.value, cst.Name) and n.value.value in candidates:
-            return []
-        if single and isinstance(n, (cst.CompFor, cst.For)) and isinstance(n.iter, cst.Name) and n.iter.value in candidates:
-            return []  # iterated: a list of tensors (`x, y = (t.to(device) for t in batch)`)
     return [n for n in candidates if n in read and n not in handled]
+
+
+def _taken_as_a_list(body: cst.CSTNode, name: str) -> bool:
+    """``body`` (nested functions aside) indexes ``name``, assigns it whole (``x, y = batch``) or
+    iterates it (``x, y = (t.to(device) for t in batch)``): a list of tensors, not one tensor."""
+    for n in astutil.walk(body, into_functions=False):
+        if isinstance(n, cst.Subscript) and isinstance(n.value, cst.Name) and n.value.value == name:
+            return True
+        if isinstance(n, cst.Assign) and isinstance(n.value, cst.Name) and n.value.value == name:
+            return True
+        if isinstance(n, (cst.CompFor, cst.For)) and isinstance(n.iter, cst.Name) and n.iter.value == name:
+            return True
+    return False
 
 
 def _reads_and_conversions(body: cst.CSTNode, ctx, skip: Optional[cst.CSTNode] = None) -> tuple[set, set]:
@@ -721,15 +729,8 @@ def _unconverted(binding, ctx, region: Optional[cst.CSTNode] = None) -> list[str
     names = [n for n in binding.names if n != "_" and not n.startswith("_")]
     if len(binding.names) == 1 and names:
         name = names[0]
-        if lp.handed_over(ctx, binding.scope, name):
+        if lp.handed_over(ctx, binding.scope, name) or _taken_as_a_list(body, name):
             return []
-        for n in astutil.walk(body, into_functions=False):
-            if isinstance(n, cst.Subscript) and isinstance(n.value, cst.Name) and n.value.value == name:
-                return []
-            if isinstance(n, cst.Assign) and isinstance(n.value, cst.Name) and n.value.value == name:
-                return []
-            if isinstance(n, (cst.CompFor, cst.For)) and isinstance(n.iter, cst.Name) and n.iter.value == name:
-                return []  # iterated: a list of tensors
     # the reads after the binding (on the following lines: a statement's own names aside)
     read, handled = _reads_and_conversions(region if region is not None else body, ctx, skip=binding.stmt)
     return [n for n in names if n in read and n not in handled]
