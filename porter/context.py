@@ -11,6 +11,8 @@ from typing import Any, Iterable, Iterator, NamedTuple, Optional, Union
 
 import libcst as cst
 
+from porter import emitted
+
 # The local name porter uses when it has to import a module itself.
 PREFERRED_ALIASES = {
     "torch_xla.core.xla_model": "xm",
@@ -161,6 +163,16 @@ class FileContext:
         if self._text is None:
             self._text = self.module.code
         return self._text
+
+    @property
+    def emitted(self) -> frozenset[int]:
+        """The ids of the module's top-level definitions that are porter's own rendered helpers
+        (porter.emitted): the engine does not walk them, nor do rules that check statement by
+        statement."""
+        found = self.cache.get("emitted")
+        if found is None:
+            found = self.cache["emitted"] = emitted.emitted_ids(self.module)
+        return found
 
     @property
     def fixing(self) -> bool:

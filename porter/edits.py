@@ -25,6 +25,7 @@ Positions are 0-based lines and columns in code points (LibCST's); lines end at 
 """
 from __future__ import annotations
 
+import ast
 import bisect
 import dataclasses
 import difflib
@@ -554,12 +555,64 @@ def _mentions_in_code(text: str, mention: re.Pattern) -> bool:
         if tok.type == tokenize.NAME:
             if mention.fullmatch(tok.string):
                 return True
-        elif tok.type == tokenize.STRING and mention.search(tok.string):
-            before = tokens[i - 1].type if i else tokenize.NEWLINE
-            after = tokens[i + 1].type if i + 1 < len(tokens) else tokenize.NEWLINE
-            if not (before in _LINE_START and after in (tokenize.NEWLINE, tokenize.ENDMARKER)):
-                return True
+        elif tok.type == tokenize.STRING and mention.search(_read_in_string(tokens, i)):
+            return True
     return False
+
+
+def _read_in_string(tokens: list, i: int) -> str:
+    """What the STRING token ``tokens[i]`` can make the scope analysis read (_readable_text): nothing
+    of a plain string that is a statement of its own (a docstring is no annotation); an
+    f-string's fields are evaluated wherever it stands."""
+    literal = tokens[i].string
+    text = _readable_text(literal)
+    if text and "f" not in literal[:len(literal) - len(literal.lstrip("rRbBuUfF"))].lower():
+        before = tokens[i - 1].type if i else tokenize.NEWLINE
+        after = tokens[i + 1].type if i + 1 < len(tokens) else tokenize.NEWLINE
+        if before in _LINE_START and after in (tokenize.NEWLINE, tokenize.ENDMARKER):
+            return ""
+    return text
+
+
+def _readable_text(literal: str) -> str:
+    """The part of a string literal's token in which the scope analysis could read a name: an
+    f-string's replacement fields (code), all of a plain string whose text parses as Python (a
+    string annotation, or an ``__all__`` entry, which is the name itself), nothing of bytes or
+    of a string that does not parse. A message such as f"missing key in the torch state dict:
+    {key!r}" reads ``key`` only: the helpers a JAX port emits have such messages, and their
+    scope analysis was half of a small module's port."""
+    prefix = literal[:len(literal) - len(literal.lstrip("rRbBuUfF"))].lower()
+    if "b" in prefix:
+        return ""
+    if "f" in prefix:
+        return " ".join(_replacement_fields(literal[len(prefix):]))
+    try:
+        ast.parse(ast.literal_eval(literal))
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return ""
+    return literal
+
+
+def _replacement_fields(body: str) -> list[str]:
+    """The text inside the top-level braces of an f-string's quoted body (``{{`` and ``}}`` are
+    literal braces; a field's format spec, itself with fields, stays in it)."""
+    fields: list[str] = []
+    depth, start, i = 0, 0, 0
+    while i < len(body):
+        ch = body[i]
+        if depth == 0 and ch in "{}" and body[i:i + 2] in ("{{", "}}"):
+            i += 2
+            continue
+        if ch == "{":
+            if depth == 0:
+                start = i + 1
+            depth += 1
+        elif ch == "}" and depth:
+            depth -= 1
+            if depth == 0:
+                fields.append(body[start:i])
+        i += 1
+    return fields
 
 
 def _names_in_code(text: str, names: set[str]) -> set[str]:
@@ -577,13 +630,7 @@ def _names_in_code(text: str, names: set[str]) -> set[str]:
             if tok.string in names:
                 found.add(tok.string)
         elif tok.type == tokenize.STRING:
-            inside = {m.group(0) for m in words.finditer(tok.string)} - found
-            if not inside:
-                continue
-            before = tokens[i - 1].type if i else tokenize.NEWLINE
-            after = tokens[i + 1].type if i + 1 < len(tokens) else tokenize.NEWLINE
-            if not (before in _LINE_START and after in (tokenize.NEWLINE, tokenize.ENDMARKER)):
-                found |= inside
+            found |= {m.group(0) for m in words.finditer(_read_in_string(tokens, i))}
         else:
             continue
         if len(found) == len(names):

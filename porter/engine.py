@@ -233,12 +233,14 @@ class _Dispatcher:
             self.ctx.add_import(node)
         for rule, handler in self.visit.get(name, ()):
             self._call(rule, handler, node)
+        # porter's own rendered helpers in the module are target code: not walked (porter.emitted)
+        skip = self.ctx.emitted if kind is cst.Module else ()
         for fname in _child_fields(kind):
             value = getattr(node, fname)
             vkind = type(value)
             if vkind is tuple or vkind is list:
                 for item in value:
-                    if is_node_type(type(item)):
+                    if is_node_type(type(item)) and id(item) not in skip:
                         self.walk(item)
             elif is_node_type(vkind):
                 self.walk(value)

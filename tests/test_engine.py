@@ -270,6 +270,16 @@ def test_added_imports_after_docstring_and_future_imports():
     # an import named only in a comment or a docstring after the port: it goes
     ("import torch as T\n# T is torch\nT.cuda.synchronize()\n",
      "import torch_xla.core.xla_model as xm\n\n# T is torch\nxm.wait_device_ops()\n"),
+    # ... or in the words of a message (a help string, an f-string's text outside its fields,
+    # bytes): no string annotation, no __all__ entry
+    ("import torch\np.add_argument('--sync', help='calls torch.cuda.synchronize')\n"
+     "raise KeyError(f'no torch here: {key!r}', b'torch')\ntorch.cuda.synchronize()\n",
+     "import torch_xla.core.xla_model as xm\n\np.add_argument('--sync', help='calls torch.cuda.synchronize')\n"
+     "raise KeyError(f'no torch here: {key!r}', b'torch')\nxm.wait_device_ops()\n"),
+    # an f-string's field reads, wherever the f-string stands (alone on its line too; in a
+    # format spec too)
+    ("import torch\nf'{torch.cuda}'\nf'{x:>{torch.w}}'\ntorch.cuda.synchronize()\n",
+     "import torch\nimport torch_xla.core.xla_model as xm\n\nf'{torch.cuda}'\nf'{x:>{torch.w}}'\nxm.wait_device_ops()\n"),
 ])
 def test_an_import_the_port_left_unused_goes(src, want):
     once = engine.fix(src, opts(RenameCuda))

@@ -10,7 +10,7 @@ from typing import Iterable, Iterator, Optional
 import jinja2
 import libcst as cst
 
-from porter import astutil
+from porter import astutil, emitted
 from porter.astutil import NOT_LITERAL as NOT_LITERAL
 from porter.astutil import code as code
 from porter.astutil import has_kwarg as has_kwarg
@@ -196,6 +196,7 @@ def render(template: str, **values) -> list[cst.BaseStatement]:
         key, statements = None, None
     if statements is None:
         statements = tuple(cst.parse_module(_ENV.get_template(template).render(**values)).body)
+        emitted.record(statements)
         if key is not None:
             _RENDERED[key] = statements
     return list(statements)

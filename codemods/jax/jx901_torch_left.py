@@ -397,7 +397,7 @@ def _scopes(root: cst.CSTNode, ctx):
     stack = [root]
     while stack:
         cur = stack.pop()
-        if _is_pipeline_class(cur, ctx):
+        if _is_pipeline_class(cur, ctx) or id(cur) in ctx.emitted:  # (porter's own helpers: JAX code)
             continue
         yield cur
         stack.extend(n for n in astutil.walk(cur) if n is not cur and isinstance(n, (cst.FunctionDef, cst.ClassDef)))
