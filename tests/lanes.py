@@ -23,3 +23,9 @@ def fixture_rest(items: Sequence[T], step: int, offset: int = 0) -> list[T]:
     if os.environ.get("PORTER_TEST_EVERY_FIXTURE") == "1":
         return list(items)
     return [item for i, item in enumerate(items) if i % step != offset % step]
+
+
+def every_lane(items: Sequence[T]) -> list[T]:
+    """Cases only the every-fixture lane runs (PORTER_TEST_EVERY_FIXTURE=1): the costliest of a
+    check that cheaper cases of the same class already make in every run."""
+    return list(items) if os.environ.get("PORTER_TEST_EVERY_FIXTURE") == "1" else []

@@ -24,6 +24,8 @@ pytest.importorskip("torchvision")
 from porter.verify import datasets as synthetic  # noqa: E402
 from porter.verify.trace import trace_script  # noqa: E402
 
+from lanes import fixture_slice  # noqa: E402
+
 DATA = Path(__file__).parent / "data" / "trace"
 OFFLINE = DATA / "offline"
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,7 +162,9 @@ def _offline_env():
 
 @pytest.mark.slow
 @pytest.mark.xla
-@pytest.mark.parametrize("dataset,name", [("mnist", "MNIST"), ("cifar10", "CIFAR10")])
+# one dataset per run of the suite (both with PORTER_TEST_EVERY_FIXTURE=1; the synthetic data of
+# each: the tests above)
+@pytest.mark.parametrize("dataset,name", fixture_slice([("cifar10", "CIFAR10"), ("mnist", "MNIST")], 2))
 def test_verify_script_runs_offline_on_identical_synthetic_data(tmp_path, dataset, name):
     digests = tmp_path / "digests.txt"
     root = tmp_path / "no" / "data"

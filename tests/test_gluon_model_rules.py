@@ -358,7 +358,8 @@ def _verify_params():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("original, expr, inputs, atol", _verify_params())
+# half the models per run of the suite (all with PORTER_TEST_EVERY_FIXTURE=1)
+@pytest.mark.parametrize("original, expr, inputs, atol", fixture_slice(_verify_params(), 2))
 def test_porter_verify_accepts_the_port(original, expr, inputs, atol, mxnet_python, tmp_path):
     """The whole model-level verification (`porter verify ORIGINAL PORT --model ... --input
     ...`) of the ported model code: the original in MXNet, the port on torch_xla; layer

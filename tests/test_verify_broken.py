@@ -14,6 +14,8 @@ import pytest
 
 from porter.verify.compare import Tolerance, compare_all
 
+from lanes import fixture_slice
+
 BROKEN = Path(__file__).parent / "data" / "verify" / "broken"
 
 # model level: BatchNorm sees 32*8*8 = 2048 values per channel, so torch_xla's running_var
@@ -69,7 +71,8 @@ def test_script_level_port_done_right_passes():
 
 @pytest.mark.xla
 @pytest.mark.slow
-@pytest.mark.parametrize("port,step", [
+# two of the three per run of the suite, all with PORTER_TEST_EVERY_FIXTURE=1
+@pytest.mark.parametrize("port,step", fixture_slice([
     # evaluate() forgets model.train(): the evaluation after step 3 leaves dropout off from step 4 on
     ("train_xla_no_train_mode.py", 4),
     # cross_entropy(..., reduction="sum"): the very first loss differs
@@ -77,7 +80,7 @@ def test_script_level_port_done_right_passes():
     # weight_decay=1e-2 instead of 1e-4: step 1's loss is computed before any update, so step 2
     # (by 8e-6; at the default tolerance 1e-5 it shows at step 3, by 8e-4)
     ("train_xla_weight_decay.py", 2),
-])
+], 2))
 def test_script_level_mistake_is_named_by_its_step(port, step):
     code, report = verify("--script", BROKEN / "train.py", BROKEN / port, *SCRIPT)
     assert code == 1 and report["status"] == "diverged", report["summary"]

@@ -25,6 +25,8 @@ import pytest
 from porter.verify.script import ScriptRequest, compare_steps, tolerance, verify_script
 from porter.verify.trace import trace_script
 
+from lanes import fixture_slice
+
 FORMS = Path(__file__).parent / "data" / "verify" / "forms"
 
 
@@ -123,7 +125,8 @@ def test_two_optimizers_each_have_their_warm_up():
 
 @pytest.mark.xla
 @pytest.mark.slow
-@pytest.mark.parametrize("end, error", [("reload", "UnpicklingError"), ("exit", "SystemExit: no validation data")])
+# one way of failing after the steps per run of the suite (both with PORTER_TEST_EVERY_FIXTURE=1)
+@pytest.mark.parametrize("end, error", fixture_slice([("reload", "UnpicklingError"), ("exit", "SystemExit: no validation data")], 2))
 def test_failure_after_the_compared_steps_is_a_note(end, error):
     report = verify("after", 4, "--batches", "4", "--end", end)
     assert report.passed, report.summary
@@ -142,7 +145,9 @@ def test_failure_before_the_steps_still_fails():
 
 @pytest.mark.xla
 @pytest.mark.slow
-@pytest.mark.parametrize("end, how", [("none", "ran to the end of its script"), ("exit0", "called sys.exit(0)")])
+# one way of ending early per run of the suite (both with PORTER_TEST_EVERY_FIXTURE=1; sys.exit(0)
+# before the first step: test_a_port_that_ends_before_its_first_step_says_so)
+@pytest.mark.parametrize("end, how", fixture_slice([("none", "ran to the end of its script"), ("exit0", "called sys.exit(0)")], 2))
 def test_a_port_that_ends_before_the_original_says_so(end, how):
     # 40 samples: the original makes 3 steps (16, 16, 8), the port 2 (it drops the partial batch)
     # (a port shorter by design, as drop_last=True makes it: the steps both ran are compared and

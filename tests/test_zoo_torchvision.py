@@ -12,12 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from lanes import every_lane
 
 pytest.importorskip("torchvision", reason="torchvision is not installed")
 
 ROOT = Path(__file__).resolve().parents[1]
-# small builders of two families; their inputs come from the weights' crop size (224)
-MODELS = ("squeezenet1_1", "resnet18")
+# small builders: resnet18 per run of the suite, a second family with PORTER_TEST_EVERY_FIXTURE=1
+MODELS = ("resnet18", *every_lane(["squeezenet1_1"]))
 
 pytestmark = [pytest.mark.slow, pytest.mark.xla]
 
