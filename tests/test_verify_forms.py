@@ -138,6 +138,18 @@ def test_failure_after_the_compared_steps_is_a_note(end, error):
 
 @pytest.mark.xla
 @pytest.mark.slow
+def test_a_port_that_fails_where_the_original_runs_to_its_end_fails():
+    """After the compared steps, a failure of the port alone (its evaluation, its save) is the
+    port's: the original ran its whole script."""
+    report = verify("after", 5, "--batches", "4", "--end", "evaluate")  # (4 steps: the script ends)
+    assert report.status == "side-failed" and not report.passed, report.summary
+    assert "where the original ran to the end of its script" in report.summary, report.summary
+    assert "after its 4 optimizer steps" in report.summary and report.original.ok
+    assert [s["ok"] for s in report.steps] == [True] * 4  # the steps themselves matched
+
+
+@pytest.mark.xla
+@pytest.mark.slow
 def test_failure_before_the_steps_still_fails():
     report = verify("after", 4, "--batches", "0", "--end", "exit")
     assert report.status == "side-failed" and "before its first optimizer step" in report.summary, report.summary

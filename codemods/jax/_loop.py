@@ -94,6 +94,27 @@ def file_facts(ctx: FileContext) -> FileFacts:
     return module_fact(ctx, _file_facts_of)
 
 
+# parameters whose name says they hold the model (`def evaluate(model, loader)`)
+MODEL_PARAMETERS = ("model", "net", "network", "netD", "netG")
+
+
+def is_model(text: str, ctx: FileContext) -> bool:
+    """The expression ``text`` (at the rule's current node) holds a model of the port: a module
+    the file builds (its file facts: `model = Net()`, `self.model = Net()`), or, named as a
+    model is (MODEL_PARAMETERS, or ending in `model` / `net`), a parameter of the enclosing
+    function or an attribute of `self` in a method (a trainer holding the model it was given)."""
+    if text in file_facts(ctx).modules:
+        return True
+    fn = ctx.enclosing(cst.FunctionDef)
+    if fn is None:
+        return False
+    name = text[len("self."):] if text.startswith("self.") else text
+    named = name in MODEL_PARAMETERS or name.endswith(("model", "net"))
+    if name is not text:
+        return named and name.isidentifier() and any(p.name.value == "self" for p in _params(fn.params))
+    return named and any(p.name.value == text for p in _params(fn.params))
+
+
 def _file_facts_of(ctx: FileContext) -> FileFacts:
     facts = FileFacts()
     module = ctx.module

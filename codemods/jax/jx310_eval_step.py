@@ -91,7 +91,7 @@ class EvalStep(Rule):
         loop = astutil.enclosing_loop(self.ctx)
         if loop is None or not isinstance(loop, cst.For) or self.ctx.parent is not loop.body:
             return
-        if not self._is_model(model) or lp.has_backward(loop.body) or not self._evaluating(loop, model):
+        if not lp.is_model(model, self.ctx) or lp.has_backward(loop.body) or not self._evaluating(loop, model):
             return
         facts = lp.file_facts(self.ctx)
         nnx = lp.nnx_name(self.ctx)
@@ -130,15 +130,6 @@ class EvalStep(Rule):
                 return lp.code(stmt.body).strip().endswith("return model(*inputs)")
         return False
 
-    def _is_model(self, name: str) -> bool:
-        facts = lp.file_facts(self.ctx)
-        if name in facts.modules:
-            return True
-        fn = self.ctx.enclosing(cst.FunctionDef)
-        if fn is None:
-            return False
-        return any(p.name.value == name for p in lp._params(fn.params)) and (
-            name in ("model", "net", "network", "netD", "netG") or name.endswith(("model", "net")))
 
     def _evaluating(self, loop, model: str) -> bool:
         if astutil._under_no_grad(loop, self.ctx):

@@ -604,6 +604,14 @@ def verify_script(req: ScriptRequest) -> Report:
         where = f" ({where})" if where else ""
         return Report("script", False, "side-failed", f"the port could not run: {side_p.error}{where}", side_o, side_p,
                       first_divergence=first, notes=notes, settings=settings, steps=steps)
+    if port.get("status") != "ok" and orig.get("status") == "ok" and orig.get("ended_by") in ("end", "exit"):
+        # the original ran its whole script (its evaluation, its save) where the port failed:
+        # what failed is the port's, even after the compared steps
+        steps, first = compare_steps(orig["losses"], port.get("losses", []), rtol, atol, scaled, jax_port)
+        return Report("script", False, "side-failed",
+                      f"the port could not run: {side_p.error} (after its {port.get('num_steps', 0)} optimizer steps, "
+                      f"where the original ran to the end of its script)", side_o, side_p,
+                      first_divergence=first, notes=notes, settings=settings, steps=steps)
     if port.get("status") != "ok":
         notes.append(f"the port failed after its {port.get('num_steps', 0)} optimizer steps, after the compared "
                      f"steps: {_error_line(port)}")
@@ -740,6 +748,14 @@ def verify_mxnet_script(req: ScriptRequest) -> Report:
             where += f"; the losses of steps 1-{len(steps)} match" if len(steps) > 1 else "; the loss of step 1 matches"
         where = f" ({where})" if where else ""
         return Report("script", False, "side-failed", f"the port could not run: {side_p.error}{where}", side_o, side_p,
+                      first_divergence=first, notes=notes, settings=settings, steps=steps)
+    if port.get("status") != "ok" and orig.get("status") == "ok" and orig.get("ended_by") in ("end", "exit"):
+        # the original ran its whole script (its evaluation, its save) where the port failed:
+        # what failed is the port's, even after the compared steps
+        steps, first = compare_steps(orig["losses"], port.get("losses", []), rtol, atol, scaled, jax_port)
+        return Report("script", False, "side-failed",
+                      f"the port could not run: {side_p.error} (after its {port.get('num_steps', 0)} optimizer steps, "
+                      f"where the original ran to the end of its script)", side_o, side_p,
                       first_divergence=first, notes=notes, settings=settings, steps=steps)
     if port.get("status") != "ok":
         notes.append(f"the port failed after its {port.get('num_steps', 0)} optimizer steps, after the compared "

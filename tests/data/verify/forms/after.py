@@ -1,4 +1,5 @@
-"""Trains for --batches steps, then fails after its training loop (--end)."""
+"""Trains for --batches steps, then fails after its training loop (--end; `evaluate`: only the port
+fails, in an evaluation of its own, where the original runs to its end)."""
 import argparse
 import sys
 
@@ -8,7 +9,7 @@ import torch.nn.functional as F
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--batches", type=int, default=4)
-parser.add_argument("--end", choices=["reload", "exit"], default="reload")
+parser.add_argument("--end", choices=["reload", "exit", "evaluate"], default="reload")
 args = parser.parse_args()
 
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -26,6 +27,8 @@ for i in range(args.batches):
 if args.end == "reload":
     torch.save(model, "model.pt")  # the whole pickled module
     model = torch.load("model.pt")  # torch >= 2.6: weights_only=True refuses it
+elif args.end == "evaluate":
+    print(model(xs[0].to(device)).argmax(1).tolist())
 else:
     sys.exit("no validation data")
 print("done")
