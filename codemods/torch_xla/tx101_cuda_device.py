@@ -307,10 +307,19 @@ class CudaDevice(Rule):
         as_type = used_as_device_type(self.ctx, kind)
         if isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "device_type":
             kind, as_type = "device_type", True
+        elif _option_default(parent, grand):
+            # a command-line option's default: the value the user may give instead is a string
+            # (`--device cpu`), and the script may use it as one (`args.device.startswith(...)`)
+            kind, as_type = "the option's default", True
         xla = string_node("xla", cuda) if as_type else None
         new = choice_replacement(choice, self.ctx, cpu, fold(choice.node.test, self.ctx), xla)
         if isinstance(new, cst.IfExp) and (node.lpar or isinstance(parent, (cst.IfExp, cst.BinaryOperation, cst.Comparison, cst.UnaryOperation, cst.BooleanOperation))):
             new = new.with_changes(lpar=node.lpar or [cst.LeftParen()], rpar=node.rpar or [cst.RightParen()])
+        if as_type and kind == "the option's default":
+            self.report(node, "CUDA-or-CPU default of a command-line option: a string like the values the option "
+                        "takes ('cpu', 'cuda:0'); on XLA it is 'xla' (torch.device('xla'), .to('xla'))",
+                        Fix((self.replace(node, new),)))
+            return
         if as_type:
             self.report(node, f"CUDA-or-CPU device type: {kind} is used as a device type string (device_type=, "
                         "compared with a string): on XLA it is 'xla'", Fix((self.replace(node, new),)))
@@ -344,6 +353,14 @@ class CudaDevice(Rule):
         if choice.availability_only:
             return "CUDA-or-CPU by availability: on XLA use torch_xla.device() (torch_xla always provides a device)"
         return "CUDA-or-CPU by a user's choice: the CUDA branch becomes torch_xla.device(), the choice is kept"
+
+
+def _option_default(parent: object, grand: object) -> bool:
+    """The node is the `default=` of an `add_argument(...)` call (argparse's, click's option
+    alike: a parser method named add_argument)."""
+    return (isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "default"
+            and isinstance(grand, cst.Call) and isinstance(grand.func, cst.Attribute)
+            and grand.func.attr.value == "add_argument")
 
 
 def _bound_name(parent: object, node: cst.CSTNode) -> Optional[str]:
