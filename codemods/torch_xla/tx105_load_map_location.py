@@ -1,9 +1,9 @@
 import libcst as cst
 
-from porter.astutil import arg, method_name, walk
+from porter.astutil import arg, assigned_values, has_param, method_name, walk
 from porter.rules import Example, Fix, Rule, Severity
 
-from ._tables import is_cpu_string, is_cuda_string, string_node
+from ._tables import XLA_DEVICE, is_cpu_string, is_cuda_string, string_node
 
 
 class LoadMapLocation(Rule):
@@ -12,8 +12,10 @@ class LoadMapLocation(Rule):
     Rewrites `torch.load(..., map_location=<CUDA>)` to `map_location='cpu'`, where the
     location is a CUDA string (`'cuda'`, `'cuda:0'`, `f'cuda:{gpu}'`), `torch.device('cuda')`,
     a dict mapping to CUDA locations, a lambda moving storages with `.cuda()`, or a choice
-    between CUDA and CPU (`'cuda' if torch.cuda.is_available() else 'cpu'`). A
-    `map_location` given by a variable is reported.
+    between CUDA and CPU (`'cuda' if torch.cuda.is_available() else 'cpu'`); and a
+    variable of the function (or module) whose every assignment is a CUDA or an XLA device
+    (`loc = 'cuda:{}'.format(gpu)`, `device = torch.device('cuda', rank)`: the port's
+    `torch_xla.device()`). Another `map_location` given by a variable is reported.
 
     ## Why
     `torch.load` cannot restore storages onto an XLA device: measured in torch 2.9 /
@@ -93,6 +95,15 @@ class LoadMapLocation(Rule):
                 Fix((self.replace(value, string_node("cpu", like)),)),
             )
             return
+        if isinstance(value, cst.Name) and self._holds_an_accelerator(value.value):
+            self.report(
+                value,
+                f"torch.load(map_location={value.value}): {value.value} holds the accelerator (CUDA in the original, "
+                "the XLA device in the port), onto which torch.load cannot restore: load with map_location='cpu', "
+                "then move (load_state_dict copies)",
+                Fix((self.replace(value, string_node("cpu")),)),
+            )
+            return
         if isinstance(value, (cst.Name, cst.Attribute, cst.Call)):
             self.report(
                 value,
@@ -100,6 +111,39 @@ class LoadMapLocation(Rule):
                 "map_location); load with map_location='cpu' and move the tensors",
                 severity=Severity.WARNING,
             )
+
+    def _holds_an_accelerator(self, name: str) -> bool:
+        """Every value the function (or the module) gives ``name`` is a CUDA or XLA device and
+        nothing else can: not a parameter, not global, not bound by a loop, an import or a
+        `with`."""
+        fn = self.ctx.enclosing(cst.FunctionDef)
+        scope: cst.CSTNode = fn if fn is not None else self.ctx.module
+        if fn is not None and (has_param(fn, name) or any(
+                isinstance(n, (cst.Global, cst.Nonlocal)) and any(x.name.value == name for x in n.names)
+                for n in walk(fn.body))):
+            return False
+        values = assigned_values(scope.body if fn is not None else scope, name)  # type: ignore[union-attr]
+        if not values or any(v is None or not (self._is_cuda(v) or self._is_xla(v)) for v in values):
+            return False
+        for n in walk(scope.body if fn is not None else scope):  # type: ignore[union-attr]
+            bound = n.target if isinstance(n, (cst.For, cst.AugAssign)) else n.asname.name if isinstance(
+                n, (cst.WithItem, cst.ImportAlias)) and n.asname is not None else None
+            if bound is not None and name in {x.value for x in walk(bound) if isinstance(x, cst.Name)}:
+                return False
+        return True
+
+    def _is_xla(self, value: cst.CSTNode) -> bool:
+        if isinstance(value, cst.SimpleString):
+            text = value.evaluated_value
+            return isinstance(text, str) and (text == "xla" or text.startswith("xla:"))
+        if isinstance(value, cst.Call):
+            qual = self.ctx.qualname(value.func)
+            if qual in ("torch_xla.device", XLA_DEVICE):
+                return True
+            if qual == "torch.device":
+                first = arg(value, "type", 0)
+                return first is not None and self._is_xla(first.value)
+        return False
 
     def _is_cpu(self, value: cst.CSTNode) -> bool:
         if is_cpu_string(value):
