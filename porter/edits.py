@@ -429,6 +429,88 @@ def _statement_code(node: cst.CSTNode) -> str:
     return cst.Module([]).code_for_node(node).strip()
 
 
+def without_identical_arms(before: cst.Module, after: cst.Module) -> cst.Module:
+    """``after`` (a port of ``before``) without the arms its fixes made the same: an `elif c:`
+    whose block is now the `else` block's code goes (`if a: X elif c: Y else: Y` -> `if a: X
+    else: Y`), an `if` whose arms all became one block is that block, and `e if c else e` is
+    `e`; only where the dropped tests call nothing (evaluating them did nothing else), no
+    comment is lost, and the original had no arms of the same test already the same (the user's
+    own are the user's)."""
+    nodes = list(walk(after, into_functions=True))
+    elifs = {id(n.orelse) for n in nodes if isinstance(n, cst.If) and isinstance(n.orelse, cst.If)}
+    candidates = [n for n in nodes if id(n) not in elifs and _same_arms(n)]  # (an `elif`: with its `if`)
+    if not candidates:  # (the usual case: the original is not read)
+        return after
+    # the tests of the arms the original already had the same as the next (the user's own)
+    own = {_statement_code(_merged_test(n)) for n in walk(before, into_functions=True) if _same_arms(n)}
+    mine = {id(n) for n in candidates if _statement_code(_merged_test(n)) not in own}
+    return after.visit(_MergeArms(mine)) if mine else after
+
+
+def _merged_test(node: cst.CSTNode) -> cst.CSTNode:
+    """The test of the arm :func:`_same_arms` found the same as the one after it."""
+    return node.test if isinstance(node, cst.IfExp) else _arms(node)[0][-1].test  # type: ignore[arg-type]
+
+
+def _same_arms(node: cst.CSTNode) -> bool:
+    if isinstance(node, cst.IfExp):
+        return _pure(node.test) and _statement_code(node.body) == _statement_code(node.orelse)
+    if not isinstance(node, cst.If) or not isinstance(node.orelse, (cst.If, cst.Else)):
+        return False
+    arms, last = _arms(node)
+    return last is not None and _statement_code(arms[-1].body) == _statement_code(last.body) and _pure(arms[-1].test) \
+        and not _arm_comment(arms[-1])
+
+
+def _arms(node: cst.If) -> tuple[list[cst.If], Optional[cst.Else]]:
+    arms = [node]
+    while isinstance(arms[-1].orelse, cst.If):
+        arms.append(arms[-1].orelse)
+    last = arms[-1].orelse
+    return arms, last if isinstance(last, cst.Else) else None
+
+
+def _arm_comment(arm: cst.If) -> bool:
+    """A comment on the arm's `if` / `elif` line or above it (the blocks' own comments are the
+    same code in the arm kept)."""
+    header = arm.body.header if isinstance(arm.body, cst.IndentedBlock) else arm.body.trailing_whitespace
+    return header.comment is not None or any(line.comment for line in arm.leading_lines)
+
+
+def _pure(test: cst.CSTNode) -> bool:
+    return not any(isinstance(n, (cst.Call, cst.Await, cst.Yield, cst.NamedExpr)) for n in walk(test, into_functions=True))
+
+
+class _MergeArms(cst.CSTTransformer):
+    def __init__(self, ids: set[int]) -> None:
+        super().__init__()
+        self.ids = ids
+
+    def leave_IfExp(self, original, updated):
+        if id(original) not in self.ids:
+            return updated
+        return updated.body.with_changes(lpar=updated.lpar or updated.body.lpar, rpar=updated.rpar or updated.body.rpar) \
+            if updated.lpar else updated.body
+
+    def leave_If(self, original, updated):
+        if id(original) not in self.ids:
+            return updated
+        arms, last = _arms(updated)
+        assert last is not None
+        while arms and _statement_code(arms[-1].body) == _statement_code(last.body) and _pure(arms[-1].test) \
+                and not _arm_comment(arms[-1]):
+            arms.pop()
+        if not arms:  # every arm the same block: the block, where the `if` was
+            kept = list(last.body.body) if isinstance(last.body, cst.IndentedBlock) else [cst.SimpleStatementLine(
+                list(last.body.body))]
+            kept[0] = kept[0].with_changes(leading_lines=[*updated.leading_lines, *kept[0].leading_lines])
+            return cst.FlattenSentinel(kept)
+        chain: Union[cst.If, cst.Else] = last
+        for arm in reversed(arms):
+            chain = arm.with_changes(orelse=chain)
+        return chain
+
+
 class _DropStatements(cst.CSTTransformer):
     def __init__(self, gone: set[int]) -> None:
         super().__init__()

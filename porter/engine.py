@@ -23,7 +23,7 @@ from porter.edits import FixFailed, apply_fixes
 from porter.edits import add_imports as add_imports  # (re-exported: the engine's API before porter.edits)
 from porter.edits import binds_looser as binds_looser
 from porter.edits import keep_boundary as keep_boundary
-from porter.edits import orphaned_imports, without_emptied_ifs, without_leading_blank_lines
+from porter.edits import orphaned_imports, without_emptied_ifs, without_identical_arms, without_leading_blank_lines
 from porter.edits import remove_imports as remove_imports
 from porter.rules import Finding, NeedsHuman, Position, Rule, Safety, Severity
 
@@ -633,6 +633,7 @@ def _fix(source: str, options: Options, path: str) -> FixResult:
             orphans = orphaned_imports(original, module) if current != source else []
             cleaned = without_leading_blank_lines(module, remove_imports(module, orphans)) if orphans else module
             cleaned = without_emptied_ifs(original, cleaned) if current != source else cleaned
+            cleaned = without_identical_arms(original, cleaned) if current != source else cleaned
             if cleaned.code == current:
                 settled = findings
                 break
