@@ -33,7 +33,7 @@ import io
 import re
 import tokenize
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, Protocol, Sequence, Union
+from typing import Any, Callable, Iterable, Optional, Protocol, Sequence, Union, cast
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -473,7 +473,8 @@ def _arms(node: cst.If) -> tuple[list[cst.If], Optional[cst.Else]]:
 def _arm_comment(arm: cst.If) -> bool:
     """A comment on the arm's `if` / `elif` line or above it (the blocks' own comments are the
     same code in the arm kept)."""
-    header = arm.body.header if isinstance(arm.body, cst.IndentedBlock) else arm.body.trailing_whitespace
+    body = arm.body
+    header = body.header if isinstance(body, cst.IndentedBlock) else cast(cst.SimpleStatementSuite, body).trailing_whitespace
     return header.comment is not None or any(line.comment for line in arm.leading_lines)
 
 
