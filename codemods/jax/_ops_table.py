@@ -2392,7 +2392,7 @@ def _call_site_signatures(ctx: FileContext) -> tuple:
 
 def _call_sites_part(ctx: FileContext, stmt: cst.CSTNode, pre: tuple) -> list:
     """The calls of top-level functions in one top-level statement, in walk order: (name,
-    None) for a call whose arguments cannot be read (``*args``, or outside any function),
+    None) for a call whose arguments cannot be read (``*args``),
     else (name, {parameters: the parameters given a tensor}) for each signature of that name."""
     signatures = pre[0]
     wanted = {name for name, _ in signatures}
@@ -2412,7 +2412,7 @@ def _call_sites_part(ctx: FileContext, stmt: cst.CSTNode, pre: tuple) -> list:
     caller_names: dict = {}  # the callers' tensors, by chain of functions (the same for every callee)
     out: list = []
     for name, call, chain in sites:
-        if any(a.star for a in call.args) or not chain:
+        if any(a.star for a in call.args):
             out.append((name, None))
             continue
         chain_key = tuple(id(f) for f in chain)
@@ -2421,7 +2421,8 @@ def _call_sites_part(ctx: FileContext, stmt: cst.CSTNode, pre: tuple) -> list:
             names = set()
             for outer in chain:
                 names |= _param_tensors(outer, False)
-            _assigned_tensors(ctx, chain[-1], names, False)
+            # (a call at module level: what its own top-level statement assigns, a loop's body)
+            _assigned_tensors(ctx, chain[-1] if chain else stmt, names, False)
             caller_names[chain_key] = names
         positional = [a for a in call.args if a.keyword is None]
         given = {}
