@@ -475,11 +475,20 @@ class DevicePlacement(Rule):
         names = _unconverted_batch(target, node, self.ctx)
         if not names:
             return
-        new = cst.parse_statement(f"{', '.join(names)} = {', '.join(n + '.numpy()' for n in names)}\n")
+        imports: tuple[str, ...] = ()
+        if isinstance(target, cst.Name) and _indexed_where_handed(target.value, node.body, self.ctx):
+            # a dict or tuple of tensors indexed by the function it is given to (the jitted step
+            # reads batch["x"]): each tensor becomes an array, the structure stays
+            np_, jax_ = self.ctx.module_alias("numpy"), self.ctx.module_alias("jax")
+            new = cst.parse_statement(f"{target.value} = {jax_}.tree.map({np_}.asarray, {target.value})\n")
+            imports = ("numpy", "jax")
+        else:
+            new = cst.parse_statement(f"{', '.join(names)} = {', '.join(n + '.numpy()' for n in names)}\n")
         # a callable: another rule's edit of the same body (the train step) is kept
         self.report(node, f"{', '.join(names)}: a batch of the torch DataLoader, a torch tensor: JAX takes NumPy "
                           "arrays (converted where the loop body begins)",
-                    Fix((self.replace(node.body, lambda body: body.with_changes(body=[new, *body.body])),), Safety.SAFE))
+                    Fix((self.replace(node.body, lambda body: body.with_changes(body=[new, *body.body])),), Safety.SAFE,
+                        imports=imports))
 
     def visit_Subscript(self, node: cst.Subscript) -> None:
         # `net(torch.utils.data.default_collate([ds[0]])[0])`: a sample batch collated by torch
@@ -676,6 +685,29 @@ def _unconverted_batch(target, loop: cst.For, ctx) -> list[str]:
     return [n for n in candidates if n in read and n not in handled]
 
 
+def _indexed_where_handed(name: str, body: cst.CSTNode, ctx, depth: int = 0) -> bool:
+    """``body`` gives ``name`` whole to a function of the file (the jitted step JX301 wrote)
+    that indexes the parameter taking it (``batch["x"]``, ``batch[0]``), itself or through the
+    functions it gives it to (a loss helper): a dict or tuple of tensors."""
+    if depth > 3:
+        return False
+    functions = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.FunctionDef)}
+    for call in (n for n in astutil.walk(body, into_functions=True) if isinstance(n, cst.Call)):
+        fn = functions.get(call.func.value) if isinstance(call.func, cst.Name) else None
+        if fn is None:
+            continue
+        params = [p.name.value for p in astutil.params(fn.params)]
+        for i, a in enumerate(call.args):
+            if not (isinstance(a.value, cst.Name) and a.value.value == name) or a.star:
+                continue
+            param = a.keyword.value if a.keyword is not None else params[i] if i < len(params) else None
+            if param is not None and (any(isinstance(n, cst.Subscript) and isinstance(n.value, cst.Name)
+                                          and n.value.value == param for n in astutil.walk(fn.body, into_functions=True))
+                                      or _indexed_where_handed(param, fn.body, ctx, depth + 1)):
+                return True
+    return False
+
+
 def _taken_as_a_list(body: cst.CSTNode, name: str) -> bool:
     """``body`` (nested functions aside) indexes ``name``, assigns it whole (``x, y = batch``) or
     iterates it (``x, y = (t.to(device) for t in batch)``): a list of tensors, not one tensor."""
@@ -691,7 +723,8 @@ def _taken_as_a_list(body: cst.CSTNode, name: str) -> bool:
 
 def _reads_and_conversions(body: cst.CSTNode, ctx, skip: Optional[cst.CSTNode] = None) -> tuple[set, set]:
     """(names ``body`` reads, names it moves to a device or converts to arrays already:
-    ``x.to(device)``, ``x.numpy()``, ``np.asarray(x)``), nested functions and ``skip`` aside."""
+    ``x.to(device)``, ``x.numpy()``, ``np.asarray(x)``, ``jax.tree.map(np.asarray, batch)``),
+    nested functions and ``skip`` aside."""
     read: set[str] = set()
     handled: set[str] = set()
     skipped = {id(n) for n in astutil.walk(skip)} if skip is not None else set()
@@ -708,11 +741,18 @@ def _reads_and_conversions(body: cst.CSTNode, ctx, skip: Optional[cst.CSTNode] =
                 root = lp.root_name(n.func.value)
                 if root is not None:
                     handled.add(root)
-            if (ctx.qualname(n.func) or "") in ("numpy.asarray", "numpy.array", "jax.numpy.asarray", "jax.numpy.array"):
+            qual = ctx.qualname(n.func) or ""
+            if qual in _ARRAY_MAKERS:
                 for a in n.args:
                     if isinstance(a.value, cst.Name):
                         handled.add(a.value.value)
+            # jax.tree.map(np.asarray, batch): every tensor of a dict or tuple batch
+            if qual in ("jax.tree.map", "jax.tree_util.tree_map") and n.args and ctx.qualname(n.args[0].value) in _ARRAY_MAKERS:
+                handled.update(a.value.value for a in n.args[1:] if isinstance(a.value, cst.Name))
     return read, handled
+
+
+_ARRAY_MAKERS = ("numpy.asarray", "numpy.array", "jax.numpy.asarray", "jax.numpy.array")
 
 
 def _unconverted(binding, ctx, region: Optional[cst.CSTNode] = None) -> list[str]:
