@@ -408,7 +408,11 @@ class DevicePlacement(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         receiver = lp.device_move(node, self.ctx)
-        if receiver is None or lp.in_placement_if(self.ctx):
+        if receiver is None:
+            if lp.is_model(lp.code(node.func), self.ctx) or self._jax_call(node):
+                self._hand_over(a.value for a in node.args)  # `model(X)`: the pipeline's X, unmoved
+            return
+        if lp.in_placement_if(self.ctx):
             return
         stmt = self.ctx.parent.__class__ is cst.Assign and self.ctx.parent
         batch = self._batch(receiver)
@@ -447,6 +451,51 @@ class DevicePlacement(Rule):
             new = receiver
             message = "JAX places arrays and modules itself: no explicit device move"
         self.report(node, message, Fix((self.replace(node, new),), Safety.SAFE))
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        # `model(X).argmax(1) == y`: the pipeline's y meets an array of the port
+        self._meeting((node.left, *(c.comparator for c in node.comparisons)))
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        self._meeting((node.left, node.right))
+
+    def _meeting(self, operands) -> None:
+        tensors = [o for o in operands if self._unmoved_pipeline_tensor(o)]
+        if tensors and any(self._jax_value(o) for o in operands if all(o is not t for t in tensors)):
+            self._hand_over(tensors)
+
+    def _unmoved_pipeline_tensor(self, value: cst.CSTNode) -> bool:
+        """``value`` is a name the input pipeline's statements bind, or a subscript of one (the
+        cheap test first: the names are a fact of the pass)."""
+        if not isinstance(value, (cst.Name, cst.Subscript)):
+            return False
+        root = lp.root_name(value)
+        key = ("jx303.pipeline_names", id(self.ctx.module))
+        names = self.ctx.cache.get(key)
+        if names is None:
+            ids = ops.data_node_ids(self.ctx)
+            names = self.ctx.cache[key] = frozenset(
+                name for n in astutil.walk(self.ctx.module, into_functions=True)
+                if type(n) is cst.SimpleStatementLine and id(n) in ids for name in astutil.binds(n)) if ids else frozenset()
+        return root in names and self._pipeline_tensor(value)
+
+    def _hand_over(self, values) -> None:
+        """A tensor of the torch input pipeline read as it is (``X``, ``X[160:]``: no move) where
+        the port computes with JAX: a NumPy array."""
+        for value in values:
+            if self._unmoved_pipeline_tensor(value):
+                self.report(value, f"{lp.code(value)}: a tensor of the torch input pipeline, read where the port "
+                                   "computes with JAX: hand JAX a NumPy array",
+                            Fix((self.replace(value, cst.Call(cst.Attribute(astutil.parenthesized(value),
+                                                                            cst.Name("numpy")))),), Safety.SAFE))
+
+    def _jax_call(self, node: cst.Call) -> bool:
+        return (self.ctx.qualname(node.func) or "").startswith(("jax.", "optax.", "flax."))
+
+    def _jax_value(self, expr: cst.BaseExpression) -> bool:
+        """``expr`` computes with the port's model or with JAX (a model call, a jnp call in it)."""
+        return any(isinstance(n, cst.Call) and (self._jax_call(n) or lp.is_model(lp.code(n.func), self.ctx))
+                   for n in astutil.walk(expr))
 
     def _pipeline_tensor(self, receiver: cst.BaseExpression) -> bool:
         """``receiver`` reads a name the input pipeline keeps torch (``images = torch.rand(...)``
