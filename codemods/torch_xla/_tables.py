@@ -192,6 +192,42 @@ CUDA_QUERIES = {
                                                     "XLA code should not branch on it: xm.xla_device_kind() names the device"),
     "torch.cuda.utilization": Replacement(None, None, "torch.cuda.utilization() is CUDA-only; use the TPU profiler (torch_xla.debug.profiler)"),
 }
+# CUDA's own runtime objects: streams, events, graphs, NVTX ranges and the device context have no
+# XLA counterpart (XLA orders and fuses the work itself; one device per process); each raises
+# "Found no NVIDIA driver" without CUDA
+_TIMING = ("time the step on the host instead: xm.wait_device_ops() (or torch_xla.sync(wait=True)) then "
+           "time.perf_counter(); the TPU profiler (torch_xla.debug.profiler) shows the device's own times")
+for _name, _message in {
+    "torch.cuda.Event": f"torch.cuda.Event() is CUDA-only (a CUDA event for timing or ordering): {_TIMING}",
+    "torch.cuda.Stream": "torch.cuda.Stream() is CUDA-only: XLA has no user streams (it schedules the compiled graph "
+                         "itself); run the work in order, and overlap host-to-device copies with "
+                         "torch_xla.distributed.parallel_loader.MpDeviceLoader",
+    "torch.cuda.stream": "torch.cuda.stream(...) is CUDA-only (no user streams on XLA): run the block as it is",
+    "torch.cuda.current_stream": "torch.cuda.current_stream() is CUDA-only (no user streams on XLA): "
+                                 "xm.wait_device_ops() waits for the device's work",
+    "torch.cuda.default_stream": "torch.cuda.default_stream() is CUDA-only (no user streams on XLA): "
+                                 "xm.wait_device_ops() waits for the device's work",
+    "torch.cuda.CUDAGraph": "torch.cuda.CUDAGraph() is CUDA-only: XLA compiles the step into one graph already",
+    "torch.cuda.graph": "torch.cuda.graph(...) is CUDA-only: XLA compiles the step into one graph already",
+    "torch.cuda.nvtx.range_push": "torch.cuda.nvtx ranges are CUDA-only: torch_xla.debug.profiler.Trace(name) marks "
+                                  "a region in the TPU profile",
+    "torch.cuda.nvtx.range_pop": "torch.cuda.nvtx ranges are CUDA-only: torch_xla.debug.profiler.Trace(name) marks a "
+                                 "region in the TPU profile",
+    "torch.cuda.nvtx.range": "torch.cuda.nvtx.range is CUDA-only: torch_xla.debug.profiler.Trace(name) marks a region "
+                             "in the TPU profile",
+    "torch.cuda.nvtx.mark": "torch.cuda.nvtx.mark is CUDA-only: torch_xla.debug.profiler.Trace(name) marks a region "
+                            "in the TPU profile",
+    "torch.cuda.device": "torch.cuda.device(...) (a CUDA device context) is CUDA-only: an XLA process has one device, "
+                         "torch_xla.device(); run the block as it is",
+    "torch.cuda.device_of": "torch.cuda.device_of(...) is CUDA-only: an XLA process has one device, "
+                            "torch_xla.device(); run the block as it is",
+}.items():
+    CUDA_QUERIES[_name] = Replacement(None, None, _message, Severity.ERROR)
+CUDA_RUNTIME_OBJECTS = frozenset(n for n in CUDA_QUERIES if n.startswith(("torch.cuda.Event", "torch.cuda.Stream",
+                                                                           "torch.cuda.stream", "torch.cuda.current_",
+                                                                           "torch.cuda.default_", "torch.cuda.CUDAGraph",
+                                                                           "torch.cuda.graph", "torch.cuda.nvtx",
+                                                                           "torch.cuda.device")))
 
 
 # --------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from porter.branches import take_branch
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
 from ._availability import answer, condition_top, flag_answer, fold, foldable, is_count
-from ._tables import cuda_qualname, emptied_if, in_availability_choice
+from ._tables import CUDA_RUNTIME_OBJECTS, cuda_qualname, emptied_if, in_availability_choice
 
 
 class CudaIsAvailable(Rule):
@@ -326,11 +326,42 @@ class CudaIsAvailable(Rule):
             fix = Fix(fix.edits, Safety.UNSAFE, imports=fix.imports, remove_imports=fix.remove_imports)
             message += (f"; the branch it keeps calls {query}(), which answers for CUDA (0 devices on a TPU host) "
                         "until TX104's unsafe rewrite: unsafe")
+        runtime = self._runtime_object(kept, holder, top, folded)
+        if fix is not None and runtime is not None:
+            # the path the fold keeps runs CUDA's own streams, events or ranges, which the
+            # original skipped without CUDA and which raise on a TPU host: not folded
+            fix = None
+            message += (f"; the code it guards calls {runtime}(), CUDA-only (TX805): port that code first, then "
+                        "this test")
         if fix is None:
             message += "; decide what the XLA port needs here"
         else:
             message += "; the fix keeps the accelerator path and the user's own flags"
         self.report(node, message, fix)
+
+    def _runtime_object(self, kept: Optional[cst.CSTNode], holder: Optional[cst.CSTNode], top: cst.CSTNode,
+                        folded) -> Optional[str]:
+        """A CUDA runtime object (an event, a stream, an NVTX range, a device context) called in
+        the code the fold makes run: the branch kept, and for a flag stored from the test
+        (`use_events = torch.cuda.is_available()`) or read in it, every block of the scope's
+        `if flag:` (the events one block makes, another block records)."""
+        guarded: list[cst.CSTNode] = [kept] if kept is not None else []
+        flags = {x.value for x in walk(top) if isinstance(x, cst.Name) and flag_answer(x, self.ctx) is not None}
+        if folded is True and isinstance(holder, cst.Assign) and holder.value is top and len(holder.targets) == 1 \
+                and isinstance(holder.targets[0].target, cst.Name):
+            flags.add(holder.targets[0].target.value)
+        for flag in flags:  # every block the flag guards: one of them may hold what the others use
+            fn = self.ctx.enclosing(cst.FunctionDef)
+            scope: cst.CSTNode = fn.body if fn is not None else self.ctx.module
+            guarded += [n.body for n in walk(scope, into_functions=True) if isinstance(n, cst.If)
+                        and any(isinstance(x, cst.Name) and x.value == flag for x in walk(n.test))]
+        for block in guarded:
+            for n in walk(block, into_functions=True):
+                if isinstance(n, cst.Call):
+                    q = cuda_qualname(n.func, self.ctx)
+                    if q in CUDA_RUNTIME_OBJECTS:
+                        return q
+        return None
 
     def _key(self, node: cst.CSTNode) -> bool:
         if isinstance(node, cst.Call) and answer(node, self.ctx) is not None:

@@ -75,7 +75,7 @@ class CudaQueries(Rule):
         if spec is None:
             return
         if spec.module is None or any(a.star for a in node.args):
-            self.report(node, as_spelled(spec.message, node.func, self.ctx))
+            self.report(node, as_spelled(spec.message, node.func, self.ctx), severity=spec.severity)
             return
         alias = self.ctx.module_alias(spec.module)
         new = cst.parse_expression(f"{alias}.{spec.attr}()")
