@@ -27,6 +27,16 @@ _ADVICE = {
                 "one_hot(x, K).sum(0) or zeros(K).scatter_add_(0, x, ones) with a fixed K",
 }
 _METHODS = ("nonzero", "argwhere", "unique", "unique_consecutive", "masked_select", "bincount")
+# a PackedSequence: its batch_sizes follow the lengths of the batch's sequences; an error, since the
+# RNNs reject it on XLA (torch_xla replaces nn.GRU with its scan GRU, which asserts "PackedSequence
+# is not supported"; the scan LSTM fails on its data)
+_PACKED = "a PackedSequence"
+_PACKING = ("torch.nn.utils.rnn.pack_padded_sequence", "torch.nn.utils.rnn.pack_sequence")
+_ADVICE[_PACKED] = (
+    "a data-dependent shape (its batch_sizes follow the lengths of each batch), and the RNNs reject it on XLA "
+    "(torch_xla's nn.GRU asserts 'PackedSequence is not supported'; an LSTM fails on it): run the RNN on the "
+    "padded batch of a fixed length and take each sequence's output at its own last step "
+    "(out[torch.arange(B), lengths - 1]), or mask the padded steps")
 
 
 class DynamicShapeOp(Rule):
@@ -36,7 +46,8 @@ class DynamicShapeOp(Rule):
     `x.nonzero()`, `torch.argwhere`, one-argument `torch.where(cond)`, `torch.unique` /
     `x.unique()`, `torch.unique_consecutive`, `torch.masked_select` (unless only summed or
     averaged: TX501 rewrites that) and `torch.bincount`, with the static alternative for
-    each.
+    each; and, as an error, the packing of a batch into a PackedSequence
+    (`pack_padded_sequence`, `pack_sequence`), which XLA's RNNs reject.
 
     ## Why
     XLA compiles one graph per set of shapes. An op whose output size depends on the data
@@ -57,7 +68,7 @@ class DynamicShapeOp(Rule):
     target = "torch-xla"
     summary = "nonzero/unique/masked_select/where(cond)/bincount: data-dependent shapes, reported with static alternatives"
     severity = Severity.WARNING
-    needs_text = _METHODS + ("where",)
+    needs_text = _METHODS + ("where", "pack_")
     examples = [
         Example(
             """
@@ -78,6 +89,9 @@ class DynamicShapeOp(Rule):
     ]
 
     def visit_Call(self, node: cst.Call) -> None:
+        if (self.ctx.qualname(node.func) or "") in _PACKING:
+            self.report(node, f"{_PACKED} has {_ADVICE[_PACKED]}", severity=Severity.ERROR)
+            return
         op = self._op(node)
         if op is None or not imports_torch(self.ctx):
             return
