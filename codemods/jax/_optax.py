@@ -817,6 +817,26 @@ def updates_per_step(ctx: FileContext, sched_target: str, optimizer_target: str)
     return answers.pop()
 
 
+def _visible_at(ctx: FileContext, stmt: cst.CSTNode, length: str) -> bool:
+    """The name that ``length`` (``len(train_loader)``, ``len(self.loader)``) reads is bound
+    where ``stmt`` runs: a local or parameter of its function, or a name of the module (an
+    attribute of ``self`` only when the function is the class's and assigns it before)."""
+    expr = cst.parse_expression(length)
+    root = astutil.root_name(expr.args[0].value) if isinstance(expr, cst.Call) and expr.args else None
+    if root is None:
+        return False
+    fn = next((f for f in astutil.walk(ctx.module, into_functions=True) if isinstance(f, cst.FunctionDef)
+               and any(n is stmt for n in astutil.walk(f.body))), None)
+    if root == "self":
+        attr = code(expr.args[0].value)  # type: ignore[union-attr]
+        return fn is not None and any(isinstance(n, cst.Assign) and any(code(t.target) == attr for t in n.targets)
+                                      for n in astutil.walk(fn.body))
+    if fn is not None and (root in astutil.function_locals(fn) or astutil.has_param(fn, root)):
+        return True
+    return root in astutil.top_level_names(ctx.module) or any(
+        root in astutil.binds(s) for s in ctx.module.body if not isinstance(s, (cst.FunctionDef, cst.ClassDef)))
+
+
 def _sched_steps(ctx: FileContext, target: str) -> list:
     """(innermost loop or None, call) for every ``<target>.step()`` of the module."""
     return module_fact(ctx, _step_calls).get(target, [])
@@ -973,6 +993,10 @@ def fold(ctx: FileContext, p: Plan):
             raise Manual(f"{p.scheduler_target}.step(...) is given the epoch (or a metric): the schedule would follow "
                          "that value, not the update count")
         found = updates_per_step(ctx, p.scheduler_target, p.target)
+        if found is not None and found != "1" and not _visible_at(ctx, p.stmt, found):
+            # the loader is the method's or the function's that trains (`def fit(self, loader)`),
+            # not in scope where the optimizer is built (`__init__`): counted as unknown
+            found = None
         if found is None and kind not in ("LambdaLR", "SequentialLR") and m_sched is None:
             # stepped where porter cannot count the updates between two steps (a function
             # given the scheduler, a step under a phase's condition): the port's host-side
