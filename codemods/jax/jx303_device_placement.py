@@ -470,6 +470,9 @@ class DevicePlacement(Rule):
         if not isinstance(value, (cst.Name, cst.Subscript)):
             return False
         root = lp.root_name(value)
+        if any(isinstance(a, cst.FunctionDef) and (astutil.has_param(a, root or "") or root in astutil.function_locals(a))
+               for a in self.ctx.ancestors):
+            return False  # a name of a function around it (the jitted step's own `data`), not the pipeline's
         key = ("jx303.pipeline_names", id(self.ctx.module))
         names = self.ctx.cache.get(key)
         if names is None:
