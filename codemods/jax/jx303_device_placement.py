@@ -409,8 +409,9 @@ class DevicePlacement(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         receiver = lp.device_move(node, self.ctx)
         if receiver is None:
-            if lp.is_model(lp.code(node.func), self.ctx) or self._jax_call(node):
-                self._hand_over(a.value for a in node.args)  # `model(X)`: the pipeline's X, unmoved
+            tensors = [a.value for a in node.args if self._unmoved_pipeline_tensor(a.value)]
+            if tensors and (lp.is_model(lp.code(node.func), self.ctx) or self._jax_call(node)):
+                self._hand_over(tensors)  # `model(X)`: the pipeline's X, unmoved
             return
         if lp.in_placement_if(self.ctx):
             return
@@ -465,14 +466,12 @@ class DevicePlacement(Rule):
             self._hand_over(tensors)
 
     def _unmoved_pipeline_tensor(self, value: cst.CSTNode) -> bool:
-        """``value`` is a name the input pipeline's statements bind, or a subscript of one (the
-        cheap test first: the names are a fact of the pass)."""
+        """``value`` is a name the input pipeline's statements bind, or a subscript of one, and
+        no function around it has a name of its own so spelled (the cheap test first: the
+        pipeline's names are a fact of the pass)."""
         if not isinstance(value, (cst.Name, cst.Subscript)):
             return False
         root = lp.root_name(value)
-        if any(isinstance(a, cst.FunctionDef) and (astutil.has_param(a, root or "") or root in astutil.function_locals(a))
-               for a in self.ctx.ancestors):
-            return False  # a name of a function around it (the jitted step's own `data`), not the pipeline's
         key = ("jx303.pipeline_names", id(self.ctx.module))
         names = self.ctx.cache.get(key)
         if names is None:
@@ -480,17 +479,20 @@ class DevicePlacement(Rule):
             names = self.ctx.cache[key] = frozenset(
                 name for n in astutil.walk(self.ctx.module, into_functions=True)
                 if type(n) is cst.SimpleStatementLine and id(n) in ids for name in astutil.binds(n)) if ids else frozenset()
-        return root in names and self._pipeline_tensor(value)
+        if root not in names:
+            return False
+        if any(isinstance(a, cst.FunctionDef) and (astutil.has_param(a, root) or root in astutil.function_locals(a))
+               for a in self.ctx.ancestors):
+            return False  # a name of a function around it (the jitted step's own `data`), not the pipeline's
+        return self._pipeline_tensor(value)
 
-    def _hand_over(self, values) -> None:
-        """A tensor of the torch input pipeline read as it is (``X``, ``X[160:]``: no move) where
-        the port computes with JAX: a NumPy array."""
-        for value in values:
-            if self._unmoved_pipeline_tensor(value):
-                self.report(value, f"{lp.code(value)}: a tensor of the torch input pipeline, read where the port "
-                                   "computes with JAX: hand JAX a NumPy array",
-                            Fix((self.replace(value, cst.Call(cst.Attribute(astutil.parenthesized(value),
-                                                                            cst.Name("numpy")))),), Safety.SAFE))
+    def _hand_over(self, tensors) -> None:
+        """Tensors of the torch input pipeline read as they are (``X``, ``X[160:]``: no move)
+        where the port computes with JAX: NumPy arrays."""
+        for value in tensors:
+            numpy = cst.Call(cst.Attribute(astutil.parenthesized(value), cst.Name("numpy")))
+            self.report(value, f"{lp.code(value)}: a tensor of the torch input pipeline, read where the port "
+                               "computes with JAX: hand JAX a NumPy array", Fix((self.replace(value, numpy),), Safety.SAFE))
 
     def _jax_call(self, node: cst.Call) -> bool:
         return (self.ctx.qualname(node.func) or "").startswith(("jax.", "optax.", "flax."))
