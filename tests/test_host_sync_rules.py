@@ -2,6 +2,8 @@
 rules working together in one migrate, one quick fix applied alone, and what stays untouched."""
 import textwrap
 
+import pytest
+
 from porter import engine, registry
 
 TX4 = registry.select("torch-xla", ("TX4",))
@@ -162,3 +164,22 @@ def test_a_count_unpacked_from_a_call_keeps_the_type_test():
     assert "if isinstance(correct, torch.Tensor):" in out and "int(correct)" not in out
     out = fix(COUNT_AFTER_LOOP.format(init="correct, *rest = 0, 0, 0; seen = 0"), unsafe=False).source
     assert "int(correct)" not in out
+
+
+@pytest.mark.parametrize("helper,call", [
+    ("def accuracy(out, y):\n    return (out.argmax(1) == y).float().mean().item()\n", "accs.append(accuracy(out, y))"),
+    ("def grad_norm(model):\n    return sum(p.grad.norm().item() ** 2 for p in model.parameters()) ** 0.5\n",
+     "gn = grad_norm(model)"),
+    ("def to_list(t):\n    return t.detach().cpu().tolist()\n", "history.extend(to_list(out))"),
+])
+def test_a_helper_that_reads_on_the_host_is_reported_where_the_step_calls_it(helper, call):
+    src = (f"import torch\n\n\n{helper}\n\nfor x, y in loader:\n    out = model(x)\n"
+           f"    loss = F.cross_entropy(out, y)\n    loss.backward()\n    opt.step()\n    {call}\n")
+    found = [f for f in engine.fix(src, engine.Options(tuple(registry.rules_for("torch-xla")))).remaining
+             if f.code == "TX403"]
+    name = helper.split("(")[0][4:]
+    assert [f.message.split(" reads")[0] for f in found] == [f"`{name}()`"], found
+    # outside a step: nothing
+    outside = f"import torch\n\n\n{helper}\n\nprint({call.split('(', 1)[1].rsplit(')', 1)[0] if '=' not in call else 'x'})\n"
+    assert not [f for f in engine.fix(outside, engine.Options(tuple(registry.rules_for("torch-xla")))).remaining
+                if f.code == "TX403"]

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from porter.astutil import code, method_name, string_value
-from porter.rules import Example, Rule, Severity
+from porter.astutil import code, method_name, string_value, walk
+from porter.rules import Example, Rule, Severity, module_fact
 
 from ._meters import MeterUpdate, meter_update
 from ._host_sync import (
@@ -44,7 +44,9 @@ class HostReadInStep(Rule):
       (a class of the file, or of a module whose source porter finds); for an imported class
       porter cannot read, the finding says so and names that rewrite;
     - `preds.extend(out.argmax(1).cpu().numpy())` -> `preds.append(out.argmax(1))`, then
-      `torch.cat(preds).cpu().numpy()` after the loop.
+      `torch.cat(preds).cpu().numpy()` after the loop;
+    - a call of a function of the file that reads on the host (`acc = accuracy(out, y)` with
+      `.item()` in `accuracy`) -> the function returns the tensor, read after the loop.
 
     ## Fix safety
     No automatic fix: what the host value is used for (a list, a meter, a library call)
@@ -136,6 +138,7 @@ class HostReadInStep(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         what = self._host_read(node)
         if what is None:
+            self._reading_helper(node)
             return
         loop = step_loop(self.ctx)
         if loop is None or self._owned_elsewhere() or self._inside_other_read():
@@ -154,6 +157,19 @@ class HostReadInStep(Rule):
             return
         if reads_tensor_value(node.args[0].value, self.ctx, loop_losses(self.ctx, loop)):
             self.report(node, f"`{what}()` of a tensor in the step executes the graph and copies to the host every step: {_ADVICE['item']}")
+
+    def _reading_helper(self, node: cst.Call) -> None:
+        """A call in the step of a function of the file that reads tensor values on the host
+        (`def accuracy(out, y): return (...).mean().item()`): each call reads, every step."""
+        if not isinstance(node.func, cst.Name):
+            return
+        read = module_fact(self.ctx, _host_reading_functions).get(node.func.value)
+        if read is None or step_loop(self.ctx) is None or self._owned_elsewhere() or self._inside_other_read():
+            return
+        self.report(node, f"`{node.func.value}()` reads tensor values on the host (`.{read}()` in its body): called in "
+                          "the step, it executes the graph and copies to the host every step; return the tensor "
+                          "(without `.item()`) and read it after the loop or in `xm.add_step_closure`, or call it "
+                          "every N steps")
 
     def _library_meter(self, node: cst.Call, found: MeterUpdate) -> None:
         receiver = code(found.call.func.value)  # type: ignore[attr-defined]
@@ -195,3 +211,16 @@ class HostReadInStep(Rule):
         if summed is not None and is_host_sum(summed):  # type: ignore[arg-type]
             return True
         return in_test(self.ctx) is not None or in_logging_statement(self.ctx)
+
+
+def _host_reading_functions(ctx) -> dict:
+    """The file's top-level functions that call a host-read method (`.item()`, `.tolist()`,
+    `.cpu()`, `.numpy()`): name -> the first such method (a module fact)."""
+    found = {}
+    for fn in ctx.module.body:
+        if isinstance(fn, cst.FunctionDef):
+            read = next((m for n in walk(fn.body) if isinstance(n, cst.Call) and not n.args
+                         for m in [method_name(n)] if m in HOST_READ_METHODS), None)
+            if read is not None:
+                found[fn.name.value] = read
+    return found
