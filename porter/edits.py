@@ -649,7 +649,7 @@ def _read_in_string(tokens: list, i: int) -> str:
     f-string's fields are evaluated wherever it stands."""
     literal = tokens[i].string
     text = _readable_text(literal)
-    if text and "f" not in literal[:len(literal) - len(literal.lstrip("rRbBuUfF"))].lower():
+    if text and "f" not in _prefix(literal):
         before = tokens[i - 1].type if i else tokenize.NEWLINE
         after = tokens[i + 1].type if i + 1 < len(tokens) else tokenize.NEWLINE
         if before in _LINE_START and after in (tokenize.NEWLINE, tokenize.ENDMARKER):
@@ -664,7 +664,7 @@ def _readable_text(literal: str) -> str:
     of a string that does not parse. A message such as f"missing key in the torch state dict:
     {key!r}" reads ``key`` only: the helpers a JAX port emits have such messages, and their
     scope analysis was half of a small module's port."""
-    prefix = literal[:len(literal) - len(literal.lstrip("rRbBuUfF"))].lower()
+    prefix = _prefix(literal)
     if "b" in prefix:
         return ""
     if "f" in prefix:
@@ -674,6 +674,11 @@ def _readable_text(literal: str) -> str:
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return ""
     return literal
+
+
+def _prefix(literal: str) -> str:
+    """A string literal's prefix, lower-cased (``rb``, ``f``, ``''``)."""
+    return literal[:len(literal) - len(literal.lstrip("rRbBuUfF"))].lower()
 
 
 def _replacement_fields(body: str) -> list[str]:
