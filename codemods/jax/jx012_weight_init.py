@@ -7,7 +7,7 @@ from porter import astutil
 from porter.astutil import code as _code
 from porter.rules import Example, Fix, Rule, Severity
 
-from . import _layers, _nnx
+from . import _layers, _loop, _nnx
 from ._nnx import INITS, handled_tree_walk
 from ._nnx import init_name as _init_name
 
@@ -144,7 +144,9 @@ class NnxWeightInit(Rule):
         return _nnx.enclosing_module_class(self.ctx) is not None
 
     def visit_Call(self, node: cst.Call) -> None:
-        if not _nnx.module_classes(self.ctx):
+        # a file with module classes, or one that builds its model from torch's layers alone
+        # (`net = nn.Sequential(...)`, then `net.apply(weights_init)`)
+        if not _nnx.module_classes(self.ctx) and not _loop.file_facts(self.ctx).modules:
             return
         name = _init_name(self.ctx.qualname(node.func))
         if name is not None:
