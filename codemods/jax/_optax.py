@@ -819,8 +819,8 @@ def updates_per_step(ctx: FileContext, sched_target: str, optimizer_target: str)
 
 def _visible_at(ctx: FileContext, stmt: cst.CSTNode, length: str) -> bool:
     """The name that ``length`` (``len(train_loader)``, ``len(self.loader)``) reads is bound
-    where ``stmt`` runs: a local or parameter of its function, or a name of the module (an
-    attribute of ``self`` only when the function is the class's and assigns it before)."""
+    where ``stmt`` runs: a local or parameter of its function, a name of the module, or a name
+    no function binds (an attribute of ``self`` only when the function assigns it)."""
     expr = cst.parse_expression(length)
     root = astutil.root_name(expr.args[0].value) if isinstance(expr, cst.Call) and expr.args else None
     if root is None:
@@ -833,8 +833,14 @@ def _visible_at(ctx: FileContext, stmt: cst.CSTNode, length: str) -> bool:
                                       for n in astutil.walk(fn.body))
     if fn is not None and (root in astutil.function_locals(fn) or astutil.has_param(fn, root)):
         return True
-    return root in astutil.top_level_names(ctx.module) or any(
-        root in astutil.binds(s) for s in ctx.module.body if not isinstance(s, (cst.FunctionDef, cst.ClassDef)))
+    if root in astutil.top_level_names(ctx.module) or any(
+            root in astutil.binds(s) for s in ctx.module.body if not isinstance(s, (cst.FunctionDef, cst.ClassDef))):
+        return True
+    # a name only another function binds (`def fit(self, loader)`) is not in scope here; one that
+    # nothing in the file binds is the module's (a star import, a name the harness provides)
+    return not any(isinstance(f, cst.FunctionDef) and f is not fn and (
+        astutil.has_param(f, root) or root in astutil.function_locals(f))
+        for f in astutil.walk(ctx.module, into_functions=True))
 
 
 def _sched_steps(ctx: FileContext, target: str) -> list:
