@@ -390,6 +390,26 @@ def _failed_after(record: dict, steps: int) -> bool:
     return record.get("status") in ("error", "exit") and steps >= 1 and record.get("num_steps", 0) >= steps
 
 
+def _failed_after_the_steps(orig: dict, port: dict, side_o: SideReport, side_p: SideReport, notes: list[str],
+                            settings: dict, compare) -> Optional[Report]:
+    """A port that failed after the compared steps: where the original ran its whole script (its
+    evaluation, its save), what failed is the port's (a side-failed report, its steps compared by
+    ``compare()``); else the failure is a note and the port's side counts as run. None when the
+    port did not fail."""
+    if port.get("status") == "ok":
+        return None
+    if orig.get("status") == "ok" and orig.get("ended_by") in ("end", "exit"):
+        steps, first = compare()
+        return Report("script", False, "side-failed",
+                      f"the port could not run: {side_p.error} (after its {port.get('num_steps', 0)} optimizer steps, "
+                      f"where the original ran to the end of its script)", side_o, side_p,
+                      first_divergence=first, notes=notes, settings=settings, steps=steps)
+    notes.append(f"the port failed after its {port.get('num_steps', 0)} optimizer steps, after the compared "
+                 f"steps: {_error_line(port)}")
+    side_p.ok, side_p.error = True, ""
+    return None
+
+
 def _error_line(record: dict) -> str:
     exc = record.get("exception") or {}
     message = re.sub(r"\x1b\[[0-9;]*m", "", exc.get("message") or "").strip().splitlines()
@@ -604,18 +624,11 @@ def verify_script(req: ScriptRequest) -> Report:
         where = f" ({where})" if where else ""
         return Report("script", False, "side-failed", f"the port could not run: {side_p.error}{where}", side_o, side_p,
                       first_divergence=first, notes=notes, settings=settings, steps=steps)
-    if port.get("status") != "ok" and orig.get("status") == "ok" and orig.get("ended_by") in ("end", "exit"):
-        # the original ran its whole script (its evaluation, its save) where the port failed:
-        # what failed is the port's, even after the compared steps
-        steps, first = compare_steps(orig["losses"], port.get("losses", []), rtol, atol, scaled, jax_port)
-        return Report("script", False, "side-failed",
-                      f"the port could not run: {side_p.error} (after its {port.get('num_steps', 0)} optimizer steps, "
-                      f"where the original ran to the end of its script)", side_o, side_p,
-                      first_divergence=first, notes=notes, settings=settings, steps=steps)
-    if port.get("status") != "ok":
-        notes.append(f"the port failed after its {port.get('num_steps', 0)} optimizer steps, after the compared "
-                     f"steps: {_error_line(port)}")
-        side_p.ok, side_p.error = True, ""
+    failed = _failed_after_the_steps(orig, port, side_o, side_p, notes, settings,
+                                     lambda: compare_steps(orig["losses"], port.get("losses", []), rtol, atol, scaled,
+                                                           jax_port))
+    if failed is not None:
+        return failed
     steps, first = compare_steps(orig["losses"], port["losses"], rtol, atol, scaled, jax_port)
     if first is not None and dtype == "float32" and req.reference:
         first = _judge_by_reference(req, steps, reference, jax_port, notes,
@@ -749,18 +762,11 @@ def verify_mxnet_script(req: ScriptRequest) -> Report:
         where = f" ({where})" if where else ""
         return Report("script", False, "side-failed", f"the port could not run: {side_p.error}{where}", side_o, side_p,
                       first_divergence=first, notes=notes, settings=settings, steps=steps)
-    if port.get("status") != "ok" and orig.get("status") == "ok" and orig.get("ended_by") in ("end", "exit"):
-        # the original ran its whole script (its evaluation, its save) where the port failed:
-        # what failed is the port's, even after the compared steps
-        steps, first = compare_steps(orig["losses"], port.get("losses", []), rtol, atol, scaled, jax_port)
-        return Report("script", False, "side-failed",
-                      f"the port could not run: {side_p.error} (after its {port.get('num_steps', 0)} optimizer steps, "
-                      f"where the original ran to the end of its script)", side_o, side_p,
-                      first_divergence=first, notes=notes, settings=settings, steps=steps)
-    if port.get("status") != "ok":
-        notes.append(f"the port failed after its {port.get('num_steps', 0)} optimizer steps, after the compared "
-                     f"steps: {_error_line(port)}")
-        side_p.ok, side_p.error = True, ""
+    failed = _failed_after_the_steps(orig, port, side_o, side_p, notes, settings,
+                                     lambda: compare_steps(orig["losses"], port.get("losses", []), rtol, atol, scaled,
+                                                           jax_port))
+    if failed is not None:
+        return failed
     health = _port_health(port, req.budgets, jax_port, notes)
     count_note = None
     if orig["num_steps"] != port["num_steps"]:
