@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 import mxnethelp
+from porter.verify import warm
 
 TESTS = Path(__file__).resolve().parent
 TRIPWIRE = TESTS / "tripwire"
@@ -162,9 +163,21 @@ def pytest_configure(config):
         config._porter_jax_cache = tempfile.mkdtemp(prefix="porter-test-jax-cache-")
         os.environ[_JAX_CACHE_ENV] = config._porter_jax_cache
         os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    if not _fast_lane() and not hasattr(config, "workerinput") and not os.environ.get(warm.DIR_VARIABLE):
+        # verification sides start as forks of warm interpreters that imported torch once
+        # (porter.verify.warm), shared by the workers and every porter process of the run
+        config._porter_warm = tempfile.mkdtemp(prefix="porter-test-warm-")
+        os.environ[warm.DIR_VARIABLE] = config._porter_warm
+        os.environ["PORTER_WARM_OWNER"] = str(os.getpid())
 
 
 def pytest_unconfigure(config):
+    warm_folder = getattr(config, "_porter_warm", None)
+    if warm_folder:
+        warm.stop_all(warm_folder)
+        shutil.rmtree(warm_folder, ignore_errors=True)
+        if os.environ.get(warm.DIR_VARIABLE) == warm_folder:
+            del os.environ[warm.DIR_VARIABLE]
     folder = getattr(config, "_porter_jax_cache", None)
     if folder:
         shutil.rmtree(folder, ignore_errors=True)

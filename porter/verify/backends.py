@@ -13,6 +13,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from porter.verify.warm import TORCH_XLA_STACK
+
 
 @dataclass(frozen=True)
 class Backend:
@@ -21,6 +23,7 @@ class Backend:
     device: str
     python: str = sys.executable
     env: dict = field(default_factory=dict)
+    preload: tuple = ()  # what the side module imports before the user's code (porter.verify.warm)
 
     def environment(self) -> dict:
         from porter.verify.process import side_environment
@@ -32,10 +35,11 @@ class Backend:
 
 BACKENDS = {
     # the original's reference run: eager PyTorch on the CPU, CUDA calls served by the CPU
-    "torch": Backend("torch", "porter.verify.side_torch", "cpu", env={"CUDA_VISIBLE_DEVICES": ""}),
+    "torch": Backend("torch", "porter.verify.side_torch", "cpu", env={"CUDA_VISIBLE_DEVICES": ""},
+                     preload=("torch",)),
     # the port on the XLA backend (CPU here; a TPU VM sets PJRT_DEVICE=TPU)
     "torch-xla": Backend("torch-xla", "porter.verify.side_torch", "xla",
-                         env={"PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}),
+                         env={"PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}, preload=TORCH_XLA_STACK),
     # a Flax NNX port (the JAX target): CPU here; a TPU VM sets JAX_PLATFORMS=tpu
     "jax": Backend("jax", "porter.verify.side_jax", "jax",
                    env={"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}),
@@ -57,7 +61,7 @@ def original_backend(path: Path) -> Backend:
             python = mxnet_env.mxnet_python()
         except mxnet_env.MXNetEnvError as exc:
             raise ValueError(f"{path} is an MXNet original: {exc}") from None
-        return Backend("mxnet", "porter.verify.side_mxnet", "cpu", python=python)
+        return Backend("mxnet", "porter.verify.side_mxnet", "cpu", python=python, preload=("mxnet",))
     return BACKENDS["torch"]
 
 

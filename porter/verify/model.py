@@ -103,7 +103,8 @@ def _start(backend: backends.Backend, request: dict, work: Path, role: str, time
     else:
         cmd = [backend.python, "-m", backend.module, str(req_path)]
     req_path.write_text(json.dumps(request))
-    return Side(cmd, backend.environment(), work / f"{role}.log", timeout, memory_mb), Path(request["meta"])
+    return (Side(cmd, backend.environment(), work / f"{role}.log", timeout, memory_mb, preload=backend.preload),
+            Path(request["meta"]))
 
 
 def _compare(order: Sequence[str], original: Path, port: Path, tol: Tolerance) -> list[TensorResult]:
@@ -262,6 +263,16 @@ def verify_model(req: ModelRequest) -> Report:
 # --- the port's side: warm up while the original runs, then wait for its .npz ------------
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class _WhenReady(os.PathLike):
     """The original's .npz as a path that is only handed out once ``ready`` exists (created by
     the verifying process after the original exited cleanly). Waiting stops if that process
@@ -274,7 +285,7 @@ class _WhenReady(os.PathLike):
     def __fspath__(self) -> str:
         start = time.perf_counter()
         while not os.path.exists(self.ready):
-            if os.getppid() != self.parent:
+            if not _alive(self.parent):  # (not getppid(): a warm side's parent is its warm interpreter)
                 raise SystemExit("porter verify ended while the port waited for the original")
             time.sleep(0.02)
         self.waited += time.perf_counter() - start

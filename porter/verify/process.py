@@ -22,9 +22,11 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import psutil
+
+from porter.verify import warm
 
 POLL_S = 0.1
 
@@ -36,6 +38,7 @@ class SideRun:
     log: str  # stdout and stderr together (the tail)
     cause: str = ""  # "" when it exited by itself; else timeout / memory / signal description
     peak_mb: float = 0.0
+    warm: bool = False  # forked by a warm interpreter (porter.verify.warm)
 
     @property
     def ok(self) -> bool:
@@ -100,7 +103,10 @@ def _kill_tree(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        pass
+        try:  # a warm side forked a moment ago may not lead its own group yet
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 # the sides still running, killed when porter exits: each runs in its own session (so that its
@@ -137,10 +143,12 @@ class Side:
     """One side's process (its own session, so its whole tree can be killed), watched by
     ``poll()``: past ``timeout`` seconds of its clock or ``memory_mb`` of resident memory it is
     killed and the cause kept. ``restart_clock()`` starts the timeout over (a side that waited
-    for another one is timed from when it could start its own work)."""
+    for another one is timed from when it could start its own work). ``preload``: the modules
+    the side's command imports before any code of the user's runs, which a warm interpreter
+    may have imported for it (``porter.verify.warm``; empty: always a fresh interpreter)."""
 
     def __init__(self, cmd: Sequence[str], env: dict, log_path: Path, timeout: float, memory_mb: float,
-                 cwd: Optional[Path] = None, tail_chars: int = 20000) -> None:
+                 cwd: Optional[Path] = None, tail_chars: int = 20000, preload: Sequence[str] = ()) -> None:
         self.log_path = Path(log_path)
         self.timeout = timeout
         self.memory_mb = memory_mb
@@ -153,9 +161,12 @@ class Side:
         self.end = self.start
         self._log = open(self.log_path, "wb")
         self._terminal, stdin = _terminal()
+        self.proc: Union[subprocess.Popen, warm.WarmProcess]
         try:
-            self.proc = subprocess.Popen(list(cmd), stdout=self._log, stderr=subprocess.STDOUT,
-                                         stdin=stdin, env=env, cwd=cwd, start_new_session=True)
+            forked = warm.start(cmd, env, cwd, stdin, self._log, preload) if preload else None
+            self.warm = forked is not None
+            self.proc = forked or subprocess.Popen(list(cmd), stdout=self._log, stderr=subprocess.STDOUT,
+                                                   stdin=stdin, env=env, cwd=cwd, start_new_session=True)
         except BaseException:
             self._log.close()
             _close(self._terminal)
@@ -220,12 +231,12 @@ class Side:
                 cause = f"killed by signal {signal.Signals(-code).name}"
             except ValueError:
                 cause = f"killed by signal {-code}"
-        return SideRun(code, self.end - self.start, text, cause, self.peak / 2**20)
+        return SideRun(code, self.end - self.start, text, cause, self.peak / 2**20, self.warm)
 
 
 def run_side(cmd: Sequence[str], env: dict, log_path: Path, timeout: float, memory_mb: float,
-             cwd: Optional[Path] = None, tail_chars: int = 20000) -> SideRun:
-    return Side(cmd, env, log_path, timeout, memory_mb, cwd, tail_chars).wait()
+             cwd: Optional[Path] = None, tail_chars: int = 20000, preload: Sequence[str] = ()) -> SideRun:
+    return Side(cmd, env, log_path, timeout, memory_mb, cwd, tail_chars, preload).wait()
 
 
 def watch(sides: Sequence[Side], on_end: Callable[[Side], None] = lambda side: None) -> None:
@@ -251,7 +262,8 @@ def traced_record(side: SideRun, target: Path, script: Any, timeout: float, memo
     """What a tracer side (porter.verify.trace / trace_mxnet) recorded in ``target``, with its
     exit status, log tail and peak memory; a record of why there is none when the side ran out
     of time or memory (killed by porter: no exit status of its own) or wrote nothing."""
-    base = {"returncode": side.returncode, "output": side.log, "script": str(script), "peak_mb": round(side.peak_mb, 1)}
+    base = {"returncode": side.returncode, "output": side.log, "script": str(script), "peak_mb": round(side.peak_mb, 1),
+            "warm": side.warm}
     if side.cause.startswith("timed out"):
         return {**base, "returncode": None, "status": "timeout", "timeout_s": timeout, "cause": side.cause}
     if side.cause.startswith("memory"):

@@ -81,6 +81,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from porter.verify.process import run_side, side_environment, traced_record
+from porter.verify.warm import preload_for_script
 
 __all__ = ["trace_script", "compare_losses", "HostRandomMode", "main"]
 
@@ -1093,7 +1094,8 @@ def trace_script(
         if synthetic_image_size is not None:
             command += ["--synthetic-image-size", f"{synthetic_image_size[0]}x{synthetic_image_size[1]}"]
         command += [str(Path(script).resolve()), "--", *map(str, args)]
-        side = run_side(command, environment, Path(tmp) / "trace.log", timeout, memory_mb, cwd=cwd, tail_chars=4000)
+        side = run_side(command, environment, Path(tmp) / "trace.log", timeout, memory_mb, cwd=cwd, tail_chars=4000,
+                        preload=preload_for_script(script))  # (this module imports torch before the script runs)
         return traced_record(side, target, script, timeout, memory_mb)
 
 

@@ -569,7 +569,8 @@ def trace_mxnet_script(script: "str | os.PathLike", args: Sequence[str] = (), *,
         command += ["--no-shuffle"] * no_shuffle
         command += ["--synthetic-size", str(synthetic_size)] if synthetic_size is not None else []
         command += [str(Path(script).resolve()), "--", *map(str, args)]
-        side = run_side(command, environment, Path(tmp) / "trace.log", timeout, memory_mb, cwd=cwd, tail_chars=4000)
+        side = run_side(command, environment, Path(tmp) / "trace.log", timeout, memory_mb, cwd=cwd, tail_chars=4000,
+                        preload=("mxnet",))  # (imported by this module before the script runs)
         return traced_record(side, target, script, timeout, memory_mb)
 
 
