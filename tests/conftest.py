@@ -163,7 +163,7 @@ def pytest_configure(config):
         config._porter_jax_cache = tempfile.mkdtemp(prefix="porter-test-jax-cache-")
         os.environ[_JAX_CACHE_ENV] = config._porter_jax_cache
         os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
-    if not _fast_lane() and not hasattr(config, "workerinput") and not os.environ.get(warm.DIR_VARIABLE):
+    if not _fast_lane() and not hasattr(config, "workerinput") and warm.DIR_VARIABLE not in os.environ:
         # verification sides start as forks of warm interpreters that imported torch once
         # (porter.verify.warm), shared by the workers and every porter process of the run
         config._porter_warm = tempfile.mkdtemp(prefix="porter-test-warm-")

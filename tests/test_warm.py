@@ -14,6 +14,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from porter.verify import warm
@@ -130,6 +131,16 @@ def test_other_environment_other_interpreter(place):
     assert len(list((place / "warm").glob("*.sock"))) == 2
 
 
+def test_keys_hold_what_the_preloads_read():
+    """JAX reads JAX_PLATFORMS as it is imported (torch does not): with JAX's stack preloaded,
+    a side on another platform is another interpreter's."""
+    cpu, tpu = {"JAX_PLATFORMS": "cpu", "A": "1"}, {"JAX_PLATFORMS": "tpu", "A": "1"}
+    assert warm._key(sys.executable, ("torch",), cpu) == warm._key(sys.executable, ("torch",), tpu)
+    assert warm._key(sys.executable, warm.JAX_STACK, cpu) != warm._key(sys.executable, warm.JAX_STACK, tpu)
+    assert warm._key(sys.executable, ("torch",), cpu) != warm._key(sys.executable, ("torch",), {**cpu, "A": "2"})
+    assert warm._key(sys.executable, ("torch",), cpu) != warm._key(sys.executable, warm.TORCH_XLA_STACK, cpu)
+
+
 def test_interpreter_lifetime(place, monkeypatch):
     monkeypatch.setenv("PORTER_WARM_IDLE", "1")
     _ready(place)
@@ -219,3 +230,34 @@ def test_trace_is_the_same_warm_and_fresh(tmp_path, monkeypatch):
         assert [s["xla_delta"] for s in fresh["steps"]] == [s["xla_delta"] for s in forked["steps"]]
     finally:
         warm.stop_all(tmp_path / "warm")
+
+
+def test_session_owns_its_interpreters(tmp_path, monkeypatch):
+    """What `porter zoo` runs in: a folder of its own while it runs, its interpreters ended and
+    the folder gone after; a PORTER_WARM_SIDES of the caller's (an empty one: off) is kept."""
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "probe.py").write_text(PROBE)
+    monkeypatch.delenv(warm.DIR_VARIABLE, raising=False)
+    monkeypatch.delenv("PORTER_WARM_OWNER", raising=False)
+    with warm.session():
+        folder = Path(os.environ[warm.DIR_VARIABLE])
+        assert os.environ["PORTER_WARM_OWNER"] == str(os.getpid())
+        _ready(tmp_path)
+        assert _run(tmp_path, 1).warm
+        pid = int(next(folder.glob("*.pid")).read_text())
+    assert warm.DIR_VARIABLE not in os.environ and "PORTER_WARM_OWNER" not in os.environ
+    assert not folder.exists()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:  # ended (this process reaps it later)
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the session's warm interpreter outlived it")
+    monkeypatch.setenv(warm.DIR_VARIABLE, "")
+    with warm.session():
+        assert os.environ[warm.DIR_VARIABLE] == ""
+        assert not _run(tmp_path, 2).warm

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from porter.verify.warm import TORCH_XLA_STACK
+from porter.verify.warm import JAX_STACK, TORCH, TORCH_XLA_STACK
 
 
 @dataclass(frozen=True)
@@ -36,13 +36,13 @@ class Backend:
 BACKENDS = {
     # the original's reference run: eager PyTorch on the CPU, CUDA calls served by the CPU
     "torch": Backend("torch", "porter.verify.side_torch", "cpu", env={"CUDA_VISIBLE_DEVICES": ""},
-                     preload=("torch",)),
+                     preload=TORCH),
     # the port on the XLA backend (CPU here; a TPU VM sets PJRT_DEVICE=TPU)
     "torch-xla": Backend("torch-xla", "porter.verify.side_torch", "xla",
                          env={"PJRT_DEVICE": os.environ.get("PJRT_DEVICE", "CPU")}, preload=TORCH_XLA_STACK),
     # a Flax NNX port (the JAX target): CPU here; a TPU VM sets JAX_PLATFORMS=tpu
     "jax": Backend("jax", "porter.verify.side_jax", "jax",
-                   env={"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}),
+                   env={"JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu")}, preload=JAX_STACK),
 }
 
 _IMPORTS = re.compile(r"^\s*(?:import|from)\s+([\w.]+)", re.M)

@@ -81,7 +81,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from porter.verify.process import run_side, side_environment, traced_record
-from porter.verify.warm import preload_for_script
+from porter.verify.warm import JAX_STACK, TORCH, preload_for_script
 
 __all__ = ["trace_script", "compare_losses", "HostRandomMode", "main"]
 
@@ -1095,7 +1095,8 @@ def trace_script(
             command += ["--synthetic-image-size", f"{synthetic_image_size[0]}x{synthetic_image_size[1]}"]
         command += [str(Path(script).resolve()), "--", *map(str, args)]
         side = run_side(command, environment, Path(tmp) / "trace.log", timeout, memory_mb, cwd=cwd, tail_chars=4000,
-                        preload=preload_for_script(script))  # (this module imports torch before the script runs)
+                        # (this module imports torch, and with --jax, JAX's stack, before the script runs)
+                        preload=preload_for_script(script, (*TORCH, *JAX_STACK) if jax else TORCH))
         return traced_record(side, target, script, timeout, memory_mb)
 
 

@@ -12,7 +12,7 @@ stdin and log, in a session of its own, and its exit status comes back as a subp
 A warm interpreter serves only sides that a fresh interpreter would have started alike: it is
 keyed by the Python executable, the preloaded modules and the whole environment, except the
 variables read after the imports (``RUN_VARIABLES``: the device a side runs on, torchrun's
-rendezvous, porter's and pytest's own). It is started, in the background, the second time a
+rendezvous, porter's, pytest's and Ray's own). It is started, in the background, the second time a
 key is asked for (the first side, and every side while it imports, start fresh: nothing ever
 waits for it), and ends after ``PORTER_WARM_IDLE`` seconds (default 300) without a side, when
 ``PORTER_WARM_OWNER`` (a process id) has ended, or when DIR is removed. ``stop_all(DIR)``
@@ -20,18 +20,21 @@ ends the ones in DIR. Without ``PORTER_WARM_SIDES`` every side starts fresh.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 DIR_VARIABLE = "PORTER_WARM_SIDES"
 SERVER = Path(__file__).with_name("warm_server.py")
@@ -43,7 +46,11 @@ RUN_VARIABLES = frozenset({
     "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
     "ROLE_RANK", "ROLE_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "PWD", "OLDPWD", "_", "SHLVL", "COLUMNS", "LINES",
 })
-RUN_PREFIXES = ("PORTER_", "PYTEST_")
+RUN_PREFIXES = ("PORTER_", "PYTEST_", "RAY_")  # porter's, pytest's and Ray's own (a Ray worker's differ)
+
+# torch, and the part of it that torch.optim's first optimizer imports (its `_disable_dynamo`
+# imports torch._dynamo, 2 s, on the first call): every training side imports both
+TORCH = ("torch", "torch._dynamo")
 
 # the part of torch that `import torch_xla` imports (its stablehlo export and dynamo bridge):
 # torch's own modules, imported ahead for a side whose script imports torch_xla
@@ -56,8 +63,13 @@ def enabled() -> Optional[Path]:
     return Path(value) if value else None
 
 
+# JAX reads its JAX_* variables (JAX_PLATFORMS too) as it is imported
+JAX_STACK = ("jax", "optax", "flax.nnx")
+
+
 def _key(python: str, preload: Sequence[str], env: dict) -> str:
-    kept = sorted((k, v) for k, v in env.items() if k not in RUN_VARIABLES and not k.startswith(RUN_PREFIXES))
+    run_only = RUN_VARIABLES - {"JAX_PLATFORMS"} if set(preload) & set(JAX_STACK) else RUN_VARIABLES
+    kept = sorted((k, v) for k, v in env.items() if k not in run_only and not k.startswith(RUN_PREFIXES))
     st = SERVER.stat()
     text = json.dumps([os.path.realpath(python), list(preload), [st.st_size, st.st_mtime_ns], kept])
     return hashlib.sha256(text.encode()).hexdigest()[:20]
@@ -145,12 +157,13 @@ def _start_server(folder: Path, key: str, python: str, preload: Sequence[str], e
 
 
 def _make_room(folder: Path) -> None:
-    """At most PORTER_WARM_MAX (default 4) warm interpreters in FOLDER: the least recently used
-    ones beyond it are ended to make room for one more."""
+    """At most PORTER_WARM_MAX (default 6: a verification's kinds of side are torch, torch_xla,
+    JAX in the tracer and in the model-level side, MXNet) warm interpreters in FOLDER: the least
+    recently used ones beyond it are ended to make room for one more."""
     try:
-        limit = max(1, int(os.environ.get("PORTER_WARM_MAX", "4")))
+        limit = max(1, int(os.environ.get("PORTER_WARM_MAX", "6")))
     except ValueError:
-        limit = 4
+        limit = 6
     live = sorted((folder / f"{sock.stem}.seen" for sock in folder.glob("*.sock")),
                   key=lambda seen: seen.stat().st_mtime if seen.exists() else 0.0)
     for seen in live[:max(0, len(live) - limit + 1)]:
@@ -259,7 +272,31 @@ def stop_all(folder: "str | os.PathLike[str]") -> None:
             pass
 
 
-def preload_for_script(script: os.PathLike, base: Sequence[str] = ("torch",)) -> tuple[str, ...]:
+@contextlib.contextmanager
+def session() -> Iterator[None]:
+    """Warm sides for what runs inside (in this process and the processes it starts): a
+    folder of warm interpreters owned by this process, ended with it. Nothing changes where
+    PORTER_WARM_SIDES is already set (the caller's own folder) or set to an empty value (off)."""
+    if DIR_VARIABLE in os.environ:
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="porter-warm-")
+    os.environ[DIR_VARIABLE] = folder
+    owner = os.environ.get("PORTER_WARM_OWNER")
+    os.environ["PORTER_WARM_OWNER"] = str(os.getpid())
+    try:
+        yield
+    finally:
+        stop_all(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        del os.environ[DIR_VARIABLE]
+        if owner is None:
+            os.environ.pop("PORTER_WARM_OWNER", None)
+        else:
+            os.environ["PORTER_WARM_OWNER"] = owner
+
+
+def preload_for_script(script: os.PathLike, base: Sequence[str] = TORCH) -> tuple[str, ...]:
     """What a trace side of SCRIPT imports before the script's own code runs: BASE (the tracer's
     own imports), and torch's compiler stack where the script imports torch_xla (which
     imports it: ahead of time it is the same modules, imported the same way)."""

@@ -8,9 +8,11 @@ executor, and caches each result as it arrives.
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from porter.runner import UsageError
+from porter.verify import warm
 from porter.zoo.cache import FOLDER, ResultCache
 from porter.zoo.executors import run_jobs
 from porter.zoo.model import STATUSES, ModelJob, ModelResult, cache_key, port_digest, runner_fingerprint
@@ -252,11 +255,15 @@ def run_zoo(options: ZooOptions, on_start: Callable[[int], None] = lambda n: Non
     on_start(len(jobs))
     for r in run.results:
         on_result(r)
+    # the models' sides start warm (porter.verify.warm): torch is imported once per kind of side,
+    # not twice per model; not for a Ray cluster elsewhere (its nodes have their own processes)
+    local = options.executor == "local" or not os.environ.get("RAY_ADDRESS")
     try:
-        for result in run_jobs(todo, options.jobs, options.executor):
-            cache.put(result)
-            run.results.append(result)
-            on_result(result)
+        with warm.session() if local else contextlib.nullcontext():
+            for result in run_jobs(todo, options.jobs, options.executor):
+                cache.put(result)
+                run.results.append(result)
+                on_result(result)
     finally:
         run.seconds = round(time.perf_counter() - t0, 3)
     return run
