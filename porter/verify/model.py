@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
+import psutil
 
 from porter.verify import backends
 from porter.verify.compare import Tolerance, TensorResult, compare_all, first_failure
@@ -263,16 +264,6 @@ def verify_model(req: ModelRequest) -> Report:
 # --- the port's side: warm up while the original runs, then wait for its .npz ------------
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class _WhenReady(os.PathLike):
     """The original's .npz as a path that is only handed out once ``ready`` exists (created by
     the verifying process after the original exited cleanly). Waiting stops if that process
@@ -285,7 +276,7 @@ class _WhenReady(os.PathLike):
     def __fspath__(self) -> str:
         start = time.perf_counter()
         while not os.path.exists(self.ready):
-            if not _alive(self.parent):  # (not getppid(): a warm side's parent is its warm interpreter)
+            if not psutil.pid_exists(self.parent):  # (not getppid(): a warm side's parent is its warm interpreter)
                 raise SystemExit("porter verify ended while the port waited for the original")
             time.sleep(0.02)
         self.waited += time.perf_counter() - start

@@ -93,10 +93,7 @@ class WarmProcess:
             return
         chunk = self._conn.recv(4096)
         if chunk:
-            self._buffer += chunk
-            if b"\n" in self._buffer:
-                status = json.loads(self._buffer.split(b"\n", 1)[0])["status"]
-                self._end(os.waitstatus_to_exitcode(status))
+            self._take(chunk)
             return
         # the warm interpreter went away without the child's status: end the child, say so
         try:
@@ -104,6 +101,13 @@ class WarmProcess:
         except (ProcessLookupError, PermissionError):
             pass
         self._end(-signal.SIGKILL)
+
+    def _take(self, data: bytes) -> None:
+        """Data from the warm interpreter: the side's status once its line is whole."""
+        self._buffer += data
+        if b"\n" in self._buffer:
+            status = json.loads(self._buffer.split(b"\n", 1)[0])["status"]
+            self._end(os.waitstatus_to_exitcode(status))
 
     def _end(self, code: int) -> None:
         self.returncode = code
@@ -239,26 +243,33 @@ def start(cmd: Sequence[str], env: dict, cwd: Optional[os.PathLike], stdin: Any,
             if exc.errno in (errno.ECONNREFUSED, errno.ENOENT):  # a socket its server left behind
                 _stop(folder, key)
             return None
-        stdin_fd = stdin if isinstance(stdin, int) and stdin >= 0 else os.open(os.devnull, os.O_RDONLY)
+        own_stdin = not (isinstance(stdin, int) and stdin >= 0)
+        stdin_fd = os.open(os.devnull, os.O_RDONLY) if own_stdin else stdin
         try:
             conn.settimeout(30)
             _send_request(conn, {"module": cmd[2], "args": list(cmd[3:]), "cwd": os.fspath(cwd or os.getcwd()),
                                  "env": env}, [stdin_fd, stdout.fileno()])
-            line = b""
-            while not line.endswith(b"\n"):
+            data = b""
+            while b"\n" not in data:
                 chunk = conn.recv(4096)
                 if not chunk:
                     raise ConnectionError("the warm interpreter closed the connection")
-                line += chunk
+                data += chunk
+            line, rest = data.split(b"\n", 1)  # (a side that ended at once: its status may follow)
             answer = json.loads(line)
             conn.settimeout(None)
+        except BaseException:
+            conn.close()
+            raise
         finally:
-            if stdin_fd is not stdin:
+            if own_stdin:
                 os.close(stdin_fd)
         if "pid" not in answer:
             conn.close()
             return None
-        return WarmProcess(conn, int(answer["pid"]), cmd)
+        process = WarmProcess(conn, int(answer["pid"]), cmd)
+        process._take(rest)
+        return process
     except (OSError, ValueError):
         return None
 
