@@ -46,6 +46,9 @@ PROBE = textwrap.dedent('''
         import time
         hog = bytearray(400 * 2**20)
         time.sleep(60)
+    if action == "leave":  # a process left in the side's group (a daemon, a loader worker)
+        import subprocess
+        print(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]).pid, flush=True)
 ''')
 
 
@@ -162,6 +165,74 @@ def test_a_dead_interpreter_is_never_an_error(place):
     run = _run(place, 1)  # its socket is left behind: refused, removed, the side starts fresh
     assert (run.warm, run.returncode) == (False, 0)
     assert not list((place / "warm").glob("*.sock"))
+
+
+def _ended(proc: psutil.Process, within: float = 30) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("warm_side", [False, True])
+def test_what_a_side_leaves_in_its_group_is_killed(place, monkeypatch, warm_side):
+    if warm_side:
+        _ready(place, PORTER_PROBE_ACTION="leave")
+    else:
+        monkeypatch.delenv(warm.DIR_VARIABLE)
+    run = _run(place, PORTER_PROBE_ACTION="leave")
+    assert (run.warm, run.returncode) == (warm_side, 0)
+    assert _ended(psutil.Process(int(run.log.splitlines()[1])))
+
+
+CLIENT = """
+import sys
+from porter.verify import warm
+from porter.verify.process import side_environment
+env = side_environment({"PJRT_DEVICE": "CPU", "PORTER_PROBE_ACTION": "sleep"})
+with open(sys.argv[1], "wb") as log:
+    side = warm.start([sys.executable, "-m", "probe"], env, sys.argv[2], -1, log, sys.argv[3].split(","))
+print(side.pid, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_side_ends_with_the_porter_that_started_it(place):
+    """A porter process killed outright (no exit handlers) while its warm side runs: the warm
+    interpreter sees the connection end and kills the side, as porter's exit does its sides."""
+    import subprocess
+
+    _ready(place, PORTER_PROBE_ACTION="sleep")
+    client = subprocess.Popen([sys.executable, "-c", CLIENT, str(place / "log.txt"), str(place / "work"),
+                               ",".join(PRELOAD)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    side = psutil.Process(int(client.stdout.readline()))
+    assert side.is_running()
+    client.kill()
+    client.wait()
+    assert _ended(side)
+
+
+def test_stop_signals_no_process_by_a_written_id(place):
+    """stop_all ends interpreters through their sockets: an id written down when one started
+    may be another process's by now."""
+    import subprocess
+
+    _ready(place)
+    server = psutil.Process(int(next((place / "warm").glob("*.pid")).read_text()))
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (place / "warm" / "gone.pid").write_text(str(other.pid))
+        warm.stop_all(place / "warm")
+        assert _ended(server)
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_owner_and_stop(place, monkeypatch):

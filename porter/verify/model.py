@@ -270,13 +270,26 @@ class _WhenReady(os.PathLike):
     goes away (the port must never outlive it)."""
 
     def __init__(self, path: str, ready: str, parent: int) -> None:
-        self.path, self.ready, self.parent = path, ready, parent
+        self.path, self.ready = path, ready
         self.waited = 0.0
+        try:  # (not getppid(): a warm side's parent is its warm interpreter)
+            self.parent: Optional[psutil.Process] = psutil.Process(parent)
+        except psutil.Error:
+            self.parent = None
+
+    def _parent_alive(self) -> bool:
+        """porter verify, by its process id and start time (never a later process given the
+        same id), still running."""
+        try:
+            return (self.parent is not None and self.parent.is_running()
+                    and self.parent.status() != psutil.STATUS_ZOMBIE)
+        except psutil.Error:
+            return False
 
     def __fspath__(self) -> str:
         start = time.perf_counter()
         while not os.path.exists(self.ready):
-            if not psutil.pid_exists(self.parent):  # (not getppid(): a warm side's parent is its warm interpreter)
+            if not self._parent_alive():
                 raise SystemExit("porter verify ended while the port waited for the original")
             time.sleep(0.02)
         self.waited += time.perf_counter() - start

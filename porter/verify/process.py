@@ -59,8 +59,10 @@ def side_environment(*extra: Optional[dict]) -> dict:
     return env
 
 
-def _tree_rss(proc: psutil.Process) -> int:
+def _tree_rss(proc: Optional[psutil.Process]) -> int:
     total = 0
+    if proc is None:
+        return 0
     try:
         procs = [proc, *proc.children(recursive=True)]
     except psutil.Error:
@@ -99,14 +101,42 @@ def _close(fd: Any) -> None:
             pass
 
 
-def _kill_tree(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        try:  # a warm side forked a moment ago may not lead its own group yet
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+class _Fresh:
+    """A side started as a subprocess of porter's, in a session of its own. Its process group is
+    signalled only while the side is not reaped yet (its id, the group's, cannot then have been
+    given to another process): ``poll()`` sees that it ended without reaping it (``WNOWAIT``),
+    kills what it left in its group (daemons, data loader workers), then reaps it."""
+
+    def __init__(self, popen: subprocess.Popen) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+
+    def poll(self) -> Optional[int]:
+        if self.popen.returncode is None:
+            try:
+                if os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+                    return None
+            except ChildProcessError:  # reaped already
+                return self.popen.poll()
+            self.kill_tree()
+        return self.popen.wait()
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.001
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.popen.args, timeout or 0)
+            time.sleep(delay)
+            delay = min(2 * delay, POLL_S)
+        return code
+
+    def kill_tree(self) -> None:
+        if self.popen.returncode is None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 # the sides still running, killed when porter exits: each runs in its own session (so that its
@@ -161,19 +191,22 @@ class Side:
         self.end = self.start
         self._log = open(self.log_path, "wb")
         self._terminal, stdin = _terminal()
-        self.proc: Union[subprocess.Popen, warm.WarmProcess]
+        self.proc: Union[_Fresh, warm.WarmProcess]
         try:
             forked = warm.start(cmd, env, cwd, stdin, self._log, preload) if preload else None
             self.warm = forked is not None
-            self.proc = forked or subprocess.Popen(list(cmd), stdout=self._log, stderr=subprocess.STDOUT,
-                                                   stdin=stdin, env=env, cwd=cwd, start_new_session=True)
+            self.proc = forked or _Fresh(subprocess.Popen(list(cmd), stdout=self._log, stderr=subprocess.STDOUT,
+                                                          stdin=stdin, env=env, cwd=cwd, start_new_session=True))
         except BaseException:
             self._log.close()
             _close(self._terminal)
             raise
         finally:
             _close(stdin)
-        self._watcher = psutil.Process(self.proc.pid)
+        try:
+            self._watcher: Optional[psutil.Process] = psutil.Process(self.proc.pid)
+        except psutil.Error:  # a warm side that ended at once (reaped by its interpreter)
+            self._watcher = None
         _guard()
         _LIVE.add(self)
 
@@ -200,13 +233,12 @@ class Side:
         if self.done:
             return
         self.cause = cause
-        _kill_tree(self.proc.pid)
+        self.proc.kill_tree()
         self._finish(self.proc.wait())
 
     def _finish(self, code: int) -> None:
         self.code = code
         self.end = time.monotonic()
-        _kill_tree(self.proc.pid)  # leftovers of a side that exited (daemons, workers)
         self._log.close()
         _close(self._terminal)
         self._terminal = None

@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
+import psutil
+
 DIR_VARIABLE = "PORTER_WARM_SIDES"
 SERVER = Path(__file__).with_name("warm_server.py")
 
@@ -84,6 +86,29 @@ class WarmProcess:
         self.pid = pid
         self.args = list(args)
         self.returncode: Optional[int] = None
+        try:  # (the child as it is now: never a later process given the same id)
+            self._identity: Optional[psutil.Process] = psutil.Process(pid)
+        except psutil.Error:
+            self._identity = None
+
+    def kill_tree(self) -> None:
+        """Kill the side and its process group: asked of the warm interpreter, whose child it
+        is (a child not reaped yet: its id cannot be another process's)."""
+        if self.returncode is None:
+            try:
+                self._conn.sendall(b"kill\n")
+            except OSError:
+                self._orphaned()
+
+    def _orphaned(self) -> None:
+        """The warm interpreter went away without the child's status: end the child (if it is
+        still the same process), say so."""
+        try:
+            if self._identity is not None and self._identity.is_running():
+                os.killpg(self.pid, signal.SIGKILL)
+        except (OSError, psutil.Error):
+            pass
+        self._end(-signal.SIGKILL)
 
     def _read(self, timeout: Optional[float]) -> None:
         if self.returncode is not None:
@@ -91,16 +116,14 @@ class WarmProcess:
         ready, _, _ = select.select([self._conn], [], [], timeout)
         if not ready:
             return
-        chunk = self._conn.recv(4096)
+        try:
+            chunk = self._conn.recv(4096)
+        except OSError:
+            chunk = b""
         if chunk:
             self._take(chunk)
-            return
-        # the warm interpreter went away without the child's status: end the child, say so
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        self._end(-signal.SIGKILL)
+        else:
+            self._orphaned()
 
     def _take(self, data: bytes) -> None:
         """Data from the warm interpreter: the side's status once its line is whole."""
@@ -275,12 +298,12 @@ def start(cmd: Sequence[str], env: dict, cwd: Optional[os.PathLike], stdin: Any,
 
 
 def stop_all(folder: "str | os.PathLike[str]") -> None:
-    """End the warm interpreters of FOLDER (their running sides end by themselves)."""
-    for pid_file in Path(folder).glob("*.pid"):
-        try:
-            os.kill(int(pid_file.read_text()), signal.SIGTERM)
-        except (ValueError, OSError):
-            pass
+    """End the warm interpreters of FOLDER: their sockets are removed, and each one ends as
+    soon as it sees that (a tenth of a second) and its running sides have ended. (No signal by
+    a process id written down earlier: that process may have ended long ago and its id been
+    given to another.)"""
+    for sock in Path(folder).glob("*.sock"):
+        _stop(Path(folder), sock.stem)
 
 
 @contextlib.contextmanager

@@ -14,12 +14,19 @@ its stdin and stdout/stderr, the working directory, the environment (the request
 variables the preloads set at import set as they set them), ``sys.argv`` and ``sys.path[0]``
 of a fresh ``python -m``, drops this file's globals, and runs the module as ``__main__``
 (``runpy._run_module_as_main``, what ``python -m`` runs); its exit is the interpreter's own.
-The server answers ``{"pid": N}`` at once and ``{"status": S}`` (the ``waitpid`` status) when
-the child ends.
+The server answers ``{"pid": N}`` once the child leads a session of its own, and ``{"status": S}``
+(the ``waitpid`` status) when the child ends.
+
+Signals by process id go only to a child this server has not reaped yet (its id, which is also
+its process group's, cannot have been given to another process): a ``kill`` line from the
+client kills the child's group; a client that goes away (the connection closed) kills it too
+(a side never outlives the porter that started it); and the child's group is killed once more
+as it ends, before it is reaped (processes it left behind: daemons, data loader workers).
 
 The server ends after IDLE_S seconds with no child and no request, when OWNER_PID (0: none)
-has ended, or when its socket is removed or replaced; it never ends a child, and waits for
-the running ones before it exits.
+has ended (a process id is checked with its start time: never a later process given the same
+id), or when its socket is removed or replaced; it waits for the running children before it
+exits.
 """
 import os
 import sys
@@ -58,16 +65,70 @@ def _send(conn, message):
         pass
 
 
-def _owner_alive(owner):
-    if not owner:
-        return True
+def _started(pid):
+    """(the start time of process PID, its state) from /proc; None where it is gone (or where
+    /proc cannot tell: then only ``kill(pid, 0)`` can)."""
     try:
-        os.kill(owner, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[19], fields[0]
+
+
+def _owner_check(owner):
+    """A function that says whether OWNER (0: none) is still alive: the same process, by its
+    start time, and not a zombie."""
+    if not owner:
+        return lambda: True
+    first = _started(owner)
+    if first is None and os.path.exists("/proc/self/stat"):
+        return lambda: False
+
+    def alive():
+        if first is not None:
+            now = _started(owner)
+            return now is not None and now[0] == first[0] and now[1] != b"Z"
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
         return True
-    return True
+
+    return alive
+
+
+def _kill_group(pid):
+    """Kill the process group of PID, a child of this server not reaped yet."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _reap_ended(children, connections):
+    """Reap the children that have ended, each after killing what is left of its group, and
+    send each one's status to its client. True when one ended."""
+    ended = False
+    while children:
+        try:  # (WNOWAIT: the child stays a zombie, its id its own, while its group is killed)
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            break
+        if info is None or info.si_pid == 0:
+            break
+        pid = info.si_pid
+        _kill_group(pid)
+        _, status = os.waitpid(pid, 0)
+        conn = children.pop(pid, None)
+        if conn is not None:
+            connections.pop(conn.fileno(), None)
+            _send(conn, {"status": status})
+            conn.close()
+        ended = True
+    return ended
 
 
 def _same_socket(path, ident):
@@ -76,6 +137,21 @@ def _same_socket(path, ident):
     except OSError:
         return False
     return (st.st_dev, st.st_ino) == ident
+
+
+def _from_client(conn, connections, children):
+    """A client's line while its child runs: ``kill`` kills the child's group; the end of the
+    connection (the client is gone) kills it too. The child is reaped, and its status sent,
+    by the main loop."""
+    pid = connections.get(conn.fileno())
+    try:
+        data = conn.recv(64)
+    except OSError:
+        data = b""
+    if pid is not None and pid in children and (not data or b"kill" in data):
+        _kill_group(pid)
+    if not data:
+        connections.pop(conn.fileno(), None)
 
 
 def serve(sock_path, preload, idle_s, owner):
@@ -92,23 +168,15 @@ def serve(sock_path, preload, idle_s, owner):
     os.rename(tmp, sock_path)  # clients see the socket only once it accepts
     st = os.stat(sock_path)
     ident = (st.st_dev, st.st_ino)
-    children = {}  # pid -> connection
+    children = {}  # pid -> its client's connection
+    connections = {}  # a client connection's fd -> the pid of its child
+    owner_alive = _owner_check(owner)
     last = time.monotonic()
     accepting = True
     while True:
-        while children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            conn = children.pop(pid, None)
-            if conn is not None:
-                _send(conn, {"status": status})
-                conn.close()
+        if _reap_ended(children, connections):
             last = time.monotonic()
-        if accepting and (stopped or not _owner_alive(owner) or not _same_socket(sock_path, ident)
+        if accepting and (stopped or not owner_alive() or not _same_socket(sock_path, ident)
                           or (not children and time.monotonic() - last > idle_s)):
             accepting = False
             listener.close()
@@ -118,13 +186,14 @@ def serve(sock_path, preload, idle_s, owner):
                     os.unlink(sock_path[:-len(".sock")] + ".starting")
                 except OSError:
                     pass
-        if not accepting:
-            if not children:
-                return None
-            time.sleep(0.05)
-            continue
-        ready, _, _ = select.select([listener], [], [], 0.05)
-        if not ready:
+        if not accepting and not children:
+            return None
+        watched = [children[pid] for pid in connections.values()]
+        ready, _, _ = select.select(([listener] if accepting else []) + watched, [], [], 0.05)
+        for conn in ready:
+            if conn is not listener:
+                _from_client(conn, connections, children)
+        if listener not in ready:
             continue
         conn, _ = listener.accept()
         last = time.monotonic()
@@ -144,16 +213,24 @@ def serve(sock_path, preload, idle_s, owner):
             continue
         sys.stdout.flush()
         sys.stderr.flush()
+        led, leading = os.pipe()
         pid = os.fork()
         if pid == 0:
+            os.close(led)
             listener.close()
             conn.close()
             for other in children.values():
                 other.close()
+            os.setsid()  # before the client hears its id: its group is then its own to kill
+            os.close(leading)
             return request, fds, start_env, imported_env
+        os.close(leading)
+        os.read(led, 1)  # (end of file: the child leads its session)
+        os.close(led)
         for fd in fds:
             os.close(fd)
         children[pid] = conn
+        connections[conn.fileno()] = pid
         _send(conn, {"pid": pid})
 
 
@@ -169,8 +246,8 @@ def _child_environment(request_env, start_env, imported_env):
 
 
 def become(request, fds, start_env, imported_env):
-    """Turn this forked child into ``python -m MODULE ARGS`` started in CWD with ENV."""
-    os.setsid()
+    """Turn this forked child (the leader of a session of its own) into ``python -m MODULE
+    ARGS`` started in CWD with ENV."""
     stdin_fd, log_fd = fds
     os.dup2(stdin_fd, 0)
     os.dup2(log_fd, 1)
