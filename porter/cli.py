@@ -166,7 +166,7 @@ def _run(kind: str, paths: List[Path], settings: Settings, **kw) -> list[FileOut
 @guarded
 def check(
     paths: List[Path] = typer.Argument(..., help="Files or folders to check (folders are walked)."),
-    target: Optional[str] = typer.Option(None, "--target", help=f"Port target ({TARGETS}); default from [tool.porter] or torch-xla."),
+    target: Optional[str] = typer.Option(None, "--target", help=f"Port target ({TARGETS}); default from \\[tool.porter] or torch-xla."),
     fmt: str = typer.Option("text", "--format", help="Output format: text, json or sarif."),
     select: List[str] = typer.Option([], "--select", help="Only these rule codes, code prefixes or names (comma-separated, repeatable)."),
     ignore: List[str] = typer.Option([], "--ignore", help="Skip these rule codes, code prefixes or names."),
@@ -214,7 +214,7 @@ def check(
 @guarded
 def migrate(
     paths: List[Path] = typer.Argument(..., help="Files or folders to port (folders are walked)."),
-    to: Optional[str] = typer.Option(None, "--to", "--target", help=f"Port target ({TARGETS}); default from [tool.porter] or torch-xla."),
+    to: Optional[str] = typer.Option(None, "--to", "--target", help=f"Port target ({TARGETS}); default from \\[tool.porter] or torch-xla."),
     write: bool = typer.Option(False, "--write", help="Rewrite the files in place."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the ported tree (with the untouched files) into this folder; the sources stay as they are."),
     unsafe_fixes: Optional[bool] = typer.Option(None, "--unsafe-fixes/--no-unsafe-fixes", help="Also apply fixes that may change numerics or semantics."),
@@ -451,7 +451,7 @@ def verify(
     original: Path = typer.Argument(..., help="The original file (model definition or training script)."),
     ported: Path = typer.Argument(..., help="The port of it."),
     model: Optional[str] = typer.Option(None, "--model", help="Model level: a name or call evaluated in each file, e.g. \"ResNet(num_classes=10)\"."),
-    inputs: List[str] = typer.Option([], "--input", help="Model level: an input, dtype[shape] with an optional <high for integers (float32[8,3,32,32], int64[8,128]<30000); repeat for several. Default: the original's example_inputs()."),
+    inputs: List[str] = typer.Option([], "--input", help="Model level: an input, dtype\\[shape] with an optional <high for integers (float32[8,3,32,32], int64[8,128]<30000); repeat for several. Default: the original's example_inputs()."),
     script: bool = typer.Option(False, "--script", help="Script level: run both training scripts unmodified (arguments after --); an MXNet/Gluon original runs in the MXNet venv (scripts/bootstrap-mxnet)."),
     steps: Optional[int] = typer.Option(None, "--steps", min=1, help="Training steps to compare (model level 5, script level 12)."),
     optimizer: str = typer.Option("sgd", "--optimizer", help="Model level: sgd (momentum 0.9) or adam."),

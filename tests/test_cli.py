@@ -462,3 +462,27 @@ def test_ctrl_c_stops_the_batch_and_leaves_only_whole_files(tmp_path):
     assert len(contents) == 300 and temp_files(proj) == []
     assert all(c in (body, fixed) for c in contents)
     assert body in contents  # it was stopped before the end
+
+
+def test_every_option_help_reads_as_written():
+    """Typer renders help text as Rich markup: an unescaped `[tool.porter]` or `dtype[shape]`
+    is taken for a style tag and vanishes from `porter ... --help`. Every option's help must
+    appear whole (with `\\[` read as `[`)."""
+    import typer.main
+    from typer.testing import CliRunner
+
+    from porter.cli import app
+
+    def commands(cmd, path=()):
+        yield path, cmd
+        for name, sub in getattr(cmd, "commands", {}).items():
+            yield from commands(sub, (*path, name))
+
+    lost = []
+    for path, cmd in commands(typer.main.get_command(app)):
+        shown = " ".join(CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "2000"}).output.split())
+        for param in cmd.params:
+            text = " ".join((param.help or "").replace("\\[", "[").split())
+            if text and text not in shown:
+                lost.append((" ".join(path), param.name, text))
+    assert not lost
