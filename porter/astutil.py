@@ -4,7 +4,7 @@ module (``codemods/<target>/_*.py``) calls, defined once here.
 - code of a node: ``code``; literal values: ``literal`` / ``python_literal`` and the one
   ``NOT_LITERAL``; arguments: ``arg``, ``has_kwarg``, ``kwarg``; parameters: ``params``,
   ``has_param``
-- names: ``target_names``, ``reads``, ``binds``, ``function_locals``
+- names: ``target_names``, ``reads``, ``binds``, ``function_locals``, ``name_values``
 - walks: ``children``, ``walk``, ``calls_in``; loops and statements around a node
 - the ``# porter: manual`` marker: ``MANUAL``, ``has_manual_marker``, ``with_manual_comment``,
   ``manual_comment``, ``report_manual``
@@ -554,6 +554,33 @@ def function_locals(fn: cst.FunctionDef) -> set[str]:
                 if d:
                     names.add(d.split(".")[0])
     return names
+
+
+def name_values(ctx: FileContext, name: str) -> Optional[list[cst.BaseExpression]]:
+    """Every value NAME can hold where the current node reads it, when the code shows them all:
+    the values of the plain assignments to it in the enclosing function (or, for a name the
+    function does not bind, the module), and nothing else binds it there: not a parameter, a
+    ``global``/``nonlocal``, a loop, an augmented assignment, a ``with``, an import or an
+    unpacking of a value the code does not show. None otherwise (or where it is never
+    assigned)."""
+    fn = ctx.enclosing(cst.FunctionDef)
+    if fn is not None and name not in function_locals(fn):
+        fn = None
+    scope: cst.CSTNode = fn.body if fn is not None else ctx.module
+    declared = (n for n in walk(scope, into_functions=fn is None) if isinstance(n, (cst.Global, cst.Nonlocal)))
+    if (fn is not None and has_param(fn, name)) or any(x.name.value == name for n in declared for x in n.names):
+        return None  # (a module's name: no function may rebind it through `global`)
+    values = assigned_values(scope, name)
+    if not values or any(v is None for v in values):
+        return None
+    for n in walk(scope):
+        bound = n.target if isinstance(n, (cst.For, cst.CompFor, cst.AugAssign)) else n.asname.name if isinstance(
+            n, (cst.WithItem, cst.ImportAlias)) and n.asname is not None else None
+        if bound is not None and name in target_names(bound):
+            return None
+        if isinstance(n, cst.ImportAlias) and n.asname is None and (dotted_name(n.name) or "").split(".")[0] == name:
+            return None
+    return [v for v in values if v is not None]
 
 
 _LOCAL_BINDERS = frozenset({

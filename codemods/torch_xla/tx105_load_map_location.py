@@ -1,6 +1,6 @@
 import libcst as cst
 
-from porter.astutil import arg, assigned_values, has_param, method_name, walk
+from porter.astutil import arg, method_name, name_values, walk
 from porter.rules import Example, Fix, Rule, Severity
 
 from ._tables import XLA_DEVICE, is_cpu_string, is_cuda_string, string_node
@@ -113,24 +113,9 @@ class LoadMapLocation(Rule):
             )
 
     def _holds_an_accelerator(self, name: str) -> bool:
-        """Every value the function (or the module) gives ``name`` is a CUDA or XLA device and
-        nothing else can: not a parameter, not global, not bound by a loop, an import or a
-        `with`."""
-        fn = self.ctx.enclosing(cst.FunctionDef)
-        scope: cst.CSTNode = fn if fn is not None else self.ctx.module
-        if fn is not None and (has_param(fn, name) or any(
-                isinstance(n, (cst.Global, cst.Nonlocal)) and any(x.name.value == name for x in n.names)
-                for n in walk(fn.body))):
-            return False
-        values = assigned_values(scope.body if fn is not None else scope, name)  # type: ignore[union-attr]
-        if not values or any(v is None or not (self._is_cuda(v) or self._is_xla(v)) for v in values):
-            return False
-        for n in walk(scope.body if fn is not None else scope):  # type: ignore[union-attr]
-            bound = n.target if isinstance(n, (cst.For, cst.AugAssign)) else n.asname.name if isinstance(
-                n, (cst.WithItem, cst.ImportAlias)) and n.asname is not None else None
-            if bound is not None and name in {x.value for x in walk(bound) if isinstance(x, cst.Name)}:
-                return False
-        return True
+        """Every value the code can give ``name`` here is a CUDA or XLA device."""
+        values = name_values(self.ctx, name)
+        return values is not None and all(self._is_cuda(v) or self._is_xla(v) for v in values)
 
     def _is_xla(self, value: cst.CSTNode) -> bool:
         if isinstance(value, cst.SimpleString):

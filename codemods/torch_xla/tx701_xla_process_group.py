@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from porter.astutil import arg
+from porter.astutil import arg, name_values
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
 from ._amp_dist import has_star, is_string, keyword, quote_like, source_of, with_args
@@ -32,10 +32,12 @@ class XlaProcessGroup(Rule):
     TPU processes that `torch_xla.launch` starts.
 
     ## Fix safety
-    Safe for a literal backend (`'nccl'`, `'gloo'`, `'mpi'`, none): on a TPU host the only
-    working process group for XLA tensors is `'xla'`, and `xla://` gives every process its
-    true rank. Unsafe when the backend is computed at run time (`args.dist_backend`): the
-    code may choose between back ends on purpose. A `store=` argument is reported (it cannot
+    Safe for a backend the code names itself (`'nccl'`, `'gloo'`, `'mpi'`, none; a choice
+    between such names, `'nccl' if torch.cuda.is_available() else 'gloo'`; a variable that
+    only ever holds them): on a TPU host the only working process group for XLA tensors is
+    `'xla'`, and `xla://` gives every process its true rank. Unsafe when the backend comes
+    from outside the code (`args.dist_backend`, an environment variable): the user may
+    choose between back ends on purpose. A `store=` argument is reported (it cannot
     be combined with an init method).
     """
 
@@ -105,6 +107,65 @@ class XlaProcessGroup(Rule):
         ),
         Example(
             """
+            import torch
+            import torch.distributed as dist
+
+            def setup(rank, world_size):
+                backend = "nccl" if torch.cuda.is_available() else "gloo"
+                dist.init_process_group(backend, rank=rank, world_size=world_size)
+            """,
+            """
+            import torch
+            import torch.distributed as dist
+            import torch_xla.distributed.xla_backend
+
+            def setup(rank, world_size):
+                backend = "nccl" if torch.cuda.is_available() else "gloo"
+                dist.init_process_group('xla', init_method='xla://')
+            """,
+            title="a variable that only holds backend names",
+        ),
+        Example(
+            """
+            import torch.distributed as dist
+
+            BACKEND = "gloo"
+
+            def setup():
+                dist.init_process_group(backend=BACKEND)
+            """,
+            """
+            import torch.distributed as dist
+            import torch_xla.distributed.xla_backend
+
+            BACKEND = "gloo"
+
+            def setup():
+                dist.init_process_group(backend='xla', init_method='xla://')
+            """,
+            title="a module constant",
+        ),
+        Example(
+            """
+            import os
+            import torch.distributed as dist
+
+            backend = os.environ.get("BACKEND", "nccl")
+            dist.init_process_group(backend)
+            """,
+            """
+            import os
+            import torch.distributed as dist
+            import torch_xla.distributed.xla_backend
+
+            backend = os.environ.get("BACKEND", "nccl")
+            dist.init_process_group('xla', init_method='xla://')
+            """,
+            unsafe=True,
+            title="a backend from the environment: unsafe",
+        ),
+        Example(
+            """
             import torch.distributed as dist
 
             dist.init_process_group('xla')
@@ -135,6 +196,18 @@ class XlaProcessGroup(Rule):
         "init_process_group('nccl')\n",
     ]
 
+    def _fixed_backend(self, value: cst.BaseExpression) -> bool:
+        """A backend the code names itself: a literal, a choice between literals (``'nccl' if
+        torch.cuda.is_available() else 'gloo'``: the GPU-or-CPU choice that the TPU's 'xla'
+        replaces), or a variable that only ever holds such values."""
+        if isinstance(value, cst.IfExp):
+            return self._fixed_backend(value.body) and self._fixed_backend(value.orelse)
+        if isinstance(value, cst.Name):
+            values = name_values(self.ctx, value.value)
+            return values is not None and all(
+                not isinstance(v, cst.Name) and self._fixed_backend(v) for v in values)
+        return is_string(value)
+
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.qualname(node.func) not in _INIT:
             return
@@ -161,7 +234,7 @@ class XlaProcessGroup(Rule):
                 "(rank and world size come from the runtime) after `import torch_xla.distributed.xla_backend`",
             )
             return
-        dynamic = backend is not None and not is_string(backend.value)
+        dynamic = backend is not None and not self._fixed_backend(backend.value)
         args: list[cst.Arg] = []
         positional_index = 0
         for a in node.args:
