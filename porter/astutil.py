@@ -563,9 +563,8 @@ def name_values(ctx: FileContext, name: str) -> Optional[list[cst.BaseExpression
     ``global``/``nonlocal``, a loop, an augmented assignment, a ``with``, an import or an
     unpacking of a value the code does not show. None otherwise (or where it is never
     assigned)."""
-    fn = ctx.enclosing(cst.FunctionDef)
-    if fn is not None and name not in function_locals(fn):
-        fn = None
+    found = ctx.enclosing(cst.FunctionDef)
+    fn = found if isinstance(found, cst.FunctionDef) and name in function_locals(found) else None
     scope: cst.CSTNode = fn.body if fn is not None else ctx.module
     declared = (n for n in walk(scope, into_functions=fn is None) if isinstance(n, (cst.Global, cst.Nonlocal)))
     if (fn is not None and has_param(fn, name)) or any(x.name.value == name for n in declared for x in n.names):
