@@ -54,12 +54,18 @@ def _walk(ctx: FileContext) -> dict:
     bindings: dict[tuple[_Scope, str], list[Optional[cst.BaseExpression]]] = {}
     reads: list[tuple[tuple, str, cst.Name, str, tuple]] = []
     order: dict[int, int] = {}  # id(binding value or read) -> its place in the source, in order of effect
+    bound_by: dict[int, list[tuple[_Scope, str]]] = {}  # id(binding value) -> the variables it binds
+    functions: dict[tuple[_Scope, str], cst.FunctionDef] = {}  # the file's undecorated functions
+    returns: dict[cst.FunctionDef, list[Optional[cst.BaseExpression]]] = {}
+    generators: set[cst.FunctionDef] = set()
+    calls: list[tuple[tuple, str, cst.Call, str, tuple]] = []  # f(...) of a name: how its value is read
 
     def bind(chain: tuple, name: Optional[str], value: Optional[cst.BaseExpression]) -> None:
         if name is not None:
             bindings.setdefault((chain[-1] if chain else None, name), []).append(value)
             if value is not None:
                 order[id(value)] = len(order)
+                bound_by.setdefault(id(value), []).append((chain[-1] if chain else None, name))
 
     def unknown(chain: tuple, target: cst.CSTNode) -> None:
         names = list(target_names(target))
@@ -75,7 +81,15 @@ def _walk(ctx: FileContext) -> dict:
             kind, literals = classify_read(n, stack, ctx)
             reads.append((chain, n.value, n, kind, literals))
             order[id(n)] = len(order)
+            parent = stack[-2] if len(stack) >= 2 else None
+            if isinstance(parent, cst.Call) and parent.func is n:
+                calls.append((chain, n.value, parent, *classify_read(parent, stack[:-1], ctx)))  # type: ignore[arg-type]
             return
+        if isinstance(n, (cst.Return, cst.Yield)) and chain and isinstance(chain[-1], cst.FunctionDef):
+            if isinstance(n, cst.Return):
+                returns.setdefault(chain[-1], []).extend(returned(n.value))
+            else:
+                generators.add(chain[-1])
         if isinstance(n, cst.Assign):
             visit(n.value, chain, stack)  # `device = torch.device(device)` reads the old value, then binds
             for t in n.targets:
@@ -134,6 +148,8 @@ def _walk(ctx: FileContext) -> dict:
             return
         elif isinstance(n, (cst.FunctionDef, cst.ClassDef)):
             bind(chain, n.name.value, None)
+            if isinstance(n, cst.FunctionDef) and not n.decorators and not n.asynchronous:
+                functions[(chain[-1] if chain else None, n.name.value)] = n
             for d in n.decorators:
                 visit(d, chain, stack)
             inner = (*chain, n)
@@ -174,16 +190,60 @@ def _walk(ctx: FileContext) -> dict:
     uses: dict[tuple[_Scope, str], list[tuple[cst.Name, str, tuple]]] = {}
     for chain, name, node, kind, literals in reads:
         uses.setdefault(resolve(chain, name), []).append((node, kind, literals))
+    called: dict[tuple[_Scope, str], list[tuple[cst.Call, str, tuple]]] = {}
+    for chain, name, call, kind, literals in calls:
+        called.setdefault(resolve(chain, name), []).append((call, kind, literals))
+
+    # device functions: `def get_device(): return 'cuda' if ... else 'cpu'`, every return a
+    # device string (one CUDA), the name only ever called, each call's value read as a device
+    # use, a test or text, or bound to a variable read only so: its CUDA returns are device values
+    def device_strings(fn: cst.FunctionDef) -> bool:
+        values = returns.get(fn, [])
+        return bool(values) and fn not in generators and any(v is not None and is_cuda_string(v) for v in values) \
+            and all(v is not None and (is_cuda_string(v) or is_string(v, *_OTHER_DEVICES)) for v in values)
+
+    live = {key for key, fn in functions.items()
+            if device_strings(fn) and called.get(key) and len(called[key]) == len(uses.get(key, []))}
+    call_of = {id(call): key for key in live for call, _, _ in called[key]}
+    while True:
+        out, qualified = _device_variables(bindings, uses, order, ctx, lambda v: call_of.get(id(v)) in live)
+        failed = {key for key in live if any(
+            kind == OTHER_USE and not set(bound_by.get(id(call), [None])) <= qualified for call, kind, _ in called[key])}
+        if not failed:
+            break
+        live -= failed
+    for key in live:
+        for value in returns[functions[key]]:
+            if value is not None and is_cuda_string(value):
+                out[value] = DEVICE_VALUE
+        for _, _, literals in called[key]:
+            out.update({lit: DEVICE_TEST for lit in literals})
+    return out
+
+
+def returned(value: Optional[cst.BaseExpression]) -> list[Optional[cst.BaseExpression]]:
+    """The values a ``return`` gives: the arms of a conditional expression, each."""
+    if isinstance(value, cst.IfExp):
+        return [*returned(value.body), *returned(value.orelse)]
+    return [value]
+
+
+def _device_variables(bindings: dict, uses: dict, order: dict, ctx: FileContext, device_call) -> tuple[dict, set]:
+    """(the fact for the variables, the keys of the variables read only as devices); a call
+    for which ``device_call`` is true is a device string value (a device function's)."""
     def device_value(v: Optional[cst.BaseExpression]) -> bool:
         return v is not None and (is_cuda_string(v) or is_string(v, *_OTHER_DEVICES) or isinstance(v, cst.Integer)
-                                  or (isinstance(v, cst.Call) and ctx.qualname(v.func) == "torch.device"))
+                                  or (isinstance(v, cst.Call) and (ctx.qualname(v.func) == "torch.device"
+                                                                   or device_call(v))))
 
     out: dict = {}
+    qualified: set = set()
     for key, values in bindings.items():
         if not all(device_value(v) for v in values):
             continue
         read = _as_device_objects(uses.get(key, []), values, order, ctx)
-        if not any(is_cuda_string(v) or is_string(v, "xla") for v in values):
+        if not any(is_cuda_string(v) or is_string(v, "xla") or (isinstance(v, cst.Call) and device_call(v))
+                   for v in values):
             # CUDA numbers (`device = 0`): a device where the file reads it as one and in no other way
             ordinals = [v for v in values if isinstance(v, cst.Integer)]
             if ordinals and any(kind == "device" for _, kind, _ in read) \
@@ -193,6 +253,7 @@ def _walk(ctx: FileContext) -> dict:
             continue
         ported = all(is_string(v, "xla") for v in values)  # (a test for 'cuda' of it is always false)
         if read and (ported or all(kind != OTHER_USE for _, kind, _ in read)):
+            qualified.add(key)
             for v in values:
                 if is_cuda_string(v) or isinstance(v, cst.Integer):
                     out[v] = DEVICE_VALUE
@@ -204,7 +265,7 @@ def _walk(ctx: FileContext) -> dict:
             for node, kind, _ in read:
                 if kind == OTHER_USE:
                     out[node] = OTHER_USE
-    return out
+    return out, qualified
 
 
 def _as_device_objects(read: list, values: list, order: dict, ctx: FileContext) -> list:
@@ -241,3 +302,4 @@ def device_string_fact(ctx: FileContext) -> dict:
 def xla_string(like: cst.CSTNode) -> cst.SimpleString:
     """``'xla'`` in the quotes of the string it replaces."""
     return device_string("xla", like)
+

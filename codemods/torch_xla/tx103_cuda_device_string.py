@@ -4,9 +4,10 @@ from porter.astutil import arg, code, string_value
 from porter.device_options import default_truth
 from porter.rules import Edit, Example, Fix, Rule, Safety, Severity
 
-from ._device_strings import DEVICE_READ, DEVICE_TEST, DEVICE_VALUE, OTHER_USE, device_string_fact, option_blocker, xla_string
+from ._device_strings import (DEVICE_READ, DEVICE_TEST, DEVICE_VALUE, OTHER_USE, device_string_fact, option_blocker,
+                              returned, xla_string)
 from ._devices import PROVABLE, SPELLING, int_ordinal, placement_expr
-from ._tables import TORCH_XLA, imports_torch, is_cuda_string
+from ._tables import TORCH_XLA, imports_torch, is_cuda_string, is_string
 
 # Tensor methods whose `device` argument places the result.
 _METHODS = ("to", "new_zeros", "new_ones", "new_empty", "new_full", "new_tensor")
@@ -363,6 +364,62 @@ class CudaDeviceString(Rule):
             """
             import torch
 
+            def get_device():
+                if torch.cuda.is_available():
+                    return "cuda"
+                return "cpu"
+
+            def default_device(rank):
+                return f"cuda:{rank}" if torch.cuda.device_count() > 1 else "cuda"
+
+            def main(model, rank):
+                device = get_device()
+                model.to(device)
+                x = torch.zeros(3, device=default_device(rank))
+                if get_device() == "cuda":
+                    print("on", get_device())
+                return model(x.to(device))
+            """,
+            """
+            import torch
+
+            def get_device():
+                if torch.cuda.is_available():
+                    return "xla"
+                return "cpu"
+
+            def default_device(rank):
+                return "xla"
+
+            def main(model, rank):
+                device = get_device()
+                model.to(device)
+                x = torch.zeros(3, device=default_device(rank))
+                if get_device() == "xla":
+                    print("on", get_device())
+                return model(x.to(device))
+            """,
+            title="a function of the file that returns device strings, each call used only as a device: 'xla'",
+        ),
+        Example(
+            """
+            import torch
+
+            def get_device():
+                return "cuda" if torch.cuda.is_available() else "cpu"
+
+            def main(model):
+                device = get_device()
+                trainer = Trainer(model, device)
+                return model.to(device)
+            """,
+            None,
+            title="a device function whose value is also passed on is reported at its return",
+        ),
+        Example(
+            """
+            import torch
+
             def main(args, net):
                 if args.cuda:
                     device = "cuda"
@@ -602,6 +659,30 @@ class CudaDeviceString(Rule):
         self.report(value, "CUDA device string stored: on XLA the device is torch_xla.device() (call it where the "
                     "device is used); porter leaves it because the variable is also used as something else than "
                     "a device (TX103 reports that use)")
+
+    def visit_Return(self, node: cst.Return) -> None:
+        if not imports_torch(self.ctx):
+            return
+        leaves = returned(node.value)
+        fact = device_string_fact(self.ctx)
+        if isinstance(node.value, cst.IfExp) and all(
+                v is not None and (fact.get(v) == DEVICE_VALUE or is_string(v, "xla")) for v in leaves):
+            self.report(node.value, "CUDA device strings returned, and every call of the function is used only as a "
+                        "device (torch.device, .to, device=, device-type tests): on XLA each is 'xla', one value",
+                        Fix((self.replace(node.value, xla_string(leaves[0])),)))  # (not an if/else of equal arms)
+            return
+        for value in leaves:
+            if value is None or not is_cuda_string(value):
+                continue
+            if device_string_fact(self.ctx).get(value) == DEVICE_VALUE:
+                self.report(value, "CUDA device string returned, and every call of the function is used only as a "
+                            "device (torch.device, .to, device=, device-type tests): on XLA it is 'xla'",
+                            Fix((self.replace(value, xla_string(value)),)))
+            else:
+                self.report(value, "CUDA device string returned: on XLA the device is 'xla' (or torch_xla.device()); "
+                            "porter leaves it because the function is also used in a way it cannot follow (a call "
+                            "whose value is passed on or stored, or the function itself passed on): make it 'xla' "
+                            "by hand")
 
     def visit_If(self, node: cst.If) -> None:
         """`if args.cuda: device = 'cuda' elif args.mps: device = 'mps' else: device = 'cpu'`
