@@ -33,6 +33,14 @@ class CudaDeviceString(Rule):
     reported. Other CUDA strings (a default parameter `device='cuda'`, `device='cuda'` passed to
     a function of the program) are reported.
 
+    A function of the file that returns device strings (`def get_device(): if
+    torch.cuda.is_available(): return 'cuda'; return 'cpu'`, or `return 'cuda' if ... else
+    'cpu'`), whose name is only ever called and each call's value is a device use, a
+    device-type test or text, or is bound to a variable read only in these ways (`device =
+    get_device()` then `.to(device)`), returns `'xla'` where it returned a CUDA string (a
+    conditional whose arms all become `'xla'` becomes that one value). Where a call's value
+    is also passed on or stored, the returned CUDA string is reported.
+
     A command-line default (`parser.add_argument('--device', default='cuda')`, on a parser or
     an argument group, any option string or `dest=`) becomes `'xla'` where every read of the
     option in the file is a device use or text, and the parsed namespace is followed from
