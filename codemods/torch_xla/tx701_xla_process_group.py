@@ -34,7 +34,7 @@ class XlaProcessGroup(Rule):
     ## Fix safety
     Safe for a backend the code names itself (`'nccl'`, `'gloo'`, `'mpi'`, none; a choice
     between such names, `'nccl' if torch.cuda.is_available() else 'gloo'`; a variable that
-    only ever holds them): on a TPU host the only working process group for XLA tensors is
+    only ever holds them, not rebound by `exec`): on a TPU host the only working process group for XLA tensors is
     `'xla'`, and `xla://` gives every process its true rank. Unsafe when the backend comes
     from outside the code (`args.dist_backend`, an environment variable): the user may
     choose between back ends on purpose. A `store=` argument is reported (it cannot
@@ -144,6 +144,25 @@ class XlaProcessGroup(Rule):
                 dist.init_process_group(backend='xla', init_method='xla://')
             """,
             title="a module constant",
+        ),
+        Example(
+            """
+            from torch.distributed import init_process_group
+
+            backend = 'nccl'
+            exec(open('configurator.py').read())  # may set any global: --backend=gloo
+            init_process_group(backend=backend)
+            """,
+            """
+            from torch.distributed import init_process_group
+            import torch_xla.distributed.xla_backend
+
+            backend = 'nccl'
+            exec(open('configurator.py').read())  # may set any global: --backend=gloo
+            init_process_group(backend='xla', init_method='xla://')
+            """,
+            unsafe=True,
+            title="a module constant that exec() may rebind: unsafe",
         ),
         Example(
             """
