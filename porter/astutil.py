@@ -26,7 +26,7 @@ from porter._libcst_compat import child_fields as _child_fields
 from porter._libcst_compat import children as children
 from porter._libcst_compat import is_node_type as _is_node_type
 from porter.context import FileContext, dotted_name
-from porter.rules import Edit, Fix, Severity
+from porter.rules import Edit, Fix, Severity, module_fact
 
 _EMPTY = cst.Module([])
 
@@ -556,6 +556,17 @@ def function_locals(fn: cst.FunctionDef) -> set[str]:
     return names
 
 
+def rebinds_globals(ctx: FileContext) -> bool:
+    """The module calls exec() or globals(): a configurator (``exec(open('configurator.py').read())``,
+    ``globals()[key] = value``) may set any module-level name from the command line."""
+    return module_fact(ctx, _rebinds_globals)
+
+
+def _rebinds_globals(ctx: FileContext) -> bool:
+    return any(isinstance(n, cst.Call) and ctx.qualname(n.func) in ("builtins.exec", "builtins.globals")
+               for n in walk(ctx.module, into_functions=True))
+
+
 def name_values(ctx: FileContext, name: str) -> Optional[list[cst.BaseExpression]]:
     """Every value NAME can hold where the current node reads it, when the code shows them all:
     the values of the plain assignments to it in the enclosing function (or, for a name the
@@ -569,9 +580,8 @@ def name_values(ctx: FileContext, name: str) -> Optional[list[cst.BaseExpression
     declared = (n for n in walk(scope, into_functions=fn is None) if isinstance(n, (cst.Global, cst.Nonlocal)))
     if (fn is not None and has_param(fn, name)) or any(x.name.value == name for n in declared for x in n.names):
         return None  # (a module's name: no function may rebind it through `global`)
-    if fn is None and any(isinstance(n, cst.Call) and ctx.qualname(n.func) in ("builtins.exec", "exec")
-                          for n in walk(scope, into_functions=True)):
-        return None  # exec() may rebind any global (nanoGPT's configurator: `--backend=gloo`)
+    if fn is None and rebinds_globals(ctx):
+        return None  # (nanoGPT's configurator: `--backend=gloo`)
     values = assigned_values(scope, name)
     if not values or any(v is None for v in values):
         return None

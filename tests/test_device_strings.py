@@ -339,3 +339,87 @@ def test_a_device_the_user_passes_still_applies():
     exec(compile(cst.Module(calls).code, "<port>", "exec"), {"parser": parser})
     assert parser.parse_args([]).device == "xla"
     assert parser.parse_args(["--device", "cpu"]).device == "cpu"
+
+
+DEVICE_FUNCTIONS = {
+    "if/return, bound to a variable": """
+        import torch
+        def get_device():
+            if torch.cuda.is_available():
+                return "cuda"
+            return "cpu"
+        def main(model, loader, opt):
+            device = get_device()
+            model.to(device)
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+                loss = (model(x) - y).square().mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+    """,
+    "a conditional expression, called where a device goes": """
+        import torch
+        def default_device():
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        def main(model, loader, opt):
+            model.to(default_device())
+            for x, y in loader:
+                x, y = x.to(default_device()), y.to(default_device())
+                loss = (model(x) - y).square().mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+    """,
+    "an ordinal string, tested and printed": """
+        import torch
+        def pick(rank):
+            return f"cuda:{rank}"
+        def main(model, loader, opt, rank):
+            device = pick(rank)
+            if device.startswith("cuda"):
+                print("training on", device)
+            model.to(device)
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+                loss = (model(x) - y).square().mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+    """,
+}
+
+
+@pytest.mark.parametrize("spelling", DEVICE_FUNCTIONS)
+def test_a_device_function_returns_xla_and_its_loader_is_the_device_loader(spelling):
+    """A function of the file that returns a CUDA device string, every call of which is used as
+    a device: it returns 'xla' (default mode, whole rule set), no CUDA string is left, and the
+    loop's loader is the device loader with no test for a CPU device (the device is provably
+    XLA on every path)."""
+    source = DEVICE_FUNCTIONS[spelling]
+    result = port(source)
+    ported = text(result, source)
+    cst.parse_module(ported)
+    assert "cuda" not in ported.replace("torch.cuda.is_available()", "")
+    assert "pl.MpDeviceLoader(loader, " in ported and "else loader" not in ported
+    assert not messages(result)
+
+
+def test_a_device_function_whose_value_is_passed_on_is_reported_at_its_return():
+    """(The string, not a device object: `return 'cuda' if ... else 'cpu'` becomes
+    torch_xla.device() by TX101, which any code may be given.)"""
+    source = """
+        import torch
+        def get_device():
+            if torch.cuda.is_available():
+                return "cuda"
+            return "cpu"
+        def main(model):
+            device = get_device()
+            trainer = Trainer(model, device)
+            return model.to(device)(torch.zeros(2, 4))
+    """
+    result = port(source)
+    assert 'return "cuda"' in text(result, source)
+    found = messages(result)
+    assert found and all("returned" in message for _, message in found)

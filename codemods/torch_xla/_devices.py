@@ -12,11 +12,12 @@ from typing import Optional, Sequence
 
 import libcst as cst
 
-from porter.astutil import arg, children, string_value, target_names, walk
+from porter.astutil import arg, children, rebinds_globals, string_value, target_names, walk
 from porter.context import FileContext, dotted_name
 from porter.rules import computed_module_fact, module_fact
 
 from ._tables import CURRENT_ACCELERATOR, XLA_DEVICE, device_choice, is_cuda_string, is_string, only_availability
+from ._device_strings import returned
 from ._training import DTYPES
 
 XLA_DEVICE_CALLS = ("torch_xla.device", XLA_DEVICE, CURRENT_ACCELERATOR)
@@ -134,19 +135,68 @@ def _calls(ctx: FileContext) -> dict[str, tuple[tuple[tuple[cst.FunctionDef, ...
 
 def is_xla_device_expr(expr: cst.CSTNode, ctx: FileContext) -> bool:
     """``torch_xla.device()``, ``xm.xla_device()``, or what the TX1 rules make the XLA device:
-    ``torch.device('cuda')``, ``'cuda:0'``, ``'cuda' if torch.cuda.is_available() else 'cpu'``."""
+    ``torch.device('cuda')``, ``'cuda:0'``, ``'cuda' if torch.cuda.is_available() else 'cpu'``;
+    a call of a function of the module that returns one on every path (``get_device()``)."""
+    return _is_xla(expr, ctx, True)
+
+
+def _is_xla(expr: cst.CSTNode, ctx: FileContext, functions: bool) -> bool:
     if isinstance(expr, cst.Call):
         name = ctx.qualname(expr.func)
         if name in XLA_DEVICE_CALLS:
             return True
         if name == "torch.device":
             first = arg(expr, "type", 0)
-            return first is not None and is_xla_device_expr(first.value, ctx)
-        return False
+            return first is not None and _is_xla(first.value, ctx, False)
+        return functions and isinstance(expr.func, cst.Name) and expr.func.value in module_fact(ctx, _xla_functions)
     if is_cuda_string(expr) or is_string(expr, "xla"):
         return True
     choice = device_choice(expr, ctx)
     return choice is not None and only_availability(choice.node.test, ctx)
+
+
+def _xla_functions(ctx: FileContext) -> frozenset:
+    """The names of the module's functions that return the XLA device on every path (``def
+    get_device(): return 'xla'``, after TX107 folded its CUDA test and TX103 its string): each
+    undecorated, bound once, its body ending in a ``return``, every value it returns an XLA
+    device expression."""
+    defined: dict[str, list] = {}
+    for stmt in ctx.module.body:
+        for name in _bound_names(stmt):
+            defined.setdefault(name, []).append(stmt)
+    found: set[str] = set()
+    for name, stmts in defined.items():
+        fn = stmts[0]
+        if len(stmts) != 1 or not isinstance(fn, cst.FunctionDef) or fn.decorators or fn.asynchronous:
+            continue
+        body = fn.body.body if isinstance(fn.body, cst.IndentedBlock) else ()
+        last = body[-1] if body else None
+        if not (isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], cst.Return)):
+            continue
+        values = [n.value for n in walk(fn.body) if isinstance(n, cst.Return)]
+        if any(isinstance(n, cst.Yield) for n in walk(fn.body)):
+            continue
+        if values and all(v is not None and (_is_xla(v, ctx, False) or isinstance(v, cst.IfExp) and all(
+                arm is not None and _is_xla(arm, ctx, False) for arm in returned(v))) for v in values):
+            found.add(name)
+    return frozenset(found)
+
+
+def _bound_names(stmt: cst.CSTNode) -> list[str]:
+    """The module-level names a top-level statement binds (a def, a class, an assignment, an import)."""
+    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+        return [stmt.name.value]
+    names: list[str] = []
+    for n in walk(stmt):
+        if isinstance(n, cst.Assign):
+            for t in n.targets:
+                names.extend(target_names(t.target))
+        elif isinstance(n, (cst.AnnAssign, cst.AugAssign)):
+            names.extend(target_names(n.target))
+        elif isinstance(n, cst.ImportAlias):
+            alias = n.asname.name if n.asname is not None else n.name
+            names.extend(dotted_name(alias).split(".")[:1] if dotted_name(alias) else [])
+    return names
 
 
 def xla_device_value(expr: cst.BaseExpression, ctx: FileContext, at: Optional[cst.CSTNode] = None) -> bool:
@@ -180,18 +230,9 @@ def _name_is_xla(ctx: FileContext, name: str, functions: Sequence[cst.FunctionDe
                 return False
         elif value is None or not is_xla_device_expr(value, ctx):
             return False
-        elif fn is None and not isinstance(value, cst.Call) and module_fact(ctx, _rebinds_globals):
+        elif fn is None and not isinstance(value, cst.Call) and rebinds_globals(ctx):
             return False  # a configuration string (`device = 'cuda'`) that exec()/globals() may set
     return True
-
-
-def _rebinds_globals(ctx: FileContext) -> bool:
-    """The module calls exec() or globals(): a configurator (``exec(open('configurator.py').read())``,
-    ``globals()[key] = value``) may set any module-level name from the command line."""
-    for n in walk(ctx.module, into_functions=True):
-        if isinstance(n, cst.Call) and ctx.qualname(n.func) in ("builtins.exec", "builtins.globals"):
-            return True
-    return False
 
 
 def _callers_pass_xla(ctx: FileContext, fn: cst.FunctionDef, name: str, depth: int) -> bool:
