@@ -10,6 +10,7 @@ test that starts a framework is listed in FRAMEWORK_TESTS below (or carries the 
 """
 from __future__ import annotations
 
+import faulthandler
 import fcntl
 import fnmatch
 import importlib.util
@@ -17,6 +18,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -153,7 +155,30 @@ def _fast_lane() -> bool:
 _JAX_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 
 
+def _arm_watchdog() -> None:
+    """PORTER_TEST_WATCHDOG=SECONDS (.ci/run sets it): a run still going after that long prints
+    the stack of every thread of this process (the controller and each worker arm their own)
+    and exits, so that a run that hangs says where instead of running into CI's own limit."""
+    seconds = float(os.environ.get("PORTER_TEST_WATCHDOG") or 0)
+    if seconds <= 0:
+        return
+    stream = os.fdopen(os.dup(2), "w")  # (the real stderr: pytest captures fd 2 during tests)
+
+    def fire() -> None:
+        print(f"\nporter tests: still running after {seconds:g} s (PORTER_TEST_WATCHDOG); the threads of "
+              f"process {os.getpid()} ({os.environ.get('PYTEST_XDIST_WORKER', 'controller')}):", file=stream,
+              flush=True)
+        faulthandler.dump_traceback(file=stream, all_threads=True)
+        stream.flush()
+        os._exit(3)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+
+
 def pytest_configure(config):
+    _arm_watchdog()
     if _fast_lane():
         # every Python subprocess imports the tripwire too (as sitecustomize)
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(TRIPWIRE), os.environ.get("PYTHONPATH")) if p)
