@@ -236,13 +236,21 @@ def test_stop_signals_no_process_by_a_written_id(place):
 
 
 def test_owner_and_stop(place, monkeypatch):
+    """A warm interpreter ends with its owner (the run that started it), and kills the sides
+    still running then; stop_all ends the others."""
     import subprocess
 
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     monkeypatch.setenv("PORTER_WARM_OWNER", str(owner.pid))
-    _ready(place)
+    _ready(place, PORTER_PROBE_ACTION="sleep")
+    client = subprocess.Popen([sys.executable, "-c", CLIENT, str(place / "log.txt"), str(place / "work"),
+                               ",".join(PRELOAD)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    side = psutil.Process(int(client.stdout.readline()))
     owner.kill()
     owner.wait()
+    assert _ended(side), "a side still running when the owner ended"
+    client.stdin.close()
+    client.wait()
     deadline = time.monotonic() + 30
     while list((place / "warm").glob("*.sock")) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -25,8 +25,8 @@ as it ends, before it is reaped (processes it left behind: daemons, data loader 
 
 The server ends after IDLE_S seconds with no child and no request, when OWNER_PID (0: none)
 has ended (a process id is checked with its start time: never a later process given the same
-id), or when its socket is removed or replaced; it waits for the running children before it
-exits.
+id; its running children are killed then: the run they belong to is over), or when its socket
+is removed or replaced; it waits for the running children before it exits.
 """
 import os
 import sys
@@ -176,7 +176,10 @@ def serve(sock_path, preload, idle_s, owner):
     while True:
         if _reap_ended(children, connections):
             last = time.monotonic()
-        if accepting and (stopped or not owner_alive() or not _same_socket(sock_path, ident)
+        owner_gone = not owner_alive()
+        for pid in children if owner_gone else ():
+            _kill_group(pid)  # (the run they belong to is over; not reaped yet: still its own)
+        if accepting and (stopped or owner_gone or not _same_socket(sock_path, ident)
                           or (not children and time.monotonic() - last > idle_s)):
             accepting = False
             listener.close()
