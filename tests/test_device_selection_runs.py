@@ -2,7 +2,9 @@
 fixes only) and run: the port trains on the XLA device (XLA graphs executed) and ends with the
 loss the original reaches on the CPU; a user's own force-CPU flag keeps the port on the CPU.
 
-Spellings: torch 2.6+'s device-generic `torch.accelerator` (`current_accelerator()` after an
+Spellings: a conditional expression of an opt-in `--cuda` flag (the CPU with the default
+flags: the port trains on XLA with and without the flag) and of a force-CPU flag (kept);
+torch 2.6+'s device-generic `torch.accelerator` (`current_accelerator()` after an
 availability test and a user flag, its `.type` in a conditional expression, the device named
 in an f-string), a device string chosen by an `if`/`elif` chain of opt-in flags (`--cuda`,
 `--mps`: the default flags' `else: device = "cpu"` trains on XLA too) and then turned into
@@ -49,6 +51,19 @@ import torch.nn.functional as F
 # name -> (script, the port's arguments that train on the accelerator, the arguments that keep
 #          it on the CPU (None: no way to), what the port's device selection reads)
 SCRIPTS = {
+    "opt_in_flag_expression": (_HEAD + textwrap.dedent("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--cuda", action="store_true", help="train on the GPU")
+        parser.add_argument("--gpu", type=int, default=0)
+        args = parser.parse_args()
+        device = torch.device(f"cuda:{args.gpu}" if args.cuda else "cpu")
+        """) + _TRAIN, ["--cuda"], None, "device = torch_xla.device()"),
+    "force_cpu_flag_expression": (_HEAD + textwrap.dedent("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--cpu", action="store_true", help="force the CPU")
+        args = parser.parse_args()
+        device = "cpu" if args.cpu or not torch.cuda.is_available() else "cuda"
+        """) + _TRAIN, [], ["--cpu"], "device = \"cpu\" if args.cpu else torch_xla.device()"),
     "accelerator_flag": (_HEAD + textwrap.dedent("""
         parser = argparse.ArgumentParser()
         parser.add_argument("--no-accel", action="store_true")

@@ -14,6 +14,7 @@ import libcst as cst
 
 from porter.astutil import string_value, walk
 from porter.context import FileContext
+from porter.device_options import default_truth
 from porter.device_options import is_cuda_string  # noqa: F401 (for the TX rules)
 from porter.rules import Edit, Severity
 
@@ -315,9 +316,24 @@ def choice_replacement(choice: DeviceChoice, ctx: FileContext, cpu: cst.BaseExpr
     if isinstance(folded, bool):
         return xla if folded is choice.cuda_first else cpu
     test = folded if isinstance(folded, cst.BaseExpression) else choice.node.test
+    if defaults_choose_cpu(choice, ctx, folded):
+        return xla
     if choice.cuda_first:
         return choice.node.with_changes(test=test, body=xla, orelse=cpu, lpar=(), rpar=())
     return choice.node.with_changes(test=test, body=cpu, orelse=xla, lpar=(), rpar=())
+
+
+def defaults_choose_cpu(choice: DeviceChoice, ctx: FileContext, folded: object = None) -> bool:
+    """The choice is an opt-in accelerator flag: with the script's default flags (`store_true`
+    options False, `store_false` ones True; its test reads nothing else) it takes the CPU arm
+    (`'cuda' if args.cuda else 'cpu'`). On a TPU host the port trains on XLA by default, as the
+    GPU user who passes `--cuda` did: both arms are the XLA device. (A force-CPU flag, `'cpu'
+    if args.no_cuda else 'cuda'`, defaults to the accelerator and stays the user's choice.)"""
+    if choice.availability_only or isinstance(folded, bool):
+        return False
+    test = folded if isinstance(folded, cst.BaseExpression) else choice.node.test
+    truth = default_truth(test, ctx)
+    return truth is not None and truth is not choice.cuda_first
 
 
 def in_availability_choice(ctx: FileContext) -> bool:

@@ -9,7 +9,7 @@ from porter.rules import Example, Fix, Rule, Safety, Severity
 from ._availability import fold
 from ._device_strings import DEVICE_READ, device_string_fact, xla_string
 from ._devices import PROVABLE, int_ordinal, used_as_device_type
-from ._tables import (CURRENT_ACCELERATOR, TORCH_XLA, choice_replacement, device_choice, is_cuda_string,
+from ._tables import (CURRENT_ACCELERATOR, TORCH_XLA, choice_replacement, defaults_choose_cpu, device_choice, is_cuda_string,
                       side_effect_free, string_node, xla_device_expr)
 
 
@@ -22,7 +22,12 @@ class CudaDevice(Rule):
     `torch.device('cuda' if torch.cuda.is_available() else 'cpu')` (or the same choice between
     two strings) becomes `torch_xla.device()`; when the condition also holds a user's choice
     (`'cuda' if use_cuda else 'cpu'`) the choice is kept:
-    `torch_xla.device() if use_cuda else torch.device('cpu')`.
+    `torch_xla.device() if use_cuda else torch.device('cpu')`. Where that choice is an opt-in
+    flag of the script's own (`'cuda' if args.cuda else 'cpu'`, a `store_true` option: the CPU
+    with the default flags; `and`/`or`/`not` of such flags alike), both arms are the XLA
+    device: `python port.py` trains on the TPU by default, as the GPU user who passed `--cuda`
+    did. A force-CPU flag (`'cpu' if args.cpu else 'cuda'`, the accelerator by default) stays
+    the user's choice.
 
     A CUDA `torch.device(...)` that is a parameter's default value becomes `torch.device('xla')`.
 
@@ -57,7 +62,9 @@ class CudaDevice(Rule):
 
     ## Fix safety
     Safe. Code that only chose between CUDA and CPU by availability now always takes the XLA
-    device (on a host without TPU that is XLA:CPU). A choice that includes a user flag is kept.
+    device (on a host without TPU that is XLA:CPU). A choice that includes a user flag is kept,
+    except an opt-in accelerator flag, which the port no longer needs: it trains on XLA with the
+    default flags and with the flag (a flag that forces the CPU keeps its meaning).
     Note that `torch_xla.device()` initializes the XLA runtime: at module level of a script that
     later calls `torch_xla.launch`, move the device line into the launched function. A default
     value runs when the `def` does, at import: `torch.device('xla')` there is the same device as
@@ -117,6 +124,32 @@ class CudaDevice(Rule):
                 device = torch_xla.device() if use_cuda else torch.device("cpu")
             """,
             title="the user's choice is kept",
+        ),
+        Example(
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--cuda", action="store_true", help="use CUDA")
+            parser.add_argument("--cpu", action="store_true", help="force the CPU")
+            args = parser.parse_args()
+            device = torch.device("cuda" if args.cuda else "cpu")
+            other = torch.device("cpu" if args.cpu else "cuda")
+            """,
+            """
+            import argparse
+            import torch
+            import torch_xla
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--cuda", action="store_true", help="use CUDA")
+            parser.add_argument("--cpu", action="store_true", help="force the CPU")
+            args = parser.parse_args()
+            device = torch_xla.device()
+            other = torch.device("cpu") if args.cpu else torch_xla.device()
+            """,
+            title="an opt-in flag (the CPU with the default flags): XLA on both arms; a force-CPU flag is kept",
         ),
         Example(
             """
@@ -278,8 +311,9 @@ class CudaDevice(Rule):
             return
         cpu_string = choice.node.orelse if choice.cuda_first else choice.node.body
         cpu = node.with_changes(args=[cst.Arg(cpu_string)])
-        new = choice_replacement(choice, self.ctx, cpu, fold(choice.node.test, self.ctx))
-        self.report(node, self._choice_message(choice), Fix((self.replace(node, new),), imports=(TORCH_XLA,)))
+        folded = fold(choice.node.test, self.ctx)
+        new = choice_replacement(choice, self.ctx, cpu, folded)
+        self.report(node, self._choice_message(choice, folded), Fix((self.replace(node, new),), imports=(TORCH_XLA,)))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         value = node.value
@@ -312,7 +346,8 @@ class CudaDevice(Rule):
             # (`--device cpu`), and the script may use it as one (`args.device.startswith(...)`)
             kind, as_type = "the option's default", True
         xla = string_node("xla", cuda) if as_type else None
-        new = choice_replacement(choice, self.ctx, cpu, fold(choice.node.test, self.ctx), xla)
+        folded = fold(choice.node.test, self.ctx)
+        new = choice_replacement(choice, self.ctx, cpu, folded, xla)
         if isinstance(new, cst.IfExp) and (node.lpar or isinstance(parent, (cst.IfExp, cst.BinaryOperation, cst.Comparison, cst.UnaryOperation, cst.BooleanOperation))):
             new = new.with_changes(lpar=node.lpar or [cst.LeftParen()], rpar=node.rpar or [cst.RightParen()])
         if as_type and kind == "the option's default":
@@ -324,7 +359,7 @@ class CudaDevice(Rule):
             self.report(node, f"CUDA-or-CPU device type: {kind} is used as a device type string (device_type=, "
                         "compared with a string): on XLA it is 'xla'", Fix((self.replace(node, new),)))
             return
-        self.report(node, self._choice_message(choice), Fix((self.replace(node, new),), imports=(TORCH_XLA,)))
+        self.report(node, self._choice_message(choice, folded), Fix((self.replace(node, new),), imports=(TORCH_XLA,)))
 
     def visit_If(self, node: cst.If) -> None:
         """`if c: device = torch_xla.device() else: device = torch_xla.device()`: the CUDA
@@ -348,10 +383,12 @@ class CudaDevice(Rule):
         self.report(node, "both arms of this `if` place on the XLA device now: one is enough",
                     Fix((self.replace(node, cst.FlattenSentinel(kept)),)))
 
-    @staticmethod
-    def _choice_message(choice) -> str:
+    def _choice_message(self, choice, folded: object) -> str:
         if choice.availability_only:
             return "CUDA-or-CPU by availability: on XLA use torch_xla.device() (torch_xla always provides a device)"
+        if defaults_choose_cpu(choice, self.ctx, folded):
+            return ("CUDA-or-CPU by an opt-in flag (the CPU with the script's default flags): on a TPU host the port "
+                    "trains on XLA by default, torch_xla.device() on both arms")
         return "CUDA-or-CPU by a user's choice: the CUDA branch becomes torch_xla.device(), the choice is kept"
 
 
