@@ -302,4 +302,3 @@ def device_string_fact(ctx: FileContext) -> dict:
 def xla_string(like: cst.CSTNode) -> cst.SimpleString:
     """``'xla'`` in the quotes of the string it replaces."""
     return device_string("xla", like)
-
