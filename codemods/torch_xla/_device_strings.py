@@ -17,7 +17,9 @@ one of:
   port tests as ``'xla'``;
 * text: an argument of ``print(...)`` or a value formatted into an f-string (only the printed
   text changes with the value);
-* anything else (passed to a function of the program, stored in a structure, returned,
+* passed to a parameter of a function of the file that reads it only as a device or as text
+  (or passes it on to such a parameter) and never rebinds it: a device use too;
+* anything else (passed to another function of the program, stored in a structure, returned,
   assigned on): porter cannot tell what it does with the string.
 
 The fact maps nodes to what they are, so that a rule asks about the node it visits:
@@ -59,6 +61,7 @@ def _walk(ctx: FileContext) -> dict:
     returns: dict[cst.FunctionDef, list[Optional[cst.BaseExpression]]] = {}
     generators: set[cst.FunctionDef] = set()
     calls: list[tuple[tuple, str, cst.Call, str, tuple]] = []  # f(...) of a name: how its value is read
+    passed: dict[int, tuple[tuple, str, object]] = {}  # id(read) -> (chain, f, position or keyword) of f(..., read)
 
     def bind(chain: tuple, name: Optional[str], value: Optional[cst.BaseExpression]) -> None:
         if name is not None:
@@ -82,6 +85,12 @@ def _walk(ctx: FileContext) -> dict:
             reads.append((chain, n.value, n, kind, literals))
             order[id(n)] = len(order)
             parent = stack[-2] if len(stack) >= 2 else None
+            grand = stack[-3] if len(stack) >= 3 else None
+            if kind == OTHER_USE and isinstance(parent, cst.Arg) and parent.value is n and not parent.star \
+                    and isinstance(grand, cst.Call) and isinstance(grand.func, cst.Name):
+                where = parent.keyword.value if parent.keyword is not None else grand.args.index(parent)
+                if parent.keyword is not None or all(a.keyword is None and not a.star for a in grand.args[:where]):
+                    passed[id(n)] = (chain, grand.func.value, where)
             if isinstance(parent, cst.Call) and parent.func is n:
                 calls.append((chain, n.value, parent, *classify_read(parent, stack[:-1], ctx)))  # type: ignore[arg-type]
             return
@@ -193,6 +202,7 @@ def _walk(ctx: FileContext) -> dict:
     called: dict[tuple[_Scope, str], list[tuple[cst.Call, str, tuple]]] = {}
     for chain, name, call, kind, literals in calls:
         called.setdefault(resolve(chain, name), []).append((call, kind, literals))
+    _follow_device_parameters(uses, passed, functions, bindings, resolve)
 
     # device functions: `def get_device(): return 'cuda' if ... else 'cpu'`, every return a
     # device string (one CUDA), the name only ever called, each call's value read as a device
@@ -219,6 +229,36 @@ def _walk(ctx: FileContext) -> dict:
         for _, _, literals in called[key]:
             out.update({lit: DEVICE_TEST for lit in literals})
     return out
+
+
+def _follow_device_parameters(uses: dict, passed: dict, functions: dict, bindings: dict, resolve) -> None:
+    """A read passed to a function of the file (``train(model, device)``) whose parameter the
+    function reads only as a device, or as text, or passes on to such a parameter (and never
+    rebinds) is a device use: ``uses`` is updated in place."""
+    def parameter(read: cst.Name) -> Optional[tuple]:
+        chain, name, where = passed[id(read)]
+        fn = functions.get(resolve(chain, name))
+        if fn is None:
+            return None
+        plain = [*fn.params.posonly_params, *fn.params.params]
+        if isinstance(where, int):
+            param = plain[where] if where < len(plain) else None
+        else:
+            param = next((q for q in [*plain, *fn.params.kwonly_params] if q.name.value == where), None)
+        return (fn, param.name.value) if param is not None else None
+
+    targets = {id(read): parameter(read) for key in uses for read, _, _ in uses[key] if id(read) in passed}
+    devices = {key for key, reads in uses.items() if isinstance(key[0], cst.FunctionDef)
+               and bindings.get(key) == [None] and reads}
+    while True:
+        failed = {key for key in devices if any(
+            not (kind in ("device", "text") or targets.get(id(read)) in devices) for read, kind, _ in uses[key])}
+        if not failed:
+            break
+        devices -= failed
+    for key, reads in uses.items():
+        uses[key] = [(read, "device" if kind == OTHER_USE and targets.get(id(read)) in devices else kind, literals)
+                     for read, kind, literals in reads]
 
 
 def returned(value: Optional[cst.BaseExpression]) -> list[Optional[cst.BaseExpression]]:

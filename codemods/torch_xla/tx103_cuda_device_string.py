@@ -28,8 +28,10 @@ class CudaDeviceString(Rule):
     tensor's `new_*`/`.to`, `torch.load(map_location=device)`, `torch.cuda.set_device(device)`;
     a device-type test (`'cuda' in device`, `device == 'cuda'`, `device in ('cuda', 'mps')`,
     `device.startswith('cuda')`), whose CUDA literal becomes `'xla'` too, so the port takes the
-    accelerator path; or text (`print(device)`, `f'{device}'`). A variable read in any other way
-    (passed to a function of the program, stored, returned) keeps its string, and that read is
+    accelerator path; or text (`print(device)`, `f'{device}'`); or an argument of a function of
+    the file whose parameter is read only in these ways (`train(model, device)` with `def
+    train(model, device): ... x.to(device)`). A variable read in any other way (passed to
+    another function of the program, stored, returned) keeps its string, and that read is
     reported. Other CUDA strings (a default parameter `device='cuda'`, `device='cuda'` passed to
     a function of the program) are reported.
 
@@ -423,6 +425,39 @@ class CudaDeviceString(Rule):
             """,
             None,
             title="a device function whose value is also passed on is reported at its return",
+        ),
+        Example(
+            """
+            import torch
+
+            def evaluate(model, batch, device):
+                print("evaluating on", device)
+                return model(batch.to(device))
+
+            def train(model, batch, device):
+                model.to(device)
+                return evaluate(model, batch, device=device)
+
+            def main(model, batch):
+                device = "cuda"
+                return train(model, batch, device)
+            """,
+            """
+            import torch
+
+            def evaluate(model, batch, device):
+                print("evaluating on", device)
+                return model(batch.to(device))
+
+            def train(model, batch, device):
+                model.to(device)
+                return evaluate(model, batch, device=device)
+
+            def main(model, batch):
+                device = "xla"
+                return train(model, batch, device)
+            """,
+            title="passed to functions of the file that read it only as a device: 'xla'",
         ),
         Example(
             """
