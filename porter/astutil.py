@@ -571,17 +571,15 @@ def name_values(ctx: FileContext, name: str) -> Optional[list[cst.BaseExpression
     """Every value NAME can hold where the current node reads it, when the code shows them all:
     the values of the plain assignments to it in the enclosing function (or, for a name the
     function does not bind, the module), and nothing else binds it there: not a parameter, a
-    ``global``/``nonlocal``, a loop, an augmented assignment, a ``with``, an import, an
-    unpacking of a value the code does not show, or (a module's name) ``exec``. None otherwise
-    (or where it is never assigned)."""
+    ``global``/``nonlocal``, a loop, an augmented assignment, a ``with``, an import or an
+    unpacking of a value the code does not show. None otherwise (or where it is never
+    assigned). (A module's name may also be set by ``exec``: see ``rebinds_globals``.)"""
     found = ctx.enclosing(cst.FunctionDef)
     fn = found if isinstance(found, cst.FunctionDef) and name in function_locals(found) else None
     scope: cst.CSTNode = fn.body if fn is not None else ctx.module
     declared = (n for n in walk(scope, into_functions=fn is None) if isinstance(n, (cst.Global, cst.Nonlocal)))
     if (fn is not None and has_param(fn, name)) or any(x.name.value == name for n in declared for x in n.names):
         return None  # (a module's name: no function may rebind it through `global`)
-    if fn is None and rebinds_globals(ctx):
-        return None  # (nanoGPT's configurator: `--backend=gloo`)
     values = assigned_values(scope, name)
     if not values or any(v is None for v in values):
         return None

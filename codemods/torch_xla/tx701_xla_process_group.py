@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from porter.astutil import arg, name_values
+from porter.astutil import arg, function_locals, name_values, rebinds_globals
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
 from ._amp_dist import has_star, is_string, keyword, quote_like, source_of, with_args
@@ -222,6 +222,10 @@ class XlaProcessGroup(Rule):
         if isinstance(value, cst.IfExp):
             return self._fixed_backend(value.body) and self._fixed_backend(value.orelse)
         if isinstance(value, cst.Name):
+            fn = self.ctx.enclosing(cst.FunctionDef)
+            local = isinstance(fn, cst.FunctionDef) and value.value in function_locals(fn)
+            if not local and rebinds_globals(self.ctx):
+                return False  # a configurator may set it (nanoGPT's `--backend=gloo`)
             values = name_values(self.ctx, value.value)
             return values is not None and all(
                 not isinstance(v, cst.Name) and self._fixed_backend(v) for v in values)
