@@ -158,16 +158,13 @@ def _is_xla(expr: cst.CSTNode, ctx: FileContext, functions: bool) -> bool:
 def _xla_functions(ctx: FileContext) -> frozenset:
     """The names of the module's functions that return the XLA device on every path (``def
     get_device(): return 'xla'``, after TX107 folded its CUDA test and TX103 its string): each
-    undecorated, bound once, its body ending in a ``return``, every value it returns an XLA
-    device expression."""
-    defined: dict[str, list] = {}
-    for stmt in ctx.module.body:
-        for name in _bound_names(stmt):
-            defined.setdefault(name, []).append(stmt)
+    undecorated, the name's one binding at module level (and no import's), its body ending in
+    a ``return``, every value it returns an XLA device expression."""
+    once = {name for name, found in module_fact(ctx, _module_bindings).items() if len(found) == 1}
     found: set[str] = set()
-    for name, stmts in defined.items():
-        fn = stmts[0]
-        if len(stmts) != 1 or not isinstance(fn, cst.FunctionDef) or fn.decorators or fn.asynchronous:
+    for fn in ctx.module.body:
+        if not isinstance(fn, cst.FunctionDef) or fn.name.value not in once or fn.name.value in ctx.aliases \
+                or fn.decorators or fn.asynchronous:
             continue
         body = fn.body.body if isinstance(fn.body, cst.IndentedBlock) else ()
         last = body[-1] if body else None
@@ -178,25 +175,8 @@ def _xla_functions(ctx: FileContext) -> frozenset:
             continue
         if values and all(v is not None and (_is_xla(v, ctx, False) or isinstance(v, cst.IfExp) and all(
                 arm is not None and _is_xla(arm, ctx, False) for arm in returned(v))) for v in values):
-            found.add(name)
+            found.add(fn.name.value)
     return frozenset(found)
-
-
-def _bound_names(stmt: cst.CSTNode) -> list[str]:
-    """The module-level names a top-level statement binds (a def, a class, an assignment, an import)."""
-    if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-        return [stmt.name.value]
-    names: list[str] = []
-    for n in walk(stmt):
-        if isinstance(n, cst.Assign):
-            for t in n.targets:
-                names.extend(target_names(t.target))
-        elif isinstance(n, (cst.AnnAssign, cst.AugAssign)):
-            names.extend(target_names(n.target))
-        elif isinstance(n, cst.ImportAlias):
-            alias = n.asname.name if n.asname is not None else n.name
-            names.extend(dotted_name(alias).split(".")[:1] if dotted_name(alias) else [])
-    return names
 
 
 def xla_device_value(expr: cst.BaseExpression, ctx: FileContext, at: Optional[cst.CSTNode] = None) -> bool:
