@@ -2,7 +2,8 @@
 fixes only) and run: the port trains on the XLA device (XLA graphs executed) and ends with the
 loss the original reaches on the CPU; a user's own force-CPU flag keeps the port on the CPU.
 
-Spellings: a conditional expression of an opt-in `--cuda` flag (the CPU with the default
+Spellings: a function of the script that returns the device string (`if cuda: return "cuda"`,
+with an MPS arm too; passed to a function of the script that prints it); a conditional expression of an opt-in `--cuda` flag (the CPU with the default
 flags: the port trains on XLA with and without the flag) and of a force-CPU flag (kept);
 torch 2.6+'s device-generic `torch.accelerator` (`current_accelerator()` after an
 availability test and a user flag, its `.type` in a conditional expression, the device named
@@ -51,6 +52,34 @@ import torch.nn.functional as F
 # name -> (script, the port's arguments that train on the accelerator, the arguments that keep
 #          it on the CPU (None: no way to), what the port's device selection reads)
 SCRIPTS = {
+    "device_function": (_HEAD + textwrap.dedent("""
+        def get_device():
+            if torch.cuda.is_available():
+                return "cuda"
+            return "cpu"
+        device = get_device()
+        """) + _TRAIN, [], None, 'return "xla"'),
+    "device_function_passed_on": (_HEAD + textwrap.dedent("""
+        def get_device():
+            if not torch.cuda.is_available():
+                return "cpu"
+            return "cuda:0"
+        def announce(device, steps):
+            print(f"training {steps} steps on", device)
+        device = get_device()
+        announce(device, steps=4)
+        """) + _TRAIN, [], None, 'return "xla"'),
+    "device_function_three_ways": (_HEAD + textwrap.dedent("""
+        def default_device():
+            if torch.cuda.is_available():
+                return "cuda:0"
+            elif torch.backends.mps.is_available():
+                return "mps"
+            else:
+                return "cpu"
+        device = default_device()
+        print("training on", device)
+        """) + _TRAIN, [], None, 'return "xla"'),
     "opt_in_flag_expression": (_HEAD + textwrap.dedent("""
         parser = argparse.ArgumentParser()
         parser.add_argument("--cuda", action="store_true", help="train on the GPU")
