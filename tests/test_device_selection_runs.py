@@ -11,7 +11,9 @@ in an f-string), a device string chosen by an `if`/`elif` chain of opt-in flags 
 `--mps`: the default flags' `else: device = "cpu"` trains on XLA too) and then turned into
 `torch.device(device)` (also passed on to the function that trains, or with a `--cpu` arm that
 keeps the CPU), the same chain of `torch.device("cuda")` / `torch.device("cpu")` objects (one
-`--cuda` flag; a `--force-cpu` arm, a CUDA and an MPS arm), and a CUDA device number kept in a variable (`device = 0`). Also a module moved to its device after an optimizer
+`--cuda` flag; a `--force-cpu` arm, a CUDA and an MPS arm), and a CUDA device number kept in a variable (`device = 0`); a device string the script also
+reads as text (`'cuda' in device`, `device.startswith(...)`, `device.split(':')`, `device[:4]`):
+it stays a string ('xla'). Also a module moved to its device after an optimizer
 over its parameters was built (a layer that builds its own optimizer, a script that builds the
 optimizer first): the port keeps the parameters' identity on the move and trains.
 """
@@ -184,6 +186,23 @@ SCRIPTS = {
     "device_number": (_HEAD + textwrap.dedent("""
         device = 0
         torch.cuda.set_device(device)
+        """) + _TRAIN, [], None, 'device = "xla"'),
+    # a device string the script also reads as text (a torch.device has no `in`, startswith,
+    # split or slicing): it stays a string, 'xla'
+    "string_searched": (_HEAD + textwrap.dedent("""
+        device = 'cuda' if torch.cuda.is_available() else 'cpu'
+        device_type = 'cuda' if 'cuda' in device else 'cpu'
+        amp = torch.autocast(device_type=device_type, enabled=False)
+        """) + _TRAIN, [], None, "device = 'xla'"),
+    "string_method": (_HEAD + textwrap.dedent("""
+        device = "cuda:0" if torch.cuda.is_available() else "cpu"
+        if device.startswith("cuda"):
+            torch.backends.cudnn.benchmark = True
+        print("device kind", device.split(":")[0])
+        """) + _TRAIN, [], None, 'device = "xla"'),
+    "string_sliced": (_HEAD + textwrap.dedent("""
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        print("on", device[:4].upper())
         """) + _TRAIN, [], None, 'device = "xla"'),
 }
 

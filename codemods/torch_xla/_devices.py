@@ -388,12 +388,30 @@ _DEVICE_TYPE_CALLS = ("torch.autocast", "torch.amp.autocast", "torch.amp.GradSca
                       "torch.is_autocast_available", "torch.amp.custom_fwd", "torch.amp.custom_bwd")
 
 
+# methods of str that a torch.device lacks: `device.startswith('cuda')` reads a string
+_STR_METHODS = frozenset({"startswith", "endswith", "split", "rsplit", "partition", "rpartition", "replace",
+                          "lower", "upper", "strip", "lstrip", "rstrip", "find", "rfind", "count", "removeprefix",
+                          "removesuffix", "isdigit", "format"})
+
+
 def _device_type_walk(ctx: FileContext) -> frozenset:
-    """Names (``device_type``, ``args.device_type``) the file uses as a device type string:
-    passed as ``device_type=``, as the first argument of ``torch.autocast``/``GradScaler``, or
-    compared with a string literal (``device_type == 'cpu'``, ``kind in ('cuda', 'mps')``)."""
+    """Names (``device_type``, ``args.device_type``, ``device``) the file uses as a device
+    string: passed as ``device_type=``, as the first argument of ``torch.autocast``/
+    ``GradScaler``, compared with a string literal (``device_type == 'cpu'``, ``kind in
+    ('cuda', 'mps')``), searched for one (``'cuda' in device``), or given to a method of str
+    (``device.startswith('cuda')``, ``device.split(':')``) or sliced (``device[:4]``): a
+    torch.device has none of those."""
     found: set[str] = set()
     for n in walk(ctx.module, into_functions=True):
+        if isinstance(n, cst.Subscript):
+            name = dotted_name(n.value)
+            if name is not None and all(isinstance(e.slice, cst.Slice) for e in n.slice):
+                found.add(name)
+            continue
+        if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in _STR_METHODS:
+            name = dotted_name(n.func.value)
+            if name is not None:
+                found.add(name)
         if isinstance(n, cst.Call):
             for a in n.args:
                 if a.keyword is not None and a.keyword.value == "device_type":
@@ -413,6 +431,8 @@ def _device_type_walk(ctx: FileContext) -> frozenset:
                     pairs = ((left, right), (right, left))
                 elif isinstance(op, (cst.In, cst.NotIn)) and isinstance(right, (cst.Tuple, cst.List, cst.Set)):
                     pairs = ((left, right),)
+                elif isinstance(op, (cst.In, cst.NotIn)) and string_value(left) is not None:
+                    pairs = ((right, left),)  # `'cuda' in device`: a substring test
                 else:
                     continue
                 for named, other in pairs:

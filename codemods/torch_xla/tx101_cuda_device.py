@@ -53,10 +53,13 @@ class CudaDevice(Rule):
     (`if args.gpu is not None: torch.device(f'cuda:{args.gpu}') else: torch.device('cuda')`) keeps
     one arm (when its test has no side effects).
 
-    A choice bound to a name that the file uses as a device *type* string (passed as
-    `device_type=`, the first argument of `torch.autocast`/`torch.amp.GradScaler`, or compared
-    with a string: `device_type == 'cpu'`), or given as `device_type=` itself, keeps a string:
-    `device_type = 'cuda' if ... else 'cpu'` becomes `'xla' if ... else 'cpu'`
+    A choice bound to a name that the file uses as a string (passed as `device_type=`, the
+    first argument of `torch.autocast`/`torch.amp.GradScaler`, compared with a string:
+    `device_type == 'cpu'`, searched: `'cuda' in device`, given to a method of str:
+    `device.startswith('cuda')`, `device.split(':')`, or sliced), or given as `device_type=`
+    itself, keeps a string: `device_type = 'cuda' if ... else 'cpu'` becomes
+    `'xla' if ... else 'cpu'`, `device = 'cuda' if torch.cuda.is_available() else 'cpu'`
+    becomes `device = 'xla'` (a torch.device has no `in`, `startswith` or slicing)
     (`torch.autocast(device_type=torch_xla.device())` raises "Expected `device_type` of type
     `str`"; `torch.device('xla')` and `.to('xla')` accept the string too).
 
@@ -257,6 +260,23 @@ class CudaDevice(Rule):
             """,
             title="a name used as a device type (device_type=, compared with a string) stays a string: 'xla'",
         ),
+        Example(
+            """
+            import torch
+
+            device = 'cuda' if torch.cuda.is_available() else 'cpu'
+            pin = 'cuda' in device
+            dev = "cuda:0" if torch.cuda.is_available() else "cpu"
+            print("on", dev.split(":")[0], dev[:4])
+            """,
+            """
+            device = 'xla'
+            pin = 'cuda' in device
+            dev = "xla"
+            print("on", dev.split(":")[0], dev[:4])
+            """,
+            title="a device string read as text ('cuda' in device, a str method, a slice) stays a string: 'xla'",
+        ),
     ]
     valid = [
         "import torch\ndevice = torch.device('cpu')\n",
@@ -356,8 +376,8 @@ class CudaDevice(Rule):
                         Fix((self.replace(node, new),)))
             return
         if as_type:
-            self.report(node, f"CUDA-or-CPU device type: {kind} is used as a device type string (device_type=, "
-                        "compared with a string): on XLA it is 'xla'", Fix((self.replace(node, new),)))
+            self.report(node, f"CUDA-or-CPU device string: {kind} is used as a string (device_type=, compared "
+                        "with or searched for a string, a str method): on XLA it is 'xla'", Fix((self.replace(node, new),)))
             return
         self.report(node, self._choice_message(choice, folded), Fix((self.replace(node, new),), imports=(TORCH_XLA,)))
 
