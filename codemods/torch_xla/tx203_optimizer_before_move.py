@@ -21,7 +21,9 @@ class OptimizerBeforeMove(Rule):
     move comes first (in another function, such as a trainer's `__init__` that receives the
     model and the optimizer already built, or after the optimizer in the same function), or
     that moves an instance of a class which builds an optimizer over its own parameters
-    (`self.opt = Adam(self.parameters())`: `Layer(a, b).to(device)`), adds
+    (`self.opt = Adam(self.parameters())`: `Layer(a, b).to(device)`), or that ties a parameter
+    of one module to another's (`self.tok.weight = self.head.weight`: a language model's
+    embedding and output layer share one weight), adds
     `torch.__future__.set_swap_module_params_on_conversion(True)` after the imports.
 
     ## Why
@@ -34,6 +36,13 @@ class OptimizerBeforeMove(Rule):
     the existing parameters (`torch.utils.swap_tensors`), which keeps their identity as on
     CUDA (measured: the same object, updated by the optimizer built before the move).
 
+    Tied weights break the same way, silently: measured in torch_xla 2.9, a module whose
+    embedding and output layer share one Parameter has two after `.to(torch_xla.device())`
+    (`m.tok.weight is m.head.weight` is False), each trained by its own gradient; the losses
+    leave the original's at the second step. With the swap flag the one Parameter is kept
+    (measured: still shared, on the XLA device). The flag is process-wide and set when the file
+    is imported, so it also holds where the model is moved in another file.
+
     ## Fix safety
     Safe: only the way `Module.to`/`.cuda()` convert parameters changes: they keep the same
     `Parameter` objects with the new device's data, as the original relied on. Values are
@@ -43,9 +52,10 @@ class OptimizerBeforeMove(Rule):
     code = "TX203"
     name = "xla-optimizer-before-move"
     target = "torch-xla"
-    summary = "optimizer built before the model moves to XLA keeps the CPU parameters: keep parameter identity on conversion"
+    summary = ("optimizer built before the model moves to XLA, or tied weights: keep parameter identity on "
+               "conversion")
     severity = Severity.ERROR
-    needs_text = ("parameters(",)
+    needs_text = ("parameters(", "weight =", "bias =", "weight=", "bias=")
     examples = [
         Example(
             """
@@ -125,6 +135,32 @@ class OptimizerBeforeMove(Rule):
             """,
             title="a layer that builds its own optimizer (layer-local training), moved once built",
         ),
+        Example(
+            """
+            import torch
+            import torch.nn as nn
+
+            class LM(nn.Module):
+                def __init__(self, vocab, dim):
+                    super().__init__()
+                    self.embed = nn.Embedding(vocab, dim)
+                    self.head = nn.Linear(dim, vocab, bias=False)
+                    self.head.weight = self.embed.weight
+            """,
+            """
+            import torch
+            import torch.nn as nn
+            torch.__future__.set_swap_module_params_on_conversion(True)
+
+            class LM(nn.Module):
+                def __init__(self, vocab, dim):
+                    super().__init__()
+                    self.embed = nn.Embedding(vocab, dim)
+                    self.head = nn.Linear(dim, vocab, bias=False)
+                    self.head.weight = self.embed.weight
+            """,
+            title="tied weights: one Parameter shared by the embedding and the output layer",
+        ),
     ]
     valid = [
         # moved first, then the optimizer: nothing to keep
@@ -136,6 +172,9 @@ class OptimizerBeforeMove(Rule):
         # the flag is already set
         "import torch\ntorch.__future__.set_swap_module_params_on_conversion(True)\n"
         "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nmodel.to(device)\n",
+        # one module's weight given a fresh value, or a non-parameter attribute copied: nothing tied
+        "import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.fc.weight = torch.nn.Parameter(torch.zeros(2, 2))\n        self.cfg.lr = args.lr\n",
         # a layer with its own optimizer, built where its tensors already are; tensors moved
         "import torch\nclass Layer(torch.nn.Linear):\n    def __init__(self):\n        super().__init__(2, 2)\n"
         "        self.opt = torch.optim.SGD(self.parameters(), lr=0.1)\nlayer = Layer()\nx = x.to(device)\n",
@@ -168,24 +207,59 @@ class OptimizerBeforeMove(Rule):
                     break
             if late is not None:
                 break
-        if late is None:
+        tied = None if late is not None else _tied_parameter(node)
+        if late is None and tied is None:
             return
-        imports = [s for s in node.body if isinstance(s, cst.SimpleStatementLine)
-                   and all(isinstance(b, (cst.Import, cst.ImportFrom)) for b in s.body)]
-        if not imports or node.body.index(imports[-1]) != len(imports) - 1 + _docstring_lines(node):
-            self.report(late, "this module moves to its device after (or apart from) the optimizer built on its "
-                        "parameters: on XLA the optimizer keeps the old CPU parameters; build the optimizer "
-                        "after the move, or call torch.__future__.set_swap_module_params_on_conversion(True) first")
+        # the file's leading imports (after its docstring): the flag goes after them, before any
+        # of the file's own code runs
+        imports = []
+        for stmt in node.body[_docstring_lines(node):]:
+            if not (isinstance(stmt, cst.SimpleStatementLine)
+                    and all(isinstance(b, (cst.Import, cst.ImportFrom)) for b in stmt.body)):
+                break
+            imports.append(stmt)
+        if tied is not None:
+            at: cst.CSTNode = tied
+            why = ("a parameter shared by two modules (tied weights): on XLA `.to()` gives each module a new "
+                   "Parameter of its own, and the two train apart from the first step on")
+        else:
+            at = late
+            why = ("this module moves to its device after (or apart from) the optimizer built on its parameters: "
+                   "on XLA `.to()` gives the module new Parameter objects and the optimizer would update the old "
+                   "CPU ones")
+        if not imports:
+            self.report(at, f"{why}; call torch.__future__.set_swap_module_params_on_conversion(True) before "
+                        "the move" + (" (or build the optimizer after it)" if tied is None else " (or tie them "
+                                      "again after it)"))
             return
         torch = self.ctx.module_alias("torch")
         flag = cst.parse_statement(f"{torch}.__future__.{_SWAP}(True)\n")
         self.report(
-            late,
-            "this module moves to its device after (or apart from) the optimizer built on its parameters: on "
-            "XLA `.to()` gives the module new Parameter objects and the optimizer would update the old CPU "
-            "ones; torch.__future__.set_swap_module_params_on_conversion(True) keeps them (as on CUDA)",
+            at, f"{why}; torch.__future__.set_swap_module_params_on_conversion(True) keeps them (as on CUDA)",
             Fix((Edit(imports[-1], astutil.insert_after([flag])),), imports=("torch",)),
         )
+
+
+def _is_parameter_name(name: str) -> bool:
+    return name in ("weight", "bias") or name.endswith(("_weight", "_bias"))
+
+
+def _tied_parameter(module: cst.Module) -> Optional[cst.Assign]:
+    """The first assignment that ties a parameter of one module to another's:
+    ``self.tok.weight = self.head.weight``, ``model.decoder.weight = model.encoder.weight``
+    (a weight or bias attribute of one module path given another module path's)."""
+    for n in astutil.walk(module, into_functions=True):
+        if not isinstance(n, cst.Assign) or len(n.targets) != 1:
+            continue
+        target, value = n.targets[0].target, n.value
+        if not isinstance(target, cst.Attribute) or not isinstance(value, cst.Attribute):
+            continue
+        if not _is_parameter_name(target.attr.value) or not _is_parameter_name(value.attr.value):
+            continue
+        owner, other = dotted_name(target.value), dotted_name(value.value)
+        if owner is not None and other is not None and owner != other:
+            return n
+    return None
 
 
 def _self_optimizing_classes(module: cst.Module, ctx) -> set[str]:

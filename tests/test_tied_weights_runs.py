@@ -1,0 +1,122 @@
+"""Tied weights (one Parameter shared by two modules: a language model's embedding and output
+layer) ported in default mode and run on XLA: the port keeps one shared Parameter through
+`.to(device)` (TX203's swap flag; without it torch_xla gives each module a copy of its own and
+the two train apart) and its losses are the CPU original's, step by step.
+
+Spellings: the tie made in the model's `__init__` (`self.head.weight = self.embed.weight`), made
+by the script on a built model (`model.decoder.weight = model.encoder.weight`, then
+`model.cuda()`), and made in a model file of its own that the training script imports.
+"""
+import textwrap
+
+import pytest
+from scripthelp import run_script
+
+from porter import engine, registry
+
+pytestmark = [pytest.mark.xla, pytest.mark.slow]
+
+_MODEL = """
+import torch
+import torch.nn as nn
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab=11, dim=8):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.mix = nn.Linear(dim, dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, idx):
+        return self.head(torch.tanh(self.mix(self.embed(idx))))
+"""
+
+_TRAIN = """
+torch.manual_seed(0)
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = TinyLM().to(device)
+optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+data = torch.randint(0, 11, (6, 4, 5))
+for step in range(6):
+    x = data[step].to(device)
+    logits = model(x[:, :-1])
+    loss = nn.functional.cross_entropy(logits.reshape(-1, 11), x[:, 1:].reshape(-1))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    print(f"loss {loss.item():.6f}")
+print("tied", model.head.weight is model.embed.weight)
+"""
+
+_SCRIPT_TIE = """
+import torch
+import torch.nn as nn
+
+
+class AutoEncoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Linear(6, 6, bias=False)
+        self.decoder = nn.Linear(6, 6, bias=False)
+
+    def forward(self, x):
+        return self.decoder(torch.relu(self.encoder(x)))
+
+
+torch.manual_seed(0)
+model = AutoEncoder()
+model.decoder.weight = model.encoder.weight
+if torch.cuda.is_available():
+    model.cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+data = torch.randn(6, 8, 6)
+for step in range(6):
+    x = data[step]
+    if torch.cuda.is_available():
+        x = x.cuda()
+    loss = ((model(x) - x) ** 2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    print(f"loss {loss.item():.6f}")
+print("tied", model.decoder.weight is model.encoder.weight)
+"""
+
+# name -> {file name: source}; train.py is run
+PROGRAMS = {
+    "tied_in_init": {"train.py": _MODEL + _TRAIN},
+    "tied_by_the_script": {"train.py": _SCRIPT_TIE},
+    "tied_in_a_model_file": {"model.py": _MODEL, "train.py": "import torch\nimport torch.nn as nn\n"
+                             "from model import TinyLM\n" + _TRAIN},
+}
+
+
+def _write(folder, files: dict, port: bool) -> None:
+    options = engine.Options(registry.select("torch-xla"), unsafe_fixes=False)
+    folder.mkdir()
+    for name, source in files.items():
+        source = textwrap.dedent(source)
+        (folder / name).write_text(engine.fix(source, options, name).source if port else source, encoding="utf-8")
+
+
+def _losses(stdout: str) -> list[float]:
+    return [float(line.split()[1]) for line in stdout.splitlines() if line.startswith("loss ")]
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_tied_weights_stay_tied_and_train_like_the_original(name, tmp_path):
+    files = PROGRAMS[name]
+    _write(tmp_path / "original", files, port=False)
+    _write(tmp_path / "port", files, port=True)
+    assert any("set_swap_module_params_on_conversion(True)" in p.read_text() for p in (tmp_path / "port").iterdir())
+    original = run_script(tmp_path / "original" / "train.py", [], tmp_path / "original", xla=False)
+    assert original.returncode == 0, original.stderr[-3000:]
+    port = run_script(tmp_path / "port" / "train.py", [], tmp_path / "port", xla=True)
+    assert port.returncode == 0, port.stderr[-3000:]
+    assert "tied True" in original.stdout and "tied True" in port.stdout, port.stdout
+    assert int(port.stdout.strip().splitlines()[-1].split(": ")[1]) >= 6, port.stdout  # trained on XLA
+    expected, got = _losses(original.stdout), _losses(port.stdout)
+    assert len(got) == len(expected) == 6
+    assert got == pytest.approx(expected, abs=2e-5), (expected, got)
