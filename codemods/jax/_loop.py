@@ -36,6 +36,28 @@ _BUILTINS = frozenset(dir(builtins))
 NNX = "flax.nnx"
 
 
+# --------------------------------------------------------------------------------------
+# Jitted functions of a file
+# --------------------------------------------------------------------------------------
+JIT_DECORATORS = frozenset({"jit", "filter_jit"})  # jax.jit, nnx.jit, equinox.filter_jit
+
+
+def jitted_functions(ctx: FileContext) -> frozenset:
+    """Names of the file's functions (at any depth: a step defined in `main()` too) decorated
+    with a jit (``@nnx.jit``, ``@jax.jit``, ``@partial(jax.jit, ...)``'s call forms
+    ``@jax.jit(...)``). A module fact (porter.rules.module_fact)."""
+    return module_fact(ctx, _jitted_functions_of)
+
+
+def _jitted_functions_of(ctx: FileContext) -> frozenset:
+    def jit(d: cst.Decorator) -> bool:
+        expr = d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator
+        return (dotted_name(expr) or "").rsplit(".", 1)[-1] in JIT_DECORATORS
+
+    return frozenset(n.name.value for n in astutil.walk(ctx.module, into_functions=True)
+                     if isinstance(n, cst.FunctionDef) and any(jit(d) for d in n.decorators))
+
+
 def imports_torch(ctx: FileContext) -> bool:
     """The file imports PyTorch (an MXNet script's `loss.backward()` is not ours)."""
     return any(full == "torch" or full.startswith("torch.") for full in ctx.aliases.values())
@@ -1577,17 +1599,26 @@ def handed_to_torch(ctx: FileContext, call: cst.Call) -> bool:
 # Random draws of the host loop (rule JX312; JX101 leaves them to it)
 # --------------------------------------------------------------------------------------
 HOST_DRAWS = ("torch.randn", "torch.rand", "torch.randint", "torch.randperm", "torch.normal")
+# `torch.randn_like(x)` draws what `torch.randn(x.shape)` draws when x has the default dtype
+HOST_LIKE_DRAWS = {"torch.randn_like": "torch.randn", "torch.rand_like": "torch.rand"}
 _HOST_DRAW_KEYWORDS = ("dtype", "generator", "device", "low", "high", "size", "mean", "std")
 
 
 def host_draw(ctx: FileContext, node: cst.Call) -> bool:
     """``node`` (visited now) is a torch random draw that runs on the host in the port and
     can stay torch's, its value handed to JAX as an array: a call of HOST_DRAWS with no
-    `requires_grad=` / `out=`, outside any class, at a script's top level or in a loop body
+    `requires_grad=` / `out=` (or of HOST_LIKE_DRAWS with one positional argument and at most
+    `device=`), outside any class, at a script's top level, in the top-level statements of a
+    function that runs a training loop (its set-up: data, noise schedules), or in a loop body
     statement that no model value flows into (JX301 keeps such statements out of the jitted
     step: they run before its call). A draw in a model's forward, in a function the step may
     trace, or one fed by a forward value is left to the manual report."""
-    if (ctx.qualname(node.func) or "") not in HOST_DRAWS:
+    qual = ctx.qualname(node.func) or ""
+    if qual in HOST_LIKE_DRAWS:
+        if (len(node.args) < 1 or node.args[0].keyword is not None or node.args[0].star
+                or any(a.keyword is None or a.keyword.value != "device" for a in node.args[1:])):
+            return False
+    elif qual not in HOST_DRAWS:
         return False
     if any(a.star or (a.keyword is not None and a.keyword.value not in _HOST_DRAW_KEYWORDS) for a in node.args):
         return False
@@ -1596,7 +1627,7 @@ def host_draw(ctx: FileContext, node: cst.Call) -> bool:
     loop = ctx.enclosing(cst.For, cst.While)
     fn = ctx.enclosing(cst.FunctionDef)
     if loop is None:
-        return fn is None  # a script's top level
+        return fn is None or _training_function_setup(ctx, fn)  # a script's or a trainer's top level
     if fn is not None and any(a is fn for a in ctx.ancestors[ctx.ancestors.index(loop):]):
         return False  # a def inside the loop
     if not isinstance(loop.body, cst.IndentedBlock):
@@ -1606,6 +1637,22 @@ def host_draw(ctx: FileContext, node: cst.Call) -> bool:
         return False
     facts = file_facts(ctx)
     return id(stmt) not in _model_dependent(list(loop.body.body), facts.modules, ctx)
+
+
+def _training_function_setup(ctx: FileContext, fn: cst.FunctionDef) -> bool:
+    """The node visited now lies in a statement of ``fn``'s own body (no compound statement
+    between), and ``fn`` runs a training loop (a loop in it calls ``backward()``): code that
+    runs once on the host, never inside a jitted step."""
+    if not isinstance(fn.body, cst.IndentedBlock):
+        return False
+    at = ctx.ancestors.index(fn)
+    chain = ctx.ancestors[at + 1:]
+    if len(chain) < 2 or not any(chain[1] is s for s in fn.body.body) or not isinstance(chain[1], cst.SimpleStatementLine):
+        return False
+    steps = jitted_functions(ctx)
+    return any(isinstance(n, (cst.For, cst.While)) and (has_backward(n) or any(
+        isinstance(c, cst.Call) and isinstance(c.func, cst.Name) and c.func.value in steps
+        for c in astutil.walk(n))) for n in astutil.walk(fn.body, into_functions=False))
 
 
 # --------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from porter.astutil import literal as literal
 from porter.context import FileContext
 from porter.rules import StatementFact, module_fact
 
+from ._loop import jitted_functions
 from ._nnx import RNGS_STREAM, keep_rngs, rngs_scope
 
 
@@ -2387,7 +2388,7 @@ def _call_site_signatures(ctx: FileContext) -> tuple:
     """What a call site's reading depends on outside its statement: the top-level functions'
     (name, positional parameters), and the jitted ones (_is_tensor reads them)."""
     return (tuple((s.name.value, _params(s)) for s in ctx.module.body if isinstance(s, cst.FunctionDef)),
-            _jitted_functions(ctx))
+            jitted_functions(ctx))
 
 
 def _call_sites_part(ctx: FileContext, stmt: cst.CSTNode, pre: tuple) -> list:
@@ -2476,20 +2477,6 @@ def _nnx_call(cls: cst.ClassDef, fn: cst.FunctionDef, ctx: FileContext) -> bool:
     return any((ctx.qualname(b.value) or "").startswith("flax.") for b in cls.bases)
 
 
-def _jitted_functions(ctx: FileContext) -> frozenset:
-    """Top-level functions of the file decorated with a jit (``@nnx.jit``, ``@jax.jit(...)``)."""
-    return module_fact(ctx, _jitted_functions_of)
-
-
-def _jitted_functions_of(ctx: FileContext) -> frozenset:
-    return frozenset(
-        s.name.value for s in ctx.module.body
-        if isinstance(s, cst.FunctionDef) and any(
-            (_dotted(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) or "").endswith("jit")
-            for d in s.decorators)
-    )
-
-
 def _top_functions(ctx: FileContext) -> frozenset:
     """The module's top-level functions (nodes)."""
     return frozenset(s for s in ctx.module.body if isinstance(s, cst.FunctionDef))
@@ -2555,7 +2542,7 @@ def _is_tensor(node: cst.CSTNode, ctx: FileContext, names, in_forward: bool) -> 
                 return _is_tensor(recv, ctx, names, in_forward)
             return False
         last = (_dotted(node.func) or "").rsplit(".", 1)[-1]
-        if isinstance(node.func, cst.Name) and node.func.value in _jitted_functions(ctx):
+        if isinstance(node.func, cst.Name) and node.func.value in jitted_functions(ctx):
             return True  # loss, outputs = train_step(...): the arrays a jitted step returns
         return last in _MODEL_NAMES  # model(x), self.net(x), criterion(out, y): tensors
     if isinstance(node, cst.Attribute):

@@ -210,6 +210,34 @@ class TorchFunction(Rule):
             """,
             title="noise in a script that seeds numpy: drawn on the host, as the batches are",
         ),
+        Example(
+            """
+            import torch
+
+            def train(model, opt, loader):
+                data = torch.rand(64, 6)
+                for x in loader:
+                    noise = torch.randn_like(x)
+                    loss = model(x + noise).sum()
+                    loss.backward()
+                    opt.step()
+            """,
+            """
+            import torch
+            import jax.numpy as jnp
+            import numpy as np
+
+            def train(model, opt, loader):
+                data = jnp.asarray(np.asarray(torch.rand(64, 6)))
+                for x in loader:
+                    noise = jnp.asarray(np.asarray(torch.randn(x.shape)))
+                    loss = model(x + noise).sum()
+                    loss.backward()
+                    opt.step()
+            """,
+            title="draws of the host outside the step (the trainer's set-up, the loop's noise): torch's generator, "
+                  "handed to JAX",
+        ),
     ]
     valid = [
         "import torch\nmodel = torch.nn.Linear(3, 4)\n",
@@ -247,11 +275,19 @@ class TorchFunction(Rule):
         if args:
             args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         draw = cst.Module([]).code_for_node(node.with_changes(args=args))
+        like = lp.HOST_LIKE_DRAWS.get(self.ctx.qualname(node.func) or "")
+        if like is not None:
+            # `torch.randn_like(x)` -> `torch.randn(x.shape)`: the same numbers where x has the
+            # default dtype, and x may be the port's array
+            x = args[0].value
+            shape = cst.Attribute(x if isinstance(x, (cst.Name, cst.Attribute, cst.Call, cst.Subscript))
+                                  else x.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()]), cst.Name("shape"))
+            draw = f"{self.ctx.module_alias('torch')}.{like.rsplit('.', 1)[1]}({cst.Module([]).code_for_node(shape)})"
         jnp, np_ = self.ctx.module_alias("jax.numpy"), self.ctx.module_alias("numpy")
         new = cst.parse_expression(f"{jnp}.asarray({np_}.asarray({draw}))")
         self.report(node, f"{self.ctx.qualname(node.func)} runs on the host: torch's generator draws it (the original's "
                           "numbers for the same seed), JAX gets the array",
-                    Fix((Edit(node, new),), imports=("jax.numpy", "numpy")))
+                    Fix((Edit(node, new),), imports=("jax.numpy", "numpy") + (("torch",) if like else ())))
         return True
 
     def _host_noise(self, node: cst.Call) -> bool:

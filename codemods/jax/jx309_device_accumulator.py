@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from porter import astutil
-from porter.rules import Example, Fix, Rule, Safety, Severity, module_fact
+from porter.rules import Example, Fix, Rule, Safety, Severity
 
 from . import _loop as lp
 
@@ -92,7 +92,7 @@ class DeviceAccumulator(Rule):
     def _loop(self, loop) -> None:
         if not isinstance(loop.body, cst.IndentedBlock):
             return
-        steps = _jitted_functions(self.ctx)
+        steps = lp.jitted_functions(self.ctx)
         if not steps:
             return
         tainted: set[str] = set()
@@ -123,17 +123,3 @@ def _receiver(call: cst.Call) -> cst.CSTNode:
     return value.with_changes(lpar=[], rpar=[]) if isinstance(value, cst.Name) else value
 
 
-def _jitted_functions(ctx) -> set[str]:
-    """Names of the file's jitted top-level functions (a module fact, porter.rules.module_fact)."""
-    return module_fact(ctx, _jitted_of)
-
-
-def _jitted_of(ctx) -> set[str]:
-    found = set()
-    for stmt in ctx.module.body:
-        if isinstance(stmt, cst.FunctionDef):
-            for d in stmt.decorators:
-                expr = d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator
-                if (lp.dotted_name(expr) or "").split(".")[-1] in ("jit", "filter_jit"):
-                    found.add(stmt.name.value)
-    return found

@@ -42,7 +42,6 @@ _ATTRIBUTES = ("is_cuda",)  # the others of _TORCH_ONLY are methods: reported wh
 # methods and attributes of torch tensors that JAX arrays lack, reported on values the port computes in JAX
 _TENSOR_ONLY = ("data", "grad", "cpu", "detach", "numpy", "to", "float", "long", "int", "double", "half", "dim",
                 "contiguous", "type", "device_type")
-_JIT = ("flax.nnx.jit", "jax.jit")
 
 
 class TorchLeft(Rule):
@@ -219,7 +218,7 @@ class TorchLeft(Rule):
         ctx = self.ctx
         if not any(q.split(".")[0] in ("flax", "jax", "optax") for q in ctx.aliases.values()):
             return  # not a port (yet): the other rules' findings say what to port
-        jitted = _jitted_functions(ctx)
+        jitted = set(lp.jitted_functions(ctx))
         models = set(_nnx.module_classes(ctx))
         self._walk(node, jitted, models, skip=False)
         self._loader_batches(node, jitted)
@@ -477,12 +476,6 @@ def _is_pipeline_class(scope: cst.CSTNode, ctx) -> bool:
     if not isinstance(scope, cst.ClassDef):
         return False
     return any((ctx.qualname(b.value) or "").startswith(("torch.utils.data", "torchvision.datasets")) for b in scope.bases)
-
-
-def _jitted_functions(ctx) -> set:
-    return {s.name.value for s in astutil.walk(ctx.module, into_functions=True) if isinstance(s, cst.FunctionDef)
-            and any((ctx.qualname(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) or "") in _JIT
-                    for d in s.decorators)}
 
 
 def _is_jax_call(call: cst.CSTNode, ctx, jax_names: set, jitted: set, models: set) -> bool:
