@@ -791,16 +791,17 @@ def updates_per_step(ctx: FileContext, sched_target: str, optimizer_target: str)
     outer loop around a loop over the loader (possibly in a function of the file it calls);
     None when porter cannot tell (also when the scheduler is never stepped)."""
     functions = {s.name.value: s for s in astutil.walk(ctx.module, into_functions=True) if isinstance(s, cst.FunctionDef)}
+    optimizers = {optimizer_target} | {attr for _cls, attr in stored_by_constructors(ctx, optimizer_target)}
     answers = set()
     for loop, call in _sched_steps(ctx, sched_target):
         if loop is None:
             return None
-        if _steps_optimizer(loop.body, optimizer_target):
+        if _steps_optimizer(loop.body, optimizers):
             answers.add("1")
             continue
         found = None
         for inner in astutil.walk(loop.body, into_functions=False):
-            if isinstance(inner, cst.For) and inner is not loop and _steps_optimizer(inner.body, optimizer_target):
+            if isinstance(inner, cst.For) and inner is not loop and _steps_optimizer(inner.body, optimizers):
                 found = _length_of(inner.iter)
                 break
             if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Name) and inner.func.value in functions:
@@ -844,8 +845,57 @@ def _visible_at(ctx: FileContext, stmt: cst.CSTNode, length: str) -> bool:
 
 
 def _sched_steps(ctx: FileContext, target: str) -> list:
-    """(innermost loop or None, call) for every ``<target>.step()`` of the module."""
-    return module_fact(ctx, _step_calls).get(target, [])
+    """(innermost loop or None, call) for every ``<target>.step()`` of the module, and for every
+    ``self.<attr>.step()`` in the methods of a class of the file whose constructor is given
+    ``target`` and keeps it as ``self.<attr>`` (a trainer built with the scheduler)."""
+    steps = module_fact(ctx, _step_calls)
+    found = list(steps.get(target, []))
+    for cls, attr in stored_by_constructors(ctx, target):
+        inside = {id(n) for n in astutil.walk(cls, into_functions=True)}
+        found += [(loop, call) for loop, call in steps.get(attr, []) if id(call) in inside]
+    return found
+
+
+def stored_by_constructors(ctx: FileContext, target: str) -> list:
+    """(class, ``self.<attr>``) for each class of the file that a call passes the name
+    ``target`` to (``Trainer(model, optimizer, scheduler)``, ``Trainer(sched=scheduler)``) and
+    whose ``__init__`` keeps that parameter as ``self.<attr> = <parameter>``."""
+    return [(cls, attr) for name, cls, attr in module_fact(ctx, _constructor_stores) if name == target]
+
+
+def stored_name(ctx: FileContext, attr: str) -> Optional[str]:
+    """The name that ``attr`` (``self.scheduler``, read in a method of the class being visited)
+    holds: the one name every constructor call of that class passes for the parameter its
+    ``__init__`` keeps there (see _stored_by_constructors); None otherwise."""
+    cls = ctx.enclosing(cst.ClassDef)
+    if cls is None:
+        return None
+    names = {name for name, c, a in module_fact(ctx, _constructor_stores) if c is cls and a == attr}
+    return names.pop() if len(names) == 1 else None
+
+
+def _constructor_stores(ctx: FileContext) -> list:
+    """(name, class, ``self.<attr>``): a call of a class of the file passes the plain name, and
+    the class's ``__init__`` keeps the parameter it binds as ``self.<attr> = <parameter>``."""
+    classes = {c.name.value: c for c in astutil.walk(ctx.module, into_functions=True) if isinstance(c, cst.ClassDef)}
+    out = []
+    for call in astutil.walk(ctx.module, into_functions=True):
+        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value in classes):
+            continue
+        cls = classes[call.func.value]
+        init = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "__init__"), None)
+        if init is None:
+            continue
+        params = [p.name.value for p in [*init.params.params, *init.params.kwonly_params]][1:]
+        for i, a in enumerate(call.args):
+            if not isinstance(a.value, cst.Name) or a.star:
+                continue
+            param = a.keyword.value if a.keyword is not None else (params[i] if i < len(params) else None)
+            for n in astutil.walk(init.body):
+                if (isinstance(n, cst.Assign) and isinstance(n.value, cst.Name) and n.value.value == param
+                        and len(n.targets) == 1 and code(n.targets[0].target).startswith("self.")):
+                    out.append((a.value.value, cls, code(n.targets[0].target)))
+    return out
 
 
 def _step_calls(ctx: FileContext) -> dict:
@@ -878,14 +928,16 @@ def _walk_same_loop(node: cst.CSTNode):
         stack.extend(astutil.children(cur))
 
 
-def _steps_optimizer(body: cst.CSTNode, optimizer_target: str) -> bool:
-    """The body (outside nested loops) steps an optimizer: ``opt.step()`` or ``scaler.step(opt)``."""
+def _steps_optimizer(body: cst.CSTNode, optimizers) -> bool:
+    """The body (outside nested loops) steps an optimizer: ``opt.step()`` or ``scaler.step(opt)``
+    (``optimizers``: the optimizer's name, or a set of the names it goes by)."""
+    names = {optimizers} if isinstance(optimizers, str) else set(optimizers)
     for n in _walk_same_loop(body):
         if isinstance(n, cst.Call) and astutil.method_name(n) == "step":
             recv = code(n.func.value)  # type: ignore[attr-defined]
-            if recv == optimizer_target or "opt" in recv.rsplit(".", 1)[-1].lower():
+            if recv in names or "opt" in recv.rsplit(".", 1)[-1].lower():
                 return True
-            if n.args and code(n.args[0].value) == optimizer_target:
+            if n.args and code(n.args[0].value) in names:
                 return True
     return False
 

@@ -26,6 +26,12 @@ class LRScheduler(Rule):
     with `optax.inject_hyperparams`): each `step()` writes the schedule's rate for that many
     steps into the optimizer's state, as torch's scheduler does.
 
+    A scheduler and its optimizer given to the constructor of a trainer class of the file
+    (`Trainer(model, loader, optimizer, scheduler)`, kept as `self.sched = sched`) are followed
+    into the trainer's methods: a `self.sched.step()` in the loop that steps
+    `self.optimizer` (or `scaler.step(self.optimizer)`) is one update per step, JX203 drops it,
+    and `self.sched.get_last_lr()` reads `self.optimizer`'s update count.
+
     Once a scheduler is folded in, `scheduler.get_last_lr()` where the optimizer is in scope
     under the name it was built with (a parameter of the function, or the same block) becomes
     `[float(scheduler(optimizer.step[...]))]` (`get_last_lr()[0]`: the float alone; divided by
@@ -156,7 +162,8 @@ class LRScheduler(Rule):
         owner = cst.Module([]).code_for_node(node.value)
         if name == "get_last_lr" and self._last_lr(node, owner):
             return
-        if name == "get_last_lr" and owner in _optax.folded_schedules(self.ctx):
+        if name == "get_last_lr" and (owner in _optax.folded_schedules(self.ctx) or (
+                owner.startswith("self.") and _optax.stored_name(self.ctx, owner) in _optax.folded_schedules(self.ctx))):
             ops.report_manual(self, node, f"{owner}.get_last_lr(): {owner} is an optax schedule: the rate of epoch e is "
                                           f"{owner}(e) (per-update schedules: the update count)")
         elif name == "param_groups" and owner in _optax.nnx_optimizers(self.ctx) and self._injected_lr(node, owner):
@@ -190,7 +197,9 @@ class LRScheduler(Rule):
         call = self.ctx.parent
         if not (isinstance(call, cst.Call) and call.func is node and not call.args):
             return False
-        plan = next((p for p in _optax.plans(self.ctx) if p.scheduler_target == owner), None)
+        # `self.scheduler` in a method of a trainer whose constructor is given the scheduler
+        base = _optax.stored_name(self.ctx, owner) if owner.startswith("self.") else None
+        plan = next((p for p in _optax.plans(self.ctx) if p.scheduler_target == (base or owner)), None)
         if plan is not None:
             try:
                 _optax.fold(self.ctx, plan)
@@ -199,11 +208,18 @@ class LRScheduler(Rule):
             factor = _optax.updates_per_step(self.ctx, plan.scheduler_target, plan.target)
             target, block = plan.target, plan.block
         else:  # folded already: read the nnx.Optimizer that takes the schedule
-            found = _optax.folded_optimizer(self.ctx, owner)
+            found = _optax.folded_optimizer(self.ctx, base or owner)
             if found is None:
                 return False
             target, block, factor = found
-        if factor is None or not self._visible(target, block):
+        if base is not None:
+            # the trainer keeps the optimizer too (`self.optimizer`): its update count is there
+            cls = self.ctx.enclosing(cst.ClassDef)
+            kept = [attr for c, attr in _optax.stored_by_constructors(self.ctx, target) if c is cls]
+            if factor is None or len(set(kept)) != 1:
+                return False
+            target = kept[0]
+        elif factor is None or not self._visible(target, block):
             return False
         count = f"{target}.step[...]" if factor == "1" else f"{target}.step[...] // {factor}"
         target_node, new = call, cst.parse_expression(f"[float({owner}({count}))]")

@@ -66,8 +66,9 @@ class ScheduleStep(Rule):
         if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) and call.func.attr.value == "step" and not call.args):
             return
         name = cst.Module([]).code_for_node(call.func.value)
-        if name not in _optax.folded_schedules(self.ctx):
-            return
+        folded = _optax.folded_schedules(self.ctx)
+        if name not in folded and not (name.startswith("self.") and _optax.stored_name(self.ctx, name) in folded):
+            return  # neither a folded schedule nor a trainer's attribute that keeps one
         parent = self.ctx.parent
         only = isinstance(parent, cst.IndentedBlock) and len(parent.body) == 1
         fix = Fix((self.replace(node, cst.SimpleStatementLine([cst.Pass()], leading_lines=node.leading_lines) if only else cst.RemoveFromParent()),))

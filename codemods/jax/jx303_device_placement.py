@@ -43,7 +43,8 @@ class DevicePlacement(Rule):
       whole: on every path the port has nothing left to do there (the batches become NumPy
       arrays where the loop body begins, as for a loop that never moves them);
     - `device = torch.device(...)` goes when nothing else in the file reads `device` any
-      more; where the name is still passed around (a `train(model, device, ...)` parameter)
+      more, and so does a trainer's `self.device = next(model.parameters()).device` (a
+      tensor's device) when no code reads that attribute any more; where the name is still passed around (a `train(model, device, ...)` parameter)
       the assignment stays and is reported.
 
     ## Why
@@ -579,6 +580,12 @@ class DevicePlacement(Rule):
                               "default device (shard the batch over jax.devices() to use several)",
                         Fix((self.remove(node),), Safety.SAFE))
             return
+        if (len(assign.targets) == 1 and isinstance(assign.value, cst.Attribute) and assign.value.attr.value == "device"
+                and self._unread_self_attribute(assign.targets[0].target)):
+            # `self.device = next(model.parameters()).device` in a trainer whose moves are gone
+            self.report(node, f"`{lp.code(assign.targets[0].target)}` = a tensor's device, and nothing reads it any "
+                              "more: JAX places arrays itself", Fix((self.remove(node),), Safety.SAFE))
+            return
         if len(assign.targets) != 1 or not isinstance(assign.targets[0].target, cst.Name):
             return
         value = assign.value
@@ -644,6 +651,18 @@ class DevicePlacement(Rule):
         attrs |= {id(n.keyword) for n in nodes if isinstance(n, cst.Arg) and n.keyword is not None}
         return not any(isinstance(n, cst.Name) and n.value == target.value and id(n) not in attrs and n is not target
                        for n in nodes)
+
+    def _unread_self_attribute(self, target: cst.BaseExpression) -> bool:
+        """``target`` is ``self.<attr>`` in a method of a class, and no code of the class (nor of
+        the file: an instance's attribute read from outside) reads ``<x>.<attr>`` otherwise (``x`` a
+        name or an attribute path; ``next(model.parameters()).device`` is the value, no read)."""
+        if not (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self"
+                and self.ctx.enclosing(cst.ClassDef) is not None):
+            return False
+        attr = target.attr.value
+        return not any(isinstance(n, cst.Attribute) and n.attr.value == attr and n is not target
+                       and isinstance(n.value, (cst.Name, cst.Attribute))
+                       for n in astutil.walk(self.ctx.module, into_functions=True))
 
     def _moved_in_comprehension(self, node: cst.Call, receiver: cst.BaseExpression) -> bool:
         """The call moves a comprehension's own variable (``[t.to(device) for t in batch]``,
