@@ -160,6 +160,7 @@ def _file_facts_of(ctx: FileContext) -> FileFacts:
                     if d:
                         facts.toplevel.add(d.split(".")[0])
     makers: Optional[dict] = None
+    copies: list[tuple[str, str]] = []  # `teacher = copy.deepcopy(student)`: (copy, original)
     for node in astutil.walk(module, into_functions=True):
         if isinstance(node, cst.Assign) and len(node.targets) == 1:
             target = code(node.targets[0].target)
@@ -184,9 +185,13 @@ def _file_facts_of(ctx: FileContext) -> FileFacts:
                     facts.namespaces.add(target)
                 elif qual in ("functools.partial",):
                     facts.losses.add(target)
+                elif qual in ("copy.deepcopy", "copy.copy") and len(value.args) == 1:
+                    copies.append((target, code(value.args[0].value)))
             elif isinstance(value, cst.Lambda):
                 facts.losses.add(target)
     facts.modules.update(m for m in facts.optimizers.values() if m)
+    while any(original in facts.modules and target not in facts.modules for target, original in copies):
+        facts.modules.update(target for target, original in copies if original in facts.modules)
     _handed_to_classes(module, facts)
     _handed_to_functions(module, facts)
     return facts
