@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Optional
+
 import libcst as cst
 
 from porter.astutil import assigned_values, method_name, walk
@@ -36,6 +38,14 @@ class DeviceAccumulator(Rule):
     reach it (the logging steps). Any other read (`print(acc)`, `str(acc)`, `round(acc, 2)`,
     a comparison, a call of unknown code) leaves the statement reported but unchanged.
 
+    A per-step history kept in a list of the function's own (`history.append(loss.item())`,
+    `losses.append(loss.detach().cpu().numpy())`) and not read in the step keeps the device
+    tensors (`history.append(loss.detach())`); where the list is read after the loop, one
+    statement after the loop converts them to what the step appended:
+    `history[:] = [v.item() if isinstance(v, torch.Tensor) else v for v in history]` (the same
+    list object; values appended before the loop are left as they are). Unsafe: until the loop
+    ends the list holds tensors.
+
     ## Why
     On XLA `.item()` executes the pending graph and copies the value to the host: inside the
     step that is an extra graph execution (and often an extra compilation) and a device-to-host
@@ -54,7 +64,7 @@ class DeviceAccumulator(Rule):
     target = "torch-xla"
     summary = "acc += x.item() in the step -> accumulate on the device, read once after the loop"
     severity = Severity.WARNING
-    needs_text = (".item(",)
+    needs_text = (".item(", ".append(")
     examples = [
         Example(
             """
@@ -197,6 +207,35 @@ class DeviceAccumulator(Rule):
             unsafe=True,
             title="a float sum started at the int 0: after zero iterations it is still an int, so the type is tested",
         ),
+        Example(
+            """
+            import torch
+
+            def train(model, loader, optimizer):
+                history = []
+                for x, y in loader:
+                    loss = model(x, y)
+                    loss.backward()
+                    optimizer.step()
+                    history.append(loss.item())
+                return sum(history) / len(history)
+            """,
+            """
+            import torch
+
+            def train(model, loader, optimizer):
+                history = []
+                for x, y in loader:
+                    loss = model(x, y)
+                    loss.backward()
+                    optimizer.step()
+                    history.append(loss.detach())
+                history[:] = [v.item() if isinstance(v, torch.Tensor) else v for v in history]
+                return sum(history) / len(history)
+            """,
+            unsafe=True,
+            title="a history of the loss: tensors in the step, numbers after the loop",
+        ),
     ]
     valid = [
         # outside a training loop
@@ -235,6 +274,41 @@ class DeviceAccumulator(Rule):
             msg += " (unsafe fix: a float sum runs in float32 on the device)"
         self.report(node, msg, Fix(tuple(edits), Safety.SAFE if exact else Safety.UNSAFE, imports=imports))
 
+    def visit_Call(self, node: cst.Call) -> None:
+        """``history.append(loss.item())`` (or ``.cpu().numpy()``) in the step: the list keeps
+        the device tensors (``loss.detach()``) and, where it is read after the loop, one
+        statement after the loop turns them into what the step appended."""
+        if method_name(node) != "append" or len(node.args) != 1 or not isinstance(node.func.value, cst.Name):  # type: ignore[attr-defined]
+            return
+        if not isinstance(self.ctx.parent, cst.Expr):
+            return
+        split = _host_copy(node.args[0].value)
+        loop = step_loop(self.ctx)
+        if split is None or loop is None:
+            return
+        tensor, suffix = split
+        name = node.func.value.value  # type: ignore[attr-defined]
+        scope = enclosing_scope(self.ctx)
+        values = assigned_values(scope, name)
+        if not values or not all(isinstance(v, cst.List) for v in values) or not _only_appended(loop, name):
+            return  # not a list of the scope's own, or read in the step: TX403 reports the copy
+        edits = [self.replace(node.args[0].value, cst.Call(cst.Attribute(tensor, cst.Name("detach"))))]
+        imports: tuple[str, ...] = ()
+        if read_outside(scope, loop, name):
+            torch = self.ctx.module_alias("torch")
+            back = cst.parse_statement(f"{name}[:] = [v{suffix} if isinstance(v, {torch}.Tensor) else v for v in {name}]\n")
+
+            def apply(updated: cst.CSTNode):
+                # decided on the updated loop: converted only once its appends keep tensors
+                return cst.FlattenSentinel([updated, back]) if _appends_on_device(updated, name) else updated
+
+            edits.append(self.replace(loop, apply))
+            imports = ("torch",)
+        self.report(node, f"`{name}.append(...{suffix})` in the step copies a value to the host every step; keep the "
+                          f"device tensors in `{name}` and convert them once after the loop (unsafe fix: `{name}` "
+                          "holds tensors until the loop ends)",
+                    Fix(tuple(edits), Safety.UNSAFE, imports=imports))
+
     def _convert_after(self, loop: cst.CSTNode, scope: cst.CSTNode):
         """The edit after ``loop``: for every running sum of the loop that ends up on the
         device once the selected fixes are applied, convert it back to a number. Decided on
@@ -263,6 +337,44 @@ class DeviceAccumulator(Rule):
             return cst.FlattenSentinel([updated, *(_back_to_number(n, kinds[n], torch) for n in on_device)])
 
         return apply
+
+
+# host copies of a tensor appended to a list: the conversion the list's reads expect
+_COPIES = {("item",): ".item()", ("cpu", "item"): ".item()", ("detach", "item"): ".item()",
+           ("cpu", "numpy"): ".cpu().numpy()", ("detach", "cpu", "numpy"): ".cpu().numpy()",
+           ("cpu", "detach", "numpy"): ".cpu().numpy()"}
+
+
+def _host_copy(value: cst.BaseExpression) -> Optional[tuple[cst.BaseExpression, str]]:
+    """``loss.item()`` -> (``loss``, ".item()"), ``loss.detach().cpu().numpy()`` -> (``loss``,
+    ".cpu().numpy()"); None for anything else."""
+    methods: list[str] = []
+    while isinstance(value, cst.Call) and not value.args and isinstance(value.func, cst.Attribute):
+        methods.insert(0, value.func.attr.value)
+        value = value.func.value
+    if isinstance(value, cst.Attribute) and value.attr.value == "data":
+        value = value.value
+    suffix = _COPIES.get(tuple(methods))
+    return (value, suffix) if suffix is not None and isinstance(value, (cst.Name, cst.Attribute)) else None
+
+
+def _appends_on_device(loop: cst.CSTNode, name: str) -> bool:
+    """The loop appends to ``name`` and no append copies to the host any more."""
+    appends = [n for n in walk(loop) if isinstance(n, cst.Call) and method_name(n) == "append" and len(n.args) == 1
+               and isinstance(n.func.value, cst.Name) and n.func.value.value == name]  # type: ignore[attr-defined]
+    return bool(appends) and not any(_host_copy(n.args[0].value) for n in appends)
+
+
+def _only_appended(loop: cst.CSTNode, name: str) -> bool:
+    """Every read of ``name`` in ``loop`` is the receiver of an ``.append(...)`` statement."""
+    parents = parent_map(loop)
+    for n in loads(loop, name, parents):
+        attr = parents.get(id(n))
+        call = parents.get(id(attr)) if attr is not None else None
+        if not (isinstance(attr, cst.Attribute) and attr.value is n and attr.attr.value == "append"
+                and isinstance(call, cst.Call) and call.func is attr and isinstance(parents.get(id(call)), cst.Expr)):
+            return False
+    return True
 
 
 def _back_to_number(name: str, kind: str, torch: str) -> cst.BaseStatement:
