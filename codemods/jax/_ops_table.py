@@ -1378,6 +1378,19 @@ op("F.cosine_similarity", "x1, x2, dim, eps", _cosine_similarity, "sum(x1 * x2, 
                                                         Case("F.cosine_similarity(a, b, dim=0)", a="f3,4", b="f3,4")])
 
 
+def _pairwise_distance(b: Bound) -> str:
+    p = b.get("p", "2.0")
+    eps = b.get("eps", "1e-6")
+    keep = b.get("keepdim", "False")
+    diff = f"{atom(b.node('x1'))} - {atom(b.node('x2'))} + {eps}"
+    return f"{b.jnp}.linalg.norm({diff}, ord={p}, axis=-1, keepdims={keep})"
+
+
+op("F.pairwise_distance", "x1, x2, p, eps, keepdim", _pairwise_distance, "jnp.linalg.norm(x1 - x2 + eps, ord=p, axis=-1)",
+   "torch adds eps (1e-6) to the difference before the norm, over the last dimension",
+   [Case("F.pairwise_distance(a, b)", a="f3,4", b="f3,4"), Case("F.pairwise_distance(a, b, p=1.0, keepdim=True)", a="f3,4", b="f3,4")])
+
+
 def _pad(b: Bound) -> str:
     node = b.node("pad")
     mode = b.lit("mode", "constant")
