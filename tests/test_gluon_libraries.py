@@ -108,6 +108,18 @@ def test_gluon_library_import_is_reported_at_the_import(source, line):
     assert "--with " in findings[0].message and findings[0].fix is None
 
 
+@pytest.mark.parametrize("target", ["torch", "torch-xla", "jax"])
+def test_the_port_of_a_script_that_imports_the_library_reports_it(target):
+    """A migrate's findings are those of its last pass, when GL001 has dropped the script's
+    MXNet imports: the library's imports, still there, are still the script's."""
+    script = ("import mxnet as mx\nfrom mxnet import gluon\nimport gluoncv as gcv\nfrom gluoncv.model_zoo import get_model\n"
+              "net = get_model('cifar_resnet20_v1', classes=10)\nnet.initialize(mx.init.Xavier(), ctx=mx.cpu())\n")
+    result = engine.fix(script, engine.Options(registry.select(target)))
+    assert "mxnet" not in result.source.replace("gluoncv", ""), result.source
+    lines = sorted(f.position.line for f in result.remaining if f.code == "GL008")
+    assert len(lines) == 2 and all("gluoncv" in result.source.splitlines()[n - 1] for n in lines), result.source
+
+
 def test_a_port_importing_the_ported_library_is_not_reported():
     port = "import torch\nimport gluoncv as gcv\nnet = gcv.model_zoo.get_model('tiny')\n"
     for target in ("torch", "torch-xla", "jax"):
