@@ -13,7 +13,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.astutil import arg, children, code, function_locals, string_value, walk
+from porter.astutil import arg, assigned_values, children, code, function_locals, has_param, string_value, walk
 from porter.context import FileContext
 from porter.rules import module_fact
 
@@ -735,15 +735,59 @@ def default_truth(test: cst.CSTNode, ctx: FileContext) -> Optional[bool]:
     `store_true` option is False, `not args.no_cuda` True, `and`/`or`/`not` of such tests as
     Python evaluates them; None where the test reads anything else (an availability check, an
     option that is not a flag of this file)."""
+    return _default_truth(test, ctx, named=False)
+
+
+# availability tests: on the GPU host the script was written for, true
+_AVAILABILITY = ("torch.cuda.is_available", "torch.backends.mps.is_available", "torch.accelerator.is_available")
+
+
+def _default_truth(test: cst.CSTNode, ctx: FileContext, named: bool) -> Optional[bool]:
+    """default_truth; ``named``: ``test`` is the value of a flag variable the choice reads
+    (`use_cuda = args.cuda and torch.cuda.is_available()`), where an availability test is
+    true (the GPU host the script was written for) and decides nothing by itself."""
     if isinstance(test, cst.Attribute):
         value = module_fact(ctx, _flag_walk).get(test.attr.value)
         return value if isinstance(test.value, cst.Name) else None
+    if isinstance(test, cst.Name) and not named:
+        value = _bound_once(ctx, test.value)
+        return None if value is None else _default_truth(value, ctx, named=True)
+    if named and isinstance(test, cst.Call) and not test.args and ctx.qualname(test.func) in _AVAILABILITY:
+        return True
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = default_truth(test.expression, ctx)
+        inner = _default_truth(test.expression, ctx, named)
         return None if inner is None else not inner
     if isinstance(test, cst.BooleanOperation):
-        left, right = default_truth(test.left, ctx), default_truth(test.right, ctx)
+        left, right = _default_truth(test.left, ctx, named), _default_truth(test.right, ctx, named)
+        if named and (left is True and right is True):
+            # a flag variable that is only availability: no user flag decides it
+            return True if _reads_a_flag(test, ctx) else None
         if isinstance(test.operator, cst.And):
             return False if False in (left, right) else None if None in (left, right) else True
         return True if True in (left, right) else None if None in (left, right) else False
     return None
+
+
+def _reads_a_flag(test: cst.CSTNode, ctx: FileContext) -> bool:
+    flags = module_fact(ctx, _flag_walk)
+    return any(isinstance(n, cst.Attribute) and isinstance(n.value, cst.Name) and n.attr.value in flags
+               for n in walk(test))
+
+
+def _bound_once(ctx: FileContext, name: str) -> Optional[cst.BaseExpression]:
+    """The one value the plain name ``name`` is given where the current node reads it: in the
+    enclosing function when it binds the name there (not as a parameter), else at the module
+    level; None where it is bound more than once, otherwise, or not at all."""
+    fn = ctx.enclosing(cst.FunctionDef)
+    scope: cst.CSTNode = ctx.module
+    if fn is not None:
+        if has_param(fn, name):
+            return None
+        if name in function_locals(fn):
+            scope = fn.body
+    values = assigned_values(scope, name)
+    if len(values) != 1 or values[0] is None:
+        return None
+    binds = sum(1 for n in walk(scope) if isinstance(n, (cst.AugAssign, cst.For)) and isinstance(n.target, cst.Name)
+                and n.target.value == name)
+    return values[0] if binds == 0 else None

@@ -4,7 +4,8 @@ loss the original reaches on the CPU; a user's own force-CPU flag keeps the port
 
 Spellings: a function of the script that returns the device string (`if cuda: return "cuda"`,
 with an MPS arm too; passed to a function of the script that prints it); a conditional expression of an opt-in `--cuda` flag (the CPU with the default
-flags: the port trains on XLA with and without the flag) and of a force-CPU flag (kept);
+flags: the port trains on XLA with and without the flag; also read through a variable,
+`use_cuda = args.cuda and torch.cuda.is_available()`) and of a force-CPU flag (kept);
 torch 2.6+'s device-generic `torch.accelerator` (`current_accelerator()` after an
 availability test and a user flag, its `.type` in a conditional expression, the device named
 in an f-string), a device string chosen by an `if`/`elif` chain of opt-in flags (`--cuda`,
@@ -89,6 +90,23 @@ SCRIPTS = {
         args = parser.parse_args()
         device = torch.device(f"cuda:{args.gpu}" if args.cuda else "cpu")
         """) + _TRAIN, ["--cuda"], None, "device = torch_xla.device()"),
+    # the flag read through a variable of its own, availability folded into it
+    "opt_in_flag_variable": (_HEAD + textwrap.dedent("""
+        def main():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--cuda", action="store_true")
+            args = parser.parse_args()
+            use_accel = args.cuda and torch.cuda.is_available()
+            return torch.device("cuda" if use_accel else "cpu")
+        device = main()
+        """) + _TRAIN, [], None, "return torch_xla.device()"),
+    "force_cpu_flag_variable": (_HEAD + textwrap.dedent("""
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--cpu", action="store_true", default=False)
+        args = parser.parse_args()
+        use_gpu = not args.cpu and torch.cuda.is_available()
+        device = torch.device("cuda" if use_gpu else "cpu")
+        """) + _TRAIN, [], ["--cpu"], 'device = torch_xla.device() if use_gpu else torch.device("cpu")'),
     "force_cpu_flag_expression": (_HEAD + textwrap.dedent("""
         parser = argparse.ArgumentParser()
         parser.add_argument("--cpu", action="store_true", help="force the CPU")
