@@ -46,6 +46,13 @@ class DeviceAccumulator(Rule):
     list object; values appended before the loop are left as they are). Unsafe: until the loop
     ends the list holds tensors.
 
+    A dict of running sums, one per loss (`meters[k] += v.item()` for the losses of a
+    multi-task or detection model; `meters` a `defaultdict(float)` or `{}` of the function's
+    own), sums on the device when the loop reads the dict only to format its values
+    (`' '.join(f'{k}={v / n:.4f}' for k, v in meters.items())`) or to clear it; read after
+    the loop, it is converted there: `meters.update({k: v.item() if isinstance(v,
+    torch.Tensor) else v for k, v in meters.items()})`. Unsafe (float32 sums).
+
     ## Why
     On XLA `.item()` executes the pending graph and copies the value to the host: inside the
     step that is an extra graph execution (and often an extra compilation) and a device-to-host
@@ -247,6 +254,9 @@ class DeviceAccumulator(Rule):
     ]
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if _is_meter_sum(node):
+            self._meter_sum(node)
+            return
         if not is_host_sum(node):
             return
         loop = step_loop(self.ctx)
@@ -273,6 +283,37 @@ class DeviceAccumulator(Rule):
         if not exact:
             msg += " (unsafe fix: a float sum runs in float32 on the device)"
         self.report(node, msg, Fix(tuple(edits), Safety.SAFE if exact else Safety.UNSAFE, imports=imports))
+
+    def _meter_sum(self, node: cst.AugAssign) -> None:
+        """``meters[k] += v.item()``: a dict of running sums (one per loss of a multi-task or
+        detection model) summed on the device, where the loop reads the dict only to format its
+        values (``f"{k}={v / n:.4f}" for k, v in meters.items()``) or to clear it."""
+        loop = step_loop(self.ctx)
+        if loop is None:
+            return
+        name = node.target.value.value  # type: ignore[attr-defined]
+        scope = enclosing_scope(self.ctx)
+        values = assigned_values(scope, name)
+        if not values or not all(_empty_dict(v, self.ctx) for v in values) or not _meter_reads_safe(loop, name):
+            return  # TX403 reports the copy
+        items = [c for c in calls_to(node.value, ("item",)) if not c.args]
+        edits = [self.replace(c, _without_item(c)) for c in items]
+        imports: tuple[str, ...] = ()
+        if read_outside(scope, loop, name):
+            torch = self.ctx.module_alias("torch")
+            back = cst.parse_statement(
+                f"{name}.update({{k: v.item() if isinstance(v, {torch}.Tensor) else v for k, v in {name}.items()}})\n")
+
+            def apply(updated: cst.CSTNode):
+                sums = [n for n in walk(updated) if _is_meter_sum(n, name, any_value=True)]
+                on_device = bool(sums) and not any(calls_to(n.value, ("item",)) for n in sums)
+                return cst.FlattenSentinel([updated, back]) if on_device else updated
+
+            edits.append(self.replace(loop, apply))
+            imports = ("torch",)
+        self.report(node, f"`{name}[...] += ....item()` in the step copies a value to the host every step; sum on the "
+                          f"device (the loop only formats or clears `{name}`) (unsafe fix: float sums run in float32 on "
+                          "the device)", Fix(tuple(edits), Safety.UNSAFE, imports=imports))
 
     def visit_Call(self, node: cst.Call) -> None:
         """``history.append(loss.item())`` (or ``.cpu().numpy()``) in the step: the list keeps
@@ -356,6 +397,81 @@ def _host_copy(value: cst.BaseExpression) -> Optional[tuple[cst.BaseExpression, 
         value = value.value
     suffix = _COPIES.get(tuple(methods))
     return (value, suffix) if suffix is not None and isinstance(value, (cst.Name, cst.Attribute)) else None
+
+
+def _is_meter_sum(node: cst.CSTNode, name: Optional[str] = None, any_value: bool = False) -> bool:
+    """``meters[k] += <expr with .item()>`` (``any_value``: whatever is added), on a plain name
+    (``name`` when given)."""
+    if not (isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign)
+            and isinstance(node.target, cst.Subscript) and isinstance(node.target.value, cst.Name)):
+        return False
+    if name is not None and node.target.value.value != name:
+        return False
+    return any_value or any(not c.args for c in calls_to(node.value, ("item",)))
+
+
+def _empty_dict(value: Optional[cst.BaseExpression], ctx) -> bool:
+    """``{}``, ``dict()``, ``defaultdict(float)`` / ``defaultdict(int)``."""
+    if isinstance(value, cst.Dict):
+        return not value.elements
+    if not isinstance(value, cst.Call):
+        return False
+    qual = ctx.qualname(value.func) or ""
+    if qual == "builtins.dict" or (isinstance(value.func, cst.Name) and value.func.value == "dict"):
+        return not value.args
+    return qual == "collections.defaultdict" and len(value.args) == 1 and \
+        isinstance(value.args[0].value, cst.Name) and value.args[0].value.value in ("float", "int")
+
+
+_FORMATTED = (cst.FormattedStringExpression,)
+
+
+def _meter_reads_safe(loop: cst.CSTNode, name: str) -> bool:
+    """Every read of the dict ``name`` in ``loop`` is a sum into one of its entries, a
+    ``name.clear()`` statement, or ``name.items()`` / ``name.values()`` iterated by a
+    comprehension whose value variable is read only in f-string fields with a format spec
+    (arithmetic around it allowed): a 0-dim tensor formats as its number does."""
+    parents = parent_map(loop)
+    for n in loads(loop, name, parents):
+        parent = parents.get(id(n))
+        if isinstance(parent, cst.Subscript) and isinstance(parents.get(id(parent)), cst.AugAssign) \
+                and parents[id(parent)].target is parent:
+            continue
+        call = parents.get(id(parent)) if isinstance(parent, cst.Attribute) and parent.value is n else None
+        if not isinstance(call, cst.Call) or call.func is not parent or call.args:
+            return False
+        method = parent.attr.value  # type: ignore[union-attr]
+        if method == "clear" and isinstance(parents.get(id(call)), cst.Expr):
+            continue
+        comp_for = parents.get(id(call))
+        if method in ("items", "values") and isinstance(comp_for, cst.CompFor) and comp_for.iter is call \
+                and _formatted_only(comp_for, method, parents):
+            continue
+        return False
+    return True
+
+
+def _formatted_only(comp_for: cst.CompFor, method: str, parents: dict) -> bool:
+    target = comp_for.target
+    if method == "items":
+        if not (isinstance(target, cst.Tuple) and len(target.elements) == 2 and isinstance(target.elements[1].value, cst.Name)):
+            return False
+        value = target.elements[1].value.value  # type: ignore[attr-defined]
+    elif isinstance(target, cst.Name):
+        value = target.value
+    else:
+        return False
+    comp = parents.get(id(comp_for))
+    if not isinstance(comp, (cst.GeneratorExp, cst.ListComp)):
+        return False
+    for read in loads(comp.elt, value, parents):
+        node: cst.CSTNode = read
+        while isinstance(parents.get(id(node)), cst.BinaryOperation):
+            node = parents[id(node)]
+        field = parents.get(id(node))
+        if not (isinstance(field, _FORMATTED) and field.expression is node and field.format_spec):
+            return False
+    return True
 
 
 def _appends_on_device(loop: cst.CSTNode, name: str) -> bool:
