@@ -14,6 +14,7 @@ import pytest
 
 from porter import engine, registry
 
+from lanes import fixture_slice
 from scripthelp import verify_json
 
 JAX = engine.Options(tuple(registry.rules_for("jax")), unsafe_fixes=False)
@@ -111,7 +112,7 @@ def test_a_frozen_backbone_that_is_trained_keeps_its_loop():
 @pytest.mark.jax
 @pytest.mark.xla
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["ema class", "copy_ of data"])
+@pytest.mark.parametrize("name", fixture_slice(["ema class", "copy_ of data"], 2))  # one per run of the suite
 def test_the_mean_teacher_port_matches_its_original(name, tmp_path):
     original = textwrap.dedent(SPELLINGS[name])
     report = verify_json(tmp_path, original, engine.fix(original, JAX).source, 4)

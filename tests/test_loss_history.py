@@ -15,6 +15,7 @@ import pytest
 
 from porter import engine, registry
 
+from lanes import fixture_slice
 from scripthelp import verify_json
 
 UNSAFE = engine.Options(registry.select("torch-xla"), unsafe_fixes=True)
@@ -92,7 +93,7 @@ def test_a_history_read_in_the_step_is_left():
 
 @pytest.mark.xla
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["item", "numpy"])
+@pytest.mark.parametrize("name", fixture_slice(["numpy", "item"], 2))  # one per run of the suite
 def test_the_port_copies_nothing_in_its_steps(name, tmp_path):
     original = textwrap.dedent(SPELLINGS[name])
     report = verify_json(tmp_path, original, engine.fix(original, UNSAFE, "train.py").source, 4)
