@@ -243,6 +243,36 @@ def _handed_to_classes(module: cst.Module, facts: FileFacts) -> None:
     `self.optimizer = optimizer` and `self.model = model.to(gpu_id)` in its `__init__`): its
     `self.optimizer` trains its `self.model` when every construction of the class in the file
     passes an optimizer of the facts and the model that optimizer trains."""
+    found: dict[tuple[int, str], set] = {}  # (class, attribute) -> the texts the constructions give it
+    classes: dict[int, list[str]] = {}
+    for text, cls, attr in _constructor_stores(module):
+        found.setdefault((id(cls), attr), set()).add(text)
+        classes.setdefault(id(cls), []).append(attr)
+    for cls_id, attrs in classes.items():
+        given = {attr: next(iter(found[(cls_id, attr)])) for attr in attrs if len(found[(cls_id, attr)]) == 1}
+        holders = {text: attr for attr, text in given.items()}
+        for attr, text in given.items():
+            model = facts.optimizers.get(text)
+            if model is not None and model in holders:
+                facts.optimizers[attr] = holders[model]
+                facts.modules.add(holders[model])
+
+
+def constructor_stores(ctx: FileContext) -> list[tuple[str, cst.ClassDef, str]]:
+    """(the code a construction of a top-level class of the file passes, the class,
+    ``self.<attr>``) for each argument whose ``__init__`` parameter is kept as
+    ``self.<attr> = <parameter>`` (``.to(device)`` moves aside; ``self.a, self.b = a, b`` too):
+    ``Trainer(model, loader, optimizer, scheduler)`` -> ("scheduler", Trainer, "self.sched").
+    A module fact (porter.rules.module_fact)."""
+    return module_fact(ctx, _constructor_stores_of)
+
+
+def _constructor_stores_of(ctx: FileContext) -> list:
+    return _constructor_stores(ctx.module)
+
+
+def _constructor_stores(module: cst.Module) -> list[tuple[str, cst.ClassDef, str]]:
+    out = []
     for cls in module.body:
         if not isinstance(cls, cst.ClassDef):
             continue
@@ -260,21 +290,14 @@ def _handed_to_classes(module: cst.Module, facts: FileFacts) -> None:
                         stored.setdefault(value.value, target.attr.value)
         if not stored:
             continue
-        found: dict[str, set] = {}  # attribute -> the texts the constructions give it
         for call in astutil.walk(module, into_functions=True):
             if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value == cls.name.value):
                 continue
             for i, arg in enumerate(call.args):
                 name = arg.keyword.value if arg.keyword is not None else params[i] if i < len(params) and not arg.star else None
                 if name in stored:
-                    found.setdefault(stored[name], set()).add(code(arg.value))
-        given = {attr: next(iter(texts)) for attr, texts in found.items() if len(texts) == 1}
-        holders = {text: attr for attr, text in given.items()}
-        for attr, text in given.items():
-            model = facts.optimizers.get(text)
-            if model is not None and model in holders:
-                facts.optimizers[f"self.{attr}"] = f"self.{holders[model]}"
-                facts.modules.add(f"self.{holders[model]}")
+                    out.append((code(arg.value), cls, f"self.{stored[name]}"))
+    return out
 
 
 def _assigned_pairs(target: cst.BaseExpression, value: cst.BaseExpression) -> list:

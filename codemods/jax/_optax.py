@@ -28,6 +28,7 @@ from porter import astutil
 from porter.context import FileContext
 from porter.rules import module_fact
 
+from . import _loop as lp
 from ._ops_table import NOT_LITERAL, Bound, Manual, Sig, atom, bare, bind, code, literal
 
 
@@ -860,42 +861,19 @@ def stored_by_constructors(ctx: FileContext, target: str) -> list:
     """(class, ``self.<attr>``) for each class of the file that a call passes the name
     ``target`` to (``Trainer(model, optimizer, scheduler)``, ``Trainer(sched=scheduler)``) and
     whose ``__init__`` keeps that parameter as ``self.<attr> = <parameter>``."""
-    return [(cls, attr) for name, cls, attr in module_fact(ctx, _constructor_stores) if name == target]
+    return [(cls, attr) for text, cls, attr in lp.constructor_stores(ctx) if text == target]
 
 
 def stored_name(ctx: FileContext, attr: str) -> Optional[str]:
     """The name that ``attr`` (``self.scheduler``, read in a method of the class being visited)
     holds: the one name every constructor call of that class passes for the parameter its
-    ``__init__`` keeps there (see _stored_by_constructors); None otherwise."""
+    ``__init__`` keeps there (see stored_by_constructors); None otherwise."""
     cls = ctx.enclosing(cst.ClassDef)
     if cls is None:
         return None
-    names = {name for name, c, a in module_fact(ctx, _constructor_stores) if c is cls and a == attr}
-    return names.pop() if len(names) == 1 else None
-
-
-def _constructor_stores(ctx: FileContext) -> list:
-    """(name, class, ``self.<attr>``): a call of a class of the file passes the plain name, and
-    the class's ``__init__`` keeps the parameter it binds as ``self.<attr> = <parameter>``."""
-    classes = {c.name.value: c for c in astutil.walk(ctx.module, into_functions=True) if isinstance(c, cst.ClassDef)}
-    out = []
-    for call in astutil.walk(ctx.module, into_functions=True):
-        if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Name) and call.func.value in classes):
-            continue
-        cls = classes[call.func.value]
-        init = next((f for f in cls.body.body if isinstance(f, cst.FunctionDef) and f.name.value == "__init__"), None)
-        if init is None:
-            continue
-        params = [p.name.value for p in [*init.params.params, *init.params.kwonly_params]][1:]
-        for i, a in enumerate(call.args):
-            if not isinstance(a.value, cst.Name) or a.star:
-                continue
-            param = a.keyword.value if a.keyword is not None else (params[i] if i < len(params) else None)
-            for n in astutil.walk(init.body):
-                if (isinstance(n, cst.Assign) and isinstance(n.value, cst.Name) and n.value.value == param
-                        and len(n.targets) == 1 and code(n.targets[0].target).startswith("self.")):
-                    out.append((a.value.value, cls, code(n.targets[0].target)))
-    return out
+    names = {text for text, c, a in lp.constructor_stores(ctx) if c is cls and a == attr}
+    name = names.pop() if len(names) == 1 else None
+    return name if name is not None and name.isidentifier() else None
 
 
 def _step_calls(ctx: FileContext) -> dict:
