@@ -5,7 +5,9 @@ the two train apart) and its losses are the CPU original's, step by step.
 
 Spellings: the tie made in the model's `__init__` (`self.head.weight = self.embed.weight`), made
 by the script on a built model (`model.decoder.weight = model.encoder.weight`, then
-`model.cuda()`), and made in a model file of its own that the training script imports.
+`model.cuda()`), made in a model file of its own that the training script imports, and an LSTM
+language model that reloads its best state (`load_state_dict` runs with the flag off: an RNN's
+weakly referenced parameters cannot be swapped).
 """
 import textwrap
 
@@ -84,10 +86,49 @@ for step in range(6):
 print("tied", model.decoder.weight is model.encoder.weight)
 """
 
+_LSTM_LM = """
+import copy
+import torch
+import torch.nn as nn
+
+
+class RNNModel(nn.Module):
+    def __init__(self, ntoken=11, ninp=8):
+        super().__init__()
+        self.encoder = nn.Embedding(ntoken, ninp)
+        self.rnn = nn.LSTM(ninp, ninp)
+        self.decoder = nn.Linear(ninp, ntoken)
+        self.decoder.weight = self.encoder.weight
+
+    def forward(self, x):
+        out, _ = self.rnn(self.encoder(x))
+        return self.decoder(out)
+
+
+torch.manual_seed(0)
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = RNNModel().to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+data = torch.randint(0, 11, (6, 5, 3))
+best = None
+for step in range(6):
+    x = data[step].to(device)
+    loss = nn.functional.cross_entropy(model(x[:-1]).reshape(-1, 11), x[1:].reshape(-1))
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    print(f"loss {loss.item():.6f}")
+    if step == 2:
+        best = copy.deepcopy(model.state_dict())
+model.load_state_dict(best)
+print("tied", model.decoder.weight is model.encoder.weight)
+"""
+
 # name -> {file name: source}; train.py is run
 PROGRAMS = {
     "tied_in_init": {"train.py": _MODEL + _TRAIN},
     "tied_by_the_script": {"train.py": _SCRIPT_TIE},
+    "tied_lstm_reloaded": {"train.py": _LSTM_LM},
     "tied_in_a_model_file": {"model.py": _MODEL, "train.py": "import torch\nimport torch.nn as nn\n"
                              "from model import TinyLM\n" + _TRAIN},
 }

@@ -41,7 +41,10 @@ class OptimizerBeforeMove(Rule):
     (`m.tok.weight is m.head.weight` is False), each trained by its own gradient; the losses
     leave the original's at the second step. With the swap flag the one Parameter is kept
     (measured: still shared, on the XLA device). The flag is process-wide and set when the file
-    is imported, so it also holds where the model is moved in another file.
+    is imported, so it also holds where the model is moved in another file. It also makes
+    `load_state_dict` swap, which the parameters of an `nn.LSTM`/`GRU`/`RNN` refuse (they are
+    weakly referenced: "Cannot swap t1 because it has weakref associated with it"): in a file
+    that builds such layers, each `load_state_dict` statement runs with the flag off.
 
     ## Fix safety
     Safe: only the way `Module.to`/`.cuda()` convert parameters changes: they keep the same
@@ -234,10 +237,34 @@ class OptimizerBeforeMove(Rule):
             return
         torch = self.ctx.module_alias("torch")
         flag = cst.parse_statement(f"{torch}.__future__.{_SWAP}(True)\n")
+        edits = [Edit(imports[-1], astutil.insert_after([flag]))]
+        if _builds_recurrent_layers(node, self.ctx):
+            # the flag also makes load_state_dict swap, which an RNN's parameters refuse (it keeps
+            # weak references to them: "Cannot swap t1 because it has weakref associated with
+            # it", measured in torch 2.9): loads copy in place, as without the flag
+            off = cst.parse_statement(f"{torch}.__future__.{_SWAP}(False)\n")
+            for load in _load_statements(node):
+                edits.append(Edit(load, cst.FlattenSentinel([off.with_changes(leading_lines=load.leading_lines),
+                                                             load.with_changes(leading_lines=[]), flag])))
         self.report(
             at, f"{why}; torch.__future__.set_swap_module_params_on_conversion(True) keeps them (as on CUDA)",
-            Fix((Edit(imports[-1], astutil.insert_after([flag])),), imports=("torch",)),
+            Fix(tuple(edits), imports=("torch",)),
         )
+
+
+_RECURRENT = ("torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN")
+
+
+def _builds_recurrent_layers(module: cst.Module, ctx) -> bool:
+    return any(isinstance(n, cst.Call) and (ctx.qualname(n.func) or "") in _RECURRENT
+               or isinstance(n, cst.Attribute) and ctx.qualname(n) in _RECURRENT
+               for n in astutil.walk(module, into_functions=True))
+
+
+def _load_statements(module: cst.Module) -> list[cst.SimpleStatementLine]:
+    """Statement lines that call ``.load_state_dict(...)`` of a module."""
+    return [n for n in astutil.walk(module, into_functions=True) if isinstance(n, cst.SimpleStatementLine)
+            and any(isinstance(c, cst.Call) and astutil.method_name(c) == "load_state_dict" for c in astutil.walk(n))]
 
 
 def _is_parameter_name(name: str) -> bool:
