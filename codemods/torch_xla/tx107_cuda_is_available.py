@@ -4,6 +4,7 @@ import libcst as cst
 
 from porter.astutil import walk
 from porter.branches import take_branch
+from porter.device_options import default_truth
 from porter.rules import Example, Fix, Rule, Safety, Severity
 
 from ._availability import answer, condition_top, flag_answer, fold, foldable, is_count
@@ -33,6 +34,10 @@ class CudaIsAvailable(Rule):
     - `x if <True> else y` -> `x`; a stored or passed flag (`pin_memory=torch.cuda.is_available()`)
       -> `True`; a remaining condition is kept simplified (`if args.cuda and torch.cuda.is_available():`
       -> `if args.cuda:`).
+
+    A flag variable of the script's own device options (`use_cuda = args.cuda`, what
+    `args.cuda and torch.cuda.is_available()` folds to) that nothing in the file reads any more,
+    once TX101 has ported the device choice that read it, goes.
 
     Comments stay: those above the statement, on the kept branch's header line and ending the
     kept branch; those of a dropped branch go with it. A test inside `'cuda' if ... else 'cpu'`
@@ -68,8 +73,30 @@ class CudaIsAvailable(Rule):
     target = "torch-xla"
     summary = "availability tests (cuda/mps/device_count) folded: the accelerator path is the XLA device, the user's flags kept"
     severity = Severity.ERROR
-    needs_text = ("is_available", "is_built", "device_count")
+    needs_text = ("is_available", "is_built", "device_count", "cuda", "gpu", "mps")
     examples = [
+        Example(
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--cuda", action="store_true")
+            args = parser.parse_args()
+            use_cuda = args.cuda and torch.cuda.is_available()
+            model = torch.nn.Linear(2, 2)
+            """,
+            """
+            import argparse
+            import torch
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--cuda", action="store_true")
+            args = parser.parse_args()
+            model = torch.nn.Linear(2, 2)
+            """,
+            title="a device flag nothing reads any more (TX101 ported the choice that read it) goes",
+        ),
         Example(
             """
             import sys
@@ -279,6 +306,22 @@ class CudaIsAvailable(Rule):
             return
         self._check(node)
 
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        """``use_cuda = args.cuda`` (what ``args.cuda and torch.cuda.is_available()`` folds to)
+        that nothing reads any more once TX101 has ported the device choice that read it: a flag
+        of the script's own options (or a folded availability answer), it goes."""
+        if len(node.body) != 1 or not isinstance(node.body[0], cst.Assign) or len(node.body[0].targets) != 1:
+            return
+        assign = node.body[0]
+        target = assign.targets[0].target
+        if not isinstance(target, cst.Name) or not _flag_value(assign.value, self.ctx):
+            return
+        if any(isinstance(n, cst.Name) and n.value == target.value and n is not target
+               for n in walk(self.ctx.module, into_functions=True)):
+            return
+        self.report(node, f"`{target.value}` only held the script's CUDA flag, and nothing reads it once the device "
+                          "choice is ported", Fix((self.remove_statement(node),)))
+
     def visit_Name(self, node: cst.Name) -> None:
         parent = self.ctx.parent
         if not isinstance(parent, (cst.If, cst.IfExp, cst.While, cst.BooleanOperation, cst.UnaryOperation)):
@@ -389,6 +432,16 @@ def _value_position(holder: Optional[cst.CSTNode], top: cst.CSTNode) -> bool:
     if isinstance(holder, (cst.Assign, cst.AnnAssign, cst.Return)):
         return holder.value is top
     return isinstance(holder, cst.Arg) and holder.keyword is not None and holder.value is top
+
+
+def _flag_value(value: cst.BaseExpression, ctx) -> bool:
+    """A device flag of the script's own options: ``args.cuda``, ``not args.no_cuda``, and/or
+    of them (porter.device_options.default_truth knows its value with the default flags),
+    naming CUDA or the GPU, as a flag that chose a device does."""
+    if default_truth(value, ctx) is None:
+        return False
+    names = [n.attr.value.lower() for n in walk(value) if isinstance(n, cst.Attribute)]
+    return any(w in n for n in names for w in ("cuda", "gpu", "cpu", "mps", "accel", "device"))
 
 
 def _keep_parens(old: cst.BaseExpression, new: cst.BaseExpression) -> cst.BaseExpression:
