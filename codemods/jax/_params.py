@@ -87,8 +87,12 @@ def average_update(loop: cst.For, ctx: FileContext) -> Optional[tuple[str, set[s
     for stmt in loop.body.body:
         if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
             return None
-        small = stmt.body[0].visit(bare)
+        original = stmt.body[0]
+        small = original.visit(bare)
         if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+            written = original.targets[0].target  # type: ignore[attr-defined]
+            if not (isinstance(written, cst.Attribute) and written.attr.value == "data"):
+                return None  # `s = expr` rebinds the loop's name: the model is unchanged
             name = small.targets[0].target.value  # `s.data = expr` (bared): expr reads the value so far
             if name not in names or (updated is not None and name != updated):
                 return None

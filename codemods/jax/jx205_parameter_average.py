@@ -108,6 +108,8 @@ class ParameterAverage(Rule):
     valid = [
         # one model's parameters alone: not an average
         "import torch\nfor p in model.parameters():\n    p.data.mul_(0.5)\n",
+        # the loop's name rebound: the model is unchanged
+        "import torch\nfor s, p in zip(a.parameters(), b.parameters()):\n    s = 0.5 * s + 0.5 * p\n",
         # a loop that also does something else
         "import torch\nfor s, p in zip(a.parameters(), b.parameters()):\n    s.mul_(0.5)\n    print(s)\n",
         # a model the optimizer trains: its freezing stays (reported by JX901)
