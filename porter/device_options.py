@@ -13,7 +13,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter.astutil import arg, assigned_values, children, code, function_locals, has_param, string_value, walk
+from porter.astutil import arg, children, code, function_locals, name_values, string_value, walk
 from porter.context import FileContext
 from porter.rules import module_fact
 
@@ -775,19 +775,8 @@ def _reads_a_flag(test: cst.CSTNode, ctx: FileContext) -> bool:
 
 
 def _bound_once(ctx: FileContext, name: str) -> Optional[cst.BaseExpression]:
-    """The one value the plain name ``name`` is given where the current node reads it: in the
-    enclosing function when it binds the name there (not as a parameter), else at the module
-    level; None where it is bound more than once, otherwise, or not at all."""
-    fn = ctx.enclosing(cst.FunctionDef)
-    scope: cst.CSTNode = ctx.module
-    if fn is not None:
-        if has_param(fn, name):
-            return None
-        if name in function_locals(fn):
-            scope = fn.body
-    values = assigned_values(scope, name)
-    if len(values) != 1 or values[0] is None:
-        return None
-    binds = sum(1 for n in walk(scope) if isinstance(n, (cst.AugAssign, cst.For)) and isinstance(n.target, cst.Name)
-                and n.target.value == name)
-    return values[0] if binds == 0 else None
+    """The one value the plain name ``name`` is given where the current node reads it (see
+    porter.astutil.name_values); None where it may hold more than one, or what the code does
+    not show."""
+    values = name_values(ctx, name)
+    return values[0] if values is not None and len(values) == 1 else None

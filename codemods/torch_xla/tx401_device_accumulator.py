@@ -5,7 +5,7 @@ from typing import Optional
 import libcst as cst
 
 from porter.astutil import assigned_values, method_name, walk
-from porter.rules import Example, Fix, Rule, Safety, Severity
+from porter.rules import Edit, Example, Fix, Rule, Safety, Severity
 
 from ._host_sync import (
     ReadChecker, calls_to, enclosing_scope, is_host_sum, loads, parent_map, read_outside, step_loop,
@@ -301,15 +301,8 @@ class DeviceAccumulator(Rule):
         imports: tuple[str, ...] = ()
         if read_outside(scope, loop, name):
             torch = self.ctx.module_alias("torch")
-            back = cst.parse_statement(
-                f"{name}.update({{k: v.item() if isinstance(v, {torch}.Tensor) else v for k, v in {name}.items()}})\n")
-
-            def apply(updated: cst.CSTNode):
-                sums = [n for n in walk(updated) if _is_meter_sum(n, name, any_value=True)]
-                on_device = bool(sums) and not any(calls_to(n.value, ("item",)) for n in sums)
-                return cst.FlattenSentinel([updated, back]) if on_device else updated
-
-            edits.append(self.replace(loop, apply))
+            back = f"{name}.update({{k: v.item() if isinstance(v, {torch}.Tensor) else v for k, v in {name}.items()}})"
+            edits.append(self._after_loop(loop, back, lambda updated: _meters_on_device(updated, name)))
             imports = ("torch",)
         self.report(node, f"`{name}[...] += ....item()` in the step copies a value to the host every step; sum on the "
                           f"device (the loop only formats or clears `{name}`) (unsafe fix: float sums run in float32 on "
@@ -337,18 +330,20 @@ class DeviceAccumulator(Rule):
         imports: tuple[str, ...] = ()
         if read_outside(scope, loop, name):
             torch = self.ctx.module_alias("torch")
-            back = cst.parse_statement(f"{name}[:] = [v{suffix} if isinstance(v, {torch}.Tensor) else v for v in {name}]\n")
-
-            def apply(updated: cst.CSTNode):
-                # decided on the updated loop: converted only once its appends keep tensors
-                return cst.FlattenSentinel([updated, back]) if _appends_on_device(updated, name) else updated
-
-            edits.append(self.replace(loop, apply))
+            back = f"{name}[:] = [v{suffix} if isinstance(v, {torch}.Tensor) else v for v in {name}]"
+            edits.append(self._after_loop(loop, back, lambda updated: _appends_on_device(updated, name)))
             imports = ("torch",)
         self.report(node, f"`{name}.append(...{suffix})` in the step copies a value to the host every step; keep the "
                           f"device tensors in `{name}` and convert them once after the loop (unsafe fix: `{name}` "
                           "holds tensors until the loop ends)",
                     Fix(tuple(edits), Safety.UNSAFE, imports=imports))
+
+    def _after_loop(self, loop: cst.CSTNode, statement: str, on_device) -> Edit:
+        """The edit that puts ``statement`` after ``loop``, decided on the updated loop: only
+        once ``on_device(updated)`` says its values stay tensors (the engine applies one edit
+        per node and pass, so this loop's other fixes may land first)."""
+        back = cst.parse_statement(statement + "\n")
+        return self.replace(loop, lambda updated: cst.FlattenSentinel([updated, back]) if on_device(updated) else updated)
 
     def _convert_after(self, loop: cst.CSTNode, scope: cst.CSTNode):
         """The edit after ``loop``: for every running sum of the loop that ends up on the
@@ -408,6 +403,12 @@ def _is_meter_sum(node: cst.CSTNode, name: Optional[str] = None, any_value: bool
     if name is not None and node.target.value.value != name:
         return False
     return any_value or any(not c.args for c in calls_to(node.value, ("item",)))
+
+
+def _meters_on_device(loop: cst.CSTNode, name: str) -> bool:
+    """The loop sums into entries of ``name`` and no sum copies to the host any more."""
+    sums = [n for n in walk(loop) if _is_meter_sum(n, name, any_value=True)]
+    return bool(sums) and not any(calls_to(n.value, ("item",)) for n in sums)  # type: ignore[attr-defined]
 
 
 def _empty_dict(value: Optional[cst.BaseExpression], ctx) -> bool:
