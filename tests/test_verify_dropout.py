@@ -187,3 +187,59 @@ def test_an_rnn_chosen_by_name_ports_and_matches(tmp_path):
     assert report["passed"], report["summary"]
     assert max(step["diff"] for step in report["steps"]) < 1e-9, report["steps"]
 
+
+
+# attention dropout, three spellings in one model: nn.TransformerEncoderLayer (its
+# MultiheadAttention with need_weights=False: scaled_dot_product_attention's dropout_p), a
+# MultiheadAttention asked for its weights (F.dropout of the weights), and
+# F.scaled_dot_product_attention called with dropout_p and is_causal
+ATTENTION = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader, TensorDataset
+
+
+    class Net(nn.Module):
+        def __init__(self, d=16):
+            super().__init__()
+            self.embed = nn.Embedding(20, d)
+            self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(d, 2, 32, dropout=0.2, batch_first=True), 1)
+            self.attn = nn.MultiheadAttention(d, 2, dropout=0.3, batch_first=True)
+            self.qkv = nn.Linear(d, 3 * d)
+            self.head = nn.Linear(d, 4)
+
+        def forward(self, tokens):
+            x = self.encoder(self.embed(tokens))
+            x = x + self.attn(x, x, x, need_weights=True)[0]
+            q, k, v = self.qkv(x).chunk(3, dim=-1)
+            x = x + F.scaled_dot_product_attention(q, k, v, dropout_p=0.25 if self.training else 0.0, is_causal=True)
+            return self.head(x.mean(1))
+
+
+    def main():
+        torch.manual_seed(0)
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        data = TensorDataset(torch.randint(0, 20, (32, 6)), torch.randint(0, 4, (32,)))
+        loader = DataLoader(data, batch_size=8, shuffle=True, drop_last=True)
+        model = Net().to(device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        model.train()
+        for tokens, labels in loader:
+            tokens, labels = tokens.to(device), labels.to(device)
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(tokens), labels)
+            loss.backward()
+            optimizer.step()
+
+
+    if __name__ == '__main__':
+        main()
+''').lstrip("\n")
+
+
+@pytest.mark.xla
+def test_attention_dropout_masks_are_the_same_on_both_sides(tmp_path):
+    report = _verify(tmp_path, "torch-xla", ATTENTION)
+    assert report["passed"], report["summary"]
+    assert max(step["diff"] for step in report["steps"]) < 1e-9, report["steps"]

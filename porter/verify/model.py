@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 import numpy as np
 import psutil
 
-from porter.verify import backends
+from porter.verify import backends, tpu_lowerings
 from porter.verify.compare import Tolerance, TensorResult, compare_all, first_failure
 from porter.verify.process import Side, SideRun, watch
 
@@ -147,6 +147,9 @@ def _side_report(role: str, path: Path, backend: backends.Backend, run: SideRun,
 def health_of(steps: Sequence[dict], budgets: Budgets, side_problems: Sequence[str] = ()) -> dict:
     """``side_problems``: what the port's side found itself (the JAX side: a host callback in
     the compiled step, a train step compiled more than once)."""
+    # transfers of the fallbacks a TPU does not take are not the port's (porter.verify.tpu_lowerings)
+    off_tpu = [s.get("off_tpu_fallbacks", 0) for s in steps]
+    steps = [{**s, "transfers": s["transfers"] - n} for s, n in zip(steps, off_tpu)]
     after = steps[budgets.warmup_steps:]
     compiles_after = sum(s["compiles"] for s in after)
     worst_transfers = max((s["transfers"] for s in steps), default=0)
@@ -170,6 +173,7 @@ def health_of(steps: Sequence[dict], budgets: Budgets, side_problems: Sequence[s
         "budgets": asdict(budgets),
         "problems": problems,
         "within_budget": not problems,
+        "notes": [n for n in [tpu_lowerings.note(off_tpu)] if n],
     }
 
 
@@ -237,6 +241,8 @@ def verify_model(req: ModelRequest) -> Report:
         results = _compare(order, work / "original.npz", work / "port.npz", req.tolerance)
         health = (health_of(meta_p["health"]["steps"], req.budgets, meta_p["health"].get("problems", ()))
                   if meta_p.get("health") else None)
+        if health is not None:
+            notes.extend(health.pop("notes"))
         timings = {"original_s": round(run_o.seconds, 3), "port_s": round(run_p.seconds, 3),
                    "port_waited_for_original_s": meta_p.get("waited_s"),
                    "original_steps_s": round(meta_o.get("seconds", 0.0), 3),

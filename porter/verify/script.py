@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from porter.verify import tpu_lowerings
 from porter.verify.backends import imported_modules, port_backend
 from porter.verify.compare import NOISE_FACTOR, NOISE_FLOOR
 from porter.verify.model import Budgets, Report, SideReport
@@ -99,9 +100,10 @@ def script_health(record: dict, budgets: Budgets) -> dict:
         d = s.get("xla_delta") or {}
         which = str(s.get("optimizer"))
         seen[which] = seen.get(which, 0) + 1
-        steps.append({"compiles": d.get("compiles", 0), "transfers": d.get("transfers", 0),
-                      "executions": d.get("executions", 0), "logged": bool(s.get("printed")),
-                      "warmup": seen[which] <= budgets.warmup_steps})
+        off_tpu = d.get("off_tpu_fallbacks", 0)  # transfers a TPU does not make (porter.verify.tpu_lowerings)
+        steps.append({"compiles": d.get("compiles", 0), "transfers": d.get("transfers", 0) - off_tpu,
+                      "off_tpu_fallbacks": off_tpu, "executions": d.get("executions", 0),
+                      "logged": bool(s.get("printed")), "warmup": seen[which] <= budgets.warmup_steps})
     # a script that ended by itself: its last step's record also holds whatever ran after it
     # (evaluation, the script's end); stopped after its K steps, the last step is a step like the
     # others (it ended at its own sync or at the next step's start) and is judged
@@ -131,6 +133,9 @@ def script_health(record: dict, budgets: Budgets) -> dict:
         notes.append("compilations after the warm-up in steps that log (" + ", ".join(
             f"step {i + 1}: {judged[i]['compiles']}" for i in logged) + "): the eager operations of the code that "
             "logs or evaluates, on their first run; every step function holds one program")
+    off_tpu = tpu_lowerings.note([s["off_tpu_fallbacks"] for s in steps])
+    if off_tpu:
+        notes.append(off_tpu)
     return {
         "notes": notes,
         "steps": steps,

@@ -16,7 +16,7 @@ from typing import Optional
 
 import numpy as np
 
-from porter.verify import sidenpz, sideproto
+from porter.verify import sidenpz, sideproto, tpu_lowerings
 
 
 # libraries' random layers that drop whole samples (stochastic depth): class -> its probability
@@ -211,6 +211,7 @@ def _run(request: dict) -> dict:
             "transfers": transfers[0] if transfers else 0,
             "executions": execs[0] if execs else 0,
             "fallbacks": sorted(met.executed_fallback_ops()),
+            "off_tpu_fallbacks": tpu_lowerings.off_tpu_calls(met),
         }
 
     # the model's scalar buffers (BatchNorm's num_batches_tracked = 0) are constants of the graph

@@ -66,6 +66,7 @@ returns the record; ``compare_losses(a, b, rtol, atol)`` finds the first differi
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -80,12 +81,13 @@ from typing import Any, Sequence
 import torch
 from torch.overrides import TorchFunctionMode
 
+from porter.verify import tpu_lowerings
 from porter.verify.process import run_side, side_environment, traced_record
 from porter.verify.warm import JAX_STACK, TORCH, preload_for_script
 
 __all__ = ["trace_script", "compare_losses", "HostRandomMode", "main"]
 
-_METRIC_KEYS = ("compiles", "transfers", "executions", "fallback_ops")
+_METRIC_KEYS = ("compiles", "transfers", "executions", "fallback_ops", "off_tpu_fallbacks")
 
 
 # --- host random ---------------------------------------------------------------------
@@ -123,7 +125,11 @@ class HostRandomMode(TorchFunctionMode):
     kernel, is moved out of it: the kernel runs one layer at a time, with ``F.dropout``'s host
     draws between the layers (``_layered_rnn``).
 
-    Not covered (they keep the device's own generator): ``alpha_dropout``, ``scaled_dot_product_attention(dropout_p>0)``, ``multinomial``,
+    ``F.scaled_dot_product_attention(dropout_p>0)`` (``nn.MultiheadAttention`` with
+    ``need_weights=False``, which ``nn.TransformerEncoderLayer/DecoderLayer`` pass) is computed
+    as its math with the attention weights' dropout drawn as ``F.dropout``'s (``_attention``).
+
+    Not covered (they keep the device's own generator): ``alpha_dropout``, ``multinomial``,
     and calls with an explicit non-CPU ``generator``. An XLA program under this mode uploads
     its random tensors each step (host-to-device) instead of generating them in the graph.
 
@@ -212,6 +218,10 @@ class HostRandomMode(TorchFunctionMode):
             return self._inplace(func, name, args, kwargs)
         if func is torch.nn.functional.dropout:
             return self._dropout(*args, **kwargs)
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            return self._attention(func, *args, **kwargs)
+        if func is torch.nn.functional.multi_head_attention_forward:
+            return self._multi_head_attention(func, args, kwargs)
         if name in self._RNN_KERNELS and len(args) >= 9 and not kwargs:
             return self._layered_rnn(func, args)
         if func in self._CHANNEL_DROPOUT:
@@ -344,6 +354,44 @@ class HostRandomMode(TorchFunctionMode):
         return input * keep / (1.0 - p)
 
 
+    def _multi_head_attention(self, func, args, kwargs):
+        """``F.multi_head_attention_forward`` (``nn.MultiheadAttention``) reaches the mode as a
+        whole, and what it calls then runs with the mode off: its attention dropout
+        (``F.dropout`` of the weights with ``need_weights=True``, ``scaled_dot_product_attention``
+        with ``need_weights=False``) would keep the device's generator. It runs here with the mode
+        on again for what it calls; its own torch-function check (the one plain
+        ``has_torch_function`` call of torch.nn.functional, torch 2.9) is skipped for that call."""
+        functional = torch.nn.functional
+        check = functional.has_torch_function
+        functional.has_torch_function = lambda ops: False
+        try:
+            with self:
+                return func(*args, **kwargs)
+        finally:
+            functional.has_torch_function = check
+
+    def _attention(self, func, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                   enable_gqa=False):
+        """``F.scaled_dot_product_attention`` with ``dropout_p > 0`` (``nn.MultiheadAttention`` with
+        ``need_weights=False``, as ``nn.TransformerEncoderLayer`` calls it, and attention written
+        with it) draws its mask inside the kernel: computed here as its documented math, the
+        attention weights' dropout by ``_dropout``'s host draws. Without dropout the kernel runs."""
+        if not dropout_p:
+            return func(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+                        enable_gqa=enable_gqa)
+        if enable_gqa:
+            key = key.repeat_interleave(query.size(-3) // key.size(-3), -3)
+            value = value.repeat_interleave(query.size(-3) // value.size(-3), -3)
+        weights = query @ key.transpose(-2, -1) * (query.size(-1) ** -0.5 if scale is None else scale)
+        if is_causal:
+            causal = torch.ones(query.size(-2), key.size(-2), dtype=torch.bool, device=query.device).tril()
+            weights = weights.masked_fill(~causal, float("-inf"))
+        if attn_mask is not None:
+            weights = (weights.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool
+                       else weights + attn_mask)
+        return self._dropout(torch.softmax(weights, dim=-1), dropout_p) @ value
+
+
 def _channel_dropout_shape(shape: Sequence[int], spatial: int) -> tuple:
     """The noise shape of a channel dropout: one draw per (sample, channel), or per channel for
     an unbatched input (one dimension fewer than a batched one)."""
@@ -468,6 +516,8 @@ class _Recorder:
             # it can land after the sync that launched it.)
             "executions": (met.counter_value("CachedCompile") or 0) + (met.counter_value("UncachedCompile") or 0),
             "fallback_ops": len(met.executed_fallback_ops()),
+            # calls of fallbacks a TPU would not take: one transfer each (porter.verify.tpu_lowerings)
+            "off_tpu_fallbacks": tpu_lowerings.off_tpu_calls(met),
         }
 
     def close_open_step(self) -> None:
@@ -860,6 +910,8 @@ def run(
         if synthetic_size is None:
             synthetic_size = synthetic.default_size(max_steps)
         synthetic.install(synthetic_size, seed if seed is not None else 0, synthetic_image_size)
+    if not jax:
+        _import_jax_first()
     if seed is not None:
         _reseed(seed)
 
@@ -973,6 +1025,23 @@ def _image_size(text: str) -> tuple[int, int]:
     if len(parts) != 2 or min(parts) < 1:
         raise argparse.ArgumentTypeError(f"image size {text!r}: give HxW (e.g. 224x224) or one number")
     return parts[0], parts[1]
+
+
+_JAX_FIRST = ("jax",) if importlib.util.find_spec("jax") is not None else ()
+
+
+def _import_jax_first() -> None:
+    """Import jax (where it is installed) before a torch side's script runs. jax draws 13
+    numbers from numpy's global generator as it is imported (the default arguments of a retry
+    decorator in jax/_src/clusters/k8s_cluster.py: ``np.random.rand(5)``, ``np.random.rand(8)``),
+    and torch_xla imports jax lazily, from the thread of its MpDeviceLoader
+    (``torch_xla.debug.profiler.Trace`` -> ``maybe_get_jax``), after the script has seeded
+    numpy: the port's ``np.random`` draws after its first batch were 13 numbers further along
+    numpy's stream than the original's (measured: a mixup script's first ``np.random.beta`` gave
+    0.929 in the port, 0.449 in the original). Imported first on both sides, jax has drawn its
+    numbers before the script seeds numpy, so the seeded streams agree."""
+    if _JAX_FIRST:
+        import jax  # noqa: F401
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1095,8 +1164,9 @@ def trace_script(
             command += ["--synthetic-image-size", f"{synthetic_image_size[0]}x{synthetic_image_size[1]}"]
         command += [str(Path(script).resolve()), "--", *map(str, args)]
         side = run_side(command, environment, Path(tmp) / "trace.log", timeout, memory_mb, cwd=cwd, tail_chars=4000,
-                        # (this module imports torch, and with --jax, JAX's stack, before the script runs)
-                        preload=preload_for_script(script, (*TORCH, *JAX_STACK) if jax else TORCH))
+                        # (this module imports torch, and JAX's stack with --jax, jax itself without it
+                        # where it is installed (_import_jax_first), before the script runs)
+                        preload=preload_for_script(script, (*TORCH, *JAX_STACK) if jax else (*TORCH, *_JAX_FIRST)))
         return traced_record(side, target, script, timeout, memory_mb)
 
 

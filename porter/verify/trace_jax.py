@@ -76,7 +76,8 @@ class JaxHooks:
 
     # -- metrics --
     def snapshot(self) -> dict[str, int]:
-        return {"compiles": self.compiles, "transfers": self.transfers, "executions": self.calls, "fallback_ops": 0}
+        return {"compiles": self.compiles, "transfers": self.transfers, "executions": self.calls, "fallback_ops": 0,
+                "off_tpu_fallbacks": 0}
 
     def summary(self) -> dict[str, Any]:
         sizes = {}
