@@ -667,7 +667,12 @@ def port_package(
                            facts.get(name)))
     results: dict[str, tuple] = dict(reused)
     if jobs > 1 and len(tasks) > 1:
-        ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+        # workers from a fresh interpreter (forkserver, else spawn), not forks of this process:
+        # a fork of a process with other threads (a test runner's, a server's) can start holding
+        # a lock another thread held, and with this process's signal handlers; such a worker
+        # hung at the pool's terminate (measured: a test stopped at its 20-minute timeout there)
+        ctx = multiprocessing.get_context("forkserver" if "forkserver" in multiprocessing.get_all_start_methods()
+                                          else "spawn")
         with ctx.Pool(min(jobs, len(tasks))) as pool:
             for task, result in zip(tasks, pool.map(_port_one_detached, tasks, chunksize=1)):
                 results[task.name] = result
