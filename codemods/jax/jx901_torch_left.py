@@ -66,7 +66,10 @@ class TorchLeft(Rule):
       `.requires_grad_()`, hooks;
     - tensor attributes JAX arrays lack (`.data`, `.grad`, `.cpu()`, `.detach()`, `.numpy()`,
       `.size()`, ...) used on a value the port computes in JAX: the result of a jitted
-      function, of an NNX model of the file, or of a `jax.*` / `jnp.*` call;
+      function, of an NNX model of the file, or of a `jax.*` / `jnp.*` call; and `x.data` given
+      to a `jnp.*` operation (`jnp.equal(predicted, targets.data)`, from the original's
+      `predicted.eq(targets.data)`), where `x` may be a numpy array of the batch, whose `.data`
+      is its memory buffer;
     - torch's parameter names on an NNX layer of a module class of the port
       (`self.fc.weight` where `self.fc = nnx.Linear(...)`, an `nnx.Dict` entry
       `self.transformer.wte.weight`): the arrays are `kernel` (transposed), `embedding`,
@@ -124,6 +127,26 @@ class TorchLeft(Rule):
                 return torch.max(y, 1)
             """,
             title=".data of a JAX value dropped; torch.max (no table entry for this call) reported",
+        ),
+        Example(
+            """
+            import jax.numpy as jnp
+
+            def correct(outputs, targets, lam, mix):
+                y_a, y_b = mix(targets)
+                predicted = jnp.argmax(outputs, axis=1)
+                return lam * jnp.equal(predicted, y_a.data).sum() + (1 - lam) * jnp.equal(predicted, y_b.data).sum()
+            """,
+            """
+            import jax.numpy as jnp
+
+            def correct(outputs, targets, lam, mix):
+                y_a, y_b = mix(targets)
+                predicted = jnp.argmax(outputs, axis=1)
+                return lam * jnp.equal(predicted, y_a).sum() + (1 - lam) * jnp.equal(predicted, y_b).sum()
+            """,
+            title=".data of operands of jnp operations dropped (values a helper returns: numpy arrays of the "
+                  "batch or JAX arrays)",
         ),
         Example(
             """
@@ -203,6 +226,7 @@ class TorchLeft(Rule):
         ),
     ]
     valid = [
+        "import jax.numpy as jnp\nimages = jnp.asarray(train_set.data) / 255.0\n",  # a dataset's array, converted
         "import torch\nimport numpy as np\nloader = torch.utils.data.DataLoader(ds, batch_size=4)\ntorch.manual_seed(0)\n"
         "for x, y in loader:\n    x = x.numpy()\n    print(np.asarray(x).sum())\n",
         "import torch\nclass Data(torch.utils.data.Dataset):\n    def __getitem__(self, i):\n        return torch.tensor([i]).float()\n",
@@ -300,6 +324,7 @@ class TorchLeft(Rule):
             return
         nodes = list(_own_nodes(stmt))
         called = {id(n.func) for n in nodes if isinstance(n, cst.Call)}
+        operands = _array_operands(nodes, ctx)
         for n in nodes:  # torchvision's image helpers given a torch tensor of the port's array (JX318)
             if isinstance(n, cst.Call) and ctx.qualname(n.func) in lp.TORCH_IMAGE_UTILS and n.args and isinstance(
                     n.args[0].value, cst.Call) and ctx.qualname(n.args[0].value.func) in lp.HANDOVER:
@@ -379,7 +404,8 @@ class TorchLeft(Rule):
                     reported.add(id(n))
                     self.report(n, f".{attr} left in the JAX port: {_TORCH_ONLY[attr]}")
                     continue
-                if attr in _TENSOR_ONLY and _is_jax_value(recv, ctx, jax_names, jitted, models):
+                if attr in _TENSOR_ONLY and (_is_jax_value(recv, ctx, jax_names, jitted, models)
+                                             or attr == "data" and id(n) in operands):
                     reported.add(id(n))
                     if attr == "data":
                         self.report(n, f"{_code(recv)}.data: a JAX array has no .data (it is its own data)",
@@ -488,6 +514,26 @@ def _is_jax_call(call: cst.CSTNode, ctx, jax_names: set, jitted: set, models: se
     if isinstance(f, cst.Name) and (f.value in jitted or f.value in jax_names):
         return True
     return False
+
+
+# jax.numpy's constructors from other objects: the argument may be anything with a `.data`
+# (a dataset's array, `jnp.asarray(train_set.data)`)
+_CONVERSIONS = frozenset({"jax.numpy.asarray", "jax.numpy.array", "jax.numpy.frombuffer", "jax.numpy.from_dlpack"})
+
+
+def _array_operands(nodes: list, ctx) -> set[int]:
+    """The ``x.data`` arguments of jax.numpy operations (``jnp.equal(pred, y.data)``, as JX102
+    ports ``pred.eq(y.data)``): operands of array arithmetic, which the original's ``.data``
+    made tensors. In the port ``x`` may be a numpy array of the batch as well as a JAX array,
+    and numpy's ``.data`` is its buffer (a memoryview, which jnp rejects)."""
+    found: set[int] = set()
+    for n in nodes:
+        if isinstance(n, cst.Call):
+            q = ctx.qualname(n.func) or ""
+            if q.startswith("jax.numpy.") and q not in _CONVERSIONS:
+                found.update(id(a.value) for a in n.args
+                             if isinstance(a.value, cst.Attribute) and a.value.attr.value == "data")
+    return found
 
 
 def _is_jax_value(expr: cst.CSTNode, ctx, jax_names: set, jitted: set, models: set) -> bool:
