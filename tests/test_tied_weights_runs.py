@@ -7,7 +7,9 @@ Spellings: the tie made in the model's `__init__` (`self.head.weight = self.embe
 by the script on a built model (`model.decoder.weight = model.encoder.weight`, then
 `model.cuda()`), made in a model file of its own that the training script imports, and an LSTM
 language model that reloads its best state (`load_state_dict` runs with the flag off: an RNN's
-weakly referenced parameters cannot be swapped).
+weakly referenced parameters cannot be swapped), written in one file, with its model in a module of
+its own (`import lm`), and in a package (`from models import RNNModel`, `models/__init__.py`
+star-importing `models/rnn.py`): the script's loads run with the flag off too.
 """
 import textwrap
 
@@ -124,8 +126,18 @@ model.load_state_dict(best)
 print("tied", model.decoder.weight is model.encoder.weight)
 """
 
+# the LSTM language model in a module of its own, the script reloading its best state: the model
+# module sets the flag; the script's loads run with it off (TX203 reads the module it imports)
+_LSTM_MODEL = _LSTM_LM.split("torch.manual_seed(0)")[0]
+_LSTM_SCRIPT = "import copy\nimport torch\nimport torch.nn as nn\n" + "{import}" + \
+    "torch.manual_seed(0)" + _LSTM_LM.split("torch.manual_seed(0)")[1]
+
 # name -> {file name: source}; train.py is run
 PROGRAMS = {
+    "tied_lstm_in_a_model_file": {"lm.py": _LSTM_MODEL, "train.py": _LSTM_SCRIPT.replace(
+        "{import}", "import lm\nRNNModel = lm.RNNModel\n")},
+    "tied_lstm_in_a_model_package": {"models/__init__.py": "from .rnn import *\n", "models/rnn.py": _LSTM_MODEL,
+                                     "train.py": _LSTM_SCRIPT.replace("{import}", "from models import RNNModel\n")},
     "tied_in_init": {"train.py": _MODEL + _TRAIN},
     "tied_by_the_script": {"train.py": _SCRIPT_TIE},
     "tied_lstm_reloaded": {"train.py": _LSTM_LM},
@@ -135,11 +147,15 @@ PROGRAMS = {
 
 
 def _write(folder, files: dict, port: bool) -> None:
+    """The program's files, or their ports (each file ported as it lies in the original's folder,
+    beside the files it imports)."""
     options = engine.Options(registry.select("torch-xla"), unsafe_fixes=False)
-    folder.mkdir()
     for name, source in files.items():
         source = textwrap.dedent(source)
-        (folder / name).write_text(engine.fix(source, options, name).source if port else source, encoding="utf-8")
+        if port:
+            source = engine.fix(source, options, str(folder.parent / "original" / name)).source
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(source, encoding="utf-8")
 
 
 def _losses(stdout: str) -> list[float]:
@@ -151,7 +167,7 @@ def test_tied_weights_stay_tied_and_train_like_the_original(name, tmp_path):
     files = PROGRAMS[name]
     _write(tmp_path / "original", files, port=False)
     _write(tmp_path / "port", files, port=True)
-    assert any("set_swap_module_params_on_conversion(True)" in p.read_text() for p in (tmp_path / "port").iterdir())
+    assert any("set_swap_module_params_on_conversion(True)" in p.read_text() for p in (tmp_path / "port").rglob("*.py"))
     original = run_script(tmp_path / "original" / "train.py", [], tmp_path / "original", xla=False)
     assert original.returncode == 0, original.stderr[-3000:]
     port = run_script(tmp_path / "port" / "train.py", [], tmp_path / "port", xla=True)

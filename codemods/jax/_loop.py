@@ -27,7 +27,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter import astutil
+from porter import astutil, localimports
 from porter.astutil import code as code
 from porter.context import FileContext, dotted_name
 from porter.rules import module_fact
@@ -418,7 +418,7 @@ def _imported_modules(ctx: FileContext) -> list:
                         names = {}  # methods only: its functions are read through the module's name
             if node is None:
                 continue
-            path = _program._resolve(node, folder)
+            path = localimports.resolve_from(node, folder)
             module = _program._parse(path) if path is not None else None
             if module is not None:
                 out.append((module, FileContext(module, str(path)), names))

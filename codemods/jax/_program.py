@@ -18,7 +18,7 @@ from typing import Optional
 
 import libcst as cst
 
-from porter import astutil
+from porter import astutil, localimports
 from porter.context import FileContext, dotted_name, import_bindings
 
 from . import _loop as lp
@@ -78,20 +78,12 @@ _FROM: dict[tuple, tuple[frozenset, tuple]] = {}
 _CODE = cst.Module([])
 
 
-def _stamp(path: Path) -> Optional[tuple[int, int]]:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_size, st.st_mtime_ns) if os.path.isfile(path) else None
-
-
 def _names_from_files(node: cst.ImportFrom, folder: Path, of=None) -> frozenset:
     """``_names_from(node, folder)`` from a fresh start, kept while no file it looked at (the
     candidates of every import it resolved) has changed on disk."""
     key = (str(folder), _CODE.code_for_node(node), of)
     hit = _FROM.get(key)
-    if hit is not None and all(_stamp(p) == stamp for p, stamp in hit[1]):
+    if hit is not None and all(localimports.stamp(p) == stamp for p, stamp in hit[1]):
         return hit[0]
     looked: list[tuple[Path, Optional[tuple[int, int]]]] = []
     names = frozenset(_names_from(node, folder, depth=0, seen={}, looked=looked, of=of))
@@ -104,7 +96,7 @@ def _names_from(node: cst.ImportFrom, folder: Path, depth: int, seen: dict, look
     """The names ``node`` imports that ``of(module, path, ...)`` (default: model classes and
     factories) finds in the file it imports from."""
     of = of or _models_of
-    target = _resolve(node, folder, looked)
+    target = localimports.resolve_from(node, folder, looked)
     if target is None or depth > _MAX_DEPTH:
         return set()
     if target not in seen:
@@ -149,30 +141,6 @@ def _models_of(module: cst.Module, path: Path, depth: int, seen: dict, looked: O
                 if isinstance(small, cst.ImportFrom):
                     names |= _names_from(small, path.parent, depth + 1, seen, looked)
     return names
-
-
-def _resolve(node: cst.ImportFrom, folder: Path, looked: Optional[list] = None) -> Optional[Path]:
-    """The source file of ``from <module> import ...``, as seen from a file in ``folder``
-    (each candidate file looked at goes to ``looked`` with its stamp)."""
-    level = len(node.relative)
-    base = folder
-    for _ in range(max(level - 1, 0)):
-        base = base.parent
-    mod = dotted_name(node.module) if node.module is not None else ""
-    if mod is None:
-        return None
-    parts = [p for p in mod.split(".") if p]
-    if not parts and level == 0:
-        return None
-    candidate = base.joinpath(*parts)
-    for f in (candidate.with_suffix(".py") if parts else None, candidate / "__init__.py"):
-        if f is None:
-            continue
-        if looked is not None:
-            looked.append((f, _stamp(f)))
-        if f.is_file():
-            return f.resolve()
-    return None
 
 
 def _parse(path: Path) -> Optional[cst.Module]:

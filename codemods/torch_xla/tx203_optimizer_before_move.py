@@ -4,8 +4,8 @@ from typing import Iterator, Optional
 
 import libcst as cst
 
-from porter import astutil
-from porter.context import dotted_name
+from porter import astutil, localimports
+from porter.context import FileContext, dotted_name
 from porter.rules import Edit, Example, Fix, Rule, Severity
 
 from . import _training as tr
@@ -44,7 +44,10 @@ class OptimizerBeforeMove(Rule):
     is imported, so it also holds where the model is moved in another file. It also makes
     `load_state_dict` swap, which the parameters of an `nn.LSTM`/`GRU`/`RNN` refuse (they are
     weakly referenced: "Cannot swap t1 because it has weakref associated with it"): in a file
-    that builds such layers, each `load_state_dict` statement runs with the flag off.
+    that builds such layers, or imports a module of the program's tree that does, each
+    `load_state_dict` statement runs with the flag off; so does a script whose imported model
+    module sets the flag (a language model with tied weights in `model.py`, the script
+    reloading its best state: porter.localimports reads the modules it imports).
 
     ## Fix safety
     Safe: only the way `Module.to`/`.cuda()` convert parameters changes: they keep the same
@@ -184,35 +187,14 @@ class OptimizerBeforeMove(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        opt_scopes: dict[str, list[tuple[Optional[cst.CSTNode], cst.Call]]] = {}
-        moves: list[tuple[str, Optional[cst.CSTNode], cst.Call]] = []
-        # an instance of a class that builds an optimizer over its own parameters, moved after it
-        # is built (`Layer(a, b).to(device)`, `layer = Layer(a, b)` then `layer.to(device)`)
-        owners = _self_optimizing_classes(node, self.ctx)
-        late: Optional[cst.Call] = None
-        for scope, call in _calls_with_scope(node):
-            q = self.ctx.qualname(call.func) or ""
-            if q.endswith("." + _SWAP):
-                return
-            if tr.classify_value(call, self.ctx) == tr.OPTIMIZER:
-                for module in _parameter_owners(call):
-                    opt_scopes.setdefault(module, []).append((scope, call))
-            elif astutil.method_name(call) in ("to", "cuda") and isinstance(call.func, cst.Attribute):
-                key = dotted_name(call.func.value)
-                if key is not None:
-                    moves.append((key.rsplit(".", 1)[-1], scope, call))
-                if late is None and _builds(call.func.value, owners, scope or node):
-                    late = call
-        for name, scope, call in moves if late is None else ():
-            for opt_scope, opt_call in opt_scopes.get(name, ()):
-                if opt_scope is not scope or _position(node, opt_call) < _position(node, call):
-                    late = call
-                    break
-            if late is not None:
-                break
-        tied = None if late is not None else _tied_parameter(node)
-        if late is None and tied is None:
+        if _has_flag(node, self.ctx):
             return
+        reason = _flag_reason(node, self.ctx)
+        torch = self.ctx.module_alias("torch")
+        if reason is None:
+            self._loads_beside_a_flag(node, torch)
+            return
+        at, why = reason
         # the file's leading imports (after its docstring): the flag goes after them, before any
         # of the file's own code runs
         imports = []
@@ -221,35 +203,97 @@ class OptimizerBeforeMove(Rule):
                     and all(isinstance(b, (cst.Import, cst.ImportFrom)) for b in stmt.body)):
                 break
             imports.append(stmt)
-        if tied is not None:
-            at: cst.CSTNode = tied
-            why = ("a parameter shared by two modules (tied weights): on XLA `.to()` gives each module a new "
-                   "Parameter of its own, and the two train apart from the first step on")
-        else:
-            at = late
-            why = ("this module moves to its device after (or apart from) the optimizer built on its parameters: "
-                   "on XLA `.to()` gives the module new Parameter objects and the optimizer would update the old "
-                   "CPU ones")
         if not imports:
             self.report(at, f"{why}; call torch.__future__.set_swap_module_params_on_conversion(True) before "
-                        "the move" + (" (or build the optimizer after it)" if tied is None else " (or tie them "
-                                      "again after it)"))
+                        "the move" + (" (or tie them again after it)" if "tied" in why else
+                                      " (or build the optimizer after it)"))
             return
-        torch = self.ctx.module_alias("torch")
         flag = cst.parse_statement(f"{torch}.__future__.{_SWAP}(True)\n")
         edits = [Edit(imports[-1], astutil.insert_after([flag]))]
-        if _builds_recurrent_layers(node, self.ctx):
-            # the flag also makes load_state_dict swap, which an RNN's parameters refuse (it keeps
-            # weak references to them: "Cannot swap t1 because it has weakref associated with
-            # it", measured in torch 2.9): loads copy in place, as without the flag
-            off = cst.parse_statement(f"{torch}.__future__.{_SWAP}(False)\n")
-            for load in _load_statements(node):
-                edits.append(Edit(load, cst.FlattenSentinel([off.with_changes(leading_lines=load.leading_lines),
-                                                             load.with_changes(leading_lines=[]), flag])))
+        if _builds_recurrent_layers(node, self.ctx) or self._imported(_builds_recurrent_layers):
+            edits += _loads_without_flag(node, torch)
         self.report(
             at, f"{why}; torch.__future__.set_swap_module_params_on_conversion(True) keeps them (as on CUDA)",
             Fix(tuple(edits), imports=("torch",)),
         )
+
+    def _loads_beside_a_flag(self, node: cst.Module, torch: str) -> None:
+        """A file that loads state dicts into a program whose other files set the flag (a model
+        module with tied weights) and build recurrent layers: its loads run with the flag off."""
+        loads = _load_statements(node)
+        if not loads or not self._imported(lambda m, c: _flag_reason(m, c) is not None):
+            return
+        if not (_builds_recurrent_layers(node, self.ctx) or self._imported(_builds_recurrent_layers)):
+            return
+        self.report(loads[0], "a module this file imports sets torch.__future__.set_swap_module_params_on_conversion"
+                    "(True) (TX203, for its tied or late-moved parameters), which also makes load_state_dict swap "
+                    "parameters, and an nn.LSTM/GRU/RNN's refuse it (\"Cannot swap t1 because it has weakref "
+                    "associated with it\"): each load runs with the flag off, copying in place as on CUDA",
+                    Fix(tuple(_loads_without_flag(node, torch)), imports=("torch",)))
+
+    def _imported(self, test) -> bool:
+        """``test(module, ctx)`` holds for a file of the program's tree that this file imports
+        (porter.localimports)."""
+        if not self.ctx.path or self.ctx.path.startswith("<"):
+            return False
+        for path in localimports.imported_files(self.ctx.module, self.ctx.path):
+            module = localimports.parse(path)
+            if module is not None and test(module, FileContext(module, str(path))):
+                return True
+        return False
+
+
+def _has_flag(module: cst.Module, ctx) -> bool:
+    return any((ctx.qualname(call.func) or "").endswith("." + _SWAP) for _scope, call in _calls_with_scope(module))
+
+
+def _flag_reason(node: cst.Module, ctx) -> Optional[tuple[cst.CSTNode, str]]:
+    """Where the file needs the swap flag, and why: a module moved after (or apart from) the
+    optimizer built on its parameters, or a tied parameter (None: neither)."""
+    opt_scopes: dict[str, list[tuple[Optional[cst.CSTNode], cst.Call]]] = {}
+    moves: list[tuple[str, Optional[cst.CSTNode], cst.Call]] = []
+    # an instance of a class that builds an optimizer over its own parameters, moved after it
+    # is built (`Layer(a, b).to(device)`, `layer = Layer(a, b)` then `layer.to(device)`)
+    owners = _self_optimizing_classes(node, ctx)
+    late: Optional[cst.Call] = None
+    for scope, call in _calls_with_scope(node):
+        if tr.classify_value(call, ctx) == tr.OPTIMIZER:
+            for module in _parameter_owners(call):
+                opt_scopes.setdefault(module, []).append((scope, call))
+        elif astutil.method_name(call) in ("to", "cuda") and isinstance(call.func, cst.Attribute):
+            key = dotted_name(call.func.value)
+            if key is not None:
+                moves.append((key.rsplit(".", 1)[-1], scope, call))
+            if late is None and _builds(call.func.value, owners, scope or node):
+                late = call
+    for name, scope, call in moves if late is None else ():
+        for opt_scope, opt_call in opt_scopes.get(name, ()):
+            if opt_scope is not scope or _position(node, opt_call) < _position(node, call):
+                late = call
+                break
+        if late is not None:
+            break
+    if late is not None:
+        return late, ("this module moves to its device after (or apart from) the optimizer built on its parameters: "
+                      "on XLA `.to()` gives the module new Parameter objects and the optimizer would update the old "
+                      "CPU ones")
+    tied = _tied_parameter(node)
+    if tied is not None:
+        return tied, ("a parameter shared by two modules (tied weights): on XLA `.to()` gives each module a new "
+                      "Parameter of its own, and the two train apart from the first step on")
+    return None
+
+
+def _loads_without_flag(module: cst.Module, torch: str) -> list[Edit]:
+    """Each ``load_state_dict`` statement between the flag off and on again: the flag also makes
+    load_state_dict swap, which an RNN's parameters refuse (it keeps weak references to them:
+    "Cannot swap t1 because it has weakref associated with it", measured in torch 2.9); loads
+    copy in place, as without the flag."""
+    on = cst.parse_statement(f"{torch}.__future__.{_SWAP}(True)\n")
+    off = cst.parse_statement(f"{torch}.__future__.{_SWAP}(False)\n")
+    return [Edit(load, cst.FlattenSentinel([off.with_changes(leading_lines=load.leading_lines),
+                                            load.with_changes(leading_lines=[]), on]))
+            for load in _load_statements(module)]
 
 
 _RECURRENT = ("torch.nn.LSTM", "torch.nn.GRU", "torch.nn.RNN")
