@@ -129,8 +129,11 @@ class HostRandomMode(TorchFunctionMode):
     ``need_weights=False``, which ``nn.TransformerEncoderLayer/DecoderLayer`` pass) is computed
     as its math with the attention weights' dropout drawn as ``F.dropout``'s (``_attention``).
 
-    Not covered (they keep the device's own generator): ``alpha_dropout``, ``multinomial``,
-    and calls with an explicit non-CPU ``generator``. An XLA program under this mode uploads
+    ``torch.multinomial`` (``Categorical.sample``) is computed from host uniforms too
+    (``_multinomial``: inverse CDF with replacement, Gumbel top-k without).
+
+    Not covered (they keep the device's own generator): ``alpha_dropout`` and calls with an
+    explicit non-CPU ``generator``. An XLA program under this mode uploads
     its random tensors each step (host-to-device) instead of generating them in the graph.
 
     ``float64_reference`` (a run in float64): every floating sample of a wider dtype is drawn in
@@ -214,6 +217,8 @@ class HostRandomMode(TorchFunctionMode):
             return self._normal(*args, **kwargs)
         if name == "bernoulli" and args and isinstance(args[0], torch.Tensor):
             return self._bernoulli(*args, **kwargs)
+        if name == "multinomial" and args and isinstance(args[0], torch.Tensor):
+            return self._multinomial(*args, **kwargs)
         if name in self._INPLACE and args and isinstance(args[0], torch.Tensor):
             return self._inplace(func, name, args, kwargs)
         if func is torch.nn.functional.dropout:
@@ -286,6 +291,21 @@ class HostRandomMode(TorchFunctionMode):
             probs = torch.tensor(probs, dtype=source.dtype, device=source.device)
         noise = self._noise(torch.rand, source.shape, probs.dtype, source.device, generator)
         return (noise < probs).to(source.dtype)
+
+    def _multinomial(self, input, num_samples, replacement=False, *, generator=None):
+        """``torch.multinomial`` (``Categorical.sample``, a sampler's draws) from host uniforms:
+        with replacement (or one sample), each draw is the first category whose cumulative
+        probability exceeds its uniform; without, the ``num_samples`` largest of log-probability
+        plus Gumbel noise (distinct categories, drawn as torch's sequential draws are)."""
+        probs = input / input.sum(-1, keepdim=True)
+        batch = tuple(input.shape[:-1])
+        if replacement or num_samples == 1:
+            u = self._noise(torch.rand, (*batch, num_samples), probs.dtype, input.device, generator)
+            below = (probs.cumsum(-1).unsqueeze(-2) <= u.unsqueeze(-1)).sum(-1)
+            return below.clamp(max=input.size(-1) - 1).to(torch.long)
+        u = self._noise(torch.rand, tuple(input.shape), probs.dtype, input.device, generator)
+        gumbel = -torch.log(-torch.log(u.clamp(min=1e-20)))
+        return torch.topk(torch.log(probs) + gumbel, num_samples, dim=-1).indices
 
     def _normal(self, mean, std=1.0, *args, generator=None, **kwargs):
         like = mean if isinstance(mean, torch.Tensor) else std
