@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -1654,6 +1655,8 @@ def host_draw(ctx: FileContext, node: cst.Call) -> bool:
         return False
     loop = ctx.enclosing(cst.For, cst.While)
     fn = ctx.enclosing(cst.FunctionDef)
+    if loop is None and isinstance(fn, cst.FunctionDef) and fn in host_helpers(ctx):
+        return True  # a data-building helper (make_series(n)) the script calls once, on the host
     if loop is None:
         return fn is None or _training_function_setup(ctx, fn)  # a script's or a trainer's top level
     if fn is not None and any(a is fn for a in ctx.ancestors[ctx.ancestors.index(loop):]):
@@ -1665,6 +1668,42 @@ def host_draw(ctx: FileContext, node: cst.Call) -> bool:
         return False
     facts = file_facts(ctx)
     return id(stmt) not in _model_dependent(list(loop.body.body), facts.modules, ctx)
+
+
+def host_helpers(ctx: FileContext) -> tuple:
+    """Module-level functions whose every mention in the file is a call in code that runs once
+    on the host: the script's top-level statements (the ``__main__`` guard's too) and the
+    top-level statements of such functions themselves (``main()`` called from the guard, then
+    ``make_series(n)`` called by ``main``). A function named anywhere else (in a loop, in
+    another function, passed on as a value) is not one. (A module fact.)"""
+    key = ("loop.host_helpers",)
+    if key in ctx.cache:
+        return ctx.cache[key]
+    functions = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.FunctionDef)}
+    mentions = Counter(n.value for n in astutil.walk(ctx.module, into_functions=True)
+                       if isinstance(n, cst.Name) and n.value in functions)
+    lines: list[cst.CSTNode] = []
+    for stmt in ctx.module.body:
+        if isinstance(stmt, cst.SimpleStatementLine):
+            lines.append(stmt)
+        elif isinstance(stmt, cst.If) and isinstance(stmt.body, cst.IndentedBlock) and "__main__" in \
+                cst.Module([]).code_for_node(stmt.test):
+            lines += [s for s in stmt.body.body if isinstance(s, cst.SimpleStatementLine)]
+    found: dict[str, cst.FunctionDef] = {}
+    calls: Counter = Counter()
+    while lines:
+        for line in lines:
+            calls.update(n.func.value for n in astutil.walk(line)
+                         if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in functions)
+        lines = []
+        for name, count in calls.items():
+            # every mention but the def's own name is a host call
+            if name not in found and mentions[name] == count + 1:
+                fn = found[name] = functions[name]
+                if isinstance(fn.body, cst.IndentedBlock):
+                    lines += [s for s in fn.body.body if isinstance(s, cst.SimpleStatementLine)]
+    ctx.cache[key] = tuple(found.values())
+    return ctx.cache[key]
 
 
 def _training_function_setup(ctx: FileContext, fn: cst.FunctionDef) -> bool:

@@ -28,7 +28,9 @@ class TorchFunction(Rule):
     generator on the host (`np.random.standard_normal(shape).astype(np.float32)`), handed
     to the jitted step like a batch (other values than torch's generator would draw: the
     same distribution). In other scripts a draw that runs on the host (`torch.randn`,
-    `rand`, `randint`, `randperm`, `normal` at a script's top level, or in a loop
+    `rand`, `randint`, `randperm`, `normal` at a script's top level, in a function the script
+    only calls from code that runs once on the host (a data-building helper called from `main()`),
+    or in a loop
     statement that no model value flows into, which JX301 keeps before the jitted step's
     call: a GAN's noise) stays torch's, handed to JAX as an array:
     `jnp.asarray(np.asarray(torch.randn(n, d)))`, the original's numbers for the same seed (one
@@ -238,6 +240,49 @@ class TorchFunction(Rule):
             title="draws of the host outside the step (the trainer's set-up, the loop's noise): torch's generator, "
                   "handed to JAX",
         ),
+        Example(
+            """
+            import numpy as np
+            import torch
+
+            def make_series(n):
+                t = torch.arange(n, dtype=torch.float32)
+                return torch.sin(t / 8.0) + 0.1 * torch.randn(n)
+
+            def make_labels(n):
+                return torch.randint(0, 3, (n,))
+
+            def main():
+                np.random.seed(0)
+                series = make_series(512)
+                labels = make_labels(512)
+
+            if __name__ == "__main__":
+                main()
+            """,
+            """
+            import numpy as np
+            import torch
+            import jax.numpy as jnp
+
+            def make_series(n):
+                t = jnp.arange(n, dtype=jnp.float32)
+                return jnp.sin(t / 8.0) + 0.1 * jnp.asarray(np.asarray(torch.randn(n)))
+
+            def make_labels(n):
+                return jnp.asarray(np.asarray(torch.randint(0, 3, (n,))))
+
+            def main():
+                np.random.seed(0)
+                series = make_series(512)
+                labels = make_labels(512)
+
+            if __name__ == "__main__":
+                main()
+            """,
+            title="data built by helpers the script calls once (from main(), from the __main__ guard): torch's "
+                  "generator, the original's data, even where numpy is seeded",
+        ),
     ]
     valid = [
         "import torch\nmodel = torch.nn.Linear(3, 4)\n",
@@ -297,6 +342,10 @@ class TorchFunction(Rule):
         q = self.ctx.qualname(node.func)
         if q not in _HOST_NOISE or not self._seeds_numpy():
             return False
+        fn = self.ctx.enclosing(cst.FunctionDef)
+        if fn is not None and self.ctx.enclosing(cst.For, cst.While) is None and fn in lp.host_helpers(self.ctx):
+            return False  # data a helper builds once: torch's generator (_host_draw), the original's data
+
         sizes = [a for a in node.args if a.keyword is None and a.star == ""]
         other = [a for a in node.args if a.keyword is not None and a.keyword.value not in ("device", "dtype")
                  or a.star != ""]
