@@ -33,8 +33,7 @@ JAX port's process (``--jax``) before the script runs.
   VAE, a noise draw in the step and a dropout mask are then the original's.
 * **Health.** Compilations (every backend compilation ``jax.monitoring`` reports),
   device-to-host transfers (a ``jax.Array`` whose value is fetched to the host for the first
-  time: ``float()``, ``.item()``, ``.tolist()``, printing; not ``np.asarray``, which reads
-  the buffer in C++ in jax 0.10), calls of the step functions; at the
+  time: ``float()``, ``.item()``, ``np.asarray``, printing), calls of the step functions; at the
   end, each step function's jit cache size (one entry per compilation) and the host callbacks
   traced into it (``jax.debug.print``, ``jax.debug.callback``, ``jax.pure_callback``,
   ``io_callback``: each is a transfer to the host in every execution).
@@ -114,17 +113,6 @@ class JaxHooks:
             return fetch.fget(array)
 
         jarray.ArrayImpl._value = property(_value)
-        # `.item()` fetches without `_value` in jax 0.10 (measured: float() and .tolist() go
-        # through `_value`, `.item()` and np.asarray do not); np.asarray reads the buffer in
-        # C++ and is not seen here
-        item = jarray.ArrayImpl.item
-
-        def _item(array, *args):
-            if getattr(array, "_npy_value", None) is None and hooks.depth == 0:
-                hooks.transfers += 1
-            return item(array, *args)
-
-        jarray.ArrayImpl.item = _item
 
         init = nnx.Optimizer.__init__
 
