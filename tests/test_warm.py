@@ -287,7 +287,7 @@ SCRIPT = textwrap.dedent('''
 
 @pytest.mark.framework
 def test_trace_is_the_same_warm_and_fresh(tmp_path, monkeypatch):
-    from porter.verify.trace import _JAX_FIRST, trace_script
+    from porter.verify.trace import trace_script
 
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
@@ -298,9 +298,7 @@ def test_trace_is_the_same_warm_and_fresh(tmp_path, monkeypatch):
         records = []
         for attempt in range(2):
             if attempt:
-                # the torch side preloads jax too where it is installed (porter.verify.trace._JAX_FIRST)
-                assert warm.prepare(sys.executable, warm.preload_for_script(script, (*warm.TORCH, *_JAX_FIRST)),
-                                    side_environment(env))
+                assert warm.prepare(sys.executable, warm.preload_for_script(script), side_environment(env))
             (tmp_path / f"run{attempt}").mkdir()
             records.append(trace_script(script, [], cwd=tmp_path / f"run{attempt}", env=env, host_random=True,
                                         seed=0, max_steps=4))

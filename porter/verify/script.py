@@ -263,7 +263,7 @@ def _judge_widened_port(req: ScriptRequest, steps: list[dict], reference: list, 
                         first: dict) -> Optional[dict]:
     """The port widened as the reference was: the same losses as the reference at every
     compared step make the float32 differences rounding (every step then passes)."""
-    widened = _widened_run(req, req.port, False, {"env": port_env})
+    widened = _widened_run(req, req.port, False, {"env": port_env, "jax_first": True})
     ported = [_summed_like(r, s["port"]) for r, s in zip(widened.get("losses") or [], steps)]
     if len(ported) < len(steps):
         notes.append(f"the port widened to float64 ran {len(ported)} of {len(steps)} steps "
@@ -532,6 +532,10 @@ def verify_script(req: ScriptRequest) -> Report:
                      "the sum of its losses")
     else:
         port_label = "torch-xla"
+    # a side on torch_xla imports jax in its loader thread, drawing from numpy's global generator:
+    # both sides import it first (porter.verify.trace._import_jax_first)
+    jax_first = not jax_port and (legacy or "torch_xla" in imported_modules(
+        req.port.read_text(encoding="utf-8", errors="replace")))
     with tempfile.TemporaryDirectory(prefix="porter-verify-") as tmp:
         work = Path(tmp)
         tried: list[str] = []
@@ -543,7 +547,7 @@ def verify_script(req: ScriptRequest) -> Report:
                 folder = work / f"{side}-{dtype}-{attempt}"
                 folder.mkdir()
                 _copy_files(req.files, folder)
-            common = dict(host_random=True, seed=req.seed, dtype=dtype, max_steps=req.steps,
+            common = dict(host_random=True, seed=req.seed, dtype=dtype, max_steps=req.steps, jax_first=jax_first,
                           timeout=req.timeout, memory_mb=req.memory_mb, synthetic_size=req.synthetic_size)
             extra_o: dict = {}
             extra_p: dict = {}
@@ -636,7 +640,7 @@ def verify_script(req: ScriptRequest) -> Report:
         return failed
     steps, first = compare_steps(orig["losses"], port["losses"], rtol, atol, scaled, jax_port)
     if first is not None and dtype == "float32" and req.reference:
-        first = _judge_by_reference(req, steps, reference, jax_port, notes,
+        first = _judge_by_reference(req, steps, {**reference, "jax_first": jax_first}, jax_port, notes,
                                     None if jax_port else {"PJRT_DEVICE": "CPU", **launch_env})
     # a torch-xla port that never imported torch_xla has no metrics: its health says it ran on the CPU
     health = _port_health(port, req.budgets, jax_port, notes)

@@ -836,6 +836,7 @@ def run(
     no_shuffle: bool = False,
     float64_reference: bool = False,
     init_apart: bool = False,
+    jax_first: bool = False,
 ) -> tuple[dict[str, Any], int]:
     """Run SCRIPT in this process and return (record, exit code).
 
@@ -930,7 +931,7 @@ def run(
         if synthetic_size is None:
             synthetic_size = synthetic.default_size(max_steps)
         synthetic.install(synthetic_size, seed if seed is not None else 0, synthetic_image_size)
-    if not jax:
+    if jax_first and not jax:
         _import_jax_first()
     if seed is not None:
         _reseed(seed)
@@ -1051,7 +1052,8 @@ _JAX_FIRST = ("jax",) if importlib.util.find_spec("jax") is not None else ()
 
 
 def _import_jax_first() -> None:
-    """Import jax (where it is installed) before a torch side's script runs. jax draws 13
+    """Import jax (where it is installed) before a torch side's script runs (``--jax-first``:
+    both sides of a comparison whose port or original imports torch_xla). jax draws 13
     numbers from numpy's global generator as it is imported (the default arguments of a retry
     decorator in jax/_src/clusters/k8s_cluster.py: ``np.random.rand(5)``, ``np.random.rand(8)``),
     and torch_xla imports jax lazily, from the thread of its MpDeviceLoader
@@ -1098,6 +1100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="with --host-random and --dtype float64: draw random samples in float32 and widen "
                              "them, and widen every float32 tensor (a float64 run that computes what a float32 run "
                              "computes)")
+    parser.add_argument("--jax-first", action="store_true",
+                        help="import jax before the script runs (_import_jax_first)")
     parser.add_argument("--init-apart", action="store_true",
                         help="with --host-random: torch.nn.init draws from a generator of its own (seeded with "
                              "--seed), leaving the global generator as it was")
@@ -1113,6 +1117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         jax=options.jax, jax_weights=options.jax_weights, reseed_at_optimizer=options.reseed_at_optimizer,
         torch_weights=options.torch_weights, no_shuffle=options.no_shuffle,
         float64_reference=options.float64_reference, init_apart=options.init_apart,
+        jax_first=options.jax_first,
     )
     out = Path(options.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -1145,6 +1150,7 @@ def trace_script(
     no_shuffle: bool = False,
     float64_reference: bool = False,
     init_apart: bool = False,
+    jax_first: bool = False,
     timeout: float = 600.0,
     memory_mb: float = 16384.0,
     env: dict[str, str] | None = None,
@@ -1179,14 +1185,15 @@ def trace_script(
         command += ["--jax-weights", str(jax_weights)] if jax_weights is not None else []
         command += ["--torch-weights", str(torch_weights)] if torch_weights is not None else []
         command += ["--no-shuffle"] * no_shuffle + ["--float64-reference"] * float64_reference
-        command += ["--init-apart"] * init_apart
+        command += ["--init-apart"] * init_apart + ["--jax-first"] * jax_first
         if synthetic_image_size is not None:
             command += ["--synthetic-image-size", f"{synthetic_image_size[0]}x{synthetic_image_size[1]}"]
         command += [str(Path(script).resolve()), "--", *map(str, args)]
         side = run_side(command, environment, Path(tmp) / "trace.log", timeout, memory_mb, cwd=cwd, tail_chars=4000,
-                        # (this module imports torch, and JAX's stack with --jax, jax itself without it
-                        # where it is installed (_import_jax_first), before the script runs)
-                        preload=preload_for_script(script, (*TORCH, *JAX_STACK) if jax else (*TORCH, *_JAX_FIRST)))
+                        # (this module imports torch, and JAX's stack with --jax, jax itself with
+                        # --jax-first where it is installed (_import_jax_first), before the script runs)
+                        preload=preload_for_script(script, (*TORCH, *JAX_STACK) if jax else
+                                                   (*TORCH, *_JAX_FIRST) if jax_first else TORCH))
         return traced_record(side, target, script, timeout, memory_mb)
 
 
