@@ -1676,9 +1676,10 @@ def host_helpers(ctx: FileContext) -> tuple:
     top-level statements of such functions themselves (``main()`` called from the guard, then
     ``make_series(n)`` called by ``main``). A function named anywhere else (in a loop, in
     another function, passed on as a value) is not one. (A module fact.)"""
-    key = ("loop.host_helpers",)
-    if key in ctx.cache:
-        return ctx.cache[key]
+    return module_fact(ctx, _host_helpers)
+
+
+def _host_helpers(ctx: FileContext) -> tuple:
     functions = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.FunctionDef)}
     mentions = Counter(n.value for n in astutil.walk(ctx.module, into_functions=True)
                        if isinstance(n, cst.Name) and n.value in functions)
@@ -1702,8 +1703,7 @@ def host_helpers(ctx: FileContext) -> tuple:
                 fn = found[name] = functions[name]
                 if isinstance(fn.body, cst.IndentedBlock):
                     lines += [s for s in fn.body.body if isinstance(s, cst.SimpleStatementLine)]
-    ctx.cache[key] = tuple(found.values())
-    return ctx.cache[key]
+    return tuple(found.values())
 
 
 def _training_function_setup(ctx: FileContext, fn: cst.FunctionDef) -> bool:

@@ -1,7 +1,7 @@
 import libcst as cst
 
 from porter import astutil
-from porter.rules import Edit, Example, Fix, Rule, Severity
+from porter.rules import Edit, Example, Fix, Rule, Severity, module_fact
 
 from . import _training as tr
 from ._tables import imports_torch
@@ -113,24 +113,18 @@ class LoggingBasicConfig(Rule):
         why = ("torch_xla's import configures the root logger first (logging.basicConfig() in torch_xla/__init__.py), "
                "so this call does nothing in the port: its level, format and handlers never apply and logging.info "
                "lines are dropped")
-        if self._adds_root_handlers():
+        if module_fact(self.ctx, _adds_root_handlers):
             self.report(node, f"{why}; the file also adds root handlers itself: pass force=True where the root "
                         "logger is first configured")
             return
         self.report(node, f"{why}; force=True configures it as in the original",
                     Fix((Edit(node, tr.append_kwarg("force", "True")),)))
 
-    def _adds_root_handlers(self) -> bool:
-        key = (self.code, "root handlers")
-        if key not in self.ctx.cache:
-            self.ctx.cache[key] = _adds_root_handlers(self.ctx.module, self.ctx)
-        return self.ctx.cache[key]
 
-
-def _adds_root_handlers(module: cst.Module, ctx) -> bool:
+def _adds_root_handlers(ctx) -> bool:
     """The file calls ``addHandler`` on the root logger, or on a name it assigns the root logger
-    to (``root = logging.getLogger()``) anywhere."""
-    nodes = list(astutil.walk(module, into_functions=True))
+    to (``root = logging.getLogger()``) anywhere. (A module fact.)"""
+    nodes = list(astutil.walk(ctx.module, into_functions=True))
     roots = {t.target.value for n in nodes if isinstance(n, cst.Assign) and _is_root_logger(n.value, ctx)
              for t in n.targets if isinstance(t.target, cst.Name)}
     return any(isinstance(n, cst.Call) and astutil.method_name(n) == "addHandler" and isinstance(n.func, cst.Attribute)

@@ -194,7 +194,7 @@ class OptimizerBeforeMove(Rule):
         if reason is None:
             self._loads_beside_a_flag(node, torch)
             return
-        at, why = reason
+        at, why, instead = reason
         # the file's leading imports (after its docstring): the flag goes after them, before any
         # of the file's own code runs
         imports = []
@@ -205,12 +205,12 @@ class OptimizerBeforeMove(Rule):
             imports.append(stmt)
         if not imports:
             self.report(at, f"{why}; call torch.__future__.set_swap_module_params_on_conversion(True) before "
-                        "the move" + (" (or tie them again after it)" if "tied" in why else
-                                      " (or build the optimizer after it)"))
+                        f"the move (or {instead})")
             return
         flag = cst.parse_statement(f"{torch}.__future__.{_SWAP}(True)\n")
         edits = [Edit(imports[-1], astutil.insert_after([flag]))]
-        if _builds_recurrent_layers(node, self.ctx) or self._imported(_builds_recurrent_layers):
+        if _load_statements(node) and (_builds_recurrent_layers(node, self.ctx)
+                                       or self._imported(_builds_recurrent_layers)):
             edits += _loads_without_flag(node, torch)
         self.report(
             at, f"{why}; torch.__future__.set_swap_module_params_on_conversion(True) keeps them (as on CUDA)",
@@ -247,9 +247,10 @@ def _has_flag(module: cst.Module, ctx) -> bool:
     return any((ctx.qualname(call.func) or "").endswith("." + _SWAP) for _scope, call in _calls_with_scope(module))
 
 
-def _flag_reason(node: cst.Module, ctx) -> Optional[tuple[cst.CSTNode, str]]:
-    """Where the file needs the swap flag, and why: a module moved after (or apart from) the
-    optimizer built on its parameters, or a tied parameter (None: neither)."""
+def _flag_reason(node: cst.Module, ctx) -> Optional[tuple[cst.CSTNode, str, str]]:
+    """Where the file needs the swap flag, why, and what a person could do instead: a module
+    moved after (or apart from) the optimizer built on its parameters, or a tied parameter
+    (None: neither)."""
     opt_scopes: dict[str, list[tuple[Optional[cst.CSTNode], cst.Call]]] = {}
     moves: list[tuple[str, Optional[cst.CSTNode], cst.Call]] = []
     # an instance of a class that builds an optimizer over its own parameters, moved after it
@@ -274,13 +275,13 @@ def _flag_reason(node: cst.Module, ctx) -> Optional[tuple[cst.CSTNode, str]]:
         if late is not None:
             break
     if late is not None:
-        return late, ("this module moves to its device after (or apart from) the optimizer built on its parameters: "
-                      "on XLA `.to()` gives the module new Parameter objects and the optimizer would update the old "
-                      "CPU ones")
+        return (late, "this module moves to its device after (or apart from) the optimizer built on its parameters: "
+                "on XLA `.to()` gives the module new Parameter objects and the optimizer would update the old CPU ones",
+                "build the optimizer after it")
     tied = _tied_parameter(node)
     if tied is not None:
-        return tied, ("a parameter shared by two modules (tied weights): on XLA `.to()` gives each module a new "
-                      "Parameter of its own, and the two train apart from the first step on")
+        return (tied, "a parameter shared by two modules (tied weights): on XLA `.to()` gives each module a new "
+                "Parameter of its own, and the two train apart from the first step on", "tie them again after it")
     return None
 
 

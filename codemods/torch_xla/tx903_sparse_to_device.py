@@ -5,7 +5,7 @@ from typing import Optional
 import libcst as cst
 
 from porter import astutil
-from porter.rules import Edit, Example, Fix, Rule, Severity
+from porter.rules import Edit, Example, Fix, Rule, Severity, module_fact
 
 from . import _training as tr
 
@@ -130,7 +130,7 @@ class _Sparse:
 
     def __init__(self, ctx) -> None:
         self.ctx = ctx
-        self.functions = {s.name.value: s for s in ctx.module.body if isinstance(s, cst.FunctionDef)}
+        self.functions = module_fact(ctx, _functions)
 
     def of(self, expr: Optional[cst.BaseExpression], scope: cst.CSTNode, depth: int = 0) -> bool:
         if expr is None or depth > 4:
@@ -185,6 +185,11 @@ class _Sparse:
             return None
         parts = [r.elements[index].value for r in returns]  # type: ignore[attr-defined]
         return (parts[0], fn) if len(parts) == 1 else None
+
+
+def _functions(ctx) -> dict[str, cst.FunctionDef]:
+    """The file's module-level functions by name. (A module fact.)"""
+    return {s.name.value: s for s in ctx.module.body if isinstance(s, cst.FunctionDef)}
 
 
 def _root(call: cst.Call) -> Optional[str]:
